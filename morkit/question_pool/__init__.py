@@ -1,0 +1,1 @@
+"""question_pool layer of morkit (see architecture.md)."""

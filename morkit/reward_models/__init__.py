@@ -1,0 +1,1 @@
+"""reward_models layer of morkit (see architecture.md)."""

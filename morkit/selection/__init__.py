@@ -1,0 +1,1 @@
+"""selection layer of morkit (see architecture.md)."""
