@@ -1,0 +1,115 @@
+"""Loaders that turn the shared labelled data sets into contract Queries.
+
+Candidate order is shuffled with a seed derived from the query id, and authorship is kept only
+in `agent` (never in text), so neither position nor author can leak into anything learned.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Callable, Iterator
+
+from morkit.errors import InputError
+from morkit.types import Candidate, Query
+
+GSM8K_AUTHORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+
+
+def default_data_dir() -> Path:
+    """$MORKIT_DATA_DIR, else the `shared/data` folder beside the repository checkout."""
+    env = os.environ.get("MORKIT_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    if not path.is_file():
+        raise InputError("data file not found", path=str(path))
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield number, json.loads(line)
+
+
+def _shuffled(qid: str, candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    seed = int.from_bytes(hashlib.sha256(qid.encode()).digest()[:8], "little")
+    order = list(range(len(candidates)))
+    random.Random(seed).shuffle(order)
+    return tuple(candidates[i] for i in order)
+
+
+def gsm8k_model_solutions(data_dir: Path | None = None) -> list[Query]:
+    """1000 GSM8K questions x 4 labelled GPT-3 solutions (MIT, openai/grade-school-math)."""
+    path = (data_dir or default_data_dir()) / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
+    queries = []
+    for number, row in _lines(path):
+        qid = f"gsm8k-{number - 1}"
+        candidates = [
+            Candidate(text=row[a]["solution"], agent=a, correct=bool(row[a]["is_correct"])) for a in GSM8K_AUTHORS
+        ]
+        reference = row["ground_truth"].rsplit("A:", 1)[-1].strip()
+        queries.append(Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=reference))
+    return queries
+
+
+def qwen25_math_rm8(data_dir: Path | None = None) -> list[Query]:
+    """70 MATH problems x 8 Qwen2.5-Math answers with correctness and the Qwen2.5-Math-RM score (MIT)."""
+    path = (data_dir or default_data_dir()) / "qwen25_math_rm8" / "math_cot_100.first70.jsonl"
+    queries = []
+    for _, row in _lines(path):
+        qid = f"math-{row['idx']}"
+        candidates = [
+            Candidate(text=text, agent="qwen2.5-math-instruct", correct=bool(ok),
+                      scores={"qwen2.5-math-rm-72b": float(score[0])})
+            for text, ok, score in zip(row["code"], row["score"], row["pred_score"])
+        ]
+        queries.append(Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=row["gt"]))
+    return queries
+
+
+def rewardmath_rm_scores(data_dir: Path | None = None) -> list[Query]:
+    """383 MATH problems x 10 solutions (one correct) with the scores of ~22 RMs and judges; no texts (MIT)."""
+    path = (data_dir or default_data_dir()) / "rewardmath_rm_scores" / "rewardmath_scores.first383.jsonl"
+    queries = []
+    for _, row in _lines(path):
+        qid = f"rewardmath-{row['index']}"
+        candidates = []
+        for i, author in enumerate(row["solution_reference"]):
+            scores = {}
+            for rm, values in row["scores"].items():
+                if values is None or len(values) != len(row["solution_reference"]) or values[i] is None:
+                    continue
+                value = values[i]
+                scores[rm] = tuple(float(v) for v in value) if isinstance(value, list) else float(value)
+            candidates.append(Candidate(text=None, agent=author, correct=bool(row["is_correct"][i]), scores=scores))
+        queries.append(Query(qid, row["problem"], _shuffled(qid, candidates), domain="math"))
+    return queries
+
+
+def humaneval_davinci(data_dir: Path | None = None, per_task: int = 20) -> list[Query]:
+    """127 HumanEval problems with code-davinci-002 completions and their pass/fail (MIT); `per_task` samples each."""
+    path = (data_dir or default_data_dir()) / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
+    queries = []
+    for _, row in _lines(path):
+        qid = row["task_id"]
+        candidates = [
+            Candidate(text=row["prompt"] + completion, agent="code-davinci-002", correct=bool(ok))
+            for completion, ok in list(zip(row["completions"], row["passed"]))[:per_task]
+        ]
+        queries.append(Query(qid, row["prompt"], _shuffled(qid, candidates), domain="code", tests=row["tests"]))
+    return queries
+
+
+LOADERS: dict[str, Callable[..., list[Query]]] = {
+    "gsm8k_model_solutions": gsm8k_model_solutions,
+    "qwen25_math_rm8": qwen25_math_rm8,
+    "rewardmath_rm_scores": rewardmath_rm_scores,
+    "humaneval_davinci_samples": humaneval_davinci,
+}

