@@ -36,7 +36,9 @@ def parse_candidate(obj: Any, where: str, path: str | None = None, line: int | N
     correct = obj.get("correct")
     if correct is not None and not isinstance(correct, bool):
         raise InputError(f"{where}: 'correct' must be true or false", path=path, line=line)
-    raw_scores = obj.get("scores") or {}
+    raw_scores = obj.get("scores")
+    if raw_scores is None:
+        raw_scores = {}
     if not isinstance(raw_scores, dict):
         raise InputError(f"{where}: 'scores' must be an object of RM name -> score", path=path, line=line)
     scores = {str(k): _score_value(v, f"{where} score {k!r}", path, line) for k, v in raw_scores.items()}

@@ -42,6 +42,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

@@ -55,9 +55,10 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
         bar.update(len(known))
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
-            scores = [_check(rm, s, owner[p]) for p, s in zip(part, rm.score(part))]
-            if len(scores) != len(part):
-                raise ScoreError(f"reward model {rm.name!r} returned {len(scores)} scores for {len(part)} pairs")
+            raw = rm.score(part)
+            if len(raw) != len(part):
+                raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for {len(part)} pairs")
+            scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]
             if cache is not None:
                 cache.put_many(_rm_key(rm), part, scores)
             known.update(zip(part, scores))
@@ -72,10 +73,11 @@ def _score_query_rm(rm: Any, query: Query, cache: ScoreCache | None) -> list[Sco
         hits = cache.get_many(_rm_key(rm), [(context, t) for t in texts])
         if all(h is not None for h in hits):
             return hits  # type: ignore[return-value]
-    scores = [_check(rm, s, query.id) for s in rm.score_query(query)]
-    if len(scores) != len(texts):
-        raise ScoreError(f"reward model {rm.name!r} returned {len(scores)} scores for query {query.id!r} "
+    raw = rm.score_query(query)
+    if len(raw) != len(texts):
+        raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for query {query.id!r} "
                          f"with {len(texts)} candidates")
+    scores = [_check(rm, s, query.id) for s in raw]
     if context is not None:
         cache.put_many(_rm_key(rm), [(context, t) for t in texts], scores)
     return scores

@@ -1,0 +1,84 @@
+"""ScoreCache: a persistent (rm, question, answer) -> Score map shared between processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from morkit.cache import ScoreCache, text_hash
+from morkit.types import Score
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with ScoreCache(tmp_path / "sub" / "scores.sqlite") as c:
+        yield c
+
+
+def test_round_trip_values_steps_truncated(cache):
+    pairs = [("q", "a"), ("q", "b"), ("q2", "a")]
+    scores = [Score(0.25), Score(0.5, steps=(0.9, 0.5, 0.7)), Score(0.125, truncated=True)]
+    cache.put_many("rm", pairs, scores)
+    got = cache.get_many("rm", pairs)
+    assert got == scores
+    assert got[1].steps == (0.9, 0.5, 0.7) and isinstance(got[1].steps, tuple)
+    assert got[0].steps is None and got[0].truncated is False
+    assert got[2].truncated is True
+
+
+def test_misses_return_none_and_counters(cache):
+    cache.put_many("rm", [("q", "a")], [Score(1.0)])
+    got = cache.get_many("rm", [("q", "a"), ("q", "zzz"), ("other", "a"), ("q", "a")])
+    assert got == [Score(1.0), None, None, Score(1.0)]
+    assert (cache.hits, cache.misses) == (2, 2)
+    assert cache.get_many("rm", []) == []
+    assert (cache.hits, cache.misses) == (2, 2)
+    cache.get_many("rm", [("x", "y")])
+    assert (cache.hits, cache.misses) == (2, 3)
+
+
+def test_keys_separate_question_and_answer(cache):
+    # ("ab", "c") and ("a", "bc") concatenate to the same text but are different pairs.
+    cache.put_many("rm", [("ab", "c")], [Score(0.1)])
+    assert cache.get_many("rm", [("a", "bc")]) == [None]
+    assert text_hash("ab") != text_hash("a")
+
+
+def test_rm_keys_do_not_collide(cache):
+    cache.put_many("rm-a", [("q", "a")], [Score(0.1)])
+    cache.put_many("rm-b", [("q", "a")], [Score(0.9, steps=(0.9,))])
+    assert cache.get_many("rm-a", [("q", "a")]) == [Score(0.1)]
+    assert cache.get_many("rm-b", [("q", "a")]) == [Score(0.9, steps=(0.9,))]
+    assert cache.get_many("rm-c", [("q", "a")]) == [None]
+
+
+def test_put_replaces(cache):
+    cache.put_many("rm", [("q", "a")], [Score(0.1)])
+    cache.put_many("rm", [("q", "a")], [Score(0.2, truncated=True)])
+    assert cache.get_many("rm", [("q", "a")]) == [Score(0.2, truncated=True)]
+
+
+def test_two_objects_on_one_file_see_each_other(tmp_path):
+    path = tmp_path / "scores.sqlite"
+    with ScoreCache(path) as one, ScoreCache(path) as two:
+        one.put_many("rm", [("q", "a")], [Score(0.3)])
+        assert two.get_many("rm", [("q", "a")]) == [Score(0.3)]
+        two.put_many("rm", [("q", "b")], [Score(0.4, steps=(0.4, 0.8))])
+        assert one.get_many("rm", [("q", "a"), ("q", "b")]) == [Score(0.3), Score(0.4, steps=(0.4, 0.8))]
+    with ScoreCache(path) as again:  # persisted after close
+        assert again.get_many("rm", [("q", "b")]) == [Score(0.4, steps=(0.4, 0.8))]
+
+
+def test_many_pairs_beyond_query_chunk(cache):
+    # get_many queries in chunks of 400 keys; order must follow the input across chunks.
+    pairs = [(f"q{i % 7}", f"answer {i}") for i in range(1000)]
+    cache.put_many("rm", pairs, [Score(float(i)) for i in range(1000)])
+    wanted = pairs[::-1] + [("q0", "missing")]
+    got = cache.get_many("rm", wanted)
+    assert [s.value for s in got[:-1]] == [float(i) for i in range(999, -1, -1)]
+    assert got[-1] is None
+    assert cache.hits == 1000 and cache.misses == 1
+
+
+def test_unicode_text(cache):
+    cache.put_many("rm", [("¿qué?", "答え")], [Score(0.5)])
+    assert cache.get_many("rm", [("¿qué?", "答え")]) == [Score(0.5)]

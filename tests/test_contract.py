@@ -1,0 +1,217 @@
+"""The JSONL query contract: parsing, errors that name file/line/id, round trips, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from morkit.contract import load_queries, parse_query, query_to_json, save_queries
+from morkit.errors import InputError
+from morkit.jsonl import write_jsonl
+
+
+def _write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+GOOD = {
+    "id": "q1",
+    "question": "What is 6*7?",
+    "domain": "math",
+    "reference": "42",
+    "source": {"dataset": "toy", "row": 3},
+    "candidates": [
+        {"text": "42", "agent": "a", "correct": True, "scores": {"rm": 0.7, "prm": [0.9, 0.4]}, "seed": 11},
+        {"text": "41", "agent": "b", "correct": False, "meta": [1, 2]},
+    ],
+}
+
+
+def test_round_trip_keeps_unknown_keys(tmp_path):
+    src = _write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD), json.dumps({"id": 7, "question": "q", "candidates": [
+        {"scores": {"rm": 1}}]})])
+    first = load_queries(src)
+    assert first[0].extra == {"source": {"dataset": "toy", "row": 3}}
+    assert first[0].candidates[0].extra == {"seed": 11}
+    assert first[0].candidates[1].extra == {"meta": [1, 2]}
+    assert first[1].id == "7" and first[1].candidates[0].text is None
+
+    out = tmp_path / "out.jsonl"
+    assert save_queries(out, first) == 2
+    second = load_queries(out)
+    assert second == first
+    raw = [json.loads(line) for line in out.read_text().splitlines()]
+    assert raw[0]["source"] == {"dataset": "toy", "row": 3}
+    assert raw[0]["candidates"][0]["seed"] == 11
+    assert raw[0]["candidates"][0]["scores"] == {"rm": 0.7, "prm": [0.9, 0.4]}
+    assert raw[0]["candidates"][1]["meta"] == [1, 2]
+    assert "text" not in raw[1]["candidates"][0]
+
+
+def test_prm_steps_become_tuples():
+    q = parse_query(GOOD)
+    assert q.candidates[0].scores["prm"] == (0.9, 0.4)
+    assert isinstance(q.candidates[0].scores["prm"], tuple)
+    assert q.candidates[0].scores["rm"] == 0.7
+    assert q.labelled
+
+
+def test_malformed_json_names_path_and_line(tmp_path):
+    path = _write_lines(tmp_path / "bad.jsonl", [json.dumps(GOOD), json.dumps({**GOOD, "id": "q2"}), "{not json"])
+    with pytest.raises(InputError) as err:
+        load_queries(path)
+    assert str(path) in str(err.value)
+    assert ":3:" in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_blank_lines_are_skipped_but_counted(tmp_path):
+    path = _write_lines(tmp_path / "bad.jsonl", [json.dumps(GOOD), "", "[1, 2]"])
+    with pytest.raises(InputError, match=r":3: expected a JSON object"):
+        load_queries(path)
+
+
+def test_non_object_line(tmp_path):
+    path = _write_lines(tmp_path / "bad.jsonl", [json.dumps(GOOD), '"just a string"'])
+    with pytest.raises(InputError) as err:
+        load_queries(path)
+    assert f"{path}:2:" in str(err.value)
+    assert "object" in str(err.value)
+
+
+def test_missing_id(tmp_path):
+    obj = dict(GOOD)
+    del obj["id"]
+    path = _write_lines(tmp_path / "bad.jsonl", [json.dumps(obj)])
+    with pytest.raises(InputError, match=r":1: missing or invalid 'id'"):
+        load_queries(path)
+
+
+def test_missing_file_is_input_error(tmp_path):
+    with pytest.raises(InputError, match="cannot read"):
+        load_queries(tmp_path / "nope.jsonl")
+
+
+def test_duplicate_id_names_both_lines(tmp_path):
+    other = {**GOOD, "id": "q2"}
+    path = _write_lines(tmp_path / "dup.jsonl", [json.dumps(GOOD), json.dumps(other), json.dumps(GOOD)])
+    with pytest.raises(InputError) as err:
+        load_queries(path)
+    msg = str(err.value)
+    assert f"{path}:3:" in msg
+    assert "line 1" in msg
+    assert "'q1'" in msg
+
+
+def test_candidate_with_neither_text_nor_scores():
+    obj = {"id": "qx", "question": "?", "candidates": [{"text": "a"}, {"agent": "x"}]}
+    with pytest.raises(InputError) as err:
+        parse_query(obj, path="f.jsonl", line=4)
+    msg = str(err.value)
+    assert "f.jsonl:4:" in msg and "'qx'" in msg and "candidate 1" in msg
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "[0.5, NaN]", "[Infinity]"])
+def test_non_finite_score_names_query(tmp_path, bad):
+    line = '{"id": "q-nan", "question": "?", "candidates": [{"text": "a", "scores": {"rm": %s}}]}' % bad
+    path = _write_lines(tmp_path / "nan.jsonl", [json.dumps(GOOD), line])
+    with pytest.raises(InputError) as err:
+        load_queries(path)
+    msg = str(err.value)
+    assert "'q-nan'" in msg and ":2:" in msg and "finite" in msg
+
+
+@pytest.mark.parametrize("value", [True, "0.5", None, []])
+def test_bad_score_types_rejected(value):
+    obj = {"id": "q", "question": "?", "candidates": [{"text": "a", "scores": {"rm": value}}]}
+    with pytest.raises(InputError, match="'q'"):
+        parse_query(obj)
+
+
+@pytest.mark.parametrize(
+    "patch, fragment",
+    [
+        ({"question": 3}, "'question'"),
+        ({"candidates": {}}, "'candidates'"),
+        ({"domain": 1}, "'domain'"),
+        ({"candidates": ["x"]}, "candidate must be an object"),
+        ({"candidates": [{"text": 5}]}, "'text'"),
+        ({"candidates": [{"text": "a", "correct": "yes"}]}, "'correct'"),
+        ({"candidates": [{"text": "a", "scores": [1]}]}, "'scores'"),
+    ],
+)
+def test_field_type_errors(patch, fragment):
+    with pytest.raises(InputError) as err:
+        parse_query({**GOOD, **patch})
+    assert fragment in str(err.value)
+    assert "'q1'" in str(err.value)
+
+
+def test_query_to_json_field_order_and_omissions():
+    q = parse_query({"id": "a", "question": "?", "candidates": [{"text": "t"}]})
+    assert query_to_json(q) == {"id": "a", "question": "?", "candidates": [{"text": "t"}]}
+
+
+def _records_then_fail(n):
+    for i in range(n):
+        yield {"i": i}
+    raise RuntimeError("boom")
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
+
+def test_write_jsonl_atomic_new_file(out_dir):
+    tmp_path = out_dir
+    target = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError, match="boom"):
+        write_jsonl(target, _records_then_fail(5))
+    assert not target.exists()
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_jsonl_atomic_keeps_old_content(out_dir):
+    tmp_path = out_dir
+    target = tmp_path / "out.jsonl"
+    assert write_jsonl(target, [{"old": 1}]) == 1
+    with pytest.raises(RuntimeError):
+        write_jsonl(target, _records_then_fail(3))
+    assert target.read_text() == '{"old": 1}\n'
+    assert os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_write_jsonl_creates_parent_and_counts(tmp_path):
+    target = tmp_path / "a" / "b" / "out.jsonl"
+    assert write_jsonl(target, ({"i": i, "s": "é"} for i in range(3))) == 3
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x)["i"] for x in lines] == [0, 1, 2]
+    assert "é" in lines[0]
+    assert os.listdir(target.parent) == ["out.jsonl"]
+
+
+def test_save_queries_failure_leaves_no_file(out_dir):
+    tmp_path = out_dir
+    q = parse_query(GOOD)
+
+    def queries():
+        yield q
+        raise ValueError("mid-way")
+
+    target = tmp_path / "q.jsonl"
+    with pytest.raises(ValueError):
+        save_queries(target, queries())
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", [[], 0, False, ""])
+def test_falsy_non_object_scores_rejected(value):
+    obj = {"id": "q", "question": "?", "candidates": [{"text": "a", "scores": value}]}
+    with pytest.raises(InputError, match="'scores' must be an object"):
+        parse_query(obj)
