@@ -1,0 +1,57 @@
+"""Shared fixtures: real embedded models load once per test session; caches go to a temp dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"shared data not found at {DATA_DIR}")
+    return DATA_DIR
+
+
+@pytest.fixture(autouse=True)
+def _isolated_score_cache(tmp_path, monkeypatch):
+    """Keep score caches per test, but share the converted model checkpoint (it is slow to make)."""
+    from morkit import assets
+
+    real = assets.cache_dir()
+    monkeypatch.setenv("MORKIT_CACHE_DIR", str(tmp_path / "morkit-cache"))
+    (tmp_path / "morkit-cache").mkdir()
+    models = real / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "morkit-cache" / "models").symlink_to(models, target_is_directory=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from morkit.reward_models.embedded import load_smollm2
+
+    return load_smollm2("cpu")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from morkit.reward_models.embedded import load_minilm
+
+    return load_minilm("cpu")
+
+
+@pytest.fixture(scope="session")
+def gsm8k_pairs(data_dir) -> list[tuple[str, str, bool]]:
+    """Real (question, answer, correct) triples from held-out GSM8K questions, of varied length."""
+    from morkit.datasets import gsm8k_model_solutions
+
+    queries = gsm8k_model_solutions(data_dir)[700:703]
+    return [(q.question, c.text, bool(c.correct)) for q in queries for c in q.candidates]

@@ -1,0 +1,106 @@
+"""The embedded RMs on their real weights: exact score extraction, batch-size invariance, truncation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from morkit.errors import InputError
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE
+from morkit.reward_models.embedded import MiniLMProbe, SmolLM2Judge, SmolLM2ORM, chat_ids
+from morkit.reward_models.heads import load_packaged_head
+from morkit.reward_models.hf import Batching, Truncation
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def orm(smollm2):
+    return SmolLM2ORM(smollm2, load_packaged_head("smollm2-orm"))
+
+
+def test_orm_score_is_head_of_last_token_state(orm, smollm2, gsm8k_pairs):
+    question, answer, _ = gsm8k_pairs[0]
+    text = smollm2.tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}, {"role": "assistant", "content": answer}], tokenize=False)
+    ids = smollm2.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    assert ids["input_ids"][0].tolist() == orm.render(question, answer)
+    with torch.inference_mode():
+        hidden = smollm2.model(**ids).last_hidden_state[0, -1].double().numpy()
+    head = orm.trained_head
+    expected = 1 / (1 + np.exp(-(((hidden - head.mean) / head.scale) @ head.weight + head.bias)))
+    (score,) = orm.score([(question, answer)])
+    assert score.value == pytest.approx(expected, abs=1e-5)
+    assert 0.0 < score.value < 1.0 and not score.truncated
+
+
+def test_scores_do_not_depend_on_batch_size(orm, gsm8k_pairs):
+    pairs = [(q, a) for q, a, _ in gsm8k_pairs]
+    orm.batching = Batching(max_batch=1)
+    one = np.array([s.value for s in orm.score(pairs)])
+    orm.batching = Batching(max_batch=32, max_tokens=1 << 20)
+    many = np.array([s.value for s in orm.score(pairs)])
+    reversed_many = np.array([s.value for s in orm.score(pairs[::-1])])[::-1]
+    orm.batching = Batching()
+    assert np.abs(one - many).max() <= 1e-4
+    assert np.abs(many - reversed_many).max() <= 1e-4
+    assert np.ptp(one) > 1e-3  # the answers really get different scores
+
+
+def test_truncation_is_explicit(smollm2, gsm8k_pairs):
+    question, answer, _ = gsm8k_pairs[1]
+    rm = SmolLM2ORM(smollm2, load_packaged_head("smollm2-orm"), truncation=Truncation(max_tokens=96))
+    (encoded,) = rm.encode([(question, answer)])
+    assert encoded.truncated and len(encoded.ids) <= 96
+    assert encoded.ids[-2:] == tuple(chat_ids(smollm2.tokenizer, "q", "a")[-2:])  # template end kept
+    (score,) = rm.score([(question, answer)])
+    assert score.truncated
+    left = SmolLM2ORM(smollm2, None, truncation=Truncation(max_tokens=96, policy="left"))
+    assert left.encode([(question, answer)])[0].ids != encoded.ids
+    strict = SmolLM2ORM(smollm2, None, truncation=Truncation(max_tokens=96, policy="error"))
+    with pytest.raises(InputError, match="over the limit of 96"):
+        strict.encode([(question, answer)])
+
+
+def test_empty_answer_gets_the_documented_floor_without_a_model_call(orm, monkeypatch):
+    monkeypatch.setattr(orm, "pooled", lambda pairs: pytest.fail("empty answers must not reach the model"))
+    assert [s.value for s in orm.score([("q", ""), ("q", "  \n")])] == [EMPTY_ANSWER_SCORE] * 2
+
+
+def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
+    from transformers import AutoModelForCausalLM
+
+    from morkit.assets import smollm2_checkpoint
+
+    judge = SmolLM2Judge(smollm2)
+    question, answer, _ = gsm8k_pairs[2]
+    (score,) = judge.score([(question, answer)])
+    lm = AutoModelForCausalLM.from_pretrained(smollm2_checkpoint()).eval()
+    ids = torch.tensor([judge.render(question, answer)])
+    with torch.inference_mode():
+        logits = lm(input_ids=ids).logits[0, -1].double()
+    tok = smollm2.tokenizer
+    words = [tok.encode(w, add_special_tokens=False)[0] for w in ("yes", "Yes", "no", "No")]
+    probs = torch.softmax(logits[words], dim=-1)
+    assert score.value == pytest.approx(float(probs[:2].sum()), abs=1e-5)
+
+
+def test_minilm_pooling_matches_sentence_transformers(minilm):
+    from sentence_transformers import SentenceTransformer
+
+    from morkit.assets import minilm_path
+    from morkit.reward_models.hf import Encoded, run_batches
+
+    texts = ["Natalia sold clips to 48 of her friends.", "The answer is 72."]
+    probe = MiniLMProbe(minilm, None)
+    encoded = [Encoded(tuple(minilm.tokenizer(t)["input_ids"])) for t in texts]
+    ours = torch.stack(run_batches(minilm.model, encoded, probe.pool, pad_id=minilm.pad_id, device="cpu"))
+    reference = SentenceTransformer(str(minilm_path()), device="cpu").encode(texts, convert_to_tensor=True)
+    assert torch.allclose(ours, reference.float(), atol=1e-5)
+
+
+def test_packaged_heads_record_held_out_quality():
+    for name in ("smollm2-orm", "minilm-probe"):
+        held = load_packaged_head(name).info["held_out"]
+        assert held["questions"] >= 20 and held["mean_prr"] > 0.5, (name, held)

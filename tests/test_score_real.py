@@ -1,0 +1,56 @@
+"""`morkit score` and `morkit demo` end to end on the real embedded models and the packaged sample."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from morkit.cli import main
+from morkit.demo import sample_path
+
+pytestmark = pytest.mark.slow
+
+
+def _lines(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def test_score_writes_every_candidate_and_reuses_the_cache(tmp_path, capsys):
+    out = tmp_path / "scored.jsonl"
+    args = ["score", str(sample_path()), "-o", str(out), "--rm", "smollm2-orm", "--rm", "minilm-probe", "-q"]
+    assert main(args) == 0
+    first = _lines(out)
+    source = _lines(sample_path())
+    assert [q["id"] for q in first] == [q["id"] for q in source]
+    for query, original in zip(first, source):
+        assert len(query["candidates"]) == len(original["candidates"])
+        for cand in query["candidates"]:
+            assert 0.0 <= cand["scores"]["smollm2-orm"] <= 1.0
+            assert 0.0 <= cand["scores"]["minilm-probe"] <= 1.0
+    capsys.readouterr()
+    assert main(args) == 0
+    pairs = sum(len(q["candidates"]) for q in source)
+    assert f"cache hits {2 * pairs}" in capsys.readouterr().err
+    assert _lines(out) == first
+
+
+def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
+    from morkit.reward_models import embedded
+
+    monkeypatch.setattr(embedded.FeatureHeadRM, "head", lambda self, pooled: [float("nan")] * len(pooled))
+    out = tmp_path / "out.jsonl"
+    code = main(["score", str(sample_path()), "-o", str(out), "--rm", "smollm2-orm", "--no-cache", "-q"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "non-finite score" in err and "for query '" in err
+    assert not out.exists()
+
+
+def test_demo_prints_a_table_for_every_sample_query(capsys):
+    assert main(["demo"]) == 0
+    printed = capsys.readouterr().out
+    for query in _lines(sample_path()):
+        assert f"[{query['id']}]" in printed
+    for name in ("smollm2-orm", "minilm-probe", "smollm2-judge", "math-consensus", "code-tests"):
+        assert name in printed
