@@ -46,6 +46,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--invariance-pairs", type=int, default=64)
+    parser.add_argument("--sweep", type=int, nargs="*", default=[1, 4],
+                        help="also time these batch sizes on the first --invariance-pairs pairs")
     args = parser.parse_args()
 
     import torch
@@ -77,9 +79,18 @@ def main() -> None:
     invariance = max(abs(a - b) for a, b in zip(one, many))
     agreement = max(abs(a - b) for a, b in zip(baseline, batched))
 
+    sweep = {}
+    for size in args.sweep:
+        rm.batching = Batching(max_batch=size)
+        started = time.perf_counter()
+        rm.score(subset)
+        sweep[size] = len(subset) / (time.perf_counter() - started)
+
     print(f"plain per-pair loop : {len(pairs) / loop_s:7.2f} pairs/s ({loop_s:.1f}s)")
     print(f"morkit batched (bs {args.batch_size}): {len(pairs) / batched_s:7.2f} pairs/s ({batched_s:.1f}s)")
     print(f"ratio morkit / loop : {loop_s / batched_s:.2f}x")
+    for size, rate in sweep.items():
+        print(f"morkit bs {size:<3} on the first {len(subset)} pairs: {rate:7.2f} pairs/s")
     print(f"max |score(bs=1) - score(bs=32)| over {len(subset)} pairs: {invariance:.2e}")
     print(f"max |morkit - plain loop| over {len(pairs)} pairs: {agreement:.2e}")
 

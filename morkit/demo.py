@@ -28,7 +28,8 @@ def _short(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
-def print_query(query: Query, names: Sequence[str], out: Any = sys.stdout) -> None:
+def print_query(query: Query, names: Sequence[str], out: Any = None) -> None:
+    out = out or sys.stdout
     print(f"\n[{query.id}] ({query.domain}) {_short(query.question, 90)}", file=out)
     header = f"  {'#':>2} {'label':<7}" + "".join(f"{n:>16}" for n in names) + "  answer"
     print(header, file=out)
@@ -39,7 +40,8 @@ def print_query(query: Query, names: Sequence[str], out: Any = sys.stdout) -> No
         print(f"  {i:>2} {label:<7}{cells}  {_short(cand.text or '', 40)}", file=out)
 
 
-def summarise(queries: Sequence[Query], names: Sequence[str], out: Any = sys.stdout) -> None:
+def summarise(queries: Sequence[Query], names: Sequence[str], out: Any = None) -> None:
+    out = out or sys.stdout
     print("\nPer RM over the sample (* above = the RM's pick; ties shared evenly):", file=out)
     print(f"  {'RM':<16}{'best-of-n acc':>14}{'mean PRR':>10}{'queries':>9}", file=out)
     for name in names:
@@ -74,7 +76,7 @@ def run_demo(args: argparse.Namespace) -> int:
         for query in scored:
             print_query(query, names)
         results.extend(scored)
-    summarise(results, [n for n in built], sys.stdout)
+    summarise(results, list(built))
     print(f"\nScored {sum(len(q.candidates) for q in results)} answers of {len(results)} queries with "
           f"{len(built)} embedded RMs in {time.perf_counter() - started:.1f}s, offline on {_device(built)}.")
     return 0

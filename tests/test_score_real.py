@@ -39,11 +39,14 @@ def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
     from morkit.reward_models import embedded
 
     monkeypatch.setattr(embedded.FeatureHeadRM, "head", lambda self, pooled: [float("nan")] * len(pooled))
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": "q-nan", "question": "What is 2+3?",
+                                  "candidates": [{"text": "5"}, {"text": "6"}]}) + "\n")
     out = tmp_path / "out.jsonl"
-    code = main(["score", str(sample_path()), "-o", str(out), "--rm", "smollm2-orm", "--no-cache", "-q"])
+    code = main(["score", str(source), "-o", str(out), "--rm", "smollm2-orm", "--no-cache", "-q"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "non-finite score" in err and "for query '" in err
+    assert "non-finite score" in err and "for query 'q-nan'" in err
     assert not out.exists()
 
 
