@@ -113,7 +113,7 @@ def _mean_prr(s: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def fit_head(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int) -> tuple[LogisticHead, dict]:
+def fit_head(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[LogisticHead, dict]:
     """Pick objective (pointwise / pairwise) and L2 strength by grouped 5-fold CV mean PRR on training data,
     refit on all of it, then calibrate the score to P(correct) with a 1-D logistic fit."""
     from sklearn.linear_model import LogisticRegression
@@ -171,7 +171,7 @@ def train(rm_name: str, features_fn: Callable, specs: Sequence[str], out: Path, 
     x_train = extract(features_fn, split.train, work_dir / f"{rm_name}-train.npz")
     x_test = extract(features_fn, split.test, work_dir / f"{rm_name}-test.npz")
     y_train, groups = _labels(split.train)
-    head, chosen = fit_head(x_train, y_train, groups, seed)
+    head, chosen = fit_head(x_train, y_train, groups)
     metrics = evaluate(head.probabilities(x_test), split.test)
     digest = hashlib.sha256(b"".join(a.tobytes() for a in (head.mean, head.scale, head.weight))).hexdigest()[:16]
     info = {"rm": rm_name, "data": list(specs), "test_fraction": test_fraction, "seed": seed, "selection": chosen,

@@ -8,7 +8,6 @@ sequence is pooled at its own positions, so a pair's score does not depend on it
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -134,12 +133,6 @@ def run_batches(
         if progress is not None:
             progress(len(batch))
     return results
-
-
-def check_finite(values: Sequence[float], what: str) -> None:
-    for i, value in enumerate(values):
-        if not math.isfinite(value):
-            raise ValueError(f"{what}: non-finite score {value!r} at position {i}")
 
 
 def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation) -> int:
