@@ -30,10 +30,11 @@ def _check(rm: Any, score: Score, qid: str) -> Score:
     return score
 
 
-def _bar(total: int, desc: str, enabled: bool) -> Any:
+def _bar(enabled: bool, desc: str, **kwargs: Any) -> Any:
+    """A transient progress bar on stderr (a no-op when disabled)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="pair", disable=not enabled, leave=False)
+    return tqdm(desc=desc, disable=not enabled, leave=False, **kwargs)
 
 
 def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, chunk: int,
@@ -51,7 +52,7 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
             if hit is not None:
                 known[pair] = hit
     todo = sorted((p for p in pairs if p not in known), key=lambda p: len(p[0]) + len(p[1]))
-    with _bar(len(pairs), rm.name, progress) as bar:
+    with _bar(progress, rm.name, total=len(pairs), unit="pair") as bar:
         bar.update(len(known))
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
@@ -92,7 +93,7 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
     per_rm: dict[str, list[list[Score]]] = {}
     for rm in rms:
         if hasattr(rm, "score_query"):
-            per_rm[rm.name] = [_score_query_rm(rm, q, cache) for q in _progress(queries, rm.name, progress)]
+            per_rm[rm.name] = [_score_query_rm(rm, q, cache) for q in _bar(progress, rm.name, iterable=queries, unit="query")]
         else:
             known = _score_pairs(rm, queries, cache, chunk, progress)
             per_rm[rm.name] = [[known[(q.question, c.text)] for c in q.candidates] for q in queries]
@@ -116,8 +117,3 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
         out.append(replace(query, candidates=tuple(candidates)))
     return out
 
-
-def _progress(queries: Sequence[Query], desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(queries, desc=desc, unit="query", disable=not enabled, leave=False)
