@@ -41,7 +41,8 @@ def load_minilm(device: str | None = None) -> Backbone:
 
     device = resolve_device(device)
     path = assets.minilm_path()
-    model = AutoModel.from_pretrained(path, dtype=resolve_dtype("cpu")).to(device).eval()
+    # fp32 on every device: the model is tiny, and its probe head was fitted on fp32 features.
+    model = AutoModel.from_pretrained(path, dtype="float32").to(device).eval()
     return Backbone(model, AutoTokenizer.from_pretrained(path), device)
 
 
