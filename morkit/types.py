@@ -41,6 +41,8 @@ class Score:
     value: float
     steps: tuple[float, ...] | None = None
     truncated: bool = False
+    extra: Mapping[str, Any] | None = field(default=None, hash=False)
+    """Optional model-specific outputs besides the score (e.g. QRM's reward quantiles); not cached."""
 
     def to_json(self) -> float | list[float]:
         """Contract form: a float for ORMs, the step list for PRMs."""

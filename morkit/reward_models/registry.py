@@ -90,6 +90,20 @@ def _register_builtins() -> None:
         "code-tests", "rule", "sandbox", "the query's `tests`; a POSIX OS for the sandbox",
         "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
         _lazy("morkit.reward_models.rules", "CodeTests"), lambda: None))
+    _register_ctts()
+
+
+def _register_ctts() -> None:
+    """The eight CTTS-MM reward models: real adapters that need weights present on this machine."""
+    from morkit.reward_models.ctts import CTTS_MODELS
+    from morkit.reward_models.weights import weights_missing
+
+    for m in CTTS_MODELS:
+        register(RMSpec(
+            m.name, m.kind, "transformers", m.needs, f"{m.model_id}: {m.description}",
+            _lazy(f"morkit.reward_models.ctts.{m.module}", m.factory),
+            _first(lambda: _modules_missing("torch", "transformers"),
+                   lambda m=m: weights_missing(m.model_id, m.required))))
 
 
 def specs() -> list[RMSpec]:

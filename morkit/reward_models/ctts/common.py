@@ -1,0 +1,237 @@
+"""Shared machinery of the CTTS-MM adapters: chat rendering, checkpoint reading, backbone and head loading.
+
+Every adapter builds a transformers backbone class (no trust_remote_code), loads its custom head
+tensors by name from the checkpoint itself (a missing or unexpected head tensor is an error, never
+a random init), renders pairs with the model's own chat template with exactly one BOS and no
+generation prompt, right pads, and runs its head on the pooled hidden states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from morkit.errors import ScoreError, UnavailableError
+from morkit.reward_models.hf import Batching, Truncation
+from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.reward_models.weights import locate_weights
+from morkit.runtime import resolve_device, resolve_dtype
+
+QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Template text (no generation prompt) -> ids with exactly one leading BOS when the model uses one.
+
+    The template is rendered as text, a leading BOS string is stripped, and the text is tokenised
+    with the tokenizer's own special-token handling; if that adds no BOS but the template had one,
+    it is put back. A second leading BOS is an error (it would silently shift every score).
+    """
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=False)
+    bos = tokenizer.bos_token
+    had_bos = bool(bos) and text.startswith(bos)
+    if had_bos:
+        text = text[len(bos):]
+    ids = list(tokenizer(text)["input_ids"])
+    bos_id = tokenizer.bos_token_id
+    if bos_id is not None and had_bos and (not ids or ids[0] != bos_id):
+        ids = [bos_id] + ids
+    if bos_id is not None and len(ids) > 1 and ids[0] == bos_id and ids[1] == bos_id:
+        raise ScoreError("chat rendering produced two leading BOS tokens; check the tokenizer and template")
+    return ids
+
+
+def load_tokenizer(root: Path) -> Any:
+    """The checkpoint's tokenizer.json used verbatim (as transformers 4 fast tokenizers did).
+
+    transformers 5's AutoTokenizer may pick a model-specific class (from config.json's model type)
+    that rebuilds the pre-tokenizer and BOS handling instead of reading them from tokenizer.json;
+    the file is what the model was trained with, so it wins. Without one, AutoTokenizer decides.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if (root / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(root))
+    return AutoTokenizer.from_pretrained(str(root))
+
+
+# -- checkpoint reading ------------------------------------------------------------------------
+
+def checkpoint_index(root: Path) -> dict[str, Path]:
+    """Tensor name -> safetensors file, over every *.safetensors file in `root` (headers only)."""
+    from safetensors import safe_open
+
+    index: dict[str, Path] = {}
+    for file in sorted(root.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():
+                index.setdefault(name, file)
+    return index
+
+
+def read_tensors(root: Path, names: Iterable[str]) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    index = checkpoint_index(root)
+    out: dict[str, Any] = {}
+    for name in names:
+        with safe_open(str(index[name]), framework="pt") as handle:
+            out[name] = handle.get_tensor(name)
+    return out
+
+
+def head_state(root: Path, prefix: str, model_id: str) -> dict[str, Any]:
+    """Every checkpoint tensor under `prefix.`, with the prefix removed (`load_strict` names what is absent)."""
+    names = [n for n in checkpoint_index(root) if n == prefix or n.startswith(prefix + ".")]
+    return {n[len(prefix) + 1:] if n != prefix else "": t for n, t in read_tensors(root, names).items()}
+
+
+def load_strict(module: Any, state: Mapping[str, Any], *, prefix: str, model_id: str, source: Any,
+                optional: Sequence[str] = ()) -> Any:
+    """Load `state` into `module`; a missing or unexpected tensor is an error naming it and the checkpoint."""
+    own = module.state_dict()
+    full = (lambda k: f"{prefix}.{k}") if prefix else (lambda k: k)
+    missing = [k for k in own if k not in state and not any(k.endswith(o) for o in optional)]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append("missing head tensor(s) " + ", ".join(full(k) for k in missing))
+        if unexpected:
+            parts.append("unexpected head tensor(s) " + ", ".join(full(k) for k in unexpected))
+        raise UnavailableError(f"{model_id}: checkpoint {source}: {'; '.join(parts)}")
+    bad = [k for k in state if tuple(state[k].shape) != tuple(own[k].shape)]
+    if bad:
+        shapes = ", ".join(f"{full(k)} {tuple(state[k].shape)} (expected {tuple(own[k].shape)})" for k in bad)
+        raise UnavailableError(f"{model_id}: checkpoint {source}: head tensor shape mismatch: {shapes}")
+    module.load_state_dict(dict(state), strict=False)
+    return module
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def load_backbone(class_name: str, root: Path, *, model_id: str, dtype: Any, device: str,
+                  allowed_extra: Sequence[str], attn_implementation: str | None = None,
+                  device_map: Any = None) -> Any:
+    """A bare transformers backbone (e.g. Qwen2Model) from a checkpoint that also holds head tensors.
+
+    Every backbone tensor must be in the checkpoint; tensors it does not use must start with one of
+    `allowed_extra` (the head names, an unused LM head), else the checkpoint is not the one expected.
+    """
+    import transformers
+
+    cls = getattr(transformers, class_name)
+    kwargs: dict[str, Any] = {"dtype": dtype, "output_loading_info": True}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    with _quiet_transformers():
+        model, info = cls.from_pretrained(str(root), **kwargs)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise UnavailableError(f"{model_id}: checkpoint {root} lacks backbone tensor(s): {', '.join(missing[:8])}"
+                               + (" ..." if len(missing) > 8 else ""))
+    stray = sorted(k for k in info.get("unexpected_keys") or ()
+                   if not any(k == p or k.startswith(p + ".") for p in allowed_extra))
+    if stray:
+        raise UnavailableError(f"{model_id}: checkpoint {root} has unexpected tensor(s): {', '.join(stray[:8])}")
+    model.config.use_cache = False
+    if device_map is None:
+        model = model.to(device)
+    return model.eval()
+
+
+def first_pad_pool_index(ids: Any, mask: Any, pad_id: int | None) -> Any:
+    """Position of the token before the first `pad_id` in each row (last real token when none).
+
+    This is the pooling rule of the reference classes (`eq(input_ids, pad).argmax - 1`); on right
+    padded rows it differs from the last real token only if the pad id occurs inside the text.
+    """
+    import torch
+
+    length = mask.sum(dim=1)
+    if pad_id is None:
+        return length - 1
+    positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    is_pad = (ids == pad_id) & mask.bool()
+    first = torch.where(is_pad, positions, length.unsqueeze(1)).min(dim=1).values
+    return torch.where(first > 0, first - 1, length - 1)
+
+
+# -- the adapter base ---------------------------------------------------------------------------
+
+class CttsRM(PooledRM):
+    """A CTTS-MM reward model: chat rendering, a backbone, a custom head applied on its own device/dtype."""
+
+    model_id = ""
+    kind = "orm"
+    empty_score: float | None = None  # raw-logit scale: empty answers go through the model
+    backbone_class = ""
+    system_prompt: str | None = None
+    allowed_extra: tuple[str, ...] = ()
+    required_files: tuple[str, ...] = ("config.json",)
+    max_context = 4096
+    default_attn: str | None = None
+
+    def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
+                 batching: Batching | None = None, path: Path | None = None):
+        super().__init__(backbone, truncation or Truncation(max_tokens=self.max_context), batching)
+        self.score_head = score_head
+        self.path = path
+
+    def messages(self, question: str, answer: str) -> list[dict[str, str]]:
+        turns = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return turns + [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+
+    def render(self, question: str, answer: str) -> list[int]:
+        return render_chat(self.backbone.tokenizer, self.messages(question, answer))
+
+    def run_head(self, x: Any) -> Any:
+        """The head on pooled rows `x`, on the head's device and dtype; float32 CPU out."""
+        import torch
+
+        param = next(self.score_head.parameters())
+        with torch.inference_mode():
+            return self.score_head(x.to(param.device, param.dtype)).float().cpu()
+
+    def head(self, pooled: Sequence[Any]) -> list[float]:
+        import torch
+
+        return self.run_head(torch.stack(list(pooled))).reshape(len(pooled), -1)[:, 0].tolist()
+
+    @classmethod
+    def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, device: str | None = None, dtype: str | None = None,
+             attn_implementation: str | None = None, device_map: Any = None, **kwargs: Any) -> "CttsRM":
+        """Find the weights (never downloading), build backbone and head, and return the adapter."""
+        root = locate_weights(cls.model_id, path, required=cls.required_files)
+        device = resolve_device(device)
+        torch_dtype = resolve_dtype(device, dtype)
+        model = load_backbone(cls.backbone_class, root, model_id=cls.model_id, dtype=torch_dtype, device=device,
+                              allowed_extra=cls.allowed_extra, device_map=device_map,
+                              attn_implementation=attn_implementation or cls.default_attn)
+        head = cls.build_head(root, model.config, torch_dtype)
+        head = head.to(device).eval()
+        tokenizer = load_tokenizer(root)
+        return cls(Backbone(model, tokenizer, device), head, path=root, **kwargs)
+
+
+def config_value(root: Path, key: str, default: Any) -> Any:
+    data = json.loads((root / "config.json").read_text())
+    return data.get(key, default)

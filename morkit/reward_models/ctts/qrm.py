@@ -1,0 +1,96 @@
+"""nicolinho/QRM-Gemma-2-27B: quantile RM on `Gemma2Model`, heads loaded by name, no remote code.
+
+Heads (names as in the QRM reference code; the Gemma repo's names are unconfirmed and checked at
+load): `regression_layer` (Linear(h, O*Q), no bias), `gating` (3 x Linear-ReLU-BatchNorm, Linear,
+softmax(x / T) * logit_scale) and `reward_transform_matrix` (O x O). Sizes come from the config
+(`num_objectives`, `num_quantiles`, `gating_temperature`, `gating_hidden_dim`, `gating_n_hidden`).
+Heads run in fp32 (the reference runs them under fp32 autocast).
+
+The reward is read at the token before the first `config.pad_token_id` (last real token), the
+gate at the last occurrence of the assistant-turn header "<end_of_turn>\\n<start_of_turn>model\\n"
+(ids from the tokenizer; a pair without it is an error, as in the reference). Score = gate-weighted
+mean over objectives of each objective's quantile mean: unbounded, so empty answers go through the
+model (`empty_score = None`). `Score.extra` keeps `quantiles` (Q values), `quantile_levels` and the
+per-objective `rewards`. The reference's repeat-based quantile mixing only type-checks when O == Q;
+here it is computed as sum_o gate_o * adjusted[q, o], which is what it computes in that case.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from morkit.errors import ScoreError, UnavailableError
+from morkit.reward_models.ctts.common import CttsRM, config_value, first_pad_pool_index, head_state, load_strict
+from morkit.types import Score
+
+GATING_HEADER = "<end_of_turn>\n<start_of_turn>model\n"
+
+
+class QRMGemmaRM(CttsRM):
+    name = "qrm-gemma-2-27b"
+    model_id = "nicolinho/QRM-Gemma-2-27B"
+    backbone_class = "Gemma2Model"
+    allowed_extra = ("regression_layer", "gating", "reward_transform_matrix")
+    default_attn = "eager"
+    max_context = 8192
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pattern = list(self.backbone.tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"])
+
+    def gating_position(self, ids: list[int]) -> int:
+        width = len(self.pattern)
+        for start in range(len(ids) - width, -1, -1):
+            if ids[start:start + width] == self.pattern:
+                return start
+        raise ScoreError(f"{self.name}: assistant header {GATING_HEADER!r} not found in the rendered pair")
+
+    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
+        import torch
+
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        reward_at = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
+        lengths = mask.sum(dim=1).tolist()
+        gate_at = torch.tensor([self.gating_position(ids[r, : lengths[r]].tolist()) for r in range(len(lengths))],
+                               device=hidden.device)
+        return torch.stack([hidden[rows, reward_at], hidden[rows, gate_at]], dim=1)
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        import torch
+
+        if not pairs:
+            return []
+        rows, encoded = self.pooled(list(pairs))
+        out = self.run_head(torch.stack(rows))
+        levels = tuple(self.score_head.levels())
+        q = self.score_head.num_quantiles
+        return [Score(float(row[0]), truncated=enc.truncated,
+                      extra={"quantiles": tuple(row[1:1 + q].tolist()), "quantile_levels": levels,
+                             "rewards": tuple(row[1 + q:].tolist())})
+                for row, enc in zip(out, encoded)]
+
+    @classmethod
+    def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
+        import torch
+
+        from morkit.reward_models.ctts.heads import QRMHead
+
+        quantiles = config_value(root, "num_quantiles", None)
+        if quantiles is None:
+            raise UnavailableError(f"{cls.model_id}: config.json at {root} has no num_quantiles")
+        head = QRMHead(config.hidden_size, config_value(root, "num_objectives", 19), quantiles,
+                       temperature=config_value(root, "gating_temperature", 10),
+                       gating_hidden_dim=config_value(root, "gating_hidden_dim", 1024),
+                       gating_n_hidden=config_value(root, "gating_n_hidden", 3))
+        state: dict[str, Any] = {}
+        for prefix in ("regression_layer", "gating", "reward_transform_matrix"):
+            part = head_state(root, prefix, cls.model_id)
+            state.update({f"{prefix}.{k}" if k else prefix: v.float() for k, v in part.items()})
+        load_strict(head, state, prefix="", model_id=cls.model_id, source=root,
+                    optional=("num_batches_tracked",))
+        return head.to(torch.float32)
+
+
+def qrm_gemma(**options: Any) -> QRMGemmaRM:
+    return QRMGemmaRM.load(**options)

@@ -1,0 +1,109 @@
+"""Qwen/Qwen2.5-Math-RM-72B (ORM) and Qwen/Qwen2.5-Math-PRM-7B (PRM) on a plain `Qwen2Model`.
+
+Both checkpoints hold `model.*` (the Qwen2 backbone) and a `score` MLP (`score.0`, `score.2`:
+Linear(h,h) -> ReLU -> Linear(h,1 or 2)); their remote code is never run.
+
+Format (model cards): system "Please reason step by step, and put your final answer within
+\\boxed{}.", user = question, assistant = answer; rendered by the tokenizer's chat template with no
+generation prompt (the Qwen tokenizer has no BOS). Scales: the RM's value is a raw logit read at the
+last token (pooling inside the remote code is unconfirmed; last real token assumed), so empty
+answers go through the model (`empty_score = None`). The PRM's steps are probabilities: the answer
+is split on blank lines ("\\n\\n"; each step stripped, empty ones dropped), steps are joined by
+`<extra_0>` with a trailing one, and each step's score is softmax(2 logits)[1] at its `<extra_0>`
+(found by the tokenizer's id for that token). `Score.value` reduces the steps (min by default;
+last, mean, prod). An empty answer is not shown to the PRM: it scores 0.0 with one 0.0 step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from morkit.errors import ScoreError
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer, reduce_steps
+from morkit.reward_models.ctts.common import QWEN_MATH_SYSTEM, CttsRM, head_state, load_strict
+from morkit.types import Score
+
+STEP_TOKEN = "<extra_0>"
+
+
+class QwenMathRM(CttsRM):
+    name = "qwen2.5-math-rm-72b"
+    model_id = "Qwen/Qwen2.5-Math-RM-72B"
+    kind = "orm"
+    backbone_class = "Qwen2Model"
+    system_prompt = QWEN_MATH_SYSTEM
+    allowed_extra = ("score",)
+    labels = 1
+
+    @classmethod
+    def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
+        from morkit.reward_models.ctts.heads import mlp_score
+
+        head = mlp_score(config.hidden_size, cls.labels)
+        state = head_state(root, "score", cls.model_id)
+        return load_strict(head, state, prefix="score", model_id=cls.model_id, source=root).to(dtype)
+
+
+class QwenMathPRM(QwenMathRM):
+    name = "qwen2.5-math-prm-7b"
+    model_id = "Qwen/Qwen2.5-Math-PRM-7B"
+    kind = "prm"
+    empty_score = EMPTY_ANSWER_SCORE  # step scores are probabilities in [0, 1]
+    labels = 2
+
+    def __init__(self, *args: Any, reduction: str = "min", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        reduce_steps([1.0], reduction)  # validate the rule name now
+        self.reduction = reduction
+        ids = self.backbone.tokenizer.convert_tokens_to_ids(STEP_TOKEN)
+        if ids is None or ids == self.backbone.tokenizer.unk_token_id:
+            raise ValueError(f"tokenizer has no {STEP_TOKEN} token")
+        self.step_id = int(ids)
+
+    @staticmethod
+    def steps(answer: str) -> list[str]:
+        return [s.strip() for s in answer.replace(STEP_TOKEN, "").split("\n\n") if s.strip()]
+
+    def messages(self, question: str, answer: str) -> list[dict[str, str]]:
+        text = "".join(step + STEP_TOKEN for step in self.steps(answer))
+        return super().messages(question, text)
+
+    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
+        found = (ids == self.step_id) & mask.bool()
+        return [hidden[row][found[row]] for row in range(hidden.shape[0])]
+
+    def step_scores(self, rows: Sequence[Any]) -> list[list[float]]:
+        import torch
+
+        if not rows:
+            return []
+        sizes = [row.shape[0] for row in rows]
+        logits = self.run_head(torch.cat(list(rows)))
+        probs = torch.softmax(logits.float(), dim=-1)[:, 1]
+        return [part.tolist() for part in torch.split(probs, sizes)]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        floor = float(self.empty_score or 0.0)
+        scores = [Score(floor, steps=(floor,)) for _ in pairs]
+        live = [i for i, (_, a) in enumerate(pairs) if not is_empty_answer(a) and self.steps(a)]
+        if not live:
+            return scores
+        rows, encoded = self.pooled([pairs[i] for i in live])
+        for i, steps, enc in zip(live, self.step_scores(rows), encoded):
+            if not steps:
+                raise ScoreError(f"{self.name}: no {STEP_TOKEN} position left in pair {i} (cut to "
+                                 f"{self.truncation.max_tokens} tokens?)")
+            if not enc.truncated and len(steps) != len(self.steps(pairs[i][1])):
+                raise ScoreError(f"{self.name}: pair {i} has {len(self.steps(pairs[i][1]))} steps but "
+                                 f"{len(steps)} {STEP_TOKEN} positions")
+            scores[i] = Score(reduce_steps(steps, self.reduction), steps=tuple(steps), truncated=enc.truncated)
+        return scores
+
+
+def qwen_math_rm(**options: Any) -> QwenMathRM:
+    return QwenMathRM.load(**options)
+
+
+def qwen_math_prm(**options: Any) -> QwenMathPRM:
+    return QwenMathPRM.load(**options)

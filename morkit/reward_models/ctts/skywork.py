@@ -1,0 +1,51 @@
+"""Skywork/Skywork-Reward-Gemma-2-27B and Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M.
+
+Both checkpoints are stock `*ForSequenceClassification` (num_labels=1): backbone `model.*` plus
+`score.weight` (Linear(h,1), no bias), loaded here as `Gemma2Model` / `LlamaModel` + that tensor.
+Score = raw Bradley-Terry logit at the last real token (right padding), so empty answers go through
+the model (`empty_score = None`). Format: [user, assistant] in the tokenizer's chat template, no
+system prompt (Gemma has no system role; Skywork V2's card asks for none), exactly one BOS.
+Gemma-2 runs with eager attention by default: the card warns that sdpa degrades this model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from morkit.reward_models.ctts.common import CttsRM, head_state, load_strict
+
+
+class _SeqClassRM(CttsRM):
+    allowed_extra = ("score",)
+
+    @classmethod
+    def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
+        from morkit.reward_models.ctts.heads import linear_score
+
+        state = head_state(root, "score", cls.model_id)
+        return load_strict(linear_score(config.hidden_size), state, prefix="score", model_id=cls.model_id,
+                           source=root).to(dtype)
+
+
+class SkyworkGemmaRM(_SeqClassRM):
+    name = "skywork-reward-gemma-2-27b"
+    model_id = "Skywork/Skywork-Reward-Gemma-2-27B"
+    backbone_class = "Gemma2Model"
+    default_attn = "eager"
+    max_context = 8192
+
+
+class SkyworkV2LlamaRM(_SeqClassRM):
+    name = "skywork-reward-v2-llama-3.1-8b"
+    model_id = "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"
+    backbone_class = "LlamaModel"
+    max_context = 16384
+
+
+def skywork_gemma(**options: Any) -> SkyworkGemmaRM:
+    return SkyworkGemmaRM.load(**options)
+
+
+def skywork_v2_llama(**options: Any) -> SkyworkV2LlamaRM:
+    return SkyworkV2LlamaRM.load(**options)

@@ -1,0 +1,508 @@
+"""Conformance of the eight CTTS-MM adapters on tiny random models of the real architectures.
+
+Each checkpoint is written the way the real one is laid out (backbone `model.*` or bare, head
+tensors under their real names, LDL heads as .pt files), with a character-level tokenizer carrying
+the family's special tokens and a compact chat template of that family. Expected token ids are
+built by hand here; expected scores come from a plain backbone forward plus the head math written
+out in this file, never from the adapter's own modules.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zlib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from morkit.errors import UnavailableError  # noqa: E402
+from morkit.reward_models.hf import Batching  # noqa: E402
+
+H = 32
+CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
+QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+FAMILY_SPECIALS = {
+    "qwen": ["<|im_start|>", "<|im_end|>", "<extra_0>", "<|endoftext|>"],
+    "llama": ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+    "gemma": ["<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>"],
+}
+TEMPLATES = {
+    "qwen": ("{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>system\\n" + QWEN_DEFAULT_SYSTEM
+             + "<|im_end|>\\n' }}{%- endif %}{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + "
+             "m['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+             "{{- '<|im_start|>assistant\\n' }}{%- endif %}"),
+    "llama": ("{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
+              "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+              "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"),
+    "gemma": ("{{- bos_token }}{%- for m in messages %}{%- if m['role'] == 'system' %}"
+              "{{- raise_exception('System role not supported') }}{%- endif %}"
+              "{%- set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
+              "{{- '<start_of_turn>' + role + '\\n' + m['content'] | trim + '<end_of_turn>\\n' }}{%- endfor %}"
+              "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"),
+}
+BOS = {"qwen": None, "llama": "<|begin_of_text|>", "gemma": "<bos>"}
+MODELS = {  # short name -> (family, module, factory)
+    "qwen2.5-math-rm-72b": ("qwen", "qwen_math", "qwen_math_rm"),
+    "qwen2.5-math-prm-7b": ("qwen", "qwen_math", "qwen_math_prm"),
+    "skywork-reward-gemma-2-27b": ("gemma", "skywork", "skywork_gemma"),
+    "inf-orm-llama3.1-70b": ("llama", "inform", "inf_orm"),
+    "ldl-reward-gemma-2-27b": ("gemma", "ldl", "ldl_reward"),
+    "acecoderm-32b": ("qwen", "acecode", "acecode_rm"),
+    "qrm-gemma-2-27b": ("gemma", "qrm", "qrm_gemma"),
+    "skywork-reward-v2-llama-3.1-8b": ("llama", "skywork", "skywork_v2_llama"),
+}
+PAIRS = [
+    ("What is 2+3?", "2+3 = 5.\n\nSo the answer is \\boxed{5}."),
+    ("Add 1 and 1.", "It is 2."),
+    ("Compute 7*6, showing the work carefully.", "7*6 = 42.\n\nCheck: 42/6 = 7.\n\nAnswer: 42"),
+    ("Hi", ""),
+    ("Reverse 'abc' in Python.", "def f(s):\n    return s[::-1]"),
+    ("x?", "First.\n\nSecond.\n\nThird.\n\nFourth."),
+    ("Long question " * 6, "short"),
+    ("Is 9 prime?", "No: 9 = 3*3."),
+]
+
+
+class S(str):
+    """A special token in a hand-built rendering."""
+
+
+def hand_ids(vocab: dict[str, int], pieces: list[str]) -> list[int]:
+    out: list[int] = []
+    for piece in pieces:
+        out += [vocab[piece]] if isinstance(piece, S) else [vocab[c] for c in piece]
+    return out
+
+
+def hand_render(family: str, name: str, q: str, a: str) -> list[str]:
+    if family == "qwen":
+        system = ("Please reason step by step, and put your final answer within \\boxed{}." if "math" in name
+                  else QWEN_DEFAULT_SYSTEM)
+        if name == "qwen2.5-math-prm-7b":
+            steps = [s.strip() for s in a.split("\n\n") if s.strip()]
+            body: list[str] = []
+            for step in steps:
+                body += [step, S("<extra_0>")]
+        else:
+            body = [a]
+        return [S("<|im_start|>"), "system\n" + system, S("<|im_end|>"), "\n", S("<|im_start|>"), "user\n" + q,
+                S("<|im_end|>"), "\n", S("<|im_start|>"), "assistant\n", *body, S("<|im_end|>"), "\n"]
+    if family == "llama":
+        return [S("<|begin_of_text|>"), S("<|start_header_id|>"), "user", S("<|end_header_id|>"), "\n\n" + q.strip(),
+                S("<|eot_id|>"), S("<|start_header_id|>"), "assistant", S("<|end_header_id|>"), "\n\n" + a.strip(),
+                S("<|eot_id|>")]
+    return [S("<bos>"), S("<start_of_turn>"), "user\n" + q.strip(), S("<end_of_turn>"), "\n", S("<start_of_turn>"),
+            "model\n" + a.strip(), S("<end_of_turn>"), "\n"]
+
+
+def make_tokenizer(family: str):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>"] + FAMILY_SPECIALS[family]
+    vocab = {tok: i for i, tok in enumerate(specials + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    bos = BOS[family]
+    if bos:
+        core.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, vocab[bos])])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token=bos,
+                                  eos_token=FAMILY_SPECIALS[family][-1] if family != "llama" else "<|eot_id|>",
+                                  additional_special_tokens=[t for t in FAMILY_SPECIALS[family] if t != bos])
+    tok.chat_template = TEMPLATES[family]
+    return tok, vocab
+
+
+def small_config(family: str, vocab_size: int, **extra):
+    common = dict(vocab_size=vocab_size, hidden_size=H, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, **extra)
+    if family == "qwen":
+        return transformers.Qwen2Config(**common)
+    if family == "llama":
+        return transformers.LlamaConfig(**common)
+    return transformers.Gemma2Config(head_dim=8, sliding_window=256, attn_implementation="eager", **common)
+
+
+def save_tensors(path: Path, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+
+
+def build_checkpoint(name: str, root: Path) -> dict:
+    """Write a tiny checkpoint for `name` under `root`; return the reference modules/tensors."""
+    family = MODELS[name][0]
+    torch.manual_seed(zlib.crc32(name.encode()))
+    tok, vocab = make_tokenizer(family)
+    root.mkdir(parents=True)
+    tok.save_pretrained(root)
+    ref: dict = {"family": family, "vocab": vocab, "root": root}
+    mlp = lambda out: torch.nn.Sequential(torch.nn.Linear(H, H), torch.nn.ReLU(), torch.nn.Linear(H, out))  # noqa: E731
+    if name in ("qwen2.5-math-rm-72b", "qwen2.5-math-prm-7b", "inf-orm-llama3.1-70b"):
+        arch = {"qwen2.5-math-rm-72b": "Qwen2ForRewardModel", "qwen2.5-math-prm-7b": "Qwen2ForProcessRewardModel",
+                "inf-orm-llama3.1-70b": "INFORMForSequenceClassification"}[name]
+        config = small_config(family, len(vocab), architectures=[arch])
+        if family == "qwen":
+            config.auto_map = {"AutoModel": f"modeling_qwen2_rm.{arch}"}
+        backbone = (transformers.Qwen2Model if family == "qwen" else transformers.LlamaModel)(config)
+        head = mlp(2 if "prm" in name else 1)
+        with torch.no_grad():
+            for p in head.parameters():
+                p.normal_(0, 0.3)
+        tensors = {f"model.{k}": v for k, v in backbone.state_dict().items()}
+        tensors.update({f"score.{k}": v for k, v in head.state_dict().items()})
+        save_tensors(root / "model.safetensors", tensors)
+        config.save_pretrained(root)
+        ref.update(backbone=backbone.eval(), head=head.eval())
+    elif name in ("skywork-reward-gemma-2-27b", "skywork-reward-v2-llama-3.1-8b"):
+        cls = transformers.Gemma2ForSequenceClassification if family == "gemma" else transformers.LlamaForSequenceClassification
+        model = cls(small_config(family, len(vocab), num_labels=1)).eval()
+        with torch.no_grad():
+            model.score.weight.normal_(0, 0.3)
+        model.save_pretrained(root)
+        ref.update(backbone=model.model, head=model.score, full=model)
+    elif name == "acecoderm-32b":
+        model = transformers.Qwen2ForCausalLM(small_config(family, len(vocab), tie_word_embeddings=False)).eval()
+        model.config.architectures = ["Qwen2ForCausalRM"]
+        model.save_pretrained(root)
+        summary = torch.nn.Linear(H, 1)
+        save_tensors(root / "value_head.safetensors", {f"v_head.summary.{k}": v for k, v in summary.state_dict().items()})
+        ref.update(backbone=model.model, head=summary.eval())
+    elif name == "ldl-reward-gemma-2-27b":
+        config = small_config(family, len(vocab), num_objectives=220)
+        backbone = transformers.Gemma2Model(config).eval()
+        backbone.save_pretrained(root)
+        reg = torch.nn.Sequential(torch.nn.Linear(H, 48), torch.nn.LeakyReLU(), torch.nn.Linear(48, 48),
+                                  torch.nn.LeakyReLU(), torch.nn.Linear(48, 220))
+        gate = torch.nn.Sequential(torch.nn.Linear(H, 40), torch.nn.LeakyReLU(), torch.nn.Dropout(0.0),
+                                   torch.nn.Linear(40, 40), torch.nn.LeakyReLU(), torch.nn.Dropout(0.0),
+                                   torch.nn.Linear(40, 22))
+        torch.save({f"network.{k}": v for k, v in reg.state_dict().items()}, root / "regression_layer.pt")
+        torch.save({f"network.{k}": v for k, v in gate.state_dict().items()}, root / "gating_layer.pt")
+        ref.update(backbone=backbone, reg=reg.eval(), gate=gate.eval())
+    elif name == "qrm-gemma-2-27b":
+        n_obj, n_q, hid = 5, 19, 16
+        config = small_config(family, len(vocab), num_objectives=n_obj, num_quantiles=n_q, gating_temperature=10,
+                              gating_hidden_dim=hid, gating_n_hidden=3, architectures=["Gemma2ForRewardModelWithGating"])
+        backbone = transformers.Gemma2Model(config).eval()
+        t = {"regression_layer.weight": torch.randn(n_obj * n_q, H) * 0.3, "gating.logit_scale": torch.tensor([1.5]),
+             "reward_transform_matrix": torch.eye(n_obj) + 0.1 * torch.randn(n_obj, n_obj)}
+        dims = [H, hid, hid, hid]
+        for i in range(3):
+            t[f"gating.layers.{3 * i}.weight"] = torch.randn(hid, dims[i]) * 0.5
+            bn = f"gating.layers.{3 * i + 2}"
+            t.update({f"{bn}.weight": 1 + 0.1 * torch.randn(hid), f"{bn}.bias": 0.1 * torch.randn(hid),
+                      f"{bn}.running_mean": 0.2 * torch.randn(hid), f"{bn}.running_var": 0.5 + torch.rand(hid),
+                      f"{bn}.num_batches_tracked": torch.tensor(7)})
+        t["gating.layers.9.weight"] = torch.randn(n_obj, hid) * 0.5
+        t["gating.layers.9.bias"] = torch.randn(n_obj) * 0.1
+        tensors = {f"model.{k}": v for k, v in backbone.state_dict().items()}
+        tensors.update(t)
+        save_tensors(root / "model.safetensors", tensors)
+        config.save_pretrained(root)
+        ref.update(backbone=backbone, qrm=t, n_q=n_q)
+    return ref
+
+
+# -- manual score math, independent of morkit's head modules ------------------------------------
+
+def manual_score(name: str, ref: dict, hidden, ids: list[int]):
+    """The model's score from one sequence's hidden states (L, h) and ids, written out by hand."""
+    h = hidden[-1]
+    if name in ("qwen2.5-math-rm-72b", "inf-orm-llama3.1-70b", "skywork-reward-gemma-2-27b",
+                "skywork-reward-v2-llama-3.1-8b", "acecoderm-32b"):
+        return float(ref["head"](h)[0])
+    if name == "qwen2.5-math-prm-7b":
+        step = ref["vocab"]["<extra_0>"]
+        rows = hidden[[i for i, t in enumerate(ids) if t == step]]
+        return torch.softmax(ref["head"](rows), dim=-1)[:, 1].tolist()
+    if name == "ldl-reward-gemma-2-27b":
+        dists = torch.softmax(ref["reg"](h).view(22, 10), dim=-1)
+        mix = ref["gate"](h) @ dists
+        return float((mix * torch.linspace(0, 1, 10)).sum())
+    t = ref["qrm"]
+    x = _gating_state(ref, hidden, ids)
+    for i in range(3):
+        bn = f"gating.layers.{3 * i + 2}"
+        x = torch.relu(x @ t[f"gating.layers.{3 * i}.weight"].T)
+        x = (x - t[f"{bn}.running_mean"]) / torch.sqrt(t[f"{bn}.running_var"] + 1e-5) * t[f"{bn}.weight"] + t[f"{bn}.bias"]
+    gate = torch.softmax((x @ t["gating.layers.9.weight"].T + t["gating.layers.9.bias"]) / 10, dim=0) * 1.5
+    rewards = (t["regression_layer.weight"] @ h).view(5, ref["n_q"])
+    expectation = rewards.mean(dim=1) @ t["reward_transform_matrix"]
+    quantiles = (rewards.T @ t["reward_transform_matrix"]) @ gate
+    return float((gate * expectation).sum()), quantiles.tolist()
+
+
+def _gating_state(ref: dict, hidden, ids: list[int]):
+    v = ref["vocab"]
+    pattern = [v["<end_of_turn>"], v["\n"], v["<start_of_turn>"], v["m"], v["o"], v["d"], v["e"], v["l"], v["\n"]]
+    starts = [j for j in range(len(ids) - len(pattern) + 1) if ids[j:j + len(pattern)] == pattern]
+    return hidden[starts[-1]]
+
+
+def forward_padded(backbone, seqs: list[list[int]], side: str) -> list:
+    """Hidden states of each sequence from one padded batch (left padding uses mask-derived positions)."""
+    width = max(map(len, seqs))
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(seqs):
+        span = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[row, span] = torch.tensor(seq)
+        mask[row, span] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    return [hidden[r, width - len(s):] if side == "left" else hidden[r, : len(s)] for r, s in enumerate(seqs)]
+
+
+def close(a, b, tol=1e-4) -> bool:
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+    return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(b)))
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ctts")
+    return {name: build_checkpoint(name, base / name.replace(".", "_")) for name in MODELS}
+
+
+@pytest.fixture(scope="module")
+def adapters(checkpoints):
+    import importlib
+
+    out = {}
+    for name, (_, module, factory) in MODELS.items():
+        fn = getattr(importlib.import_module(f"morkit.reward_models.ctts.{module}"), factory)
+        out[name] = fn(path=checkpoints[name]["root"], device="cpu", batching=Batching(max_batch=8))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+NAMES = list(MODELS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_token_ids_match_hand_rendering_with_one_bos(name, adapters, checkpoints):
+    rm, ref = adapters[name], checkpoints[name]
+    bos = BOS[ref["family"]]
+    for q, a in PAIRS:
+        ids = rm.render(q, a)
+        assert ids == hand_ids(ref["vocab"], hand_render(ref["family"], name, q, a)), (q, a)
+        if bos:
+            assert ids[0] == ref["vocab"][bos] and ids.count(ref["vocab"][bos]) == 1
+    # what actually reaches the model is the same: capture the backbone's inputs
+    seen = []
+    hook = rm.backbone.model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["input_ids"].clone()),
+                                                       with_kwargs=True)
+    try:
+        rm.score([PAIRS[0]])
+    finally:
+        hook.remove()
+    assert seen[0][0].tolist() == rm.render(*PAIRS[0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scores_equal_manual_head_math_at_any_batch_size_and_padding_side(name, adapters, checkpoints):
+    rm, ref = adapters[name], checkpoints[name]
+    pairs = [p for p in PAIRS if rm.empty_score is None or p[1].strip()]
+    seqs = [rm.render(q, a) for q, a in pairs]
+    single = [forward_padded(ref["backbone"], [s], "right")[0] for s in seqs]
+    expected = [manual_score(name, ref, hid, s) for hid, s in zip(single, seqs)]
+    for side in ("left", "right"):
+        padded = forward_padded(ref["backbone"], seqs, side)
+        assert all(close(manual_score(name, ref, hid, s), e) for hid, s, e in zip(padded, seqs, expected)), side
+    batched = rm.score(pairs)
+    rm.batching = Batching(max_batch=1)
+    try:
+        one_by_one = rm.score(pairs)
+    finally:
+        rm.batching = Batching(max_batch=8)
+    for got, alone, want in zip(batched, one_by_one, expected):
+        if name == "qwen2.5-math-prm-7b":
+            assert close(list(got.steps), want) and close(list(alone.steps), want)
+            assert close(got.value, min(want))
+        elif name == "qrm-gemma-2-27b":
+            assert close(got.value, want[0]) and close(alone.value, want[0])
+            assert close(list(got.extra["quantiles"]), want[1]) and len(got.extra["quantile_levels"]) == ref["n_q"]
+        else:
+            assert close(got.value, want) and close(alone.value, want)
+        assert not got.truncated
+
+
+def test_sequence_classifier_checkpoints_agree_with_transformers_own_class(adapters, checkpoints):
+    for name in ("skywork-reward-gemma-2-27b", "skywork-reward-v2-llama-3.1-8b"):
+        rm, full = adapters[name], checkpoints[name]["full"]
+        q, a = PAIRS[2]
+        with torch.no_grad():
+            want = full(input_ids=torch.tensor([rm.render(q, a)])).logits[0, 0]
+        assert close(rm.score([(q, a)])[0].value, want)
+
+
+def test_prm_steps_and_reductions(adapters, checkpoints):
+    from morkit.reward_models.ctts.qwen_math import QwenMathPRM
+
+    rm = adapters["qwen2.5-math-prm-7b"]
+    answer = PAIRS[5][1]
+    score = rm.score([PAIRS[5]])[0]
+    assert len(score.steps) == 4 == len(QwenMathPRM.steps(answer))
+    assert score.value == min(score.steps) and all(0.0 <= s <= 1.0 for s in score.steps)
+    assert score.to_json() == list(score.steps)
+    last = QwenMathPRM(rm.backbone, rm.score_head, reduction="last").score([PAIRS[5]])[0]
+    assert last.value == pytest.approx(score.steps[-1])
+    empty = rm.score([("q", "  ")])[0]
+    assert empty.value == 0.0 and empty.steps == (0.0,)
+    assert rm.step_id == checkpoints["qwen2.5-math-prm-7b"]["vocab"]["<extra_0>"]
+
+
+def test_truncation_marks_scores_and_keeps_whole_steps(adapters):
+    from morkit.reward_models.ctts.qwen_math import QwenMathPRM
+    from morkit.reward_models.ctts.skywork import SkyworkV2LlamaRM
+    from morkit.reward_models.hf import Truncation
+
+    prm = adapters["qwen2.5-math-prm-7b"]
+    q, a = PAIRS[5]
+    full = len(prm.render(q, a))
+    cut = QwenMathPRM(prm.backbone, prm.score_head, truncation=Truncation(max_tokens=full - 12)).score([(q, a)])[0]
+    assert cut.truncated and 1 <= len(cut.steps) < 4
+    orm = adapters["skywork-reward-v2-llama-3.1-8b"]
+    limit = len(orm.render(*PAIRS[1]))
+    short = SkyworkV2LlamaRM(orm.backbone, orm.score_head, truncation=Truncation(max_tokens=limit))
+    assert short.score([PAIRS[2]])[0].truncated and len(short.encode([PAIRS[2]])[0].ids) <= limit
+    assert not short.score([PAIRS[1]])[0].truncated
+
+
+def test_raw_logit_models_score_empty_answers_through_the_model(adapters):
+    rm = adapters["skywork-reward-v2-llama-3.1-8b"]
+    assert rm.empty_score is None
+    alone = rm.score([("Hi", "")])[0].value
+    assert close(alone, rm.score([("Hi", ""), ("Hi", "x")])[0].value)
+    assert adapters["ldl-reward-gemma-2-27b"].score([("Hi", " ")])[0].value == 0.0  # [0, 1] scale: floor
+
+
+DROP = {
+    "qwen2.5-math-rm-72b": ("model.safetensors", "score.2.bias"),
+    "qwen2.5-math-prm-7b": ("model.safetensors", "score.0.weight"),
+    "skywork-reward-gemma-2-27b": ("model.safetensors", "score.weight"),
+    "inf-orm-llama3.1-70b": ("model.safetensors", "score.2.weight"),
+    "acecoderm-32b": ("value_head.safetensors", "v_head.summary.bias"),
+    "qrm-gemma-2-27b": ("model.safetensors", "gating.layers.3.weight"),
+    "skywork-reward-v2-llama-3.1-8b": ("model.safetensors", "score.weight"),
+    "ldl-reward-gemma-2-27b": ("regression_layer.pt", "network.4.bias"),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_missing_a_head_tensor_is_an_error_naming_it(name, checkpoints, tmp_path):
+    import importlib
+
+    from safetensors.torch import load_file
+
+    src = checkpoints[name]["root"]
+    dst = tmp_path / "ckpt"
+    shutil.copytree(src, dst)
+    file, tensor = DROP[name]
+    if file.endswith(".pt"):
+        state = torch.load(dst / file, weights_only=True)
+        del state[tensor]
+        torch.save(state, dst / file)
+    else:
+        state = load_file(str(dst / file))
+        del state[tensor]
+        save_tensors(dst / file, state)
+    _, module, factory = MODELS[name]
+    with pytest.raises(UnavailableError) as info:
+        getattr(importlib.import_module(f"morkit.reward_models.ctts.{module}"), factory)(path=dst, device="cpu")
+    assert tensor.split(".")[-2] in str(info.value) and tensor.split(".")[-1] in str(info.value)
+
+
+def test_unexpected_head_tensor_is_an_error(checkpoints, tmp_path):
+    from safetensors.torch import load_file
+
+    from morkit.reward_models.ctts.inform import inf_orm
+
+    dst = tmp_path / "ckpt"
+    shutil.copytree(checkpoints["inf-orm-llama3.1-70b"]["root"], dst)
+    state = load_file(str(dst / "model.safetensors"))
+    state["score.4.weight"] = torch.zeros(1, H)
+    state["value_head.weight"] = torch.zeros(1, H)
+    save_tensors(dst / "model.safetensors", state)
+    with pytest.raises(UnavailableError, match="value_head.weight"):
+        inf_orm(path=dst, device="cpu")
+    del state["value_head.weight"]
+    save_tensors(dst / "model.safetensors", state)
+    with pytest.raises(UnavailableError, match=r"unexpected head tensor\(s\) score.4.weight"):
+        inf_orm(path=dst, device="cpu")
+    del state["score.4.weight"], state["model.norm.weight"]
+    save_tensors(dst / "model.safetensors", state)
+    with pytest.raises(UnavailableError, match="lacks backbone tensor.*norm.weight"):
+        inf_orm(path=dst, device="cpu")
+
+
+def test_missing_weights_name_model_and_every_place_looked(tmp_path, monkeypatch):
+    from morkit.reward_models import registry
+    from morkit.reward_models.ctts.qrm import qrm_gemma
+    from morkit.reward_models.weights import locate_weights
+
+    monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(UnavailableError) as info:
+        qrm_gemma(path=tmp_path / "nowhere", device="cpu")
+    text = str(info.value)
+    assert "nicolinho/QRM-Gemma-2-27B" in text and str(tmp_path / "nowhere") in text
+    assert str(tmp_path / "weights" / "nicolinho" / "QRM-Gemma-2-27B") in text and "Hugging Face cache" in text
+    reason = registry.spec("acecoderm-32b").missing()
+    assert reason and "TIGER-Lab/AceCodeRM-32B" in reason
+    with pytest.raises(UnavailableError, match="acecoderm-32b"):
+        registry.build("acecoderm-32b")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    with pytest.raises(UnavailableError, match="lacks regression_layer.pt"):
+        locate_weights("x/y", tmp_path / "half", required=("config.json", "regression_layer.pt"))
+
+
+def test_weights_dir_env_makes_a_model_available_and_buildable(checkpoints, tmp_path, monkeypatch):
+    from morkit.reward_models import registry
+
+    org = tmp_path / "weights" / "Skywork"
+    org.mkdir(parents=True)
+    (org / "Skywork-Reward-V2-Llama-3.1-8B-40M").symlink_to(checkpoints["skywork-reward-v2-llama-3.1-8b"]["root"])
+    monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
+    spec = registry.spec("skywork-reward-v2-llama-3.1-8b")
+    assert spec.missing() is None
+    rm = registry.build(spec.name, device="cpu")
+    assert rm.name == spec.name and rm.kind == "orm"
+
+
+def test_gemma_template_rejects_a_system_role_and_adapters_send_none(adapters):
+    for name in ("skywork-reward-gemma-2-27b", "ldl-reward-gemma-2-27b", "qrm-gemma-2-27b",
+                 "skywork-reward-v2-llama-3.1-8b"):
+        assert [m["role"] for m in adapters[name].messages("q", "a")] == ["user", "assistant"]
+
+
+def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
+    from morkit.cli import main
+    from morkit.reward_models import registry
+    from morkit.reward_models.ctts import CTTS_MODELS
+
+    monkeypatch.delenv("MORKIT_WEIGHTS_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["rms"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert len(CTTS_MODELS) == 8
+    for m in CTTS_MODELS:
+        assert m.name in lines and "no: " in lines[m.name] and m.model_id in lines[m.name]
+        assert "GiB GPU memory in bf16" in registry.spec(m.name).needs
+        assert registry.spec(m.name).backend == "transformers" and registry.spec(m.name).kind == m.kind
