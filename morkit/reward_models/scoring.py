@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from morkit.cache import ScoreCache
-from morkit.errors import InputError, ScoreError
+from morkit.errors import InputError, PartialScoreError, ScoreError
 from morkit.types import Query, Score
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,13 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
         bar.update(len(known))
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
-            raw = rm.score(part)
+            try:
+                raw = rm.score(part)
+            except PartialScoreError as err:  # keep what was scored before failing the run
+                done = [(p, s) for p, s in zip(part, err.scores) if s is not None]
+                if cache is not None and done:
+                    cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done])
+                raise
             if len(raw) != len(part):
                 raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for {len(part)} pairs")
             scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]

@@ -1,0 +1,273 @@
+"""A reward model served by one or more `vllm serve --runner pooling` servers, over their `/pooling` API.
+
+Requests go round-robin over the servers (a retry moves to the next one), at most `concurrency`
+in flight at once (asyncio + a semaphore), each with its own timeout. Timeouts, connection
+errors, 5xx/408/429 answers, and malformed or wrong-length outputs are retried with exponential
+backoff; after the last try the pair is reported as failed by index, while every other pair's
+score is kept: `score_partial` returns both, and `score` raises `RemoteScoringError` (a
+`PartialScoreError`, so `score_queries` caches what did succeed before failing the run).
+
+Request (vLLM `PoolingCompletionRequest`): ``{"model", "input", "task", "use_activation": false,
+"encoding_format": "float", "add_special_tokens": false}``; response: ``{"data": [{"index": i, "data": <nested floats>}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from morkit.errors import PartialScoreError
+from morkit.reward_models.pooling_io import (
+    KIND_TASK, MalformedOutput, Render, chat_render, check_kind, expected_rows, finite, to_score,
+)
+from morkit.types import Score
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = {408, 429}
+
+
+def _httpx() -> Any:
+    """The httpx API: `httpx2` is what requirements.lock pins (via huggingface_hub); plain httpx also works."""
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover - depends on the environment
+        import httpx
+    return httpx
+
+
+@dataclass(frozen=True)
+class PairFailure:
+    """One pair that could not be scored: its index in the batch, why, and where it was last tried."""
+
+    index: int
+    reason: str
+    url: str
+    attempts: int
+
+    def __str__(self) -> str:
+        return f"#{self.index}: {self.reason} ({self.url}, {self.attempts} attempts)"
+
+
+class RemoteScoringError(PartialScoreError):
+    """Some pairs failed after all retries; `failures` names them, `scores` keeps the rest (None = failed)."""
+
+    def __init__(self, name: str, failures: list[PairFailure], scores: list[Score | None], shown: int = 20):
+        listed = "; ".join(str(f) for f in failures[:shown])
+        more = f"; ... and {len(failures) - shown} more" if len(failures) > shown else ""
+        super().__init__(
+            f"reward model {name!r}: {len(failures)} of {len(scores)} pairs failed "
+            f"(indices {[f.index for f in failures]}): {listed}{more}",
+            scores,
+        )
+        self.failures = failures
+
+
+class _Retryable(Exception):
+    pass
+
+
+class _Fatal(Exception):
+    pass
+
+
+class RemoteRewardModel:
+    """Scores pairs through vLLM `/pooling` servers. `render` gives the chat-templated prompt (text or ids)."""
+
+    def __init__(
+        self,
+        name: str,
+        urls: Sequence[str],
+        model: str,
+        task: str = "classify",
+        render: Render | None = None,
+        *,
+        tokenizer: Any = None,
+        concurrency: int = 8,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        batch_size: int = 1,
+        label: int | None = None,
+        num_labels: int | None = None,
+        step_token_id: int | None = None,
+        reduction: str = "min",
+        headers: dict[str, str] | None = None,
+    ):
+        if not urls:
+            raise ValueError("RemoteRewardModel needs at least one server URL")
+        if concurrency < 1 or batch_size < 1 or retries < 0:
+            raise ValueError("concurrency and batch_size must be >= 1, retries >= 0")
+        self.name = name
+        self.cache_key = name
+        self.task = check_kind(task)
+        self.kind = "prm" if task == "step" else "orm"
+        self.urls = [u.rstrip("/") for u in urls]
+        self.model = model
+        self._render = render
+        self._tokenizer = tokenizer
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.batch_size = batch_size
+        self.label = label if label is not None else (1 if task == "step" else 0)
+        self.num_labels = num_labels if num_labels is not None else (2 if task == "step" else 1)
+        self.step_token_id = step_token_id
+        self.reduction = reduction
+        self.headers = headers or {}
+        self.requests_sent = 0
+        self._ssl: Any = None
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def render(self, question: str, answer: str) -> str | list[int]:
+        if self._render is None:
+            tok = self._tokenizer
+            if tok is None:
+                raise ValueError(f"{self.name}: pass render= (or tokenizer=) to build prompts")
+            if isinstance(tok, str):
+                from transformers import AutoTokenizer
+
+                tok = self._tokenizer = AutoTokenizer.from_pretrained(tok)
+            self._render = chat_render(tok)
+        return self._render(question, answer)
+
+    # -- one request ---------------------------------------------------------------------------
+
+    def _payload(self, prompts: list[str | list[int]]) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "input": prompts[0] if len(prompts) == 1 else prompts,
+            "task": KIND_TASK[self.task],
+            "use_activation": False,
+            "encoding_format": "float",
+            "add_special_tokens": False,  # text prompts are already chat-templated (BOS included)
+        }
+
+    def _parse(self, body: bytes, prompts: list[str | list[int]]) -> list[Score]:
+        try:
+            doc = json.loads(body)
+        except ValueError as err:
+            raise _Retryable(f"response is not JSON: {err}") from None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, list):
+            raise _Retryable(f"response has no 'data' list: {str(doc)[:120]}")
+        if len(data) != len(prompts):
+            raise _Retryable(f"response has {len(data)} outputs for {len(prompts)} inputs")
+        items = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
+        out = []
+        for item, prompt in zip(items, prompts):
+            if not isinstance(item, dict) or "data" not in item:
+                raise _Retryable(f"malformed output item: {str(item)[:120]}")
+            try:
+                score = to_score(self.task, item["data"], label=self.label, num_labels=self.num_labels,
+                                 expected_rows=expected_rows(prompt, self.task, self.step_token_id),
+                                 reduction=self.reduction)
+            except MalformedOutput as err:
+                raise _Retryable(f"malformed output: {err}") from None
+            if not finite(score):
+                raise _Retryable(f"non-finite score {score.value!r}")
+            out.append(score)
+        return out
+
+    async def _post(self, client: Any, url: str, prompts: list[str | list[int]]) -> list[Score]:
+        httpx = _httpx()
+        self.requests_sent += 1
+        try:  # httpx's timeout is per phase (connect, each read); wait_for bounds the whole request
+            resp = await asyncio.wait_for(
+                client.post(url + "/pooling", json=self._payload(prompts), headers=self.headers,
+                            timeout=self.timeout_s),
+                self.timeout_s)
+        except (httpx.TimeoutException, asyncio.TimeoutError):
+            raise _Retryable(f"timed out after {self.timeout_s:g}s") from None
+        except httpx.TransportError as err:
+            raise _Retryable(f"connection error: {type(err).__name__}: {err}") from None
+        if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
+            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        if resp.status_code != 200:
+            raise _Fatal(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        return self._parse(resp.content, prompts)
+
+    async def _batch(self, client: Any, sem: asyncio.Semaphore, number: int, prompts: list[str | list[int]]
+                     ) -> tuple[list[Score] | None, str, str, int]:
+        reason, url = "", self.urls[number % len(self.urls)]
+        for attempt in range(self.retries + 1):
+            url = self.urls[(number + attempt) % len(self.urls)]  # round-robin; a retry tries the next server
+            try:
+                async with sem:
+                    return await self._post(client, url, prompts), "", url, attempt + 1
+            except _Fatal as err:
+                return None, str(err), url, attempt + 1
+            except _Retryable as err:
+                reason = str(err)
+                log.debug("%s: %s (attempt %d) from %s", self.name, reason, attempt + 1, url)
+            if attempt < self.retries:
+                await asyncio.sleep(self.backoff_s * (2 ** attempt))
+        return None, reason, url, self.retries + 1
+
+    async def _score_async(self, prompts: list[str | list[int]]) -> tuple[list[Score | None], list[PairFailure]]:
+        httpx = _httpx()
+        sem = asyncio.Semaphore(self.concurrency)
+        limits = httpx.Limits(max_connections=self.concurrency * len(self.urls),
+                              max_keepalive_connections=self.concurrency * len(self.urls))
+        groups = [list(range(i, min(i + self.batch_size, len(prompts)))) for i in range(0, len(prompts), self.batch_size)]
+        if self._ssl is None and any(u.startswith("https:") for u in self.urls):
+            self._ssl = httpx.create_ssl_context(trust_env=False)  # once: building one costs ~0.2 s
+        async with httpx.AsyncClient(limits=limits, trust_env=False, verify=self._ssl or False) as client:
+            results = await asyncio.gather(
+                *(self._batch(client, sem, n, [prompts[i] for i in g]) for n, g in enumerate(groups)))
+        scores: list[Score | None] = [None] * len(prompts)
+        failures: list[PairFailure] = []
+        for group, (got, reason, url, attempts) in zip(groups, results):
+            if got is None:
+                failures.extend(PairFailure(i, reason, url, attempts) for i in group)
+            else:
+                for i, s in zip(group, got):
+                    scores[i] = s
+        return scores, failures
+
+    # -- RewardModel protocol ------------------------------------------------------------------
+
+    def score_partial(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[Score | None], list[PairFailure]]:
+        """Scores aligned with `pairs` (None where a pair failed) and the failures, in index order."""
+        if not pairs:
+            return [], []
+        prompts = [self.render(q, a) for q, a in pairs]
+        started = time.perf_counter()
+        out = _run_sync(self._score_async(prompts))
+        log.debug("%s: %d pairs in %.2fs", self.name, len(pairs), time.perf_counter() - started)
+        return out
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        scores, failures = self.score_partial(pairs)
+        if failures:
+            raise RemoteScoringError(self.name, failures, scores)
+        return scores  # type: ignore[return-value]
+
+    def health(self) -> dict[str, bool]:
+        """Which servers answer GET /health with 200."""
+        httpx = _httpx()
+        out = {}
+        with httpx.Client(trust_env=False, timeout=self.timeout_s) as client:
+            for url in self.urls:
+                try:
+                    out[url] = client.get(url + "/health").status_code == 200
+                except httpx.HTTPError:
+                    out[url] = False
+        return out
+
+
+def _run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion, also from inside a running event loop (e.g. a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

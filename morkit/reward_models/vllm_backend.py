@@ -1,0 +1,174 @@
+"""An offline vLLM pooling engine as a reward model: `VLLMRewardModel(model_dir, kind=...)`.
+
+Nothing happens at import time: `vllm` is imported, and the engine (`vllm.LLM(runner="pooling")`)
+built, on the first `score` call. vLLM starts its engine in a spawned child process, so a script
+that scores with this backend must do so under ``if __name__ == "__main__":`` (tests are fine).
+
+Kinds (see `pooling_io`): ``classify`` (sequence classifier: raw logit of `label`),
+``token_classify`` (token reward model: the last token's raw value), ``step`` (PRM with STEP
+pooling at `step_token_id`: per-step softmax probability of `label` in `Score.steps`).
+Activation is turned off in the engine (raw logits) and applied here where the kind needs it.
+
+CPU defaults: float32, eager mode, `gpu_memory_utilization=0.2` (on CPU it is the share of host
+memory vLLM reserves for its KV cache), `max_model_len=2048`; all overridable via `llm_kwargs`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Sequence
+
+from morkit.reward_models.pooling_io import KIND_TASK, Render, chat_render, check_kind, expected_rows, to_score
+from morkit.types import Score
+
+log = logging.getLogger(__name__)
+
+CPU_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "gpu_memory_utilization": 0.2,
+}
+
+
+def raw_output_params(pooling_params_cls: Any) -> dict[str, Any]:
+    """Keyword arguments that turn a PoolingParams' activation off, for the installed vLLM.
+
+    Current releases: `use_activation=False`; older ones: `activation=False` and/or `softmax=False`.
+    """
+    try:
+        names = set(inspect.signature(pooling_params_cls).parameters)
+    except (TypeError, ValueError):
+        names = set()
+    names |= set(getattr(pooling_params_cls, "__struct_fields__", ()))  # msgspec structs
+    names |= set(getattr(pooling_params_cls, "__dataclass_fields__", ()))
+    if "use_activation" in names:
+        return {"use_activation": False}
+    kwargs = {n: False for n in ("activation", "softmax") if n in names}
+    if not kwargs:
+        log.warning("this vLLM's PoolingParams has no activation switch; scores may be activated")
+    return kwargs
+
+
+def _tensor_to_list(data: Any) -> Any:
+    if hasattr(data, "detach"):
+        data = data.detach().float().cpu()
+    return data.tolist() if hasattr(data, "tolist") else data
+
+
+class VLLMRewardModel:
+    """(question, answer) -> rendered prompt -> vLLM pooling engine -> raw output -> Score."""
+
+    def __init__(
+        self,
+        model_dir: str,
+        kind: str = "classify",
+        *,
+        name: str | None = None,
+        render: Render | None = None,
+        step_token_id: int | None = None,
+        returned_token_ids: Sequence[int] | None = None,
+        label: int | None = None,
+        num_labels: int | None = None,
+        reduction: str = "min",
+        max_model_len: int = 2048,
+        llm_kwargs: dict[str, Any] | None = None,
+    ):
+        self.model_dir = str(model_dir)
+        self.pooling_kind = check_kind(kind)
+        self.kind = "prm" if kind == "step" else "orm"
+        self.name = name or f"vllm:{self.model_dir}"
+        self.cache_key = self.name
+        self._render = render
+        self.step_token_id = step_token_id
+        self.returned_token_ids = list(returned_token_ids) if returned_token_ids is not None else None
+        self.label = label if label is not None else (1 if kind == "step" else 0)
+        self.num_labels = num_labels if num_labels is not None else (None if kind == "step" else 1)
+        self.reduction = reduction
+        self.llm_kwargs = {**CPU_DEFAULTS, "max_model_len": max_model_len, **(llm_kwargs or {})}
+        self._llm: Any = None
+        self._params: Any = None
+
+    # -- engine --------------------------------------------------------------------------------
+
+    def _pooler_config(self, fields: set[str]) -> dict[str, Any] | None:
+        """Pooler overrides: token kinds ask for the token_classify task (a model exposes one task);
+        step pooling keeps only the rows at `step_token_id`."""
+        if self.pooling_kind == "classify":
+            return None
+        config: dict[str, Any] = {"task": "token_classify"} if "task" in fields else {}
+        if self.pooling_kind == "step":
+            config["tok_pooling_type" if "tok_pooling_type" in fields else "pooling_type"] = "STEP"
+            if self.step_token_id is not None:
+                config["step_tag_id"] = self.step_token_id
+            if self.returned_token_ids is not None:
+                config["returned_token_ids"] = self.returned_token_ids
+        return config
+
+    def _build(self) -> Any:
+        import vllm
+
+        kwargs = dict(self.llm_kwargs)
+        if "pooler_config" not in kwargs and "override_pooler_config" not in kwargs:
+            from vllm.config import PoolerConfig
+
+            fields = set(getattr(PoolerConfig, "__dataclass_fields__", ())) or set(
+                inspect.signature(PoolerConfig).parameters)
+            pooler = self._pooler_config(fields)
+            if pooler:
+                params = inspect.signature(vllm.LLM.__init__).parameters
+                key = "override_pooler_config" if "override_pooler_config" in params and "pooler_config" not in params \
+                    else "pooler_config"
+                kwargs[key] = PoolerConfig(**pooler)
+        log.info("%s: starting vLLM pooling engine for %s", self.name, self.model_dir)
+        self._llm = vllm.LLM(model=self.model_dir, runner="pooling", **kwargs)
+        self._params = vllm.PoolingParams(**raw_output_params(vllm.PoolingParams))
+        return self._llm
+
+    @property
+    def llm(self) -> Any:
+        return self._llm if self._llm is not None else self._build()
+
+    def render(self, question: str, answer: str) -> str | list[int]:
+        if self._render is None:
+            self._render = chat_render(self.llm.get_tokenizer())
+        return self._render(question, answer)
+
+    def _ids(self, prompt: str | list[int]) -> list[int]:
+        """Token ids; a text prompt is already chat-templated, so no special tokens are added."""
+        if isinstance(prompt, str):
+            return list(self.llm.get_tokenizer()(prompt, add_special_tokens=False)["input_ids"])
+        return [int(t) for t in prompt]
+
+    # -- RewardModel protocol ------------------------------------------------------------------
+
+    def raw(self, prompts: Sequence[str | list[int]]) -> list[Any]:
+        """The engine's pooled output per prompt (text or token ids), as nested lists of floats."""
+        llm = self.llm
+        outs = llm.encode([{"prompt_token_ids": self._ids(p)} for p in prompts],
+                          pooling_task=KIND_TASK[self.pooling_kind], pooling_params=self._params, use_tqdm=False)
+        return [_tensor_to_list(o.outputs.data) for o in outs]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        if not pairs:
+            return []
+        prompts = [self._ids(self.render(q, a)) for q, a in pairs]
+        return [
+            to_score(self.pooling_kind, data, label=self.label, num_labels=self.num_labels,
+                     expected_rows=expected_rows(p, self.pooling_kind, self.step_token_id),
+                     reduction=self.reduction)
+            for p, data in zip(prompts, self.raw(prompts))
+        ]
+
+    def close(self) -> None:
+        """Drop the engine (its worker process exits with it)."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # noqa: BLE001 - best effort at teardown
+                    log.debug("engine shutdown failed", exc_info=True)
+            del llm

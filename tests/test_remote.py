@@ -1,0 +1,291 @@
+"""RemoteRewardModel against real HTTP servers on 127.0.0.1 that speak vLLM's `/pooling` JSON.
+
+The fake server scores a text prompt as len(text) / 10 (one classify logit). Markers in the text
+make it misbehave: TIMEOUT (sleeps past the client timeout), FAIL500 (always 500), FLAKY (500 on
+the first try only), WRONGLEN (two values instead of one), BADJSON (not JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from morkit.cache import ScoreCache
+from morkit.reward_models.remote import RemoteRewardModel, RemoteScoringError
+from morkit.reward_models.scoring import score_queries
+from morkit.types import Candidate, Query, Score
+
+
+class FakePoolingServer:
+    def __init__(self, delay_s: float = 0.02, hang_s: float = 1.0):
+        self.delay_s = delay_s
+        self.hang_s = hang_s
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.requests = 0
+        self.seen: Counter[str] = Counter()
+        self.payloads: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else delayed ACKs add ~40 ms a request
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str = "application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the client gave up (timeout)
+                    pass
+
+            def do_GET(self):
+                self._send(200 if self.path == "/health" else 404, b"")
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.requests += 1
+                try:
+                    code, out = server.answer(self.path, json.loads(body))
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                self._send(code, out)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, path: str, req: dict) -> tuple[int, bytes]:
+        if path != "/pooling":
+            return 404, b'{"error": "not found"}'
+        with self.lock:
+            self.payloads.append(req)
+        inputs = req["input"] if isinstance(req["input"], list) else [req["input"]]
+        time.sleep(self.delay_s)
+        data = []
+        for i, text in enumerate(inputs):
+            with self.lock:
+                self.seen[text] += 1
+                tries = self.seen[text]
+            if "TIMEOUT" in text:
+                time.sleep(self.hang_s)
+            if "FAIL500" in text or ("FLAKY" in text and tries == 1):
+                return 500, b'{"error": "internal"}'
+            if "BADJSON" in text:
+                return 200, b"<html>oops"
+            value = [len(text) / 10.0] * (2 if "WRONGLEN" in text else 1)
+            data.append({"index": i, "object": "pooling", "data": value})
+        return 200, json.dumps({"id": "pool-1", "object": "list", "created": 0, "model": req["model"],
+                                "data": data, "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def servers():
+    pair = [FakePoolingServer(), FakePoolingServer()]
+    yield pair
+    for s in pair:
+        s.close()
+
+
+def render(question: str, answer: str) -> str:
+    return f"<user>{question}<assistant>{answer}"
+
+
+def make_rm(urls, **kw) -> RemoteRewardModel:
+    opts = dict(concurrency=4, timeout_s=0.5, retries=2, backoff_s=0.01)
+    opts.update(kw)
+    return RemoteRewardModel("remote-test", urls, "tiny", render=render, **opts)
+
+
+def expected(q: str, a: str) -> float:
+    return len(render(q, a)) / 10.0
+
+
+def test_scores_and_request_schema(servers):
+    rm = make_rm([servers[0].url])
+    pairs = [("what is 2+2", "4"), ("q", "a longer answer")]
+    assert rm.score(pairs) == [Score(expected(*p)) for p in pairs]
+    req = servers[0].payloads[-1]
+    assert req["model"] == "tiny" and req["task"] == "classify" and req["use_activation"] is False
+    assert rm.health() == {servers[0].url: True}
+
+
+def test_failures_reported_by_index_and_other_scores_kept(servers):
+    rm = make_rm([s.url for s in servers])
+    pairs = [("q0", "fine"), ("q1", "FAIL500"), ("q2", "fine too"), ("q3", "WRONGLEN"), ("q4", "TIMEOUT"),
+             ("q5", "BADJSON"), ("q6", "FLAKY ok")]
+    scores, failures = rm.score_partial(pairs)
+    assert [f.index for f in failures] == [1, 3, 4, 5]
+    reasons = {f.index: f.reason for f in failures}
+    assert "HTTP 500" in reasons[1]
+    assert "expected 1 values" in reasons[3]
+    assert "timed out" in reasons[4]
+    assert "not JSON" in reasons[5]
+    assert all(f.attempts == 3 for f in failures)  # 1 try + 2 retries
+    for i in (0, 2, 6):  # FLAKY succeeds on its retry
+        assert scores[i] == Score(expected(*pairs[i]))
+    assert all(scores[i] is None for i in (1, 3, 4, 5))
+    with pytest.raises(RemoteScoringError) as info:
+        make_rm([s.url for s in servers]).score(pairs)
+    assert "4 of 7 pairs failed" in str(info.value) and "[1, 3, 4, 5]" in str(info.value)
+    assert info.value.scores[0] == scores[0]
+
+
+def test_retry_counts(servers):
+    before = sum(s.seen[render("r", "FAIL500 x")] for s in servers)
+    rm = make_rm([s.url for s in servers], retries=3)
+    _, failures = rm.score_partial([("r", "FAIL500 x")])
+    assert failures[0].attempts == 4
+    assert sum(s.seen[render("r", "FAIL500 x")] for s in servers) - before == 4
+    # A retry goes to the other server.
+    assert all(s.seen[render("r", "FAIL500 x")] >= 2 for s in servers)
+
+
+def test_concurrency_bound_and_round_robin():
+    fresh = [FakePoolingServer(delay_s=0.05), FakePoolingServer(delay_s=0.05)]
+    try:
+        rm = make_rm([s.url for s in fresh], concurrency=3, timeout_s=5)
+        pairs = [(f"q{i}", "a" * i) for i in range(40)]
+        assert rm.score(pairs) == [Score(expected(*p)) for p in pairs]
+        total_max = max(s.max_in_flight for s in fresh)
+        assert 2 <= sum(s.max_in_flight for s in fresh) and total_max <= 3
+        assert fresh[0].requests == 20 and fresh[1].requests == 20
+        # One server alone: the bound is reached but never passed.
+        solo = FakePoolingServer(delay_s=0.05)
+        try:
+            make_rm([solo.url], concurrency=3, timeout_s=5).score(pairs)
+            assert solo.max_in_flight == 3
+        finally:
+            solo.close()
+    finally:
+        for s in fresh:
+            s.close()
+
+
+def test_batched_requests(servers):
+    rm = make_rm([servers[0].url], batch_size=4)
+    pairs = [(f"q{i}", f"answer {i}") for i in range(10)]
+    before = servers[0].requests
+    assert rm.score(pairs) == [Score(expected(*p)) for p in pairs]
+    assert servers[0].requests - before == 3
+
+
+def test_dead_server_fails_over(servers):
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    rm = make_rm([dead, servers[1].url], retries=1)
+    pairs = [(f"d{i}", "x") for i in range(6)]
+    assert rm.score(pairs) == [Score(expected(*p)) for p in pairs]
+    scores, failures = make_rm([dead], retries=1).score_partial(pairs[:1])
+    assert scores == [None] and "connection error" in failures[0].reason
+
+
+def test_scoring_run_caches_successes_before_raising(servers, tmp_path):
+    rm = make_rm([s.url for s in servers])
+    query = Query("q1", "question", (Candidate("good one"), Candidate("FAIL500"), Candidate("good two")))
+    cache = ScoreCache(tmp_path / "scores.sqlite")
+    with pytest.raises(RemoteScoringError):
+        score_queries([query], [rm], cache=cache)
+    hits = cache.get_many(rm.name, [("question", "good one"), ("question", "FAIL500"), ("question", "good two")])
+    assert hits[0] == Score(expected("question", "good one")) and hits[2] is not None and hits[1] is None
+    cache.close()
+
+
+def test_works_inside_running_event_loop(servers):
+    import asyncio
+
+    rm = make_rm([servers[0].url])
+
+    async def inside():
+        return rm.score([("q", "a")])
+
+    assert asyncio.run(inside()) == [Score(expected("q", "a"))]
+
+
+# -- reading pooled outputs (shared by the offline and remote vLLM backends) -----------------------
+
+def test_to_score_kinds():
+    import math
+
+    from morkit.reward_models.pooling_io import MalformedOutput, to_score
+
+    assert to_score("classify", [0.25]) == Score(0.25)
+    assert to_score("classify", [[0.25]]) == Score(0.25)
+    assert to_score("token_classify", [[0.1], [0.2], [-0.7]], expected_rows=3) == Score(-0.7)
+    assert to_score("token_classify", [0.1, 0.2, -0.7]) == Score(-0.7)  # squeezed one-label rows
+    steps = to_score("step", [[0.0, 0.0], [0.0, math.log(3)]], label=1, num_labels=2, expected_rows=2)
+    assert steps.steps == pytest.approx((0.5, 0.75)) and steps.value == pytest.approx(0.5)
+    for kind, data, kw in [("classify", [0.1, 0.2], {}), ("token_classify", [[0.1]], {"expected_rows": 2}),
+                           ("step", [[0.1, 0.2, 0.3]], {"num_labels": 2}), ("classify", ["x"], {}),
+                           ("step", [], {})]:
+        with pytest.raises(MalformedOutput):
+            to_score(kind, data, **kw)
+
+
+def test_step_and_token_kinds_over_http():
+    class StepServer(FakePoolingServer):
+        def answer(self, path, req):
+            self.payloads.append(req)
+            ids = req["input"]
+            rows = [[0.0, 0.0] for t in ids if t == 9]  # one [neg, pos] row per step token 9
+            return 200, json.dumps({"data": [{"index": 0, "data": rows}]}).encode()
+
+    server = StepServer()
+    try:
+        rm = RemoteRewardModel("prm", [server.url], "m", task="step", render=lambda q, a: [1, 5, 9, 6, 9],
+                               step_token_id=9, retries=0)
+        assert rm.kind == "prm" and server.payloads == []
+        (score,) = rm.score([("q", "a")])
+        assert score.steps == (0.5, 0.5) and server.payloads[0]["task"] == "token_classify"
+        _, failures = RemoteRewardModel("prm", [server.url], "m", task="step", render=lambda q, a: [1, 9],
+                                        step_token_id=5, retries=0).score_partial([("q", "a")])
+        assert "expected 0 rows" in failures[0].reason
+    finally:
+        server.close()
+
+
+def test_activation_switch_detection():
+    from dataclasses import dataclass
+
+    from morkit.reward_models.vllm_backend import raw_output_params
+
+    @dataclass
+    class New:
+        use_activation: bool | None = None
+
+    class Old:
+        def __init__(self, activation: bool = True, softmax: bool = True):
+            pass
+
+    assert raw_output_params(New) == {"use_activation": False}
+    assert raw_output_params(Old) == {"activation": False, "softmax": False}
+
+
+def test_vllm_backend_is_lazy():
+    from morkit.reward_models.vllm_backend import VLLMRewardModel
+
+    rm = VLLMRewardModel("/nonexistent", kind="step", step_token_id=7)
+    assert rm.kind == "prm" and rm._llm is None and rm.llm_kwargs["dtype"] == "float32"
+    assert rm._pooler_config({"task", "tok_pooling_type", "step_tag_id"}) == {
+        "task": "token_classify", "tok_pooling_type": "STEP", "step_tag_id": 7}
+    assert rm.score([]) == []
