@@ -11,51 +11,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from morkit import __version__
-from morkit.errors import MorkitError, UnknownRewardModel
-
-DEFAULT_RMS = ("smollm2-orm",)
-
-
-def _rm_options(args: argparse.Namespace) -> dict[str, Any]:
-    from morkit.reward_models.hf import Batching, Truncation
-
-    options: dict[str, Any] = {"batching": Batching(max_batch=args.batch_size)}
-    if args.max_tokens:
-        options["truncation"] = Truncation(max_tokens=args.max_tokens, policy=args.truncation)
-    elif args.truncation != "right":
-        options["truncation"] = Truncation(policy=args.truncation)
-    if args.device:
-        options["device"] = args.device
-    return options
-
-
-def build_rms(names: Sequence[str], table_names: Sequence[str], args: argparse.Namespace) -> list[Any]:
-    """Registered RMs by name, plus table RMs for names that only appear as cached input scores."""
-    from morkit.reward_models import registry
-    from morkit.reward_models.table import TableRewardModel
-
-    known = {s.name: s for s in registry.specs()}
-    rms = []
-    for name in names:
-        if name in known:
-            spec = known[name]
-            options = _rm_options(args) if spec.backend == "transformers" else {}
-            rms.append(registry.build(name, **options))
-        elif name in table_names:
-            rms.append(TableRewardModel(name, args.reduction))
-        else:
-            raise UnknownRewardModel(name, list(known) + list(table_names))
-    return rms
-
-
-def open_cache(args: argparse.Namespace) -> Any:
-    if args.no_cache:
-        return None
-    from morkit.assets import cache_dir
-    from morkit.cache import ScoreCache
-
-    return ScoreCache(args.cache or cache_dir() / "scores.sqlite")
-
+from morkit.cli_pool import add_pool_parser
+from morkit.cli_common import DEFAULT_RMS, add_scoring_options, build_rms, open_cache
+from morkit.errors import MorkitError
 
 def cmd_rms(args: argparse.Namespace) -> int:
     from morkit.reward_models import registry
@@ -125,20 +83,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def _add_scoring_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", help="torch device for model RMs (default: auto = cuda, mps, else cpu)")
-    p.add_argument("--batch-size", type=int, default=16, help="max sequences per forward pass (default 16)")
-    p.add_argument("--max-tokens", type=int, help="max tokens per (question, answer) pair (default: per model)")
-    p.add_argument("--truncation", choices=("right", "left", "error"), default="right",
-                   help="pair too long: cut the answer's end (right), its start (left), or fail (error)")
-    p.add_argument("--reduction", choices=("min", "last", "mean", "prod"), default="min",
-                   help="how a cached PRM step list becomes one score (default min)")
-    p.add_argument("--chunk", type=int, default=64, help="pairs per scoring call, cached as each finishes")
-    p.add_argument("--cache", help="score cache file (default: $MORKIT_CACHE_DIR/scores.sqlite)")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="morkit", description="Reward-model ensembles and per-query RM routing for test-time scaling.")
@@ -156,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output JSONL")
     p.add_argument("--rm", action="append", metavar="NAME",
                    help=f"reward model (repeatable; default {', '.join(DEFAULT_RMS)}); see `morkit rms`")
-    _add_scoring_options(p)
+    add_scoring_options(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("train-head", help="fit an embedded RM's logistic head on labelled shared data",
@@ -172,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device")
     p.add_argument("-o", "--output", help="head file (default: the packaged head)")
     p.set_defaults(func=cmd_train_head)
+
+    add_pool_parser(sub)
 
     p = sub.add_parser("demo", help="score a packaged sample with the embedded RMs and print a table")
     p.add_argument("--rm", action="append", metavar="NAME", help="RMs to show (default: all embedded)")

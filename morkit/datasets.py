@@ -113,3 +113,14 @@ LOADERS: dict[str, Callable[..., list[Query]]] = {
     "rewardmath_rm_scores": rewardmath_rm_scores,
     "humaneval_davinci_samples": humaneval_davinci,
 }
+
+
+def load_spec(spec: str, data_dir: Path | None = None) -> list[Query]:
+    """Queries of one shared data set named 'NAME' or 'NAME:N' (its first N questions)."""
+    name, _, count = spec.partition(":")
+    if name not in LOADERS:
+        raise InputError(f"unknown data set {name!r}; known: {', '.join(LOADERS)}")
+    if count and not count.isdigit():
+        raise InputError(f"data set spec {spec!r}: N in NAME:N must be a whole number")
+    loaded = LOADERS[name](data_dir)
+    return loaded[: int(count)] if count else loaded

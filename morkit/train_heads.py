@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from morkit.datasets import LOADERS
+from morkit.datasets import load_spec
 from morkit.jsonl import atomic_path
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.heads import LogisticHead
@@ -36,11 +36,7 @@ def load_specs(specs: Sequence[str], data_dir: Path | None = None) -> list[Query
     """'name' or 'name:N' (first N questions) for each loader in morkit.datasets.LOADERS."""
     queries: list[Query] = []
     for spec in specs:
-        name, _, count = spec.partition(":")
-        if name not in LOADERS:
-            raise ValueError(f"unknown data set {name!r}; known: {', '.join(LOADERS)}")
-        loaded = [q for q in LOADERS[name](data_dir) if q.labelled and all(c.text for c in q.candidates)]
-        queries.extend(loaded[: int(count)] if count else loaded)
+        queries.extend(q for q in load_spec(spec, data_dir) if q.labelled and all(c.text for c in q.candidates))
     return queries
 
 

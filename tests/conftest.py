@@ -55,3 +55,35 @@ def gsm8k_pairs(data_dir) -> list[tuple[str, str, bool]]:
 
     queries = gsm8k_model_solutions(data_dir)[700:703]
     return [(q.question, c.text, bool(c.correct)) for q in queries for c in q.candidates]
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real default question embedder (all-MiniLM-L6-v2 via sentence-transformers)."""
+    from morkit.question_pool.embed import load_embedder
+
+    return load_embedder(None, "cpu")
+
+
+class HashEmbedder:
+    """A deterministic stand-in embedder for pool arithmetic tests: unit vectors seeded by the text."""
+
+    name = "hash-embedder"
+    dim = 16
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        import hashlib
+
+        import numpy as np
+
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+@pytest.fixture
+def hash_embedder():
+    return HashEmbedder()

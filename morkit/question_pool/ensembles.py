@@ -1,0 +1,136 @@
+"""RM ensembles as data: members, weights, and the per-RM normalisation their scores pass through.
+
+An ensemble's score for a candidate is sum_m w_m * norm_m(score_m). Weightings follow CTTS-MM:
+"linear" (w proportional to each member's global PRR), "softmax" (softmax of global PRR / T) and
+"sum" (all 1). Singles are ensembles of one. Normalisation is fitted per RM on the pool: "zscore"
+(default; puts RMs with wildly different scales on one footing) or "raw" (the paper's setting).
+Everything here is vectorised so thousands of ensembles are evaluated from stored member scores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+WEIGHTINGS = ("linear", "softmax", "sum")
+NORMALIZERS = ("zscore", "raw")
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """A weighted combination of RMs by name; `weighting` says how the weights were made."""
+
+    members: tuple[str, ...]
+    weights: tuple[float, ...]
+    weighting: str = "single"
+
+    @property
+    def name(self) -> str:
+        joined = "+".join(self.members)
+        return joined if self.weighting == "single" else f"{joined}@{self.weighting}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": list(self.members), "weights": list(self.weights), "weighting": self.weighting}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Ensemble":
+        return cls(tuple(obj["members"]), tuple(float(w) for w in obj["weights"]), obj.get("weighting", "single"))
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """Per-RM affine map (score - shift) / scale, fitted on the pool's candidate scores."""
+
+    kind: str = "zscore"
+    shift: Mapping[str, float] = field(default_factory=dict)
+    scale: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def fit(cls, kind: str, rm_names: Sequence[str], scores: np.ndarray, valid: np.ndarray) -> "Normalizer":
+        """Fit on scores (Q, N, R) over valid candidates; "raw" is the identity."""
+        if kind not in NORMALIZERS:
+            raise ValueError(f"unknown normaliser {kind!r}; choose from {', '.join(NORMALIZERS)}")
+        shift, scale = {}, {}
+        for r, name in enumerate(rm_names):
+            values = scores[:, :, r][valid & ~np.isnan(scores[:, :, r])]
+            if kind == "raw" or values.size == 0:
+                shift[name], scale[name] = 0.0, 1.0
+                continue
+            std = float(values.std())
+            if std == 0.0:
+                log.warning("%s gives every pool candidate the same score; z-scoring leaves it at 0", name)
+            shift[name], scale[name] = float(values.mean()), std if std > 0 else 1.0
+        return cls(kind, shift, scale)
+
+    def apply(self, rm_names: Sequence[str], scores: np.ndarray) -> np.ndarray:
+        """Normalise (..., R) scores whose last axis follows `rm_names`; NaN stays NaN."""
+        shift = np.array([self.shift[n] for n in rm_names])
+        scale = np.array([self.scale[n] for n in rm_names])
+        return (np.asarray(scores, dtype=np.float64) - shift) / scale
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "shift": dict(self.shift), "scale": dict(self.scale)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Normalizer":
+        return cls(obj["kind"], {k: float(v) for k, v in obj["shift"].items()},
+                   {k: float(v) for k, v in obj["scale"].items()})
+
+
+def member_weights(weighting: str, quality: Sequence[float], temperature: float = 1.0) -> tuple[float, ...]:
+    """Weights of an ensemble's members from their global PRR (`quality`), by the named scheme."""
+    q = np.nan_to_num(np.asarray(quality, dtype=np.float64), nan=0.0)
+    if weighting == "sum":
+        w = np.ones_like(q)
+    elif weighting == "linear":
+        w = q / q.sum() if q.sum() > 0 else np.full_like(q, 1.0 / q.size)
+    elif weighting == "softmax":
+        if temperature <= 0:
+            raise ValueError("softmax temperature must be > 0")
+        z = q / temperature
+        w = np.exp(z - z.max())
+        w /= w.sum()
+    else:
+        raise ValueError(f"unknown weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
+    return tuple(float(x) for x in w)
+
+
+def enumerate_ensembles(rm_names: Sequence[str], global_prr: Mapping[str, float], *, max_members: int = 3,
+                        weightings: Sequence[str] = WEIGHTINGS, temperature: float = 1.0) -> list[Ensemble]:
+    """Every single RM, then every 2..max_members combination under each weighting, in a stable order."""
+    out = [Ensemble((name,), (1.0,)) for name in rm_names]
+    for size in range(2, max_members + 1):
+        for members in itertools.combinations(rm_names, size):
+            for weighting in weightings:
+                weights = member_weights(weighting, [global_prr[m] for m in members], temperature)
+                out.append(Ensemble(members, weights, weighting))
+    return out
+
+
+def weight_matrix(ensembles: Sequence[Ensemble], rm_names: Sequence[str]) -> np.ndarray:
+    """(R, E) matrix W with W[r, e] = weight of RM r in ensemble e (0 when not a member)."""
+    column = {name: r for r, name in enumerate(rm_names)}
+    w = np.zeros((len(rm_names), len(ensembles)))
+    for e, ens in enumerate(ensembles):
+        for member, weight in zip(ens.members, ens.weights):
+            if member not in column:
+                raise KeyError(f"ensemble {ens.name} uses {member!r}, which has no scores here")
+            w[column[member], e] = weight
+    return w
+
+
+def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E).
+
+    NaN (a missing member score) makes exactly the ensembles that use that member NaN."""
+    present = ~np.isnan(normalised)
+    out = np.where(present, normalised, 0.0) @ weights
+    uses_missing = (~present).astype(np.float64) @ (weights != 0)
+    out[uses_missing > 0] = np.nan
+    return out

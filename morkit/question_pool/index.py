@@ -1,0 +1,96 @@
+"""Nearest-question search in FAISS: exact inner product for small pools, HNSW above a threshold.
+
+Vectors are unit length, so inner product is cosine similarity. An approximate index is only
+trusted with its recall@k measured against exact search, which `recall_at_k` provides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+INDEX_KINDS = ("auto", "flat", "hnsw")
+APPROXIMATE_ABOVE = 50_000
+"""Pools with more questions than this get an HNSW index under kind "auto"; exact search on
+384-dim vectors stays well under a millisecond per query below it (bench/knn.py)."""
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    kind: str = "auto"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    threshold: int = APPROXIMATE_ABOVE
+
+    def resolved(self, size: int) -> str:
+        if self.kind not in INDEX_KINDS:
+            raise ValueError(f"unknown index kind {self.kind!r}; choose from {', '.join(INDEX_KINDS)}")
+        if self.kind == "auto":
+            return "hnsw" if size > self.threshold else "flat"
+        return self.kind
+
+
+def _faiss() -> Any:
+    import faiss
+
+    return faiss
+
+
+def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig()) -> Any:
+    """An empty inner-product index of the given concrete kind ("flat" or "hnsw")."""
+    faiss = _faiss()
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = config.ef_construction
+        index.hnsw.efSearch = config.ef_search
+        return index
+    raise ValueError(f"unknown concrete index kind {kind!r}")
+
+
+def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tuple[Any, str]:
+    """Index all vectors; returns (index, concrete kind)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    kind = config.resolved(len(vectors))
+    index = new_index(vectors.shape[1], kind, config)
+    if len(vectors):
+        index.add(vectors)
+    return index, kind
+
+
+def search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(similarities, ids), each (n_queries, min(k, ntotal)); ids index the pool's question order."""
+    k = min(k, index.ntotal)
+    queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+    if k == 0:
+        return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+    return index.search(queries, k)
+
+
+def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500, seed: int = 0) -> float:
+    """Share of the exact top-k neighbours the index returns, over `sample` pool vectors as queries."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if len(vectors) == 0:
+        return float("nan")
+    k = min(k, len(vectors))
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False)
+    exact = _faiss().IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    _, truth = exact.search(vectors[picks], k)
+    _, found = index.search(vectors[picks], k)
+    hits = sum(len(set(t) & set(f)) for t, f in zip(truth, found))
+    return hits / (len(picks) * k)
+
+
+def write_index(index: Any, path: Path) -> None:
+    _faiss().write_index(index, str(path))
+
+
+def read_index(path: Path) -> Any:
+    return _faiss().read_index(str(path))

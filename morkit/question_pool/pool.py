@@ -1,0 +1,270 @@
+"""The question pool: per pool question, member RM scores, PRR and best-of-n of every ensemble, embedding.
+
+A pool is built from labelled queries whose candidates carry cached `scores` (run `morkit score`
+first, or let the CLI do it). Ensembles are evaluated from the stored member scores, never by
+re-running a model, and `add_questions` extends a pool with the normaliser and ensemble weights it
+was built with, so old rows never change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from morkit import __version__
+from morkit.errors import InputError
+from morkit.question_pool.embed import SentenceEmbedder
+from morkit.question_pool.ensembles import (WEIGHTINGS, Ensemble, Normalizer, combine, enumerate_ensembles,
+                                            weight_matrix)
+from morkit.question_pool.index import IndexConfig, build_index, recall_at_k
+from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
+from morkit.reward_models.base import reduce_steps
+from morkit.types import Query
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+RECALL_K = 100
+
+
+@dataclass(frozen=True)
+class PoolQuestion:
+    id: str
+    question: str
+    domain: str
+    n_candidates: int
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How a pool is built; stored in pool.json so `pool add` and selection reuse it exactly."""
+
+    normalizer: str = "zscore"
+    max_members: int = 3
+    weightings: tuple[str, ...] = WEIGHTINGS
+    temperature: float = 1.0
+    reduction: str = "min"
+    index: IndexConfig = IndexConfig()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"normalizer": self.normalizer, "max_members": self.max_members, "weightings": list(self.weightings),
+                "temperature": self.temperature, "reduction": self.reduction, "index": vars(self.index).copy()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "PoolConfig":
+        return cls(obj["normalizer"], int(obj["max_members"]), tuple(obj["weightings"]), float(obj["temperature"]),
+                   obj["reduction"], IndexConfig(**obj["index"]))
+
+
+@dataclass(frozen=True, eq=False)
+class QuestionPool:
+    """Everything selection needs, as arrays aligned by question row and ensemble column."""
+
+    questions: tuple[PoolQuestion, ...]
+    rm_names: tuple[str, ...]
+    scores: np.ndarray  # (Q, N, R) raw member scores; NaN = padding or missing
+    correct: np.ndarray  # (Q, N) bool
+    valid: np.ndarray  # (Q, N) bool: a real candidate, not padding
+    normalizer: Normalizer
+    global_prr: Mapping[str, float]  # mean single-RM PRR at build time; ensemble weights come from it
+    ensembles: tuple[Ensemble, ...]
+    prr: np.ndarray  # (Q, E) float32, NaN = no mixed pair or a member score missing
+    top1: np.ndarray  # (Q, E) float32, expected best-of-n correctness
+    embeddings: np.ndarray  # (Q, d) float32 unit vectors
+    index: Any  # FAISS index over `embeddings`
+    config: PoolConfig
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @property
+    def embedder(self) -> str:
+        return self.meta["embedder"]["name"]
+
+    def ensemble_table(self) -> list[dict[str, Any]]:
+        """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count."""
+        mean_prr, mean_top1 = nanmean_columns(self.prr), nanmean_columns(self.top1)
+        counts = (~np.isnan(self.prr)).sum(axis=0)
+        return [{"ensemble": e, "mean_prr": float(p), "best_of_n": float(t), "questions": int(c)}
+                for e, p, t, c in zip(self.ensembles, mean_prr, mean_top1, counts)]
+
+
+def nanmean_columns(values: np.ndarray) -> np.ndarray:
+    """Column means ignoring NaN; an all-NaN column gives NaN without a warning."""
+    values = np.asarray(values, dtype=np.float64)
+    counts = (~np.isnan(values)).sum(axis=0)
+    sums = np.nansum(values, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Queries turned into padded arrays, plus what was skipped and why."""
+
+    questions: tuple[PoolQuestion, ...]
+    scores: np.ndarray
+    correct: np.ndarray
+    valid: np.ndarray
+    skipped: Mapping[str, list[str]]
+    missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
+
+
+def _rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> _Rows:
+    kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
+    for query in queries:
+        if len(query.candidates) < 2:
+            skipped["fewer_than_two_candidates"].append(query.id)
+        elif not query.labelled:
+            skipped["unlabelled"].append(query.id)
+        else:
+            kept.append(query)
+    for reason, ids in skipped.items():
+        if ids:
+            log.warning("skipped %d queries (%s), e.g. %s", len(ids), reason.replace("_", " "), ids[0])
+    n = max([width] + [len(q.candidates) for q in kept])
+    scores = np.full((len(kept), n, len(rm_names)), np.nan)
+    correct = np.zeros((len(kept), n), dtype=bool)
+    valid = np.zeros((len(kept), n), dtype=bool)
+    missing = dict.fromkeys(rm_names, 0)
+    for qi, query in enumerate(kept):
+        for ci, cand in enumerate(query.candidates):
+            valid[qi, ci] = True
+            correct[qi, ci] = bool(cand.correct)
+            for r, name in enumerate(rm_names):
+                value = cand.scores.get(name)
+                if value is not None:
+                    scores[qi, ci, r] = reduce_steps(value, reduction) if isinstance(value, tuple) else value
+        for r, name in enumerate(rm_names):
+            missing[name] += int(np.isnan(scores[qi, : len(query.candidates), r]).any())
+    for name, count in missing.items():
+        if count:
+            log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
+                        name, count)
+    questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
+    return _Rows(questions, scores, correct, valid, skipped, missing)
+
+
+def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
+                        rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int = 256,
+                        progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions."""
+    from tqdm import tqdm
+
+    weights = weight_matrix(ensembles, rm_names)
+    normalised = normalizer.apply(rm_names, scores)
+    prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
+    top1 = np.empty_like(prr)
+    for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
+        part = slice(start, start + chunk)
+        combined = combine(normalised[part], weights)
+        prr[part] = prr_matrix(combined, correct[part], valid[part])
+        top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
+    return prr, top1
+
+
+def _embed_and_index(questions: Sequence[PoolQuestion], embedder: SentenceEmbedder, config: IndexConfig,
+                     progress: bool) -> tuple[np.ndarray, Any, dict[str, Any]]:
+    vectors = embedder.encode([q.question for q in questions], progress=progress)
+    index, kind = build_index(vectors, config)
+    info: dict[str, Any] = {"kind": kind}
+    if kind != "flat":
+        info[f"recall@{RECALL_K}"] = recall_at_k(index, vectors, RECALL_K)
+    return vectors, index, info
+
+
+def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names: Sequence[str] | None = None,
+               config: PoolConfig = PoolConfig(), provenance: Mapping[str, Any] | None = None,
+               progress: bool = False) -> QuestionPool:
+    """Build a pool from labelled queries with cached member scores (`rm_names`: default all cached RMs)."""
+    from morkit.reward_models.table import table_names
+
+    timings: dict[str, float] = {}
+    rm_names = tuple(rm_names or table_names(queries))
+    if not rm_names:
+        raise InputError("no RM scores in the input: score the candidates first (morkit score, or pool build --rm)")
+    started = time.perf_counter()
+    rows = _rows(queries, rm_names, config.reduction)
+    if not rows.questions:
+        raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
+    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
+    singles = [Ensemble((name,), (1.0,)) for name in rm_names]
+    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles)
+    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
+    ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
+                                    weightings=config.weightings, temperature=config.temperature)
+    prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
+                                    progress=progress)
+    timings["prr_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    vectors, index, index_info = _embed_and_index(rows.questions, embedder, config.index, progress)
+    timings["embed_index_s"] = time.perf_counter() - started
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "revision": 1,
+        "created": now,
+        "updated": now,
+        "morkit_version": __version__,
+        "embedder": {"name": embedder.name, "dim": int(vectors.shape[1])},
+        "index": index_info,
+        "skipped": {k: len(v) for k, v in rows.skipped.items()},
+        "missing_scores": dict(rows.missing),
+        "history": [{"revision": 1, "action": "build", "time": now, "questions": len(rows.questions),
+                     "provenance": dict(provenance or {}), "timings": timings}],
+    }
+    return QuestionPool(rows.questions, rm_names, rows.scores, rows.correct, rows.valid, normalizer, global_prr,
+                        tuple(ensembles), prr, top1, vectors, index, config, meta)
+
+
+def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: SentenceEmbedder, *,
+                  provenance: Mapping[str, Any] | None = None, progress: bool = False) -> QuestionPool:
+    """A new pool revision with `queries` appended; normaliser, ensembles and weights stay as built."""
+    if embedder.name != pool.embedder:
+        raise InputError(f"the pool was built with embedder {pool.embedder!r}, not {embedder.name!r}")
+    known = {q.id for q in pool.questions}
+    clashes = [q.id for q in queries if q.id in known]
+    if clashes:
+        raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
+    rows = _rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1])
+    if not rows.questions:
+        raise InputError("nothing to add: no labelled query with at least two candidates")
+    prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
+                                    pool.ensembles, progress=progress)
+    vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
+    import faiss
+
+    index = faiss.clone_index(pool.index)
+    index.add(vectors)
+    embeddings = np.concatenate([pool.embeddings, vectors])
+    old_width = pool.scores.shape[1]
+    width = rows.scores.shape[1]
+
+    def widen(a: np.ndarray, fill: Any) -> np.ndarray:
+        if width == old_width:
+            return a
+        pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
+        return np.pad(a, pad, constant_values=fill)
+
+    meta = dict(pool.meta)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta["revision"] = pool.meta["revision"] + 1
+    meta["updated"] = now
+    meta["skipped"] = {k: pool.meta["skipped"].get(k, 0) + len(v) for k, v in rows.skipped.items()}
+    meta["missing_scores"] = {k: pool.meta["missing_scores"].get(k, 0) + v for k, v in rows.missing.items()}
+    if meta["index"]["kind"] != "flat":
+        meta["index"] = {**meta["index"], f"recall@{RECALL_K}": recall_at_k(index, embeddings, RECALL_K)}
+    meta["history"] = list(pool.meta["history"]) + [{"revision": meta["revision"], "action": "add", "time": now,
+                                                     "questions": len(rows.questions),
+                                                     "provenance": dict(provenance or {})}]
+    return replace(pool, questions=pool.questions + rows.questions,
+                   scores=np.concatenate([widen(pool.scores, np.nan), rows.scores]),
+                   correct=np.concatenate([widen(pool.correct, False), rows.correct]),
+                   valid=np.concatenate([widen(pool.valid, False), rows.valid]),
+                   prr=np.concatenate([pool.prr, prr]), top1=np.concatenate([pool.top1, top1]),
+                   embeddings=embeddings, index=index, meta=meta)

@@ -1,0 +1,140 @@
+"""The versioned pool directory: pool.json, questions.jsonl, arrays as .npy, index.faiss.
+
+A save writes a complete temporary directory beside the target and renames it into place, so a
+reader sees the old pool or the new one, never half of each. A load checks the format version and
+every array's shape against pool.json and says which file is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from morkit.errors import InputError
+from morkit.jsonl import read_jsonl
+from morkit.question_pool.ensembles import Ensemble, Normalizer
+from morkit.question_pool.index import read_index, write_index
+from morkit.question_pool.pool import FORMAT_VERSION, PoolConfig, PoolQuestion, QuestionPool
+
+ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
+
+
+def save_pool(pool: QuestionPool, path: str | os.PathLike) -> Path:
+    """Write the pool to `path` atomically (replacing an older pool there, never another directory)."""
+    target = Path(path)
+    if target.exists() and not (target / "pool.json").is_file() and any(target.iterdir()):
+        raise InputError("exists and is not a pool directory; refusing to replace it", path=str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        header = {
+            **pool.meta,
+            "rm_names": list(pool.rm_names),
+            "config": pool.config.to_json(),
+            "normalizer": pool.normalizer.to_json(),
+            "global_prr": dict(pool.global_prr),
+            "ensembles": [e.to_json() for e in pool.ensembles],
+            "shapes": {name: list(getattr(pool, name).shape) for name in ARRAYS},
+        }
+        (staging / "pool.json").write_text(json.dumps(_json_safe(header), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        with open(staging / "questions.jsonl", "w", encoding="utf-8") as out:
+            for q in pool.questions:
+                out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
+                                      "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
+        for name in ARRAYS:
+            np.save(staging / f"{name}.npy", getattr(pool, name), allow_pickle=False)
+        write_index(pool.index, staging / "index.faiss")
+        os.chmod(staging, 0o755)
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            os.replace(target, old / "pool")
+        os.replace(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become null, so pool.json stays standard JSON."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _check(condition: bool, path: Path, message: str) -> None:
+    if not condition:
+        raise InputError(message, path=str(path))
+
+
+def load_pool(path: str | os.PathLike) -> QuestionPool:
+    """Read a pool directory; a missing file, another format version or a wrong shape is an InputError."""
+    root = Path(path)
+    header_path = root / "pool.json"
+    _check(root.is_dir(), root, "no such pool directory")
+    _check(header_path.is_file(), root, "not a pool directory (no pool.json); build one with `morkit pool build`")
+    try:
+        header: dict[str, Any] = json.loads(header_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable: {exc}", path=str(header_path)) from exc
+    version = header.get("format_version")
+    _check(version == FORMAT_VERSION, header_path,
+           f"pool format version {version!r}; this morkit reads version {FORMAT_VERSION}: rebuild the pool")
+    for key in ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes"):
+        _check(key in header, header_path, f"missing key {key!r}")
+    questions = tuple(PoolQuestion(o["id"], o["question"], o["domain"], int(o["n_candidates"]))
+                      for _, o in read_jsonl(root / "questions.jsonl"))
+    arrays = {}
+    for name in ARRAYS:
+        file = root / f"{name}.npy"
+        _check(file.is_file(), file, "missing pool array")
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"unreadable array: {exc}", path=str(file)) from exc
+        expected = tuple(header["shapes"][name])
+        _check(arrays[name].shape == expected, file, f"shape {arrays[name].shape}, pool.json says {expected}")
+    n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
+    dim = int(header["embedder"]["dim"])
+    expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
+              "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
+    for name, shape in expect.items():
+        actual = arrays[name].shape
+        ok = len(actual) == len(shape) and all(s is None or s == a for s, a in zip(shape, actual))
+        _check(ok, root / f"{name}.npy", f"shape {actual} does not fit {n_q} questions, {n_rm} RMs, "
+                                         f"{n_ens} ensembles, dim {dim}")
+    index_file = root / "index.faiss"
+    _check(index_file.is_file(), index_file, "missing FAISS index")
+    index = read_index(index_file)
+    _check(index.ntotal == n_q and index.d == dim, index_file,
+           f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
+    meta = {k: v for k, v in header.items()
+            if k not in ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes")}
+    return QuestionPool(
+        questions=questions,
+        rm_names=tuple(header["rm_names"]),
+        scores=arrays["scores"],
+        correct=arrays["correct"].astype(bool),
+        valid=arrays["valid"].astype(bool),
+        normalizer=Normalizer.from_json(header["normalizer"]),
+        global_prr={k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()},
+        ensembles=tuple(Ensemble.from_json(e) for e in header["ensembles"]),
+        prr=arrays["prr"],
+        top1=arrays["top1"],
+        embeddings=arrays["embeddings"],
+        index=index,
+        config=PoolConfig.from_json(header["config"]),
+        meta=meta,
+    )
