@@ -227,3 +227,8 @@ def test_rewardmath_pool_matches_pair_loop_on_raw_file(data_dir, hash_embedder):
         for rm in ("internlm2", "gpt4", "Math_Shepherd"):
             values = [min(v) if isinstance(v, list) else v for v in row["scores"][rm]]
             assert pool.prr[qi, names.index(rm)] == pytest.approx(pair_loop_prr(values, row["is_correct"]))
+
+
+def test_rm_without_global_prr_is_only_a_single():
+    ens = enumerate_ensembles(["a", "b", "ghost"], {"a": 0.6, "b": 0.7, "ghost": float("nan")}, max_members=3)
+    assert [e.name for e in ens if "ghost" in e.members] == ["ghost"]

@@ -103,10 +103,14 @@ def member_weights(weighting: str, quality: Sequence[float], temperature: float 
 
 def enumerate_ensembles(rm_names: Sequence[str], global_prr: Mapping[str, float], *, max_members: int = 3,
                         weightings: Sequence[str] = WEIGHTINGS, temperature: float = 1.0) -> list[Ensemble]:
-    """Every single RM, then every 2..max_members combination under each weighting, in a stable order."""
+    """Every single RM, then every 2..max_members combination under each weighting, in a stable order.
+
+    An RM without a global PRR (it never scored a question with mixed labels) has no weight to
+    give, so it appears only as a single."""
     out = [Ensemble((name,), (1.0,)) for name in rm_names]
+    rated = [name for name in rm_names if np.isfinite(global_prr[name])]
     for size in range(2, max_members + 1):
-        for members in itertools.combinations(rm_names, size):
+        for members in itertools.combinations(rated, size):
             for weighting in weightings:
                 weights = member_weights(weighting, [global_prr[m] for m in members], temperature)
                 out.append(Ensemble(members, weights, weighting))

@@ -12,7 +12,6 @@ correct ones), i.e. the incorrect answers strictly below each correct one. No lo
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 def prr(scores: np.ndarray, correct: np.ndarray) -> float:
@@ -36,6 +35,8 @@ def best_of_n_hit(scores: np.ndarray, correct: np.ndarray) -> float:
 
 def _strictly_below(values: np.ndarray) -> np.ndarray:
     """For each entry, how many entries of its row (axis 1) are strictly smaller; +inf never counts."""
+    from scipy.stats import rankdata  # imported here: scipy.stats costs ~1.5 s at import
+
     return rankdata(values, method="min", axis=1) - 1
 
 

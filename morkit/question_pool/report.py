@@ -1,0 +1,259 @@
+"""A one-file HTML report on a question pool: how each RM and the best ensembles rank answers.
+
+Everything is inline (PNG plots as base64 data URIs, CSS in the page), so the file can be mailed
+or archived alone. Plots use matplotlib's Agg canvas directly, never pyplot, so no global backend
+is touched. All user text (RM names, domains) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from html import escape
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from morkit.jsonl import atomic_path
+from morkit.question_pool.pool import QuestionPool, nanmean_columns
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
+h1{font-size:24px;margin-bottom:4px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;background:#f6f7f9;padding:12px 16px;border-radius:6px}
+.facts dt{font-weight:600;color:#555}.facts dd{margin:0}
+table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}
+th,td{padding:3px 10px;border-bottom:1px solid #e4e4e4;text-align:right}
+th{background:#f0f2f5;position:sticky;top:0}td.name,th.name{text-align:left}
+tr:nth-child(even) td{background:#fafafa}td.best{background:#c8f0c8!important;font-weight:700}
+td.ref{color:#666;font-style:italic}img{max-width:100%;height:auto;display:block;margin:8px 0}
+.note{color:#666;font-size:13px}.row{display:flex;gap:32px;flex-wrap:wrap;align-items:flex-start}
+"""
+
+
+def _png(fig: Any) -> str:
+    """The figure as a PNG data URI."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _img(fig: Any, alt: str) -> str:
+    return f'<img alt="{escape(alt)}" src="{_png(fig)}">'
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "–" if not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], best_cols: Sequence[int] = (),
+           ref_rows: Sequence[int] = ()) -> str:
+    """An HTML table; numbers are formatted, and the max of each column in `best_cols` is highlighted."""
+    best = {}
+    for c in best_cols:
+        values = [r[c] for i, r in enumerate(rows) if i not in ref_rows and np.isfinite(r[c])]
+        best[c] = max(values) if values else None
+    head = "".join(f'<th class="{"name" if isinstance(rows[0][i], str) else ""}">{escape(h)}</th>'
+                   for i, h in enumerate(header)) if rows else ""
+    body = []
+    for i, row in enumerate(rows):
+        cells = []
+        for c, v in enumerate(row):
+            if isinstance(v, str):
+                cells.append(f'<td class="name{" ref" if i in ref_rows else ""}">{escape(v)}</td>')
+            else:
+                text = str(v) if isinstance(v, (int, np.integer)) else _fmt(v)
+                cls = "best" if best.get(c) is not None and v == best[c] else ""
+                cells.append(f'<td class="{cls}">{text}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _domain_prr(pool: QuestionPool) -> tuple[list[str], np.ndarray]:
+    """Domains (largest first) and the (R, D) mean single-RM PRR per domain."""
+    domains = np.array([q.domain for q in pool.questions])
+    names, counts = np.unique(domains, return_counts=True)
+    order = [str(n) for _, n in sorted(zip(-counts, names))]
+    single = pool.prr[:, : len(pool.rm_names)]
+    return order, np.stack([nanmean_columns(single[domains == d]) for d in order], axis=1)
+
+
+def _header(pool: QuestionPool, domains: Sequence[str]) -> str:
+    meta = pool.meta
+    index = dict(meta.get("index", {}))
+    kind = index.pop("kind", "?")
+    recall = ", ".join(f"{k} = {_fmt(float(v))}" for k, v in index.items())
+    per_domain = {d: sum(q.domain == d for q in pool.questions) for d in domains}
+    missing = {k: v for k, v in meta.get("missing_scores", {}).items() if v}
+    facts = [
+        ("Questions", f"{len(pool)} in {len(domains)} domain(s): "
+                      + ", ".join(f"{d} ({n})" for d, n in per_domain.items())),
+        ("Reward models", f"{len(pool.rm_names)}: " + ", ".join(pool.rm_names)),
+        ("Ensembles", f"{len(pool.ensembles)} (up to {pool.config.max_members} members; "
+                      f"weightings {', '.join(pool.config.weightings)}; {pool.normalizer.kind} normalisation)"),
+        ("Embedder", f"{pool.meta.get('embedder', {}).get('name', '?')} "
+                     f"(dim {pool.meta.get('embedder', {}).get('dim', '?')})"),
+        ("Index", kind + (f" ({recall})" if recall else " (exact search)")),
+        ("Revision", f"{meta.get('revision', '?')} (created {meta.get('created', '?')}, "
+                     f"updated {meta.get('updated', '?')})"),
+        ("morkit version", str(meta.get("morkit_version", "?"))),
+        ("Skipped queries", ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in meta.get("skipped", {}).items())
+         or "none"),
+        ("Missing scores", ", ".join(f"{k}: {v} questions" for k, v in missing.items()) or "none"),
+    ]
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
+    return f'<h1>Question pool report</h1><dl class="facts">{items}</dl>'
+
+
+def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, overall: np.ndarray) -> str:
+    """RM x domain mean PRR (rows already sorted), annotated; grey where undefined; "all" column if several."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    several = len(domains) > 1
+    cols = list(domains) + (["all"] if several else [])
+    data = np.ma.masked_invalid(np.column_stack([table, overall]) if several else table)
+    fig = Figure(figsize=(2.6 + 1.1 * len(cols), 0.9 + 0.3 * len(names)))
+    ax = fig.add_subplot()
+    image = ax.imshow(data, cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"), vmin=0, vmax=1, aspect="auto")
+    tilt = several and max(len(c) for c in cols) > 8
+    ax.set_xticks(range(len(cols)), cols, rotation=30 if tilt else 0, ha="left" if tilt else "center",
+                  rotation_mode="anchor")
+    ax.set_yticks(range(len(names)), names)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    for (i, j), v in np.ndenumerate(data.filled(np.nan)):
+        ax.text(j, i, _fmt(v, 2), ha="center", va="center", fontsize=9,
+                color="white" if np.isfinite(v) and (v < 0.2 or v > 0.85) else "black")
+    if len(domains) > 1:
+        ax.axvline(len(domains) - 0.5, color="white", linewidth=3)
+    fig.colorbar(image, ax=ax, fraction=0.08 if len(cols) < 3 else 0.04, pad=0.03, label="mean PRR")
+    return _img(fig, "PRR heatmap, reward model by domain")
+
+
+def _ensemble_rows(stats: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [[" + ".join(s["ensemble"].members), s["ensemble"].weighting,
+             ", ".join(f"{w:.2f}" for w in s["ensemble"].weights), s["mean_prr"], s["best_of_n"], s["questions"]]
+            for s in stats]
+
+
+def _ranked(stats: Sequence[dict[str, Any]], key: str, other: str) -> list[dict[str, Any]]:
+    finite = [s for s in stats if np.isfinite(s[key])]
+    return sorted(finite, key=lambda s: (-s[key], -np.nan_to_num(s[other], nan=-1.0), s["ensemble"].name))
+
+
+def _bars(ax: Any, stats: Sequence[dict[str, Any]], best_single: dict[str, Any], key: str, title: str) -> None:
+    """Horizontal bars of the top ensembles, the best single RM as a grey reference bar."""
+    rows = list(stats) + [best_single]
+    values = np.array([s[key] for s in rows])
+    labels = [s["ensemble"].name for s in stats] + [f"best single: {best_single['ensemble'].name}"]
+    colors = ["#3b7dd8"] * len(stats) + ["#9a9a9a"]
+    y = np.arange(len(rows))
+    ax.barh(y, values, color=colors)
+    ax.set_yticks(y, labels, fontsize=9)
+    ax.invert_yaxis()
+    finite = values[np.isfinite(values)]
+    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    span = max(high - low, 0.02)
+    ax.set_xlim(max(0.0, low - 0.6 * span), min(1.0, high + 0.25 * span) + 0.02 * span)
+    if np.isfinite(best_single[key]):
+        ax.axvline(best_single[key], color="#555", linestyle="--", linewidth=1)
+    for yi, v in zip(y, values):
+        ax.text(v, yi, f" {_fmt(v)}", va="center", fontsize=8)
+    ax.set_title(title, fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _best_ensembles(pool: QuestionPool, table: Sequence[dict[str, Any]], top: int) -> str:
+    from matplotlib.figure import Figure
+
+    singles = [s for s in table if s["ensemble"].weighting == "single"]
+    multi = [s for s in table if s["ensemble"].weighting != "single"]
+    if not multi:
+        return '<h2>Best ensembles</h2><p class="note">The pool has no ensembles of two or more RMs.</p>'
+    header = ["members", "weighting", "weights", "mean PRR", "best-of-n", "questions w/ PRR"]
+    parts = ["<h2>Best ensembles</h2>"]
+    fig = Figure(figsize=(10.5, 1.4 + 0.26 * (2 * min(top, len(multi)) + 2)), layout="constrained")
+    axes = fig.subplots(2, 1)
+    for ax, (key, other, label) in zip(axes, [("mean_prr", "best_of_n", "mean PRR"),
+                                              ("best_of_n", "mean_prr", "best-of-n accuracy")]):
+        ranked = _ranked(multi, key, other)[:top]
+        best_single = (_ranked(singles, key, other) or singles)[0]
+        parts.append(f"<h3>Top {len(ranked)} by {escape(label)}</h3>")
+        rows = _ensemble_rows(ranked + [best_single])
+        rows[-1][0] = f"best single: {rows[-1][0]}"
+        parts.append(_table(header, rows, best_cols=[3 if key == "mean_prr" else 4], ref_rows=[len(rows) - 1]))
+        _bars(ax, ranked, best_single, key, f"Top {len(ranked)} ensembles by {label}")
+    parts[1:1] = [_img(fig, "top ensembles against the best single RM"),
+                  '<p class="note">Ensembles of two or more RMs; the grey bar and dashed line mark the best single RM. '
+                  "The value axis is zoomed. Means are over the questions where each row is defined (last column).</p>"]
+    return "".join(parts)
+
+
+def _distribution(pool: QuestionPool) -> str:
+    """Box plot of per-question PRR per RM, sorted by median (best on top)."""
+    from matplotlib.figure import Figure
+
+    values = [col[np.isfinite(col)] for col in pool.prr[:, : len(pool.rm_names)].T.astype(np.float64)]
+    medians = [np.median(v) if v.size else -np.inf for v in values]
+    means = [v.mean() if v.size else -np.inf for v in values]
+    order = sorted(range(len(values)), key=lambda r: (medians[r], means[r]))
+    fig = Figure(figsize=(10, 0.9 + 0.32 * len(order)))
+    ax = fig.add_subplot()
+    ax.boxplot([values[r] if values[r].size else [np.nan] for r in order], orientation="horizontal", widths=0.6,
+               showmeans=True, patch_artist=True, boxprops={"facecolor": "#cfe0f7"},
+               medianprops={"color": "#c0392b", "linewidth": 2},
+               meanprops={"marker": "D", "markerfacecolor": "black", "markeredgecolor": "black", "markersize": 4},
+               flierprops={"markersize": 3, "alpha": 0.4})
+    ax.set_yticks(range(1, len(order) + 1), [f"{pool.rm_names[r]} (n={values[r].size})" for r in order])
+    ax.axvline(0.5, color="#888", linestyle=":", linewidth=1)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_xlabel("PRR per question (red line: median, diamond: mean, dotted: chance)")
+    ax.grid(axis="x", alpha=0.3)
+    return _img(fig, "distribution of per-question PRR per reward model")
+
+
+def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15) -> Path:
+    """Write the pool report to `path` (one HTML file, written atomically); returns the path."""
+    from matplotlib import rc_context
+
+    if top < 1:
+        raise ValueError("top must be at least 1")
+    target = Path(path)
+    with atomic_path(target) as tmp, rc_context({"text.parse_math": False, "font.size": 10}):
+        table = pool.ensemble_table()
+        n_rm = len(pool.rm_names)
+        domains, per_domain = _domain_prr(pool)
+        singles = table[:n_rm]
+        order = sorted(range(n_rm), key=lambda r: (-np.nan_to_num(singles[r]["mean_prr"], nan=-1.0),
+                                                   pool.rm_names[r]))
+        overall = np.array([singles[r]["mean_prr"] for r in order])
+        header = ["reward model", "mean PRR", "best-of-n", "questions w/ PRR"]
+        rows = [[pool.rm_names[r], singles[r]["mean_prr"], singles[r]["best_of_n"], singles[r]["questions"]]
+                for r in order]
+        if len(domains) > 1:
+            header += [f"PRR {d}" for d in domains]
+            rows = [row + list(per_domain[r]) for row, r in zip(rows, order)]
+        best_cols = [1, 2] + list(range(4, len(header)))
+        body = [
+            _header(pool, domains),
+            "<h2>PRR by reward model and domain</h2>",
+            '<p class="note">Mean pair-wise ranking accuracy (share of correct/incorrect answer pairs ordered '
+            "right; 0.5 = chance) over the questions where it is defined; grey: no such question.</p>",
+            f'<div class="row">{_heatmap([pool.rm_names[r] for r in order], domains, per_domain[order], overall)}',
+            f"<div><h3>Single reward models</h3>{_table(header, rows, best_cols)}"
+            '<p class="note">Best-of-n: expected correctness of the top-scored answer. Best value per column '
+            "highlighted.</p></div></div>",
+            _best_ensembles(pool, table, top),
+            "<h2>PRR distribution per reward model</h2>",
+            _distribution(pool),
+        ]
+        page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Question pool report"
+                f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+        tmp.write_text(page, encoding="utf-8")
+    return target
