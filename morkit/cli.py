@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from morkit import __version__
 from morkit.cli_pool import add_pool_parser
+from morkit.cli_select import add_select_parsers
 from morkit.cli_common import DEFAULT_RMS, add_scoring_options, build_rms, open_cache
 from morkit.errors import MorkitError
 
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train_head)
 
     add_pool_parser(sub)
+    add_select_parsers(sub)
 
     p = sub.add_parser("demo", help="score a packaged sample with the embedded RMs and print a table")
     p.add_argument("--rm", action="append", metavar="NAME", help="RMs to show (default: all embedded)")

@@ -1,0 +1,94 @@
+"""Mixture of Reward models: a chosen ensemble's score for each of a query's candidates.
+
+Member scores come from the candidates' cached `scores` (PRM steps reduced as the pool reduced
+them) and pass through one of the feature transforms below before the weighted sum:
+"pool-zscore" uses the normaliser fitted on the pool (raw pools make it the identity), exactly as
+PRR was computed there; "query-zscore" standardises each member over this query's candidates,
+which is what the learned stacker uses (only the order within a query matters for picking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from morkit.question_pool.ensembles import Ensemble, Normalizer, combine
+from morkit.reward_models.base import reduce_steps
+from morkit.types import Query
+
+TRANSFORMS = ("pool-zscore", "query-zscore")
+
+
+def member_matrix(query: Query, rm_names: Sequence[str], reduction: str = "min") -> np.ndarray:
+    """(N, R) raw member scores from the query's cached scores; NaN where a candidate lacks one."""
+    out = np.full((len(query.candidates), len(rm_names)), np.nan)
+    for i, candidate in enumerate(query.candidates):
+        for r, name in enumerate(rm_names):
+            value = candidate.scores.get(name)
+            if value is not None:
+                out[i, r] = reduce_steps(value, reduction) if isinstance(value, tuple) else float(value)
+    return out
+
+
+def available_members(query: Query, rm_names: Sequence[str]) -> set[str]:
+    """The RMs with a cached score on every candidate of the query."""
+    return {name for name in rm_names if query.candidates and all(name in c.scores for c in query.candidates)}
+
+
+def query_zscore(values: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Standardise each member over the candidates of each query: (..., N, R) -> same shape.
+
+    Invalid (padding) or missing entries become 0, as does a member constant within the query."""
+    values = np.asarray(values, dtype=np.float64)
+    mask = ~np.isnan(values)
+    if valid is not None:
+        mask &= np.asarray(valid, dtype=bool)[..., None]
+    count = mask.sum(axis=-2, keepdims=True)
+    filled = np.where(mask, values, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = filled.sum(axis=-2, keepdims=True) / count
+        var = (np.where(mask, values - mean, 0.0) ** 2).sum(axis=-2, keepdims=True) / count
+        z = (values - mean) / np.sqrt(var)
+    return np.where(mask & (var > 0), z, 0.0)
+
+
+def transform(values: np.ndarray, kind: str, normalizer: Normalizer, rm_names: Sequence[str],
+              valid: np.ndarray | None = None) -> np.ndarray:
+    """Member scores (..., N, R) in the feature space an ensemble's weights apply to."""
+    if kind == "pool-zscore":
+        return normalizer.apply(rm_names, values)
+    if kind == "query-zscore":
+        return query_zscore(values, valid)
+    raise ValueError(f"unknown transform {kind!r}; choose from {', '.join(TRANSFORMS)}")
+
+
+@dataclass(frozen=True)
+class ScoredQuery:
+    scores: tuple[float, ...]
+    best_index: int
+    tied: tuple[int, ...]  # every candidate sharing the top score (best_index is one of them)
+
+
+def mor_scores(query: Query, ensemble: Ensemble, transform_kind: str, normalizer: Normalizer,
+               reduction: str = "min") -> np.ndarray:
+    """The ensemble's score for each candidate (NaN if a member score is missing)."""
+    raw = member_matrix(query, ensemble.members, reduction)
+    features = transform(raw, transform_kind, normalizer, ensemble.members)
+    if transform_kind == "query-zscore":
+        features = np.where(np.isnan(raw), np.nan, features)
+    return combine(features, np.asarray(ensemble.weights, dtype=np.float64)[:, None])[:, 0]
+
+
+def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:
+    """The top candidate; a tie is broken by a seeded shuffle keyed on the query id, never by position."""
+    import hashlib
+
+    scores = np.asarray(scores, dtype=np.float64)
+    if np.isnan(scores).any():
+        raise ValueError(f"query {query_id!r}: some candidates have no ensemble score")
+    tied = np.flatnonzero(scores == scores.max())
+    seed = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:8], "little")
+    best = int(np.random.default_rng(seed).choice(tied))
+    return ScoredQuery(tuple(float(s) for s in scores), best, tuple(int(i) for i in tied))

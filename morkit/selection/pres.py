@@ -1,0 +1,68 @@
+"""PRES (CTTS-MM): pick the ensemble with the highest similarity-weighted PRR over the query's neighbours.
+
+score(e) = sum over the top-k pool neighbours i of sim(query, i) * PRR(i, e), where a NaN PRR
+(question with one label, or a missing member score) contributes nothing. Ensembles whose members
+cannot score this query are skipped. `criterion="top1"` uses each neighbour's best-of-n hit instead
+of PRR: a top-1 criterion for a top-1 task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from morkit.question_pool.pool import QuestionPool
+from morkit.selection.base import Choice, Neighbours
+
+CRITERIA = ("prr", "top1")
+
+
+@dataclass
+class PRES:
+    """The paper's selection rule over a pool's ensembles (or its single RMs only)."""
+
+    pool: QuestionPool
+    criterion: str = "prr"
+    singles_only: bool = False
+    runner_ups: int = 5
+    name: str = "pres"
+    _table: np.ndarray = field(init=False, repr=False)
+    _uses: np.ndarray = field(init=False, repr=False)
+    _eligible: np.ndarray = field(init=False, repr=False)
+    _masks: dict = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"unknown PRES criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
+        values = self.pool.prr if self.criterion == "prr" else self.pool.top1
+        self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
+        rm_index = {name: r for r, name in enumerate(self.pool.rm_names)}
+        self._uses = np.zeros((len(self.pool.ensembles), len(rm_index)), dtype=bool)
+        for e, ens in enumerate(self.pool.ensembles):
+            self._uses[e, [rm_index[m] for m in ens.members]] = True
+        self._eligible = self._uses.sum(axis=1) == 1 if self.singles_only else np.ones(len(self._uses), bool)
+
+    def allowed(self, available: frozenset[str]) -> np.ndarray:
+        """Boolean mask of ensembles all of whose members are available (cached per availability set)."""
+        mask = self._masks.get(available)
+        if mask is None:
+            missing = np.array([name not in available for name in self.pool.rm_names])
+            mask = self._eligible & ~(self._uses[:, missing]).any(axis=1)
+            self._masks[available] = mask
+        return mask
+
+    def scores(self, neighbours: Neighbours) -> np.ndarray:
+        """PRES evidence for every pool ensemble, (E,)."""
+        return neighbours.similarities.astype(np.float32) @ self._table[neighbours.rows]
+
+    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+        mask = self.allowed(available)
+        if not mask.any():
+            raise LookupError("no pool ensemble can score this query: its candidates lack every pool RM's scores")
+        evidence = np.where(mask, self.scores(neighbours), -np.inf)
+        order = np.argsort(-evidence, kind="stable")[: self.runner_ups + 1]
+        best = int(order[0])
+        alternatives = tuple((self.pool.ensembles[int(e)].name, float(evidence[e])) for e in order[1:] if mask[e])
+        return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives,
+                      {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())})

@@ -1,0 +1,147 @@
+"""Per-query RM selection and MoR ranking against a question pool: `Selector(pool).select(q)` / `.rank(q)`.
+
+Methods are looked up by name in METHODS (one class each, one `choose` method). The default is the
+pool-learned stacker; "pres" is the CTTS-MM paper's rule, "pres-top1" the same rule on best-of-n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from morkit.errors import InputError
+from morkit.question_pool.index import search
+from morkit.question_pool.pool import QuestionPool
+from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.mor import available_members, mor_scores, pick_best
+from morkit.selection.pres import PRES
+from morkit.selection.stacker import Stacker
+from morkit.types import Query
+
+DEFAULT_METHOD = "stacker"
+METHODS: dict[str, Callable[..., SelectionMethod]] = {
+    "stacker": lambda pool, **kw: Stacker(pool),
+    "pres": lambda pool, **kw: PRES(pool, "prr", singles_only=kw.get("singles_only", False)),
+    "pres-top1": lambda pool, **kw: PRES(pool, "top1", singles_only=kw.get("singles_only", False), name="pres-top1"),
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Why a query gets the ensemble it gets: the pick, its evidence, the neighbours, the runner-ups."""
+
+    query_id: str
+    method: str
+    choice: Choice
+    normalizer: str  # the transform the weights apply to, named for the output contract
+    neighbours: Neighbours
+    missing_rms: tuple[str, ...]  # pool RMs this query cannot use (ensembles with them were skipped)
+
+    def to_json(self) -> dict[str, Any]:
+        ens = self.choice.ensemble
+        return {
+            "id": self.query_id,
+            "method": self.method,
+            "ensemble": {"members": list(ens.members), "weights": list(ens.weights), "weighting": ens.weighting,
+                         "normalizer": self.normalizer},
+            "criterion": {"name": self.choice.details.get("criterion"), "value": self.choice.score},
+            "runner_ups": [{"ensemble": name, "value": value} for name, value in self.choice.alternatives],
+            "neighbours": [{"id": i, "similarity": round(float(s), 6)}
+                           for i, s in zip(self.neighbours.ids, self.neighbours.similarities)],
+            "skipped": {"missing_rms": list(self.missing_rms),
+                        **{k: v for k, v in self.choice.details.items() if k.startswith("skipped")}},
+        }
+
+
+@dataclass(frozen=True)
+class Ranking:
+    selection: Selection
+    scores: tuple[float, ...]
+    best_index: int
+    tied: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        sel = self.selection.to_json()
+        return {"id": self.selection.query_id, "best_index": self.best_index, "ensemble": sel["ensemble"],
+                "scores": list(self.scores), "tied": list(self.tied), "method": self.selection.method}
+
+
+def _normalizer_name(pool: QuestionPool, transform: str) -> str:
+    return pool.normalizer.kind if transform == "pool-zscore" else transform
+
+
+class Selector:
+    """Routes queries to ensembles using a pool; embeds query questions with the pool's own embedder."""
+
+    def __init__(self, pool: QuestionPool, method: str = DEFAULT_METHOD, *, embedder: Any = None, k: int = 100,
+                 singles_only: bool = False, runnable: Iterable[str] = ()):
+        if len(pool) == 0:
+            raise InputError("the pool is empty: build it from labelled questions first")
+        if method not in METHODS:
+            raise InputError(f"unknown selection method {method!r}; choose from {', '.join(METHODS)}")
+        if embedder is not None and embedder.name != pool.embedder:
+            raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
+                             f"with {embedder.name!r}, and similarities across embedders mean nothing")
+        self.pool = pool
+        self.method_name = method
+        self.method = METHODS[method](pool, singles_only=singles_only)
+        self.k = k
+        self.runnable = frozenset(runnable) & set(pool.rm_names)
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from morkit.question_pool.embed import load_embedder
+
+            self._embedder = load_embedder(self.pool.embedder)
+        return self._embedder
+
+    def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:
+        sims, rows = search(self.pool.index, vectors, self.k)
+        out = []
+        for s, r in zip(sims, rows):
+            keep = r >= 0
+            out.append(Neighbours(r[keep], tuple(self.pool.questions[i].id for i in r[keep]), s[keep]))
+        return out
+
+    def available(self, query: Query) -> frozenset[str]:
+        """Pool RMs with cached scores on every candidate, plus runnable RMs when every candidate has text."""
+        cached = available_members(query, self.pool.rm_names)
+        if self.runnable and all(c.text is not None for c in query.candidates):
+            cached |= self.runnable
+        return frozenset(cached)
+
+    def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
+        if vectors is None:
+            vectors = self.embedder.encode([q.question for q in queries])
+        out = []
+        for query, neighbours in zip(queries, self.neighbours(vectors)):
+            available = self.available(query)
+            try:
+                choice = self.method.choose(neighbours, available)
+            except LookupError as exc:
+                raise InputError(f"query {query.id!r}: {exc}") from exc
+            missing = tuple(m for m in self.pool.rm_names if m not in available)
+            out.append(Selection(query.id, self.method_name, choice,
+                                 _normalizer_name(self.pool, choice.transform), neighbours, missing))
+        return out
+
+    def select(self, query: Query) -> Selection:
+        return self.select_many([query])[0]
+
+    def rank_selected(self, query: Query, selection: Selection) -> Ranking:
+        """MoR scores of the query's candidates under a selection; member scores must be cached on them."""
+        choice = selection.choice
+        scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer, self.pool.config.reduction)
+        if np.isnan(scores).any():
+            lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
+            raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
+                             "score them first (morkit score) or let rank run the registered RMs")
+        picked = pick_best(query.id, scores)
+        return Ranking(selection, picked.scores, picked.best_index, picked.tied)
+
+    def rank(self, query: Query) -> Ranking:
+        return self.rank_selected(query, self.select(query))

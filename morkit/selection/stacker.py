@@ -1,0 +1,111 @@
+"""A stacker learned on the pool: listwise (conditional-logit) weights over normalised member scores.
+
+Per pool question, P(candidate) = softmax over the question's candidates of w . x(candidate), and the
+weights maximise the probability mass on correct answers (an L2-penalised top-1 objective; PRR's
+pairwise view does not reward putting the correct answer above *all* others). The feature transform
+and the penalty are chosen by k-fold cross-validation over pool questions, scoring expected best-of-n
+accuracy with ties shared; test answers are never seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+
+from morkit.question_pool.ensembles import Ensemble
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.prr import best_of_n_matrix
+from morkit.selection.base import Choice, Neighbours
+from morkit.selection.mor import TRANSFORMS, transform
+
+PENALTIES = (0.1, 1.0, 10.0, 100.0)
+
+
+@dataclass(frozen=True)
+class StackerFit:
+    ensemble: Ensemble
+    transform: str
+    penalty: float
+    cv_best_of_n: float  # mean expected best-of-n over the CV folds for the chosen setting
+    cv_table: tuple[tuple[str, float, float], ...]  # (transform, penalty, CV best-of-n) for every setting
+
+
+def _fit_weights(x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float) -> np.ndarray:
+    """Conditional-logit weights: minimise -sum log P(correct) + penalty * |w|^2 with L-BFGS."""
+    use = (correct & valid).any(axis=1) & (~correct & valid).any(axis=1)  # only mixed questions teach
+    x, good, valid = x[use], (correct & valid)[use], valid[use]
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        u = np.where(valid, x @ w, -np.inf)
+        e = np.exp(u - u.max(axis=1, keepdims=True))
+        z_all, e_good = e.sum(axis=1), np.where(good, e, 0.0)
+        z_good = e_good.sum(axis=1)
+        value = -(np.log(z_good) - np.log(z_all)).sum() + penalty * w @ w
+        grad = -np.einsum("qn,qnr->r", e_good / z_good[:, None] - e / z_all[:, None], x) + 2 * penalty * w
+        return float(value), grad
+
+    if not use.any():
+        return np.full(x.shape[-1], 1.0 / x.shape[-1])
+    return minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
+
+
+def _features(pool: QuestionPool, members: Sequence[str], kind: str) -> np.ndarray:
+    cols = [pool.rm_names.index(m) for m in members]
+    x = transform(pool.scores[:, :, cols], kind, pool.normalizer, members, pool.valid)
+    return np.where(pool.valid[:, :, None] & ~np.isnan(x), x, 0.0)
+
+
+def _expected_top1(x: np.ndarray, w: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    return best_of_n_matrix((x @ w)[:, :, None], correct, valid)[:, 0]
+
+
+def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
+                transforms: Sequence[str] = TRANSFORMS, penalties: Sequence[float] = PENALTIES) -> StackerFit:
+    """Choose transform and penalty by CV over pool questions, then fit on the whole pool."""
+    members = tuple(members or pool.rm_names)
+    n = len(pool)
+    fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
+    table = []
+    for kind in transforms:
+        x = _features(pool, members, kind)
+        for penalty in penalties:
+            hits = np.full(n, np.nan)
+            for f in np.unique(fold_of):
+                train, test = fold_of != f, fold_of == f
+                w = _fit_weights(x[train], pool.correct[train], pool.valid[train], penalty)
+                hits[test] = _expected_top1(x[test], w, pool.correct[test], pool.valid[test])
+            table.append((kind, penalty, float(np.nanmean(hits))))
+    kind, penalty, score = max(table, key=lambda row: row[2])
+    w = _fit_weights(_features(pool, members, kind), pool.correct, pool.valid, penalty)
+    ensemble = Ensemble(members, tuple(float(v) for v in w), "stacked")
+    return StackerFit(ensemble, kind, penalty, score, tuple(table))
+
+
+@dataclass
+class Stacker:
+    """Selection method: the pool-learned stacker over every available RM (refitted per availability set)."""
+
+    pool: QuestionPool
+    folds: int = 5
+    name: str = "stacker"
+    _fits: dict = field(init=False, repr=False, default_factory=dict)
+
+    def fit_for(self, available: frozenset[str]) -> StackerFit:
+        fit = self._fits.get(available)
+        if fit is None:
+            members = tuple(m for m in self.pool.rm_names if m in available)
+            if not members:
+                raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
+            fit = self._fits[available] = fit_stacker(self.pool, members, folds=self.folds)
+        return fit
+
+    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+        fit = self.fit_for(available)
+        alternatives = tuple((f"{kind} penalty {penalty:g}", score) for kind, penalty, score in fit.cv_table
+                             if (kind, penalty) != (fit.transform, fit.penalty))
+        skipped = [m for m in self.pool.rm_names if m not in available]
+        return Choice(fit.ensemble, fit.transform, fit.cv_best_of_n, alternatives,
+                      {"criterion": "cv_best_of_n", "penalty": fit.penalty, "skipped_members": skipped})
