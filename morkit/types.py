@@ -47,3 +47,11 @@ class Score:
     def to_json(self) -> float | list[float]:
         """Contract form: a float for ORMs, the step list for PRMs."""
         return list(self.steps) if self.steps is not None else self.value
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verifier's judgement of one answer: a score (comparable within one verify call) and feedback text."""
+
+    score: float
+    feedback: str = ""

@@ -1,0 +1,92 @@
+"""Text generation for agents, aggregators and judges: the `LLM` protocol and its plain data types.
+
+A conversation is a list of {"role", "content"} messages (OpenAI chat format). `chat` answers many
+conversations at once (each with `params.n` samples); `stream` yields one conversation's text as it
+is produced. Backends: `openai_compat` (any OpenAI-compatible server, vLLM included) and `local`
+(transformers, the embedded SmolLM2 by default). `ScriptedLLM` replays a function, for tests.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+Message = Mapping[str, str]
+Conversation = Sequence[Message]
+
+
+class LLMError(Exception):
+    """A generation that failed after its retries (timeout, HTTP error, malformed reply)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"invalid sampling parameters: {self}")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The samples for one conversation, with token counts (0 where a backend does not report them)."""
+
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class LLM(Protocol):
+    name: str
+
+    def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        """One Completion per conversation, in order; raises LLMError if any conversation failed."""
+        ...
+
+    def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
+        """Text pieces of a single sample as they are generated (params.n is ignored)."""
+        ...
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Text up to the first stop string (excluded), and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+@dataclass
+class ScriptedLLM:
+    """An LLM whose replies come from `reply(conversation, sample_index) -> str`; counts its calls.
+
+    For testing control flow only: it is not a model."""
+
+    reply: Callable[[Conversation, int], str]
+    name: str = "scripted"
+    calls: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        with self._lock:
+            self.calls += len(conversations)
+        out = []
+        for conversation in conversations:
+            texts = [cut_at_stop(self.reply(conversation, i), params.stop)[0] for i in range(params.n)]
+            out.append(Completion(tuple(texts), ("stop",) * params.n))
+        return out
+
+    def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
+        text = self.chat([conversation], SamplingParams(1, params.temperature, params.top_p, params.max_tokens,
+                                                        params.stop, params.seed))[0].texts[0]
+        for piece in re.split(r"(?<= )", text):  # word by word, spaces kept
+            if piece:
+                yield piece

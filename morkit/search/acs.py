@@ -1,0 +1,105 @@
+"""Agent Collaboration Search (CTTS-MM Algorithm A): reward-guided greedy aggregation of agents' answers.
+
+1. Score every agent answer with the query's MoR verifier; the top-k (default 2) form the set S.
+2. Aggregate S with the LLM aggregator; that is the current answer.
+3. Greedy: for every answer not in S, aggregate S plus it (all of one step in one batched call),
+   score them together with the current answer, and keep the best if it scores strictly higher;
+   stop when none does or nothing is left.
+4. Residual: aggregate all answers plus the current one; keep it only if it scores higher.
+Scores are compared only within one verify call, with every agent answer passed as context, so
+set-level RMs see the same siblings each time. Every step lands in the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from morkit.llm.base import LLMError
+from morkit.search.agents import AgentAnswer
+from morkit.search.aggregate import Aggregator
+from morkit.search.base import Meter, SearchResult, TraceStep
+from morkit.selection.verifier import Verifier
+
+
+def ranked(scores: Sequence[float]) -> list[int]:
+    """Indices by score, best first; equal scores keep answer order (agents are listed in config order)."""
+    return sorted(range(len(scores)), key=lambda i: -scores[i])
+
+
+@dataclass
+class ACS:
+    verifier: Verifier
+    aggregator: Aggregator
+    k: int = 2
+    residual: bool = True
+    max_steps: int | None = None
+    name: str = "acs"
+
+    def run(self, question: str, answers: Sequence[AgentAnswer]) -> SearchResult:
+        meter = Meter(self.verifier, self.aggregator)
+        texts = [a.text for a in answers]
+        trace: list[TraceStep] = []
+        if not texts:
+            trace.append(TraceStep("stop", note="no agent answered"))
+            return meter.result(self.name, "", None, trace)
+        scores = [v.score for v in self.verifier.verify(question, texts, context=texts)]
+        trace.append(TraceStep("answers", tuple(range(len(texts))), score=max(scores),
+                               tried=tuple(enumerate(scores)), **meter.mark()))
+        members = ranked(scores)[: max(1, self.k)]
+        best = members[0]
+        current, current_score = texts[best], scores[best]
+        try:
+            aggregate = self.aggregator.aggregate(question, [texts[i] for i in members])
+        except LLMError as exc:
+            trace.append(TraceStep("error", tuple(members), note=f"initial aggregation failed: {exc}", **meter.mark()))
+            return meter.result(self.name, current, current_score, trace, fallback="best agent answer")
+        # The paper's initial answer is the aggregate of the top-k set, whatever it scores.
+        current, current_score = aggregate, self._scores(question, [aggregate], texts)[0]
+        trace.append(TraceStep("initial", tuple(members), aggregate, current_score, True, **meter.mark()))
+
+        steps = 0
+        while self.max_steps is None or steps < self.max_steps:
+            remaining = [i for i in range(len(texts)) if i not in members]
+            if not remaining:
+                trace.append(TraceStep("stop", tuple(members), note="every answer is in the set", **meter.mark()))
+                break
+            try:
+                candidates = self.aggregator.aggregate_many(question, [[texts[i] for i in members + [j]]
+                                                                       for j in remaining])
+            except LLMError as exc:
+                trace.append(TraceStep("error", tuple(members), note=f"greedy aggregation failed: {exc}",
+                                       **meter.mark()))
+                break
+            *cand_scores, current_score = self._scores(question, candidates + [current], texts)
+            pick = int(np.argmax(cand_scores))
+            accepted = cand_scores[pick] > current_score
+            tried = tuple(zip(remaining, cand_scores))
+            if accepted:
+                members = members + [remaining[pick]]
+                current, current_score = candidates[pick], cand_scores[pick]
+            trace.append(TraceStep("greedy", tuple(members), candidates[pick], cand_scores[pick], accepted, tried,
+                                   note="" if accepted else "no addition beats the current answer: stop",
+                                   **meter.mark()))
+            steps += 1
+            if not accepted:
+                break
+
+        if self.residual:
+            try:
+                residual = self.aggregator.aggregate(question, texts + [current])
+                res_score, current_score = self._scores(question, [residual, current], texts)
+                keep = res_score > current_score
+                trace.append(TraceStep("residual", tuple(range(len(texts))), residual, res_score, keep,
+                                       note="kept" if keep else "discarded: not better than the current answer",
+                                       **meter.mark()))
+                if keep:
+                    current, current_score = residual, res_score
+            except LLMError as exc:
+                trace.append(TraceStep("error", note=f"residual aggregation failed: {exc}", **meter.mark()))
+        return meter.result(self.name, current, current_score, trace, members=list(members))
+
+    def _scores(self, question: str, candidates: list[str], texts: list[str]) -> list[float]:
+        return [v.score for v in self.verifier.verify(question, candidates, context=texts)]

@@ -1,0 +1,138 @@
+"""Agent pools from agents.toml: who answers (name, backend, model, sampling, system prompt), and the aggregator.
+
+Backends are looked up by name in BACKENDS; an LLM is built only when first used, and agents that
+name the same backend and model share one instance.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from morkit.errors import InputError
+from morkit.llm.base import LLM, LLMError, SamplingParams
+
+_SAMPLING_KEYS = {"n", "temperature", "top_p", "max_tokens", "stop", "seed"}
+_SPEC_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env", "timeout", "retries", "concurrency"}
+
+
+def _local(spec: "AgentSpec") -> LLM:
+    from morkit.llm.local import LocalLLM
+
+    return LocalLLM(None if spec.model in ("", "smollm2") else spec.model)
+
+
+def _openai(spec: "AgentSpec") -> LLM:
+    from morkit.llm.openai_compat import OpenAIChatLLM
+
+    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    return OpenAIChatLLM(spec.model, spec.base_url, key, timeout=spec.timeout, retries=spec.retries,
+                         concurrency=spec.concurrency)
+
+
+BACKENDS: dict[str, Callable[["AgentSpec"], LLM]] = {"local": _local, "openai": _openai}
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    backend: str = "local"
+    model: str = "smollm2"
+    params: SamplingParams = SamplingParams()
+    system: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout: float = 120.0
+    retries: int = 2
+    concurrency: int = 8
+
+
+@dataclass(frozen=True)
+class AgentsConfig:
+    agents: tuple[AgentSpec, ...]
+    aggregator: AgentSpec
+    source: str = "<built in>"
+
+
+def default_agents_path() -> Path:
+    return Path(str(resources.files("morkit") / "resources" / "agents" / "local.toml"))
+
+
+def _spec(table: Mapping[str, Any], defaults: Mapping[str, Any], where: str, path: str) -> AgentSpec:
+    merged = {**defaults, **table}
+    unknown = set(merged) - _SAMPLING_KEYS - _SPEC_KEYS
+    if unknown:
+        raise InputError(f"{where}: unknown keys {sorted(unknown)}", path=path)
+    backend = merged.get("backend", "local")
+    if backend not in BACKENDS:
+        raise InputError(f"{where}: unknown backend {backend!r}; choose from {', '.join(BACKENDS)}", path=path)
+    try:
+        sampling = {k: merged[k] for k in _SAMPLING_KEYS if k in merged}
+        if "stop" in sampling:
+            sampling["stop"] = tuple(sampling["stop"])
+        params = SamplingParams(**sampling)
+        fields = {k: merged[k] for k in _SPEC_KEYS if k in merged}
+        fields.setdefault("name", where)
+        return AgentSpec(params=params, **fields)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{where}: {exc}", path=path) from exc
+
+
+def load_agents(path: str | os.PathLike | None = None) -> AgentsConfig:
+    """Parse an agents.toml (default: the packaged offline SmolLM2 pool); errors name the file and table."""
+    path = str(path or default_agents_path())
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"invalid TOML: {exc}", path=path) from exc
+    defaults = data.get("defaults", {})
+    tables = data.get("agent", [])
+    if not isinstance(tables, list) or not tables:
+        raise InputError("no [[agent]] tables: an agent pool needs at least one agent", path=path)
+    agents = tuple(_spec(t, defaults, f"agent {t.get('name', i)!r}", path) for i, t in enumerate(tables))
+    names = [a.name for a in agents]
+    if len(set(names)) != len(names):
+        raise InputError(f"agent names must be unique, got {names}", path=path)
+    aggregator = _spec({"name": "aggregator", **data.get("aggregator", {})}, defaults, "aggregator", path)
+    return AgentsConfig(agents, aggregator, path)
+
+
+@dataclass
+class LLMPool:
+    """Builds each (backend, model, endpoint) LLM once and hands it to every agent that names it."""
+
+    _built: dict = field(default_factory=dict)
+
+    def llm(self, spec: AgentSpec) -> LLM:
+        key = (spec.backend, spec.model, spec.base_url)
+        if key not in self._built:
+            self._built[key] = BACKENDS[spec.backend](spec)
+        return self._built[key]
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    agent: str
+    text: str
+
+
+def generate_answers(config: AgentsConfig, question: str, llms: LLMPool) -> tuple[list[AgentAnswer], list[str]]:
+    """Every agent's samples for the question; an agent that fails is reported, and the others go on."""
+    answers, failures = [], []
+    for spec in config.agents:
+        conversation = ([{"role": "system", "content": spec.system}] if spec.system else []) + [
+            {"role": "user", "content": question}]
+        try:
+            completion = llms.llm(spec).chat([conversation], spec.params)[0]
+        except (LLMError, OSError, RuntimeError) as exc:
+            failures.append(f"{spec.name}: {exc}")
+            continue
+        answers.extend(AgentAnswer(spec.name, text.strip()) for text in completion.texts)
+    return answers, failures

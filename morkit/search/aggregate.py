@@ -1,0 +1,44 @@
+"""MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from morkit.llm.base import LLM, Conversation, SamplingParams
+
+AGGREGATOR_SYSTEM = (
+    "You combine several candidate responses to the same question into one better response. The candidates "
+    "may contain mistakes: check each step, keep what is right, fix or drop what is wrong, and do not simply "
+    "copy the majority. Write one complete, self-contained solution and end it with 'The answer is <answer>.'"
+)
+
+
+def aggregation_conversation(question: str, responses: Sequence[str], system: str = AGGREGATOR_SYSTEM) -> Conversation:
+    """The chat the aggregator sees: its instructions, the question, the numbered responses."""
+    listed = "\n\n".join(f"Response {i}:\n{r.strip()}" for i, r in enumerate(responses, start=1))
+    user = f"Question:\n{question.strip()}\n\n{listed}\n\nWrite the single refined response."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+@dataclass
+class Aggregator:
+    """Synthesises one answer from many; `aggregate_many` sends all sets of one search step at once."""
+
+    llm: LLM
+    params: SamplingParams = SamplingParams(temperature=0.3, max_tokens=256)
+    system: str = AGGREGATOR_SYSTEM
+    calls: int = 0
+
+    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]]) -> list[str]:
+        if not response_sets:
+            return []
+        conversations = [aggregation_conversation(question, rs, self.system) for rs in response_sets]
+        params = SamplingParams(1, self.params.temperature, self.params.top_p, self.params.max_tokens,
+                                self.params.stop, self.params.seed)
+        completions = self.llm.chat(conversations, params)
+        self.calls += len(conversations)
+        return [c.texts[0].strip() if c.texts else "" for c in completions]
+
+    def aggregate(self, question: str, responses: Sequence[str]) -> str:
+        return self.aggregate_many(question, [responses])[0]

@@ -1,0 +1,127 @@
+"""Run a search method over many queries: agents answer, a per-query MoR verifier is chosen, the method runs.
+
+Finished queries are appended to a work file as they complete, so an interrupted run resumes where
+it stopped; the final output is written atomically from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.search.acs import ACS
+from morkit.search.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answers
+from morkit.search.aggregate import Aggregator
+from morkit.search.base import SearchMethod, SearchResult
+from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
+from morkit.selection.verifier import mor_verifier
+from morkit.types import Candidate, Query
+
+METHODS: dict[str, Callable[..., SearchMethod]] = {
+    "acs": lambda v, a, cfg, opts: ACS(v, a, k=opts.get("k", 2), residual=opts.get("residual", True)),
+    "best-of-n": lambda v, a, cfg, opts: BestOfN(v),
+    "majority": lambda v, a, cfg, opts: MajorityVote(),
+    "self-consistency": lambda v, a, cfg, opts: self_consistency(opts.get("agent") or cfg.agents[0].name),
+    "moa": lambda v, a, cfg, opts: SingleAggregation(a, v),
+}
+
+
+def is_correct(query: Query, answer: str) -> bool | None:
+    """Whether the answer's final value matches the query's reference (None without a reference)."""
+    if query.reference is None:
+        return None
+    return bool(answer.strip()) and answers_equivalent(extract_answer(answer), query.reference)
+
+
+@dataclass
+class SearchRunner:
+    """Holds what is shared across queries: selector, built RMs, score cache, agents and their LLMs."""
+
+    selector: Any
+    config: AgentsConfig
+    build_rm: Callable[[str], Any]
+    cache: Any = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    llms: LLMPool = field(default_factory=LLMPool)
+    _rms: dict = field(default_factory=dict)
+
+    def rm(self, name: str) -> Any:
+        if name not in self._rms:
+            self._rms[name] = self.build_rm(name)
+        return self._rms[name]
+
+    def answers(self, query: Query) -> tuple[list[AgentAnswer], list[str], int]:
+        """The query's own candidate texts if it has them, else fresh agent answers; (answers, failures, calls)."""
+        given = [AgentAnswer(c.agent or "input", c.text) for c in query.candidates if c.text is not None]
+        if given:
+            return given, [], 0
+        answers, failures = generate_answers(self.config, query.question, self.llms)
+        return answers, failures, len(self.config.agents)
+
+    def run(self, query: Query, methods: Sequence[str]) -> "QueryRun":
+        answers, failures, agent_calls = self.answers(query)
+        probe = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in answers))
+        selection = self.selector.select(probe)
+        members = selection.choice.ensemble.members
+        verifier = mor_verifier(selection, self.selector.pool, {m: self.rm(m) for m in members}, self.cache)
+        spec = self.config.aggregator
+        aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}))
+        results = {name: METHODS[name](verifier, aggregator, self.config, self.options).run(query.question, answers)
+                   for name in methods}
+        return QueryRun(query, selection, tuple(answers), agent_calls, tuple(failures), results)
+
+
+@dataclass(frozen=True)
+class QueryRun:
+    """One query's search: the agents' answers, the chosen ensemble, and each method's result."""
+
+    query: Query
+    selection: Any
+    answers: tuple[AgentAnswer, ...]
+    agent_calls: int
+    agent_failures: tuple[str, ...]
+    results: Mapping[str, SearchResult]
+
+    def to_json(self) -> dict[str, Any]:
+        results = {}
+        for name, result in self.results.items():
+            results[name] = {**result.to_json(), "correct": is_correct(self.query, result.answer)}
+        return {"id": self.query.id, "ensemble": self.selection.to_json()["ensemble"],
+                "answers": [{"agent": a.agent, "text": a.text} for a in self.answers],
+                "agent_calls": self.agent_calls, "agent_failures": list(self.agent_failures), "results": results}
+
+
+def completed(path: Path) -> dict[str, dict]:
+    """Records already in a work file (a torn last line from a crash is ignored)."""
+    done: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            done[record["id"]] = record
+    return done
+
+
+def run_all(runner: SearchRunner, queries: Sequence[Query], methods: Sequence[str], output: str | os.PathLike,
+            progress: Callable[[Iterable], Iterable] = lambda x: x) -> list[dict]:
+    """Search every query, resuming from `<output>.partial`; writes `output` atomically at the end."""
+    from morkit.jsonl import write_jsonl
+
+    work = Path(str(output) + ".partial")
+    done = {k: r for k, r in completed(work).items() if set(methods) <= set(r.get("results", {}))}
+    with open(work, "a", encoding="utf-8") as log:
+        for query in progress([q for q in queries if q.id not in done]):
+            record = runner.run(query, methods).to_json()
+            log.write(json.dumps(record, ensure_ascii=False) + "\n")
+            log.flush()
+            done[query.id] = record
+    records = [done[q.id] for q in queries]
+    write_jsonl(output, records)
+    work.unlink()
+    return records

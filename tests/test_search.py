@@ -1,0 +1,152 @@
+"""ACS rules and baselines with scripted agents, a scripted aggregator and a table verifier."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from morkit.errors import InputError
+from morkit.llm.base import LLMError, ScriptedLLM, SamplingParams
+from morkit.search.acs import ACS
+from morkit.search.agents import AgentAnswer, AgentsConfig, AgentSpec, LLMPool, generate_answers, load_agents
+from morkit.search.aggregate import Aggregator
+from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
+from morkit.types import Verdict
+
+
+class TableVerifier:
+    """Scores answers from a fixed table (unknown texts score 0); records what each call saw."""
+
+    name = "table"
+
+    def __init__(self, table):
+        self.table = table
+        self.calls = []
+        self.rm_calls = 0
+
+    def verify(self, question, answers, context=()):
+        self.calls.append((list(answers), list(context)))
+        self.rm_calls += len(answers)
+        return [Verdict(self.table.get(a, 0.0)) for a in answers]
+
+
+def aggregating_llm(fail_on=None):
+    """Replies agg(X|Y|...) with the sorted responses it was shown (the prompt format is parsed for real)."""
+
+    def reply(conversation, _):
+        user = conversation[-1]["content"]
+        found = sorted(re.findall(r"Response \d+:\n(.*?)(?=\n\nResponse \d+:|\n\nWrite the single)", user, re.S))
+        text = "agg(" + "|".join(found) + ")"
+        if fail_on and text == fail_on:
+            raise LLMError("scripted failure")
+        return text
+
+    return ScriptedLLM(reply)
+
+
+ANSWERS = [AgentAnswer("a1", "A"), AgentAnswer("a2", "B"), AgentAnswer("a3", "C"), AgentAnswer("a4", "D")]
+SCORES = {"A": 0.9, "B": 0.5, "C": 0.8, "D": 0.1, "agg(A|C)": 0.85, "agg(A|B|C)": 0.95, "agg(A|C|D)": 0.7,
+          "agg(A|B|C|D)": 0.9}
+
+
+def test_acs_topk_start_greedy_step_early_stop_and_residual_keep():
+    verifier = TableVerifier({**SCORES, "agg(A|B|C|D|agg(A|B|C))": 0.99})
+    result = ACS(verifier, Aggregator(aggregating_llm()), k=2).run("q", ANSWERS)
+    steps = [(s.step, s.members, s.text, s.accepted) for s in result.trace]
+    assert steps == [
+        ("answers", (0, 1, 2, 3), "", False),
+        ("initial", (0, 2), "agg(A|C)", True),  # top-2 by score: A (0.9) and C (0.8)
+        ("greedy", (0, 2, 1), "agg(A|B|C)", True),  # adding B (0.95) beats 0.85
+        ("greedy", (0, 2, 1), "agg(A|B|C|D)", False),  # adding D gives 0.9 < 0.95: stop
+        ("residual", (0, 1, 2, 3), "agg(A|B|C|D|agg(A|B|C))", True),
+    ]
+    assert result.answer == "agg(A|B|C|D|agg(A|B|C))" and result.score == 0.99
+    assert dict(result.trace[2].tried) == {1: 0.95, 3: 0.7}
+    assert result.llm_calls == 1 + 2 + 1 + 1  # initial, 2 candidates, 1 candidate, residual
+    # every verify call saw all agent answers as context
+    assert all(ctx == ["A", "B", "C", "D"] for _, ctx in verifier.calls)
+
+
+def test_acs_residual_discarded_and_ties_do_not_count_as_better():
+    verifier = TableVerifier({**SCORES, "agg(A|B|C)": 0.85, "agg(A|C|D)": 0.85})  # ties with the current 0.85
+    result = ACS(verifier, Aggregator(aggregating_llm()), k=2).run("q", ANSWERS)
+    assert [s.step for s in result.trace] == ["answers", "initial", "greedy", "residual"]
+    assert not result.trace[2].accepted and not result.trace[3].accepted  # residual scores 0 < 0.85
+    assert result.answer == "agg(A|C)"
+
+
+def test_acs_empty_aggregate_and_failures_never_crash():
+    empty = ScriptedLLM(lambda conversation, i: "")
+    result = ACS(TableVerifier(SCORES), Aggregator(empty), k=2).run("q", ANSWERS)
+    assert result.answer == "" and result.score == 0.0  # scored as an empty answer, search goes on
+    failing = aggregating_llm(fail_on="agg(A|B|C)")
+    result = ACS(TableVerifier(SCORES), Aggregator(failing), k=2).run("q", ANSWERS)
+    assert any(s.step == "error" and "greedy aggregation failed" in s.note for s in result.trace)
+    assert result.answer == "agg(A|C)"
+    result = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm(fail_on="agg(A|C)")), k=2).run("q", ANSWERS)
+    assert result.answer == "A" and result.extra["fallback"] == "best agent answer"
+    none = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm())).run("q", [])
+    assert none.answer == "" and none.trace[0].note == "no agent answered"
+
+
+def test_acs_single_answer_and_step_limit():
+    result = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm()), k=2).run("q", ANSWERS[:1])
+    assert [s.step for s in result.trace] == ["answers", "initial", "stop", "residual"]
+    limited = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm()), k=1, max_steps=1, residual=False)
+    assert [s.step for s in limited.run("q", ANSWERS).trace] == ["answers", "initial", "greedy"]
+
+
+def test_agents_that_fail_are_reported_and_the_rest_answer():
+    config = AgentsConfig((AgentSpec("good", params=SamplingParams(n=2)), AgentSpec("bad", model="broken")),
+                          AgentSpec("aggregator"))
+
+    class Pool(LLMPool):
+        def llm(self, spec):
+            if spec.model == "broken":
+                return ScriptedLLM(lambda c, i: (_ for _ in ()).throw(LLMError("timed out after 3 tries")))
+            return ScriptedLLM(lambda c, i: f"answer {i} to {c[-1]['content']}")
+
+    answers, failures = generate_answers(config, "2+2?", Pool())
+    assert [a.text for a in answers] == ["answer 0 to 2+2?", "answer 1 to 2+2?"]
+    assert failures == ["bad: timed out after 3 tries"]
+
+
+def test_baselines():
+    answers = [AgentAnswer("x", "so 12. The answer is 12."), AgentAnswer("y", "The answer is 7."),
+               AgentAnswer("x", "The answer is 12"), AgentAnswer("z", "I think 7"), AgentAnswer("z", "The answer is 7")]
+    verifier = TableVerifier({answers[1].text: 0.4, answers[3].text: 0.9})
+    assert BestOfN(verifier).run("q", answers).answer == "I think 7"
+    vote = MajorityVote().run("q", answers)
+    assert "7" in vote.answer and vote.score == pytest.approx(3 / 5)
+    assert "12" in self_consistency("x").run("q", answers).answer
+    moa = SingleAggregation(Aggregator(aggregating_llm()), TableVerifier({})).run("q", answers[:2])
+    assert moa.answer.startswith("agg(") and moa.llm_calls == 1
+    assert MajorityVote().run("q", []).answer == ""
+
+
+def test_agents_toml(tmp_path):
+    config = load_agents()
+    assert len(config.agents) >= 3 and {a.backend for a in config.agents} == {"local"}
+    assert len({(a.params.temperature, a.system) for a in config.agents}) == len(config.agents)
+    bad = tmp_path / "agents.toml"
+    bad.write_text('[[agent]]\nname = "x"\ntemprature = 0.3\n')
+    with pytest.raises(InputError, match=r"agents.toml: agent 'x': unknown keys \['temprature'\]"):
+        load_agents(bad)
+    bad.write_text('[[agent]]\nname = "x"\nbackend = "magic"\n')
+    with pytest.raises(InputError, match="unknown backend 'magic'"):
+        load_agents(bad)
+    bad.write_text('[[agent]]\nname = "x"\n[[agent]]\nname = "x"\n')
+    with pytest.raises(InputError, match="unique"):
+        load_agents(bad)
+    bad.write_text('[[agent]]\nname = "x"\ntemperature = -1\n')
+    with pytest.raises(InputError, match="invalid sampling"):
+        load_agents(bad)
+    bad.write_text("[[agent]\n")
+    with pytest.raises(InputError, match="invalid TOML"):
+        load_agents(bad)
+    served = tmp_path / "served.toml"
+    served.write_text('[[agent]]\nname = "remote"\nbackend = "openai"\nmodel = "qwen"\n'
+                      'base_url = "http://127.0.0.1:9/v1"\nn = 3\nstop = ["\\n\\n"]\n')
+    spec = load_agents(served).agents[0]
+    assert spec.params.n == 3 and spec.params.stop == ("\n\n",) and spec.base_url.endswith("/v1")
