@@ -1,0 +1,144 @@
+"""What every test-time-scaling loop shares: budgets, a metered LLM, a trace of events, the result.
+
+A loop calls its LLMs through `MeteredLLM`, which charges calls and tokens to the loop's `Budget`
+and refuses a call once the budget is spent (`BudgetExhausted`), so a loop stops cleanly and
+returns the best answer it has. Every event (generation, verification, bank update, failure) is
+appended to the `Trace` with its time offset; nothing computed is dropped when a step fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+from morkit.llm.base import LLM, Completion, Conversation, LLMError, SamplingParams
+
+
+class BudgetExhausted(LLMError):
+    """A call was refused because the loop's budget is spent."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for one loop run on one problem; None = unlimited."""
+
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+
+
+@dataclass
+class Spend:
+    """Calls, tokens and time used so far against a Budget; thread-safe."""
+
+    budget: Budget = Budget()
+    calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    def exhausted(self) -> str | None:
+        """Why the budget is spent, or None while it is not."""
+        b = self.budget
+        if b.max_calls is not None and self.calls >= b.max_calls:
+            return f"call budget spent ({self.calls} of {b.max_calls})"
+        if b.max_tokens is not None and self.tokens >= b.max_tokens:
+            return f"token budget spent ({self.tokens} of {b.max_tokens})"
+        if b.max_seconds is not None and self.seconds >= b.max_seconds:
+            return f"time budget spent ({self.seconds:.1f}s of {b.max_seconds}s)"
+        return None
+
+    def charge(self, calls: int, tokens: int) -> None:
+        with self._lock:
+            self.calls += calls
+            self.tokens += tokens
+
+
+def _tokens(completion: Completion) -> int:
+    if completion.prompt_tokens or completion.completion_tokens:
+        return completion.prompt_tokens + completion.completion_tokens
+    return sum(len(t.split()) for t in completion.texts)  # backends without counts: words as a proxy
+
+
+@dataclass
+class MeteredLLM:
+    """An LLM that charges every conversation to a Spend and refuses calls once the budget is gone."""
+
+    llm: LLM
+    spend: Spend
+
+    @property
+    def name(self) -> str:
+        return self.llm.name
+
+    def _check(self) -> None:
+        reason = self.spend.exhausted()
+        if reason:
+            raise BudgetExhausted(reason)
+
+    def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:
+        self._check()
+        completions = self.llm.chat(conversations, params)
+        self.spend.charge(len(conversations), sum(_tokens(c) for c in completions))
+        return completions
+
+    def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
+        self._check()
+        pieces = 0
+        try:
+            for piece in self.llm.stream(conversation, params):
+                pieces += 1
+                yield piece
+        finally:
+            self.spend.charge(1, pieces)
+
+
+@dataclass
+class Trace:
+    """Loop events in order, each with its kind, its time offset in seconds, and its data."""
+
+    started: float = field(default_factory=time.perf_counter)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, kind: str, **data: Any) -> dict[str, Any]:
+        event = {"kind": kind, "t": round(time.perf_counter() - self.started, 4), **data}
+        with self._lock:
+            self.events.append(event)
+        return event
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["kind"] == kind]
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """A loop's final answer with everything needed to see how it got there."""
+
+    loop: str
+    answer: str
+    score: float | None
+    stop_reason: str
+    calls: int
+    tokens: int
+    seconds: float
+    trace: tuple[Mapping[str, Any], ...]
+    state: Mapping[str, Any] = field(default_factory=dict)  # memory banks, evidence, per-protocol timings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"loop": self.loop, "answer": self.answer, "score": self.score, "stop_reason": self.stop_reason,
+                "calls": self.calls, "tokens": self.tokens, "seconds": round(self.seconds, 3),
+                "state": dict(self.state), "trace": list(self.trace)}
+
+
+def finish(loop: str, answer: str, score: float | None, stop_reason: str, spend: Spend, trace: Trace,
+           **state: Any) -> LoopResult:
+    trace.add("stop", reason=stop_reason)
+    return LoopResult(loop, answer, score, stop_reason, spend.calls, spend.tokens, spend.seconds,
+                      tuple(trace.events), state)

@@ -1,0 +1,72 @@
+"""Verifiers: the MoR ensemble over real rule RMs and the score cache, an LLM critic, and both combined."""
+
+from __future__ import annotations
+
+import pytest
+
+from morkit.cache import ScoreCache
+from morkit.llm.base import ScriptedLLM
+from morkit.question_pool.ensembles import Ensemble, Normalizer
+from morkit.reward_models.rules import MathConsensus
+from morkit.selection.verifier import CombinedVerifier, LLMVerifier, MoRVerifier, parse_llm_score
+from morkit.types import Score
+
+
+class LengthRM:
+    """A pair RM for arithmetic checks: longer answers score higher; counts the pairs it saw."""
+
+    name = "length"
+    kind = "orm"
+
+    def __init__(self):
+        self.seen = 0
+
+    def score(self, pairs):
+        self.seen += len(pairs)
+        return [Score(float(len(a))) for _, a in pairs]
+
+
+def test_mor_verifier_combines_members_as_the_pool_did(tmp_path):
+    length = LengthRM()
+    normalizer = Normalizer("zscore", {"length": 10.0, "math-consensus": 0.5}, {"length": 5.0, "math-consensus": 0.25})
+    ensemble = Ensemble(("length", "math-consensus"), (0.5, 2.0), "linear")
+    with ScoreCache(tmp_path / "c.sqlite") as cache:
+        verifier = MoRVerifier(ensemble, "pool-zscore", normalizer, {"length": length, "math-consensus": MathConsensus()},
+                               cache=cache)
+        context = ["The answer is 4", "so 4", "The answer is 5"]
+        verdicts = verifier.verify("2+2?", ["It is 4. The answer is 4"], context=context)
+        # length 24 -> (24-10)/5 = 2.8; consensus: 3 of 4 texts say 4 -> 0.75 -> (0.75-0.5)/0.25 = 1
+        assert verdicts[0].score == pytest.approx(0.5 * 2.8 + 2.0 * 1.0)
+        assert "length 24.000" in verdicts[0].feedback and "math-consensus 0.750" in verdicts[0].feedback
+        assert length.seen == 4 and verifier.rm_calls == 4 + 4
+        verifier.verify("2+2?", ["It is 4. The answer is 4"], context=context)
+        assert length.seen == 4  # pair scores came from the cache; the consensus rule reran
+        assert verifier.rm_calls == 8 + 4 and verifier.verify("2+2?", []) == []
+    with pytest.raises(ValueError, match="no RM given"):
+        MoRVerifier(ensemble, "pool-zscore", normalizer, {"length": length})
+
+
+def test_llm_verifier_parses_scores_and_marks_unreadable_critiques():
+    replies = iter(["Step 2 is wrong: 3*4 is 12. Score: 3/10", "Looks fine."])
+    critic = LLMVerifier(ScriptedLLM(lambda conversation, i: next(replies)))
+    a, b = critic.verify("q", ["x", "y"])
+    assert a.score == 0.3 and "3*4 is 12" in a.feedback
+    assert b.score == 0.5 and "no readable score" in b.feedback
+    assert parse_llm_score("Score: 9/10 ... final Score: 2/10") == 0.2
+    assert parse_llm_score("score = 12") == 1.0 and parse_llm_score("") is None
+
+
+def test_combined_verifier_adds_the_weighted_critic_score():
+    class Fixed:
+        name = "fixed"
+        rm_calls = 3
+
+        def verify(self, question, answers, context=()):
+            from morkit.types import Verdict
+
+            return [Verdict(1.0, "ensemble score 1.000") for _ in answers]
+
+    critic = LLMVerifier(ScriptedLLM(lambda conversation, i: "Correct. Score: 8/10"))
+    (verdict,) = CombinedVerifier(Fixed(), critic, weight=2.0).verify("q", ["a"])
+    assert verdict.score == pytest.approx(1.0 + 2 * 0.8)
+    assert verdict.feedback.startswith("Correct.") and verdict.feedback.endswith("ensemble score 1.000")
