@@ -109,10 +109,32 @@ def _mean_prr(s: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _calibrate(s: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """Slope and bias mapping a score to P(correct), with the slope kept positive.
+
+    The slope is fitted on scores centred within each question, so it measures how the score orders
+    a question's answers; fitting it across questions can turn it negative (the direction ranks
+    answers within a question but tracks question difficulty across them), which would flip the
+    ranking. The bias is then fitted with the slope held fixed."""
+    from scipy.optimize import minimize_scalar
+    from sklearn.linear_model import LogisticRegression
+
+    centred = s.copy()
+    for g in np.unique(groups):
+        centred[groups == g] -= s[groups == g].mean()
+    slope = float(LogisticRegression(C=1e6, max_iter=2000).fit(centred[:, None], y).coef_[0][0])
+    slope = max(slope, 1e-6)
+
+    def loss(b: float) -> float:
+        logits = slope * s + b
+        return float(np.sum(np.logaddexp(0.0, logits) - y * logits))
+
+    return slope, float(minimize_scalar(loss).x)
+
+
 def fit_head(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[LogisticHead, dict]:
     """Pick objective (pointwise / pairwise) and L2 strength by grouped 5-fold CV mean PRR on training data,
-    refit on all of it, then calibrate the score to P(correct) with a 1-D logistic fit."""
-    from sklearn.linear_model import LogisticRegression
+    refit on all of it, then calibrate the score to P(correct) with a 1-D logistic fit (slope kept positive)."""
     from sklearn.model_selection import GroupKFold
 
     mean = x.mean(axis=0)
@@ -127,8 +149,7 @@ def fit_head(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[Logistic
             results[(objective, c)] = float(np.nanmean(cv))
     objective, c = max(results, key=results.get)
     direction = _fit_direction(z, y, groups, objective, c)
-    calibration = LogisticRegression(C=1e6, max_iter=2000).fit((z @ direction)[:, None], y)
-    a, b = float(calibration.coef_[0][0]), float(calibration.intercept_[0])
+    a, b = _calibrate(z @ direction, y, groups)
     chosen = {"objective": objective, "C": c, "cv_mean_prr": results[(objective, c)],
               "cv": {f"{o}@{k}": round(v, 4) for (o, k), v in results.items()}}
     return LogisticHead(mean, scale, a * direction.astype(np.float64), b), chosen

@@ -108,3 +108,32 @@ def test_packaged_heads_record_how_they_were_chosen_and_how_they_did():
         assert info["rm"] == name and info["held_out"]["questions"] >= 20
         assert info["selection"]["cv_mean_prr"] > 0.55, (name, info["selection"])  # signal on training folds
         assert 0.0 <= info["held_out"]["mean_prr"] <= 1.0
+
+
+def test_calibration_keeps_the_within_question_order_when_difficulty_points_the_other_way():
+    """Scores rank answers right inside each question, but harder questions score higher overall:
+    a plain 1-D logistic fit across questions gives a negative slope and would flip every ranking."""
+    from morkit.question_pool.prr import prr
+    from morkit.train_heads import _calibrate
+
+    rng = np.random.default_rng(0)
+    s, y, g = [], [], []
+    for q in range(200):
+        easy = q % 2 == 0
+        labels = rng.random(4) < (0.9 if easy else 0.1)
+        base = 0.0 if easy else 5.0  # hard questions get higher raw scores
+        s.extend(base + labels + 0.1 * rng.standard_normal(4))
+        y.extend(labels)
+        g.extend([q] * 4)
+    s, y, g = np.array(s), np.array(y), np.array(g)
+    slope, bias = _calibrate(s, y, g)
+    assert slope > 0
+    p = 1 / (1 + np.exp(-(slope * s + bias)))
+    prrs = [prr(p[g == q], y[g == q]) for q in range(200)]
+    assert np.nanmean(prrs) > 0.9
+
+
+def test_shipped_heads_rank_their_own_held_out_answers_better_than_chance():
+    for name in ("smollm2-orm",):
+        held = load_packaged_head(name).info["held_out"]
+        assert held["mean_prr"] > 0.5 and held["best_of_n"] > held["random_pick"], (name, held)
