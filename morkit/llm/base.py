@@ -64,6 +64,40 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+class StopScanner:
+    """Cuts streamed text at the first stop string, holding back any tail that might begin one.
+
+    `feed(piece)` returns the text safe to emit now and whether a stop string was reached;
+    `flush()` returns what was held back once the stream has ended without a stop."""
+
+    def __init__(self, stop: Sequence[str]):
+        self.stop = [s for s in stop if s]
+        self.text = ""
+        self.emitted = 0
+        self.stopped = False
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        if self.stopped:
+            return "", True
+        self.text += piece
+        pending = self.text[self.emitted:]  # no stop string can start before `emitted`
+        cut, found = cut_at_stop(pending, self.stop)
+        if found:
+            self.stopped = True
+            self.emitted = len(self.text)
+            return cut, True
+        held = max((k for s in self.stop for k in range(1, min(len(s), len(pending) + 1))
+                    if pending.endswith(s[:k])), default=0)
+        safe = pending[: len(pending) - held]
+        self.emitted += len(safe)
+        return safe, False
+
+    def flush(self) -> str:
+        rest = "" if self.stopped else self.text[self.emitted:]
+        self.emitted = len(self.text)
+        return rest
+
+
 @dataclass
 class ScriptedLLM:
     """An LLM whose replies come from `reply(conversation, sample_index) -> str`; counts its calls.

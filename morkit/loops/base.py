@@ -54,6 +54,14 @@ class Spend:
             return f"time budget spent ({self.seconds:.1f}s of {b.max_seconds}s)"
         return None
 
+    def reserve(self, calls: int) -> None:
+        """Take `calls` from the budget before making them (atomic, so concurrent agents cannot overshoot)."""
+        with self._lock:
+            reason = self.exhausted()
+            if reason:
+                raise BudgetExhausted(reason)
+            self.calls += calls
+
     def charge(self, calls: int, tokens: int) -> None:
         with self._lock:
             self.calls += calls
@@ -68,7 +76,7 @@ def _tokens(completion: Completion) -> int:
 
 @dataclass
 class MeteredLLM:
-    """An LLM that charges every conversation to a Spend and refuses calls once the budget is gone."""
+    """An LLM whose calls are reserved against a Spend before they run and whose tokens are charged after."""
 
     llm: LLM
     spend: Spend
@@ -77,26 +85,35 @@ class MeteredLLM:
     def name(self) -> str:
         return self.llm.name
 
-    def _check(self) -> None:
-        reason = self.spend.exhausted()
-        if reason:
-            raise BudgetExhausted(reason)
-
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:
-        self._check()
-        completions = self.llm.chat(conversations, params)
-        self.spend.charge(len(conversations), sum(_tokens(c) for c in completions))
-        return completions
+        self.spend.reserve(len(conversations))
+        completions: Sequence[Any] = ()
+        try:
+            completions = self.llm.chat(conversations, params)
+            return completions
+        except LLMError as exc:  # a partial failure still used tokens for what came back
+            completions = [r for r in getattr(exc, "results", ()) if isinstance(r, Completion)]
+            raise
+        finally:
+            self.spend.charge(0, sum(_tokens(c) for c in completions))
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        self._check()
+        """Reserves the call now (raising at once if the budget is spent); pieces are charged as tokens."""
+        self.spend.reserve(1)
+        return self._pieces(conversation, params)
+
+    def _pieces(self, conversation: Conversation, params: SamplingParams) -> Iterator[str]:
         pieces = 0
+        source = iter(self.llm.stream(conversation, params))
         try:
-            for piece in self.llm.stream(conversation, params):
+            for piece in source:
                 pieces += 1
                 yield piece
         finally:
-            self.spend.charge(1, pieces)
+            close = getattr(source, "close", None)  # stop the backend's generation when the reader stops
+            if close is not None:
+                close()
+            self.spend.charge(0, pieces)
 
 
 @dataclass

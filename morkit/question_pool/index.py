@@ -69,7 +69,16 @@ def search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
     queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
     if k == 0:
         return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-    return index.search(queries, k)
+    if len(queries) >= 16:
+        return index.search(queries, k)
+    # A few queries: threads cost more than they save (measured 1.2 ms vs 22 ms p50 at 10k x 384, 2 cores).
+    faiss = _faiss()
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return index.search(queries, k)
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500, seed: int = 0) -> float:

@@ -17,11 +17,11 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from morkit.errors import PartialScoreError
+from morkit.http import httpx_module, run_sync
 from morkit.reward_models.pooling_io import (
     KIND_TASK, MalformedOutput, Render, chat_render, check_kind, expected_rows, finite, to_score,
 )
@@ -30,15 +30,6 @@ from morkit.types import Score
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = {408, 429}
-
-
-def _httpx() -> Any:
-    """The httpx API: `httpx2` is what requirements.lock pins (via huggingface_hub); plain httpx also works."""
-    try:
-        import httpx2 as httpx
-    except ImportError:  # pragma: no cover - depends on the environment
-        import httpx
-    return httpx
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,7 @@ class RemoteRewardModel:
         return out
 
     async def _post(self, client: Any, url: str, prompts: list[str | list[int]]) -> list[Score]:
-        httpx = _httpx()
+        httpx = httpx_module()
         self.requests_sent += 1
         try:  # httpx's timeout is per phase (connect, each read); wait_for bounds the whole request
             resp = await asyncio.wait_for(
@@ -212,7 +203,7 @@ class RemoteRewardModel:
         return None, reason, url, self.retries + 1
 
     async def _score_async(self, prompts: list[str | list[int]]) -> tuple[list[Score | None], list[PairFailure]]:
-        httpx = _httpx()
+        httpx = httpx_module()
         sem = asyncio.Semaphore(self.concurrency)
         limits = httpx.Limits(max_connections=self.concurrency * len(self.urls),
                               max_keepalive_connections=self.concurrency * len(self.urls))
@@ -240,7 +231,7 @@ class RemoteRewardModel:
             return [], []
         prompts = [self.render(q, a) for q, a in pairs]
         started = time.perf_counter()
-        out = _run_sync(self._score_async(prompts))
+        out = run_sync(self._score_async(prompts))
         log.debug("%s: %d pairs in %.2fs", self.name, len(pairs), time.perf_counter() - started)
         return out
 
@@ -252,7 +243,7 @@ class RemoteRewardModel:
 
     def health(self) -> dict[str, bool]:
         """Which servers answer GET /health with 200."""
-        httpx = _httpx()
+        httpx = httpx_module()
         out = {}
         with httpx.Client(trust_env=False, timeout=self.timeout_s) as client:
             for url in self.urls:
@@ -262,12 +253,3 @@ class RemoteRewardModel:
                     out[url] = False
         return out
 
-
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion, also from inside a running event loop (e.g. a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.pool import QuestionPool, nanmean_columns
 from morkit.selection.base import Choice, Neighbours
 
 CRITERIA = ("prr", "top1")
@@ -30,6 +30,7 @@ class PRES:
     _table: np.ndarray = field(init=False, repr=False)
     _uses: np.ndarray = field(init=False, repr=False)
     _eligible: np.ndarray = field(init=False, repr=False)
+    _overall: np.ndarray = field(init=False, repr=False)
     _masks: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -37,6 +38,7 @@ class PRES:
             raise ValueError(f"unknown PRES criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
         values = self.pool.prr if self.criterion == "prr" else self.pool.top1
         self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
+        self._overall = np.nan_to_num(nanmean_columns(values), nan=-1.0)  # tie-break: the pool-wide mean
         rm_index = {name: r for r, name in enumerate(self.pool.rm_names)}
         self._uses = np.zeros((len(self.pool.ensembles), len(rm_index)), dtype=bool)
         for e, ens in enumerate(self.pool.ensembles):
@@ -54,14 +56,16 @@ class PRES:
 
     def scores(self, neighbours: Neighbours) -> np.ndarray:
         """PRES evidence for every pool ensemble, (E,)."""
-        return neighbours.similarities.astype(np.float32) @ self._table[neighbours.rows]
+        # An elementwise sum, not a BLAS call: a 100 x 1000 product is too small to gain from threads.
+        return (self._table[neighbours.rows] * neighbours.similarities[:, None].astype(np.float32)).sum(axis=0)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         mask = self.allowed(available)
         if not mask.any():
             raise LookupError("no pool ensemble can score this query: its candidates lack every pool RM's scores")
         evidence = np.where(mask, self.scores(neighbours), -np.inf)
-        order = np.argsort(-evidence, kind="stable")[: self.runner_ups + 1]
+        # Equal evidence (e.g. no neighbour with mixed labels) falls back to the pool-wide mean, not position.
+        order = np.lexsort((-self._overall, -evidence))[: self.runner_ups + 1]
         best = int(order[0])
         alternatives = tuple((self.pool.ensembles[int(e)].name, float(evidence[e])) for e in order[1:] if mask[e])
         return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives,

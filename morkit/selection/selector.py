@@ -81,6 +81,8 @@ class Selector:
             raise InputError("the pool is empty: build it from labelled questions first")
         if method not in METHODS:
             raise InputError(f"unknown selection method {method!r}; choose from {', '.join(METHODS)}")
+        if singles_only and not method.startswith("pres"):
+            raise InputError("singles-only applies to the PRES methods; the stacker always weighs every usable RM")
         if embedder is not None and embedder.name != pool.embedder:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")

