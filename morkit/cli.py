@@ -8,13 +8,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from morkit import __version__
-from morkit.cli_pool import add_pool_parser
-from morkit.cli_select import add_select_parsers
 from morkit.cli_common import DEFAULT_RMS, add_scoring_options, build_rms, open_cache
+from morkit.cli_loop import add_loop_parser
+from morkit.cli_pool import add_pool_parser
+from morkit.cli_search import add_search_parser
+from morkit.cli_select import add_select_parsers
 from morkit.errors import MorkitError
+
 
 def cmd_rms(args: argparse.Namespace) -> int:
     from morkit.reward_models import registry
@@ -120,10 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_pool_parser(sub)
     add_select_parsers(sub)
+    add_search_parser(sub)
+    add_loop_parser(sub)
 
-    p = sub.add_parser("demo", help="score a packaged sample with the embedded RMs and print a table")
+    p = sub.add_parser("demo", help="the whole path offline: score a sample, build a pool, search with local agents",
+                       description="Scores a packaged sample with every embedded RM and prints the tables; then "
+                                   "builds a pool from the scored math questions, lets PRES pick each new "
+                                   "question's RM ensemble, has local SmolLM2 agents answer, and prints ACS's trace.")
     p.add_argument("--rm", action="append", metavar="NAME", help="RMs to show (default: all embedded)")
     p.add_argument("--input", help="JSONL to use instead of the packaged sample")
+    p.add_argument("--agents", help="agents.toml for the search part (default: the packaged SmolLM2 pool)")
+    p.add_argument("--no-search", dest="search", action="store_false", help="stop after the scoring tables")
     p.add_argument("--device")
     p.set_defaults(func=cmd_demo)
     return parser

@@ -19,8 +19,8 @@ DOMAIN_RMS = {
 }
 
 
-def sample_path() -> Path:
-    return Path(str(resources.files("morkit") / "resources" / "demo" / "sample.jsonl"))
+def sample_path(name: str = "sample.jsonl") -> Path:
+    return Path(str(resources.files("morkit") / "resources" / "demo" / name))
 
 
 def _short(text: str, width: int) -> str:
@@ -79,7 +79,61 @@ def run_demo(args: argparse.Namespace) -> int:
     summarise(results, list(built))
     print(f"\nScored {sum(len(q.candidates) for q in results)} answers of {len(results)} queries with "
           f"{len(built)} embedded RMs in {time.perf_counter() - started:.1f}s, offline on {_device(built)}.")
+    if args.search:
+        search_demo([q for q in results if q.domain == "math"], built, args)
     return 0
+
+
+def format_trace(result: Any, answers: Sequence[Any]) -> list[str]:
+    """One readable line per search step: what went in, the score, kept or not, why."""
+    lines = []
+    for step in result.trace:
+        score = "   -  " if step.score is None else f"{step.score:6.3f}"
+        ins = ",".join(answers[i].agent for i in step.members) if step.step != "answers" else "all agents"
+        verdict = "kept" if step.accepted else "    "
+        tried = ""
+        if step.step == "greedy":
+            tried = " tried " + ", ".join(f"+{answers[i].agent} {s:.3f}" for i, s in step.tried)
+        elif step.step == "answers":
+            tried = " " + ", ".join(f"{answers[i].agent} {s:.3f}" for i, s in step.tried)
+        lines.append(f"    {step.step:<9}{score} {verdict} [{ins}]{tried} ({step.llm_calls} LLM, "
+                     f"{step.rm_calls} RM calls, {step.seconds:.1f}s) {step.note}".rstrip())
+        if step.text:
+            lines.append(f"{'':16}-> {_short(step.text, 100)}")
+    return lines
+
+
+def search_demo(pool_queries: Sequence[Query], built: dict[str, Any], args: argparse.Namespace) -> None:
+    """The whole path offline: a pool from the scored sample, PRES per query, local agents, ACS."""
+    from morkit.cache import ScoreCache
+    from morkit.assets import cache_dir
+    from morkit.question_pool.embed import load_embedder
+    from morkit.question_pool.pool import build_pool
+    from morkit.search.agents import load_agents
+    from morkit.search.run import SearchRunner, is_correct
+    from morkit.selection.selector import Selector
+
+    names = [n for n in DOMAIN_RMS["math"] if n in built]
+    print(f"\n== Search: a pool of {len(pool_queries)} scored sample questions, PRES picks the RM ensemble, "
+          f"local SmolLM2 agents answer, ACS aggregates ==")
+    embedder = load_embedder(None, args.device)
+    pool = build_pool(pool_queries, embedder, rm_names=names)
+    selector = Selector(pool, "pres", embedder=embedder, k=10, runnable=names)
+    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
+        runner = SearchRunner(selector, load_agents(args.agents), built.__getitem__, cache)
+        for query in load_queries(sample_path("search.jsonl")):
+            started = time.perf_counter()
+            run = runner.run(query, ["acs"])
+            result = run.results["acs"]
+            ensemble = run.selection.choice.ensemble
+            print(f"\n[{query.id}] {query.question}  (reference {query.reference})")
+            print(f"  ensemble ({selector.method_name}): "
+                  + " + ".join(f"{w:.2f} {m}" for m, w in zip(ensemble.members, ensemble.weights)))
+            for answer in run.answers:
+                print(f"  {answer.agent:<10}{_short(answer.text, 100)}")
+            print("\n".join(format_trace(result, run.answers)))
+            verdict = {True: "correct", False: "wrong", None: "ungraded"}[is_correct(query, result.answer)]
+            print(f"  final: {_short(result.answer, 120)}  [{verdict}] in {time.perf_counter() - started:.1f}s")
 
 
 def _device(built: dict[str, Any]) -> str:

@@ -50,10 +50,16 @@ def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
     assert not out.exists()
 
 
-def test_demo_prints_a_table_for_every_sample_query(capsys):
+def test_demo_runs_the_whole_path_offline(capsys):
+    """Scoring tables, then a pool, PRES and ACS with the real SmolLM2 agents on two short problems."""
     assert main(["demo"]) == 0
     printed = capsys.readouterr().out
     for query in _lines(sample_path()):
         assert f"[{query['id']}]" in printed
     for name in ("smollm2-orm", "minilm-probe", "smollm2-judge", "math-consensus", "code-tests"):
         assert name in printed
+    search = printed.split("== Search:", 1)[1]
+    for query in _lines(sample_path("search.jsonl")):
+        section = search.split(f"[{query['id']}]", 1)[1]
+        assert "ensemble (pres):" in section
+        assert "answers" in section and "initial" in section and "final:" in section

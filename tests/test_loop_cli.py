@@ -1,0 +1,96 @@
+"""`morkit loop` and `morkit search` end to end over the OpenAI-compatible backend (a real HTTP server
+on 127.0.0.1 with scripted role replies), with real pools, real FAISS and real rule RMs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chat_server import RoleChatServer
+from morkit.cli import main
+
+SOLUTION = "Half of $100 is $50.\nSo Ali has 21 + 50 = 71 dollars.\nThe answer is 71."
+
+
+def role_reply(messages: list[dict]) -> str:
+    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    user = messages[-1]["content"]
+    if "direct independent solvers" in system:
+        return "ACTION: stop" if "Response" in user or "answer" in user.lower() else "ACTION: explore"
+    if "check solutions" in system:
+        return "Each step holds. Score: 8/10"
+    if "combine several candidate responses" in system or "final answer to a problem" in system:
+        return SOLUTION
+    if "experience bank" in system:
+        return "ADD result: half of 100 is 50"
+    if "strategies" in system:
+        return "STRATEGY: add the gift to the start amount"
+    if "one step at a time" in system:  # the reviewer repeats the new step unchanged
+        return user.split("New step", 1)[1].split("\n", 2)[1]
+    if "summarise" in system:
+        return "All solutions reach 71."
+    return SOLUTION
+
+
+@pytest.fixture(scope="module")
+def chat():
+    server = RoleChatServer(role_reply)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def agents_toml(tmp_path, chat):
+    path = tmp_path / "agents.toml"
+    path.write_text(f'[defaults]\nbackend = "openai"\nmodel = "tiny"\nbase_url = "{chat.url}"\ntimeout = 10\n'
+                    '[[agent]]\nname = "a"\ntemperature = 0.2\n[[agent]]\nname = "b"\ntemperature = 0.9\n'
+                    '[[agent]]\nname = "c"\nsystem = "Be brief."\n')
+    return path
+
+
+@pytest.fixture
+def queries(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"id": "ali", "question": "Ali had $21. Leila gave him half of her $100. "
+                                "How much does Ali have now?", "reference": "71", "candidates": []}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("loop,extra", [("tmas", ["--iterations", "2", "--solutions", "2"]),
+                                        ("streamma", ["--chain", "3"]), ("atlas", ["--max-explores", "2"])])
+def test_loop_cli_offline_protocol(loop, extra, tmp_path, agents_toml, queries, chat):
+    out = tmp_path / "out.jsonl"
+    assert main(["loop", loop, str(queries), "-o", str(out), "--agents", str(agents_toml), "-q", *extra]) == 0
+    record = json.loads(out.read_text())
+    assert record["id"] == "ali" and record["loop"].startswith(loop) and "71" in record["answer"]
+    assert record["calls"] > 0 and record["trace"][-1]["kind"] == "stop"
+
+
+def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):
+    out = tmp_path / "out.jsonl"
+    assert main(["loop", "tmas", str(queries), "-o", str(out), "--agents", str(agents_toml), "-q",
+                 "--max-calls", "1", "--solutions", "2"]) == 0
+    record = json.loads(out.read_text())
+    assert record["stop_reason"].startswith("budget") or record["calls"] <= 2
+    assert main(["loop", "tmas", str(queries), "-o", str(out), "--verifier", "mor"]) == 2
+    assert "needs --pool" in capsys.readouterr().err
+
+
+def test_search_cli_compares_methods_on_the_same_answers(tmp_path, agents_toml, queries, data_dir, embedder):
+    pool = tmp_path / "pool"
+    assert main(["pool", "build", "--dataset", "gsm8k_model_solutions:30", "--data-dir", str(data_dir),
+                 "--rm", "math-consensus", "-o", str(pool), "-q", "--device", "cpu"]) == 0
+    out = tmp_path / "search.jsonl"
+    args = ["search", "--pool", str(pool), str(queries), "-o", str(out), "--agents", str(agents_toml), "-q",
+            "--device", "cpu", "--selection", "pres"]
+    for method in ("acs", "best-of-n", "majority", "self-consistency", "moa"):
+        args += ["--method", method]
+    assert main(args) == 0
+    record = json.loads(out.read_text())
+    assert record["ensemble"]["members"] == ["math-consensus"] and len(record["answers"]) == 3
+    for name, result in record["results"].items():
+        assert result["correct"] is True, name
+    acs = record["results"]["acs"]
+    assert [s["step"] for s in acs["trace"]][:2] == ["answers", "initial"]
+    assert not (tmp_path / "search.jsonl.partial").exists()
