@@ -1,0 +1,168 @@
+"""Agent Collaboration Search against its baselines on GSM8K test questions, with the local SmolLM2 agents.
+
+What it measures: accuracy (final answer equivalent to the reference), LLM calls, RM calls, score-cache
+hits and wall time per method, all methods on the SAME agent answers. The agents are the packaged
+offline pool (SmolLM2-135M-Instruct under several prompts and temperatures); the verifier is each
+question's MoR ensemble chosen from a pool built on gsm8k_model_solutions (questions that are not
+in the benchmark: the benchmark takes GSM8K test lines from --start on, past the 1000 the pool uses).
+The model is tiny, so absolute accuracy is low; the point is the cost of each method.
+
+    .venv/bin/python bench/acs.py                 # 30 questions, about 30-60 min on 2 CPU cores
+    .venv/bin/python bench/acs.py --questions 5   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+METHODS = ("acs", "best-of-n", "majority", "self-consistency", "moa")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--questions", type=int, default=30)
+    p.add_argument("--start", type=int, default=1000, help="first GSM8K test line (0-based) to use")
+    p.add_argument("--pool-questions", type=int, default=300, help="gsm8k_model_solutions questions in the pool")
+    p.add_argument("--pool-rms", nargs="+", default=["math-consensus", "minilm-probe"])
+    p.add_argument("--selection", default="stacker", choices=("stacker", "pres", "pres-top1"))
+    p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    p.add_argument("--n-agents", type=int, default=3, help="use the first N agents of the config")
+    p.add_argument("--max-tokens", type=int, default=128, help="new tokens per agent answer and aggregation")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    p.add_argument("--work", default=str(Path.home() / ".cache" / "morkit" / "bench-acs"),
+                   help="where the pool and the generated answers are kept between runs")
+    return p.parse_args()
+
+
+def gsm8k_test(data_dir: Path, start: int, count: int) -> list:
+    from morkit.types import Query
+
+    rows = [json.loads(line) for line in open(data_dir / "gsm8k" / "test.jsonl", encoding="utf-8")]
+    return [Query(f"gsm8k-test-{i}", rows[i]["question"], (), domain="math",
+                  reference=rows[i]["answer"].split("####")[-1].strip().replace(",", ""))
+            for i in range(start, min(start + count, len(rows)))]
+
+
+def build_or_load_pool(args: argparse.Namespace, work: Path):
+    from morkit.assets import cache_dir
+    from morkit.cache import ScoreCache
+    from morkit.datasets import gsm8k_model_solutions
+    from morkit.question_pool.embed import load_embedder
+    from morkit.question_pool.pool import build_pool
+    from morkit.question_pool.store import load_pool, save_pool
+    from morkit.reward_models import registry
+    from morkit.reward_models.scoring import score_queries
+
+    path = work / f"pool-{args.pool_questions}-{'-'.join(args.pool_rms)}"
+    if (path / "pool.json").is_file():
+        return load_pool(path)
+    queries = gsm8k_model_solutions()[: args.pool_questions]
+    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
+        scored = score_queries(queries, [registry.build(n) for n in args.pool_rms], cache=cache, progress=True)
+    save_pool(build_pool(scored, load_embedder(), rm_names=args.pool_rms), path)
+    return load_pool(path)
+
+
+def agent_answers(config, queries, llms, work: Path, max_tokens: int) -> tuple[dict, float, int]:
+    """Every agent's answer to every question, batched across questions per agent; cached on disk."""
+    from dataclasses import replace
+
+    store = work / f"answers-{max_tokens}.json"
+    done = json.loads(store.read_text()) if store.is_file() else {}
+    started, calls = time.perf_counter(), 0
+    for spec in config.agents:
+        todo = [q for q in queries if f"{spec.name}|{q.id}" not in done]
+        if not todo:
+            continue
+        params = replace(spec.params, max_tokens=max_tokens)
+        conversations = [([{"role": "system", "content": spec.system}] if spec.system else [])
+                         + [{"role": "user", "content": q.question}] for q in todo]
+        for query, completion in zip(todo, llms.llm(spec).chat(conversations, params)):
+            done[f"{spec.name}|{query.id}"] = completion.texts[0].strip()
+        calls += len(todo)
+        store.write_text(json.dumps(done))
+        print(f"  agent {spec.name}: {len(todo)} answers", file=sys.stderr)
+    return done, time.perf_counter() - started, calls
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from dataclasses import replace
+
+    from morkit.assets import cache_dir
+    from morkit.cache import ScoreCache
+    from morkit.datasets import default_data_dir
+    from morkit.question_pool.embed import load_embedder
+    from morkit.reward_models import registry
+    from morkit.search.agents import AgentAnswer, LLMPool, load_agents
+    from morkit.search.run import SearchRunner, is_correct
+    from morkit.selection.selector import Selector
+    from morkit.types import Candidate
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    queries = gsm8k_test(default_data_dir(), args.start, args.questions)
+    pool = build_or_load_pool(args, work)
+    config = load_agents(args.agents)
+    config = replace(config, agents=config.agents[: args.n_agents],
+                     aggregator=replace(config.aggregator, params=replace(config.aggregator.params,
+                                                                          max_tokens=args.max_tokens)))
+    llms = LLMPool()
+    print(f"{len(queries)} GSM8K test questions (lines {args.start}..{args.start + len(queries) - 1}); "
+          f"agents {[a.name for a in config.agents]}; pool {len(pool)} questions, RMs {list(pool.rm_names)}; "
+          f"selection {args.selection}; {args.max_tokens} new tokens per generation", file=sys.stderr)
+    answers, answer_s, answer_calls = agent_answers(config, queries, llms, work, args.max_tokens)
+
+    selector = Selector(pool, args.selection, embedder=load_embedder(pool.embedder), runnable=pool.rm_names)
+    built = {name: registry.build(name) for name in pool.rm_names}
+    totals = {m: {"correct": 0, "llm": 0, "rm": 0, "hits": 0, "seconds": 0.0} for m in METHODS}
+    agent_correct = {a.name: 0 for a in config.agents}
+    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
+        runner = SearchRunner(selector, config, built.__getitem__, cache)
+        for number, query in enumerate(queries, start=1):
+            given = [AgentAnswer(a.name, answers[f"{a.name}|{query.id}"]) for a in config.agents]
+            for a in given:
+                agent_correct[a.agent] += bool(is_correct(query, a.text))
+            with_answers = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in given))
+            marks = []
+            for method in METHODS:  # one method at a time, so each one's cache hits and calls are its own
+                hits_before = cache.hits
+                result = runner.run(with_answers, [method]).results[method]
+                ok = bool(is_correct(query, result.answer))
+                marks.append(f"{method} {'ok' if ok else '--'}")
+                t = totals[method]
+                t["correct"] += ok
+                t["llm"] += result.llm_calls
+                t["rm"] += result.rm_calls
+                t["hits"] += cache.hits - hits_before
+                t["seconds"] += result.seconds
+            print(f"  [{number}/{len(queries)}] {query.id}: {', '.join(marks)}", file=sys.stderr)
+
+    n = len(queries)
+    print(f"\nACS vs baselines on {n} GSM8K test questions, {len(config.agents)} local SmolLM2 agents "
+          f"({args.max_tokens} new tokens each), verifier: per-query MoR ensemble ({args.selection}) over "
+          f"{', '.join(pool.rm_names)}")
+    print(f"agent answers (shared by every method): {answer_calls} LLM calls, {answer_s:.1f}s "
+          f"({answer_s / max(n, 1):.1f}s per question; 0 when cached from an earlier run)")
+    print("single agents: " + ", ".join(f"{k} {v / n:.1%}" for k, v in agent_correct.items()))
+    print(f"{'method':<18}{'accuracy':>9}{'LLM calls/q':>13}{'RM calls/q':>12}{'cache hits/q':>14}{'s/q':>8}")
+    for method, t in totals.items():
+        print(f"{method:<18}{t['correct'] / n:>9.1%}{t['llm'] / n:>13.2f}{t['rm'] / n:>12.2f}"
+              f"{t['hits'] / n:>14.1f}{t['seconds'] / n:>8.2f}")
+    print("(LLM calls/q count aggregations only; add the agents' answer calls above. RM calls count model "
+          "evaluations that missed the score cache, plus rule evaluations.)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
