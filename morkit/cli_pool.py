@@ -31,6 +31,7 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
     from morkit.question_pool.index import IndexConfig
     from morkit.question_pool.pool import PoolConfig, build_pool
     from morkit.question_pool.store import save_pool
+    from morkit.selection.stacker import with_stored_stacker
 
     if args.max_members < 1 or args.temperature <= 0:
         raise InputError("--max-members must be at least 1 and --temperature above 0")
@@ -42,6 +43,7 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
     queries, names, provenance = _prepare(args, args.rm)
     pool = build_pool(queries, embedder, rm_names=names, config=config, provenance={"inputs": provenance},
                       progress=not args.quiet)
+    pool = with_stored_stacker(pool)
     save_pool(pool, args.output)
     print(f"pool: {len(pool)} questions, {len(pool.rm_names)} RMs, {len(pool.ensembles)} ensembles, "
           f"index {pool.meta['index']['kind']}, built in {time.perf_counter() - started:.1f}s -> {args.output}",
@@ -53,12 +55,14 @@ def cmd_pool_add(args: argparse.Namespace) -> int:
     from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.pool import add_questions
     from morkit.question_pool.store import load_pool, save_pool
+    from morkit.selection.stacker import with_stored_stacker
 
     pool = load_pool(args.pool)
     args.reduction = pool.config.reduction
     embedder = load_embedder(pool.embedder, args.device)
     queries, _, provenance = _prepare(args, list(pool.rm_names))
     grown = add_questions(pool, queries, embedder, provenance={"inputs": provenance}, progress=not args.quiet)
+    grown = with_stored_stacker(grown)
     save_pool(grown, args.pool)
     print(f"pool: added {len(grown) - len(pool)} questions (now {len(grown)}, revision {grown.meta['revision']})"
           f" -> {args.pool}", file=sys.stderr)

@@ -11,6 +11,7 @@ import pytest
 from morkit.cli import main
 from morkit.errors import InputError
 from morkit.question_pool.pool import PoolConfig, build_pool
+from morkit.question_pool.store import save_pool
 from morkit.selection.base import Neighbours
 from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
@@ -168,3 +169,21 @@ def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_di
     assert first["skipped"]["missing_rms"] == ["math-consensus"] and len(first["neighbours"]) == 40
     assert main(["rank", "--pool", str(tmp_path / "nope"), str(tmp_path / "new.jsonl"), "-o", str(out)]) == 2
     assert "no such pool" in capsys.readouterr().err
+
+
+def test_stacker_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
+    from morkit.question_pool.pool import add_questions
+    from morkit.question_pool.store import load_pool
+    from morkit.selection import stacker as stacker_module
+    from morkit.selection.stacker import with_stored_stacker
+
+    pool = with_stored_stacker(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
+    save_pool(pool, tmp_path / "p")
+    loaded = load_pool(tmp_path / "p")
+    calls = []
+    monkeypatch.setattr(stacker_module, "fit_stacker", lambda *a, **k: calls.append(a) or pytest.fail("refit"))
+    choice = Selector(loaded, embedder=hash_embedder).select(_pool_queries(1)[0]).choice
+    assert choice.ensemble.members == loaded.rm_names and not calls
+    grown = add_questions(loaded, [_query("x", {"good": [1, 0], "bad": [0, 1], "flip": [0, 1]}, [True, False])],
+                          hash_embedder)
+    assert "stacker" not in grown.meta

@@ -251,7 +251,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    meta = dict(pool.meta)
+    meta = {k: v for k, v in pool.meta.items() if k != "stacker"}  # a stacker fitted on the old rows is stale
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1
     meta["updated"] = now

@@ -32,6 +32,15 @@ class StackerFit:
     cv_best_of_n: float  # mean expected best-of-n over the CV folds for the chosen setting
     cv_table: tuple[tuple[str, float, float], ...]  # (transform, penalty, CV best-of-n) for every setting
 
+    def to_json(self) -> dict:
+        return {**self.ensemble.to_json(), "transform": self.transform, "penalty": self.penalty,
+                "cv_best_of_n": self.cv_best_of_n, "cv_table": [list(row) for row in self.cv_table]}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "StackerFit":
+        return cls(Ensemble.from_json(obj), obj["transform"], float(obj["penalty"]), float(obj["cv_best_of_n"]),
+                   tuple((str(k), float(p), float(v)) for k, p, v in obj["cv_table"]))
+
 
 def _fit_weights(x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float) -> np.ndarray:
     """Conditional-logit weights: minimise -sum log P(correct) + penalty * |w|^2 with L-BFGS."""
@@ -60,6 +69,13 @@ def _features(pool: QuestionPool, members: Sequence[str], kind: str) -> np.ndarr
 
 def _expected_top1(x: np.ndarray, w: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return best_of_n_matrix((x @ w)[:, :, None], correct, valid)[:, 0]
+
+
+def with_stored_stacker(pool: QuestionPool) -> QuestionPool:
+    """The pool with its full-set stacker fitted and kept in its metadata (saved in pool.json)."""
+    from dataclasses import replace
+
+    return replace(pool, meta={**pool.meta, "stacker": fit_stacker(pool).to_json()})
 
 
 def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
@@ -94,12 +110,18 @@ class Stacker:
     _fits: dict = field(init=False, repr=False, default_factory=dict)
 
     def fit_for(self, available: frozenset[str]) -> StackerFit:
+        """The fit over the available RMs: stored with the pool for the full set, else fitted once here."""
         fit = self._fits.get(available)
         if fit is None:
             members = tuple(m for m in self.pool.rm_names if m in available)
             if not members:
                 raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
-            fit = self._fits[available] = fit_stacker(self.pool, members, folds=self.folds)
+            stored = self.pool.meta.get("stacker")
+            if stored is not None and tuple(stored["members"]) == members:
+                fit = StackerFit.from_json(stored)
+            else:
+                fit = fit_stacker(self.pool, members, folds=self.folds)
+            self._fits[available] = fit
         return fit
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
