@@ -132,3 +132,17 @@ def load_inputs(paths: Sequence[str], args: argparse.Namespace) -> tuple[list[Qu
             raise InputError(f"duplicate id {query.id!r} across the inputs")
         seen.add(query.id)
     return queries, provenance
+
+
+def pool_selector(pool: Any, args: argparse.Namespace, method: str, *, k: int = 100, singles_only: bool = False,
+                  allow_run: bool = True) -> Any:
+    """A Selector over `pool` using the pool's embedder; registered pool RMs that can run here (weights and
+    packages present) count as available for candidates with text, unless `allow_run` is off."""
+    from morkit.question_pool.embed import load_embedder
+    from morkit.reward_models import registry
+    from morkit.selection.selector import Selector
+
+    specs = {s.name: s for s in registry.specs()}
+    runnable = [n for n in pool.rm_names if n in specs and specs[n].missing() is None] if allow_run else []
+    return Selector(pool, method, embedder=load_embedder(pool.embedder, args.device), k=k,
+                    singles_only=singles_only, runnable=runnable)

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from morkit.cli_common import add_scoring_options, build_rms, open_cache
+from morkit.cli_common import add_scoring_options, build_rms, open_cache, pool_selector
 from morkit.errors import InputError
 
 LOOPS = ("tmas", "streamma", "atlas")
@@ -60,15 +60,10 @@ def _verifiers(args: argparse.Namespace, llms: Any, config: Any) -> tuple[Callab
         if args.verifier != "llm":
             raise InputError(f"--verifier {args.verifier} needs --pool (the MoR ensemble comes from a pool)")
         return (lambda query: critic), None
-    from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.store import load_pool
-    from morkit.reward_models import registry
-    from morkit.selection.selector import Selector
 
     pool = load_pool(args.pool)
-    specs = {s.name: s for s in registry.specs()}
-    runnable = [n for n in pool.rm_names if n in specs and specs[n].missing() is None]
-    selector = Selector(pool, args.selection, embedder=load_embedder(pool.embedder, args.device), runnable=runnable)
+    selector = pool_selector(pool, args, args.selection)
     cache, built = open_cache(args), {}
 
     def rm(name: str) -> Any:

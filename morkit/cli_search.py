@@ -7,20 +7,14 @@ import sys
 import time
 from typing import Any
 
-from morkit.cli_common import add_scoring_options, build_rms, open_cache
+from morkit.cli_common import add_scoring_options, build_rms, open_cache, pool_selector
 
 
 def make_runner(args: argparse.Namespace, pool: Any) -> Any:
-    from morkit.question_pool.embed import load_embedder
-    from morkit.reward_models import registry
     from morkit.search.agents import load_agents
     from morkit.search.run import SearchRunner
-    from morkit.selection.selector import Selector
 
-    specs = {s.name: s for s in registry.specs()}
-    runnable = [n for n in pool.rm_names if n in specs and specs[n].missing() is None]
-    selector = Selector(pool, args.selection, embedder=load_embedder(pool.embedder, args.device), k=args.k,
-                        runnable=runnable)
+    selector = pool_selector(pool, args, args.selection, k=args.k)
     return SearchRunner(selector, load_agents(args.agents), lambda name: build_rms([name], [], args)[0],
                         open_cache(args), {"k": args.top_k, "residual": not args.no_residual, "agent": args.sc_agent})
 

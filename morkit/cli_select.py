@@ -8,29 +8,17 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from morkit.cli_common import add_scoring_options, open_cache
-
-
-def _runnable(pool: Any, args: argparse.Namespace) -> list[str]:
-    """Pool RMs that morkit can run here (registered, weights and packages present)."""
-    if args.no_run:
-        return []
-    from morkit.reward_models import registry
-
-    specs = {s.name: s for s in registry.specs()}
-    return [name for name in pool.rm_names if name in specs and specs[name].missing() is None]
+from morkit.cli_common import add_scoring_options, open_cache, pool_selector
 
 
 def _selector(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     from morkit.contract import load_queries
-    from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.store import load_pool
-    from morkit.selection.selector import Selector
 
     pool = load_pool(args.pool)
     queries = load_queries(args.input)
-    selector = Selector(pool, args.method, embedder=load_embedder(pool.embedder, args.device), k=args.k,
-                        singles_only=args.singles_only, runnable=_runnable(pool, args))
+    selector = pool_selector(pool, args, args.method, k=args.k, singles_only=args.singles_only,
+                             allow_run=not args.no_run)
     return selector, queries, selector.select_many(queries)
 
 

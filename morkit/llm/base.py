@@ -98,6 +98,20 @@ class StopScanner:
         return rest
 
 
+def cut_stream(pieces: Iterator[str], stop: Sequence[str]) -> Iterator[str]:
+    """Re-yield streamed text up to the first stop string, never emitting part of one."""
+    scanner = StopScanner(stop)
+    for piece in pieces:
+        out, stopped = scanner.feed(piece)
+        if out:
+            yield out
+        if stopped:
+            return
+    rest = scanner.flush()
+    if rest:
+        yield rest
+
+
 @dataclass
 class ScriptedLLM:
     """An LLM whose replies come from `reply(conversation, sample_index) -> str`; counts its calls.

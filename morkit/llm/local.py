@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, StopScanner, cut_at_stop
+from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
 from morkit.runtime import resolve_device, resolve_dtype
 
 
@@ -203,17 +203,8 @@ class LocalLLM:
 
         worker = threading.Thread(target=run, name=f"{self.name}-stream", daemon=True)
         worker.start()
-        scanner = StopScanner(params.stop)
         try:
-            for piece in streamer:
-                out, stopped = scanner.feed(piece)
-                if out:
-                    yield out
-                if stopped:
-                    return
-            rest = scanner.flush()
-            if rest:
-                yield rest
+            yield from cut_stream(streamer, params.stop)
         finally:
             cancel.set()
             worker.join()

@@ -19,13 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, StopScanner, cut_at_stop
-from morkit.http import httpx_module, run_sync
+from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
+from morkit.http import RETRY_STATUS, Fatal, Retryable, httpx_module, post_json, run_sync
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-RETRY_STATUS = {408, 429}
 
 
 class ConversationError(LLMError):
@@ -47,14 +46,6 @@ class ChatError(LLMError):
                          f"(indices {[f.index for f in failures]}): {listed}{more}")
         self.results = results
         self.failures = failures
-
-
-class _Retryable(Exception):
-    pass
-
-
-class _Fatal(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -120,12 +111,12 @@ class OpenAIChatLLM:
         try:
             doc = json.loads(body)
         except ValueError as err:
-            raise _Retryable(f"response is not JSON: {err}") from None
+            raise Retryable(f"response is not JSON: {err}") from None
         choices = doc.get("choices") if isinstance(doc, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise _Retryable(f"response has no choices: {str(doc)[:120]}")
+            raise Retryable(f"response has no choices: {str(doc)[:120]}")
         if not all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices):
-            raise _Retryable(f"malformed choice in: {str(choices)[:120]}")
+            raise Retryable(f"malformed choice in: {str(choices)[:120]}")
         ordered = sorted(choices, key=lambda c: c.get("index", 0))[:asked]
         usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
         return _Reply(tuple(str(c["message"].get("content") or "") for c in ordered),
@@ -133,20 +124,9 @@ class OpenAIChatLLM:
                       int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
     async def _post(self, client: Any, payload: dict[str, Any]) -> _Reply:
-        httpx = httpx_module()
         self.requests_sent += 1
-        try:  # httpx's timeout is per phase (connect, each read); wait_for bounds the whole request
-            resp = await asyncio.wait_for(
-                client.post(self.url, json=payload, headers=self._headers(), timeout=self.timeout), self.timeout)
-        except (httpx.TimeoutException, asyncio.TimeoutError):
-            raise _Retryable(f"timed out after {self.timeout:g}s") from None
-        except httpx.TransportError as err:
-            raise _Retryable(f"connection error: {type(err).__name__}: {err}") from None
-        if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        if resp.status_code != 200:
-            raise _Fatal(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        return self._parse(resp.content, payload["n"])
+        body = await post_json(client, self.url, payload, self._headers(), self.timeout)
+        return self._parse(body, payload["n"])
 
     async def _request(self, client: Any, sem: asyncio.Semaphore, payload: dict[str, Any]
                        ) -> tuple[_Reply | None, str, int]:
@@ -156,9 +136,9 @@ class OpenAIChatLLM:
             try:
                 async with sem:
                     return await self._post(client, payload), "", attempt + 1
-            except _Fatal as err:
+            except Fatal as err:
                 return None, str(err), attempt + 1
-            except _Retryable as err:
+            except Retryable as err:
                 reason = str(err)
                 log.debug("%s: %s (attempt %d)", self.name, reason, attempt + 1)
             if attempt < self.retries:
@@ -215,34 +195,25 @@ class OpenAIChatLLM:
         httpx = httpx_module()
         payload = self._payload(conversation, params, 1, params.seed)
         payload["stream"] = True
-        scanner = StopScanner(params.stop)
         started = False
         with httpx.Client(timeout=self.timeout, **self._client_options()) as client:  # timeout: per read
             for attempt in range(self.retries + 1):
                 try:
                     with contextlib.closing(self._stream_pieces(client, payload)) as pieces:
-                        for piece in pieces:
-                            out, stopped = scanner.feed(piece)
-                            if out:
-                                started = True
-                                yield out
-                            if stopped:
-                                return
-                    rest = scanner.flush()
-                    if rest:
-                        yield rest
+                        for out in cut_stream(pieces, params.stop):
+                            started = True
+                            yield out
                     return
-                except _Fatal as err:
+                except Fatal as err:
                     raise LLMError(f"LLM {self.name!r} stream: {err}") from None
-                except _Retryable as err:
+                except Retryable as err:
                     if started or attempt == self.retries:
                         raise LLMError(f"LLM {self.name!r} stream: {err} ({attempt + 1} attempts)") from None
                     log.debug("%s stream: %s (attempt %d)", self.name, err, attempt + 1)
-                    scanner = StopScanner(params.stop)
                 time.sleep(self.backoff * (2 ** attempt))
 
     def _stream_pieces(self, client: Any, payload: dict[str, Any]) -> Iterator[str]:
-        """`choices[0].delta.content` of each `data:` event until `data: [DONE]`; errors as _Retryable/_Fatal."""
+        """`choices[0].delta.content` of each `data:` event until `data: [DONE]`; errors as Retryable/Fatal."""
         httpx = httpx_module()
         self.requests_sent += 1
         try:
@@ -250,7 +221,7 @@ class OpenAIChatLLM:
                 if resp.status_code != 200:
                     text = resp.read().decode(errors="replace")[:200]
                     bad = resp.status_code >= 500 or resp.status_code in RETRY_STATUS
-                    raise (_Retryable if bad else _Fatal)(f"HTTP {resp.status_code}: {text}")
+                    raise (Retryable if bad else Fatal)(f"HTTP {resp.status_code}: {text}")
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
                         continue  # blank separators, comments, event names
@@ -262,12 +233,12 @@ class OpenAIChatLLM:
                         error = event.get("error")
                         content = ((event.get("choices") or [{}])[0].get("delta") or {}).get("content")
                     except (ValueError, AttributeError, TypeError, IndexError):
-                        raise _Retryable(f"malformed stream event: {data[:120]}") from None
+                        raise Retryable(f"malformed stream event: {data[:120]}") from None
                     if error:
-                        raise _Fatal(f"server error in stream: {str(error)[:200]}")
+                        raise Fatal(f"server error in stream: {str(error)[:200]}")
                     if content:
                         yield str(content)
         except httpx.TimeoutException:
-            raise _Retryable(f"timed out after {self.timeout:g}s without data") from None
+            raise Retryable(f"timed out after {self.timeout:g}s without data") from None
         except httpx.TransportError as err:
-            raise _Retryable(f"connection error: {type(err).__name__}: {err}") from None
+            raise Retryable(f"connection error: {type(err).__name__}: {err}") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from morkit.errors import PartialScoreError
-from morkit.http import httpx_module, run_sync
+from morkit.http import Fatal, Retryable, httpx_module, post_json, run_sync
 from morkit.reward_models.pooling_io import (
     KIND_TASK, MalformedOutput, Render, chat_render, check_kind, expected_rows, finite, to_score,
 )
@@ -29,7 +29,6 @@ from morkit.types import Score
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUS = {408, 429}
 
 
 @dataclass(frozen=True)
@@ -57,14 +56,6 @@ class RemoteScoringError(PartialScoreError):
             scores,
         )
         self.failures = failures
-
-
-class _Retryable(Exception):
-    pass
-
-
-class _Fatal(Exception):
-    pass
 
 
 class RemoteRewardModel:
@@ -145,45 +136,32 @@ class RemoteRewardModel:
         try:
             doc = json.loads(body)
         except ValueError as err:
-            raise _Retryable(f"response is not JSON: {err}") from None
+            raise Retryable(f"response is not JSON: {err}") from None
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list):
-            raise _Retryable(f"response has no 'data' list: {str(doc)[:120]}")
+            raise Retryable(f"response has no 'data' list: {str(doc)[:120]}")
         if len(data) != len(prompts):
-            raise _Retryable(f"response has {len(data)} outputs for {len(prompts)} inputs")
+            raise Retryable(f"response has {len(data)} outputs for {len(prompts)} inputs")
         items = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
         out = []
         for item, prompt in zip(items, prompts):
             if not isinstance(item, dict) or "data" not in item:
-                raise _Retryable(f"malformed output item: {str(item)[:120]}")
+                raise Retryable(f"malformed output item: {str(item)[:120]}")
             try:
                 score = to_score(self.task, item["data"], label=self.label, num_labels=self.num_labels,
                                  expected_rows=expected_rows(prompt, self.task, self.step_token_id),
                                  reduction=self.reduction)
             except MalformedOutput as err:
-                raise _Retryable(f"malformed output: {err}") from None
+                raise Retryable(f"malformed output: {err}") from None
             if not finite(score):
-                raise _Retryable(f"non-finite score {score.value!r}")
+                raise Retryable(f"non-finite score {score.value!r}")
             out.append(score)
         return out
 
     async def _post(self, client: Any, url: str, prompts: list[str | list[int]]) -> list[Score]:
-        httpx = httpx_module()
         self.requests_sent += 1
-        try:  # httpx's timeout is per phase (connect, each read); wait_for bounds the whole request
-            resp = await asyncio.wait_for(
-                client.post(url + "/pooling", json=self._payload(prompts), headers=self.headers,
-                            timeout=self.timeout_s),
-                self.timeout_s)
-        except (httpx.TimeoutException, asyncio.TimeoutError):
-            raise _Retryable(f"timed out after {self.timeout_s:g}s") from None
-        except httpx.TransportError as err:
-            raise _Retryable(f"connection error: {type(err).__name__}: {err}") from None
-        if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        if resp.status_code != 200:
-            raise _Fatal(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        return self._parse(resp.content, prompts)
+        body = await post_json(client, url + "/pooling", self._payload(prompts), self.headers, self.timeout_s)
+        return self._parse(body, prompts)
 
     async def _batch(self, client: Any, sem: asyncio.Semaphore, number: int, prompts: list[str | list[int]]
                      ) -> tuple[list[Score] | None, str, str, int]:
@@ -193,9 +171,9 @@ class RemoteRewardModel:
             try:
                 async with sem:
                     return await self._post(client, url, prompts), "", url, attempt + 1
-            except _Fatal as err:
+            except Fatal as err:
                 return None, str(err), url, attempt + 1
-            except _Retryable as err:
+            except Retryable as err:
                 reason = str(err)
                 log.debug("%s: %s (attempt %d) from %s", self.name, reason, attempt + 1, url)
             if attempt < self.retries:
