@@ -1,0 +1,425 @@
+"""Test-time-scaling loops on GSM8K test questions: StreamMA latency by protocol, TMAS and ATLAS cost and accuracy.
+
+What it measures, in three parts (each can be skipped):
+
+1. StreamMA with the local model. A chain of 4 agents, every one the same `LocalLLM()` (SmolLM2-135M-
+   Instruct; the end-of-step marker is a newline, since SmolLM2 writes one step per line), runs each
+   problem under the `single`, `serial` and `stream` protocols one after another (`compare_protocols`): time to the
+   first step at the last agent, time to the final answer, LLM calls, and serial/stream of the time to
+   the final answer. LocalLLM holds one lock per model, so two calls never run at once: pipelining
+   has nothing to overlap there and no speedup is expected; the figures show the protocols' overhead.
+2. StreamMA with SIMULATED agents: no model, each agent its own simulated server (a fixed time per
+   call plus a fixed time per generated token; the solver streams its steps token by token, a
+   reviewer returns the step it was given, after the time it would take to generate it). Same three
+   protocols on chains of 2, 4 and 8 agents, to show how the pipelining speedup grows with the depth
+   when the agents run on separate servers (StreamMA's claim). Simulated, not measured on a model.
+3. TMAS and ATLAS with the local model and an `LLMVerifier(LocalLLM())` critic (SmolLM2) on GSM8K
+   test questions, small settings: per problem the mean LLM calls (the loop's own, then the
+   critic's, which the loop's LoopResult does not count), tokens (prompt + generated), seconds,
+   accuracy (final answer equivalent to the reference, morkit.reward_models.math_answer; "stated" also
+   requires the text to state its answer, since extract_answer falls back to the last number in the
+   text, which may be the problem's own), and the histogram of stop reasons. SmolLM2-135M is tiny:
+   accuracy is low; the point is the cost.
+
+Questions are GSM8K test lines from --start (1100) on, past those other benchmarks use.
+
+    .venv/bin/python bench/loops.py                        # 2 stream problems, 10 TMAS/ATLAS questions
+    .venv/bin/python bench/loops.py --threads 1            # on a loaded machine, often much faster
+        (about 2 min per stream problem and 3.5 min per TMAS+ATLAS question with 1 thread on a busy
+        2-core machine: some 40 min for the defaults)
+    .venv/bin/python bench/loops.py --simulated-only       # part 2 only: no model, about 30 s
+    .venv/bin/python bench/loops.py --questions 1 --stream-problems 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--questions", type=int, default=10, help="GSM8K questions for TMAS and ATLAS")
+    p.add_argument("--stream-problems", type=int, default=2, help="GSM8K questions for StreamMA with the local model")
+    p.add_argument("--start", type=int, default=1100, help="first GSM8K test line (0-based) to use")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    p.add_argument("--skip-stream", action="store_true", help="skip StreamMA (local and simulated)")
+    p.add_argument("--skip-tmas", action="store_true")
+    p.add_argument("--skip-atlas", action="store_true")
+    p.add_argument("--simulated-only", action="store_true", help="only the simulated StreamMA part (no model)")
+    g = p.add_argument_group("StreamMA, local model")
+    g.add_argument("--chain", type=int, default=4, help="agents in the chain")
+    g.add_argument("--stream-max-tokens", type=int, default=64, help="the solver's new tokens")
+    g.add_argument("--step-tokens", type=int, default=48, help="a reviewer's new tokens per step")
+    g.add_argument("--max-steps", type=int, default=4)
+    g = p.add_argument_group("StreamMA, simulated agents")
+    g.add_argument("--sim-depths", type=int, nargs="+", default=[2, 4, 8])
+    g.add_argument("--sim-steps", type=int, default=4, help="steps per solution (the solver writes this many)")
+    g.add_argument("--sim-step-tokens", type=int, default=12, help="tokens per step")
+    g.add_argument("--sim-token-ms", type=float, default=15.0, help="generation time per token")
+    g.add_argument("--sim-call-ms", type=float, default=40.0, help="time per call before its first token")
+    g = p.add_argument_group("TMAS and ATLAS")
+    g.add_argument("--max-tokens", type=int, default=96, help="new tokens per solution (TMAS, ATLAS solver)")
+    g.add_argument("--critic-tokens", type=int, default=96, help="new tokens per critique (LLMVerifier)")
+    g.add_argument("--synthesis-tokens", type=int, default=128, help="ATLAS synthesis new tokens")
+    g.add_argument("--iterations", type=int, default=2, help="TMAS rounds")
+    g.add_argument("--solutions", type=int, default=2, help="TMAS solutions per round")
+    g.add_argument("--verifications", type=int, default=1, help="TMAS verifier passes per round")
+    g.add_argument("--max-explores", type=int, default=2, help="ATLAS explores")
+    g.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write every figure (and each run's answer) to this JSON file")
+    return p.parse_args(argv)
+
+
+# -- data --------------------------------------------------------------------------------------------
+
+def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
+    """(id, question, reference final answer) for GSM8K test lines start .. start+count-1."""
+    from morkit.datasets import default_data_dir
+
+    rows = []
+    with open(default_data_dir() / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= start + count:
+                break
+            if i >= start:
+                row = json.loads(line)
+                rows.append((f"gsm8k-test-{i}", row["question"],
+                             row["answer"].split("####")[-1].strip().replace(",", "")))
+    return rows
+
+
+def is_correct(answer: str, reference: str) -> bool:
+    from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+
+    return bool(answers_equivalent(extract_answer(answer), reference))
+
+
+STATED_NOTE = ("correct / accuracy: the final answer (math_answer.extract_answer, which falls back to the last "
+               "number in the text) equals the reference; stated: correct AND the text states its answer "
+               "('The answer is', '####', boxed), so a solution that only restates the problem's numbers "
+               "does not count.")
+_STATED = re.compile(r"(?i)\\(?:boxed|fbox)|####|(?:final answer|the answer)\s*(?:is|:|=)")
+
+
+def states_answer(answer: str) -> bool:
+    """Whether the text states a final answer (boxed, '####', 'the answer is'). Without one,
+    extract_answer falls back to the last number in the text, which may come from the problem."""
+    return bool(_STATED.search(answer or ""))
+
+
+# -- LLM wrappers ------------------------------------------------------------------------------------
+
+class CountingLLM:
+    """Delegates to `llm`, counting conversations and tokens (prompt + generated): the critic's cost."""
+
+    def __init__(self, llm: Any):
+        self.llm, self.name, self.calls, self.tokens = llm, llm.name, 0, 0
+        self._lock = threading.Lock()
+
+    def chat(self, conversations, params=None):
+        from morkit.llm.base import SamplingParams
+
+        out = self.llm.chat(conversations, params or SamplingParams())
+        with self._lock:
+            self.calls += len(conversations)
+            self.tokens += sum(c.prompt_tokens + c.completion_tokens for c in out)
+        return out
+
+    def stream(self, conversation, params=None):
+        from morkit.llm.base import SamplingParams
+
+        with self._lock:
+            self.calls += 1
+        return self.llm.stream(conversation, params or SamplingParams())
+
+
+_NEW_STEP = re.compile(r"New step \d+(?:, proposed in \d+ versions)?:\n(?:Version [A-Z]: )?(.*?)\n", re.S)
+
+
+class SimulatedServer:
+    """A SIMULATED model server for one agent (no model): latency only, no lock, so agents overlap.
+
+    `stream` (the solver) waits `call_s`, then yields `steps` steps of `step_tokens` words, one word
+    per `token_s`, each step followed by `marker`. `chat` (a reviewer) returns the step it was asked
+    to review, unchanged, after `call_s + token_s * (its words)`. Waits run to deadlines, so a late
+    wake-up does not add up over a call."""
+
+    def __init__(self, name: str, *, steps: int, step_tokens: int, token_s: float, call_s: float, marker: str):
+        self.name, self.steps, self.step_tokens = name, steps, step_tokens
+        self.token_s, self.call_s, self.marker = token_s, call_s, marker
+        self.calls = 0
+
+    def _step(self, k: int) -> str:
+        """Step k: `step_tokens` words (the last step ends 'The answer is 42.')."""
+        words = [f"s{k + 1}w{j + 1}" for j in range(self.step_tokens)]
+        if k == self.steps - 1:
+            words = words[: max(self.step_tokens - 4, 0)] + ["The", "answer", "is", "42."]
+        return " ".join(words)
+
+    def stream(self, conversation, params) -> Iterator[str]:
+        self.calls += 1
+        due = time.perf_counter() + self.call_s
+        generated = 0
+        for k in range(self.steps):
+            for word in self._step(k).split(" "):
+                if generated >= params.max_tokens:
+                    return
+                due += self.token_s
+                _sleep_until(due)
+                generated += 1
+                yield word + " "
+            yield self.marker
+
+    def chat(self, conversations, params):
+        from morkit.llm.base import Completion
+
+        out = []
+        for conversation in conversations:
+            self.calls += 1
+            start = time.perf_counter()
+            match = _NEW_STEP.search(conversation[-1]["content"] + "\n")
+            step = match.group(1).strip() if match else ""
+            words = min(len(step.split()), params.max_tokens)
+            _sleep_until(start + self.call_s + self.token_s * words)
+            out.append(Completion((step,), ("stop",), 0, words))
+        return out
+
+
+def _sleep_until(deadline: float) -> None:
+    left = deadline - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+# -- part 1 and 2: StreamMA ---------------------------------------------------------------------------
+
+def _protocol_rows(comparisons: list[Any]) -> dict[str, dict[str, float]]:
+    """Mean over problems, per protocol: first step at the last agent, answer time, calls, busy time."""
+    rows = {}
+    for protocol in comparisons[0].results:
+        lats = [c.results[protocol].state["latency"] for c in comparisons]
+        firsts = [lat["first_step_s"] for lat in lats if lat["first_step_s"] is not None]
+        rows[protocol] = {"first_step_s": statistics.mean(firsts) if firsts else float("nan"),
+                          "answer_s": statistics.mean(lat["answer_s"] for lat in lats),
+                          "calls": statistics.mean(lat["calls"] for lat in lats),
+                          "busy_s": statistics.mean(lat["busy_total_s"] for lat in lats),
+                          "stops": dict(Counter(c.results[protocol].stop_reason for c in comparisons))}
+    return rows
+
+
+def _print_protocols(rows: dict[str, dict[str, Any]], correct: tuple[Counter, Counter], n: int) -> None:
+    print(f"  {'protocol':<9}{'first step at last agent s':>27}{'final answer s':>16}{'LLM calls':>11}{'busy s':>9}"
+          f"{'correct':>9}{'stated':>8}  stop reasons")
+    for protocol, r in rows.items():
+        print(f"  {protocol:<9}{r['first_step_s']:>27.2f}{r['answer_s']:>16.2f}{r['calls']:>11.1f}"
+              f"{r['busy_s']:>9.2f}{f'{correct[0][protocol]}/{n}':>9}{f'{correct[1][protocol]}/{n}':>8}  "
+              + ", ".join(f"{k} x{v}" for k, v in rows[protocol]["stops"].items()))
+
+
+def stream_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    from morkit.llm.base import SamplingParams
+    from morkit.llm.local import LocalLLM
+    from morkit.loops.streamma import StreamMAConfig, compare_protocols
+
+    problems = gsm8k_test(args.start, args.stream_problems)
+    llm = LocalLLM()
+    started = time.perf_counter()
+    llm.chat([[{"role": "user", "content": "Say hi."}]], SamplingParams(temperature=0.0, max_tokens=4))  # load
+    print(f"[stream] model loaded and warmed up in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    config = StreamMAConfig(agents=args.chain, step_marker="\n", max_steps=args.max_steps,
+                            max_tokens=args.stream_max_tokens, step_max_tokens=args.step_tokens, seed=args.seed)
+    comparisons, per_problem = [], []
+    correct, stated = Counter(), Counter()
+    for number, (qid, question, reference) in enumerate(problems, 1):
+        comparison = compare_protocols(llm, question, config, reference=reference)
+        comparisons.append(comparison)
+        lat = comparison.latencies
+        ratio = lat["serial"]["answer_s"] / lat["stream"]["answer_s"]
+        same = comparison.results["serial"].answer == comparison.results["stream"].answer
+        for p, r in comparison.results.items():
+            correct[p] += bool(r.state.get("correct"))
+            stated[p] += bool(r.state.get("correct")) and states_answer(r.answer)
+        per_problem.append({"id": qid, "serial_over_stream": ratio, "same_answer_serial_stream": same,
+                            **{p: {"latency": lat[p], "stop": r.stop_reason, "answer": r.answer,
+                                   "correct": r.state.get("correct"), "states_answer": states_answer(r.answer)}
+                                for p, r in comparison.results.items()}})
+        print(f"[stream] [{number}/{len(problems)}] {qid}: serial/stream {ratio:.2f}x, "
+              f"serial and stream answers {'identical' if same else 'differ'}", file=sys.stderr)
+    rows = _protocol_rows(comparisons)
+    ratio = rows["serial"]["answer_s"] / rows["stream"]["answer_s"]
+    print(f"\nStreamMA, local model: chain of {args.chain} agents, all the same LocalLLM (SmolLM2-135M-Instruct), "
+          f"{len(problems)} GSM8K test question(s) from line {args.start}; step marker '\\n', max_steps "
+          f"{args.max_steps}, solver {args.stream_max_tokens} new tokens, reviewer {args.step_tokens} per step, "
+          f"seed {args.seed}. Means per problem:")
+    _print_protocols(rows, (correct, stated), len(problems))
+    print(f"  serial / stream, time to final answer: {ratio:.2f}x (mean of per-problem ratios "
+          f"{statistics.mean(p['serial_over_stream'] for p in per_problem):.2f}x)")
+    print("  Note: one local model serialises its calls (one lock per model), so the agents cannot run at "
+          "the same time: no pipelining gain is expected here; the difference is overhead and noise. "
+          "'busy s' sums the agents' time inside LLM calls, waiting for the lock included.")
+    print(f"  {STATED_NOTE}")
+    report["stream_local"] = {"config": asdict(config),
+                              "means": rows, "serial_over_stream": ratio, "problems": per_problem}
+
+
+def stream_simulated(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    from morkit.loops.streamma import StreamMAConfig, compare_protocols
+
+    token_s, call_s = args.sim_token_ms / 1000, args.sim_call_ms / 1000
+    step_s = call_s + token_s * args.sim_step_tokens
+    problem = "A simulated problem (no model answers it)."
+    print(f"\nStreamMA, SIMULATED agents (no model): each agent its own simulated server, {args.sim_call_ms:g} ms "
+          f"per call + {args.sim_token_ms:g} ms per token, {args.sim_steps} steps of {args.sim_step_tokens} tokens "
+          f"per solution (about {step_s:.2f}s to write or review one step); a reviewer keeps every step.")
+    print(f"  {'agents':>6} {'protocol':<9}{'first step at last agent s':>27}{'final answer s':>16}{'LLM calls':>11}"
+          f"{'serial/stream':>15}{'ideal':>7}")
+    results = {}
+    for depth in args.sim_depths:
+        servers = [SimulatedServer(f"sim-{i}", steps=args.sim_steps, step_tokens=args.sim_step_tokens,
+                                   token_s=token_s, call_s=call_s, marker="\n") for i in range(depth)]
+        # max_steps above the solution's length: the solver's stream ends by itself ("completed")
+        config = StreamMAConfig(agents=depth, step_marker="\n", max_steps=args.sim_steps + 1, max_tokens=10_000,
+                                step_max_tokens=10_000, queue_size=args.sim_steps)
+        comparison = compare_protocols(servers, problem, config)
+        lat = comparison.latencies
+        ratio = lat["serial"]["answer_s"] / lat["stream"]["answer_s"]
+        ideal = depth * args.sim_steps / (args.sim_steps + depth - 1)  # serial D*S steps, stream S+D-1
+        for p in comparison.results:
+            first = lat[p]["first_step_s"]
+            tail = f"{ratio:>14.2f}x{ideal:>6.2f}x" if p == "stream" else ""
+            print(f"  {depth:>6} {p:<9}{'-' if first is None else f'{first:.2f}':>27}{lat[p]['answer_s']:>16.2f}"
+                  f"{lat[p]['calls']:>11}{tail}")
+        results[depth] = {"latency": lat, "serial_over_stream": ratio, "ideal": ideal,
+                          "stops": {p: r.stop_reason for p, r in comparison.results.items()}}
+    print("  'ideal' = D*S / (S+D-1) for D agents and S steps with equal step times: serial writes D*S steps "
+          "one after another, the pipeline S+D-1. The speedup grows with depth toward S, the number of steps.")
+    report["stream_simulated"] = {"token_ms": args.sim_token_ms, "call_ms": args.sim_call_ms,
+                                  "steps": args.sim_steps, "step_tokens": args.sim_step_tokens, "depths": results}
+
+
+# -- part 3: TMAS and ATLAS -----------------------------------------------------------------------------
+
+def run_loop(name: str, make: Any, critic: CountingLLM, problems: list[tuple[str, str, str]],
+             report: dict[str, Any]) -> dict[str, Any]:
+    """Run `make()` (a fresh loop) on every problem; sums and per-problem records."""
+    totals = {"calls": 0, "critic_calls": 0, "tokens": 0, "critic_tokens": 0, "seconds": 0.0, "correct": 0,
+              "stated": 0}
+    stops: Counter = Counter()
+    records = []
+    for number, (qid, question, reference) in enumerate(problems, 1):
+        calls0, tokens0 = critic.calls, critic.tokens
+        result = make().run(question, reference)
+        ok = is_correct(result.answer, reference)
+        record = {"id": qid, "calls": result.calls, "critic_calls": critic.calls - calls0, "tokens": result.tokens,
+                  "critic_tokens": critic.tokens - tokens0, "seconds": result.seconds, "correct": ok,
+                  "stated": ok and states_answer(result.answer),
+                  "stop": result.stop_reason, "answer": result.answer, "reference": reference}
+        records.append(record)
+        for key in totals:
+            totals[key] += record[key]
+        stops[result.stop_reason] += 1
+        print(f"[{name}] [{number}/{len(problems)}] {qid}: {'ok' if ok else '--'} {result.seconds:.1f}s, "
+              f"{record['calls']}+{record['critic_calls']} calls, stop: {result.stop_reason}", file=sys.stderr)
+    report[name] = {"totals": totals, "stops": dict(stops), "problems": records}
+    return {"totals": totals, "stops": stops}
+
+
+def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    from morkit.llm.base import SamplingParams
+    from morkit.llm.local import LocalLLM
+    from morkit.selection.verifier import LLMVerifier
+
+    problems = gsm8k_test(args.start, args.questions)
+    llm = LocalLLM()
+    critic = CountingLLM(LocalLLM())
+    started = time.perf_counter()
+    llm.chat([[{"role": "user", "content": "Say hi."}]], SamplingParams(temperature=0.0, max_tokens=4))  # load
+    print(f"[loops] model loaded and warmed up in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+
+    def verifier() -> LLMVerifier:
+        return LLMVerifier(critic, SamplingParams(temperature=0.0, max_tokens=args.critic_tokens))
+
+    summaries, settings = {}, {}
+    if not args.skip_tmas:
+        from morkit.loops.tmas import TMAS, TMASConfig
+
+        cfg = TMASConfig(iterations=args.iterations, solutions=args.solutions, verifications=args.verifications,
+                         seed=args.seed, max_tokens=args.max_tokens, agent_max_tokens=args.max_tokens)
+        settings["tmas"] = (f"iterations {cfg.iterations}, solutions {cfg.solutions}, verifications "
+                            f"{cfg.verifications}, {cfg.max_tokens} new tokens per solution and memory-agent reply")
+        summaries["tmas"] = run_loop("tmas", lambda: TMAS(llm, verifier(), cfg), critic, problems, report)
+    if not args.skip_atlas:
+        from morkit.loops.atlas import ATLAS, ATLASConfig, Effort, Solver
+
+        m = args.max_tokens
+        efforts = {"low": Effort(max(m // 2, 1), "Answer briefly."), "medium": Effort(m, "Solve step by step."),
+                   "high": Effort(2 * m, "Think step by step carefully and check every step before giving the "
+                                         "answer.")}
+        cfg = ATLASConfig(max_explores=args.max_explores, efforts=efforts,
+                          synthesis_max_tokens=args.synthesis_tokens)
+        solver = Solver(llm, SamplingParams(temperature=0.7, max_tokens=m, seed=args.seed))
+        settings["atlas"] = (f"max_explores {cfg.max_explores}, solver {m} new tokens (efforts low/medium/high "
+                             f"{m // 2}/{m}/{2 * m}), orchestrator {cfg.max_tokens}, "
+                             f"synthesis {cfg.synthesis_max_tokens}")
+        summaries["atlas"] = run_loop("atlas", lambda: ATLAS(llm, solver, verifier(), cfg), critic, problems, report)
+    if not summaries:
+        return
+
+    n = len(problems)
+    print(f"\nTMAS and ATLAS on {n} GSM8K test question(s) from line {args.start}: every role the local "
+          f"SmolLM2-135M-Instruct, critic LLMVerifier(LocalLLM()) with {args.critic_tokens} new tokens, seed "
+          f"{args.seed}. Means per problem:")
+    for name, text in settings.items():
+        print(f"  {name}: {text}")
+    print(f"  {'loop':<7}{'accuracy':>9}{'stated':>8}{'loop calls':>12}{'critic calls':>14}{'loop tokens':>13}"
+          f"{'critic tokens':>15}{'s':>8}")
+    for name, s in summaries.items():
+        t = s["totals"]
+        print(f"  {name:<7}{t['correct'] / n:>9.1%}{t['stated'] / n:>8.1%}{t['calls'] / n:>12.2f}"
+              f"{t['critic_calls'] / n:>14.2f}{t['tokens'] / n:>13.0f}{t['critic_tokens'] / n:>15.0f}"
+              f"{t['seconds'] / n:>8.1f}")
+    print("  loop calls/tokens are the LoopResult's (the loop's own LLM calls; tokens = prompt + generated); "
+          "the critic's calls are not in them and are counted apart. s = wall time per problem, critic "
+          "included.")
+    print(f"  {STATED_NOTE}")
+    for name, s in summaries.items():
+        print(f"  {name} stop reasons: "
+              + ", ".join(f"{reason!r} x{count}" for reason, count in s["stops"].most_common()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    report: dict[str, Any] = {"args": vars(args)}
+    if args.simulated_only:
+        stream_simulated(args, report)
+    else:
+        if not args.skip_stream:
+            if args.stream_problems > 0:
+                stream_local(args, report)
+            stream_simulated(args, report)
+        if not (args.skip_tmas and args.skip_atlas) and args.questions > 0:
+            loops_local(args, report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Build time of a question pool, phase by phase, at 1k and 10k questions; and PRR throughput.
+
+Data: the 383 real MATH problems of `rewardmath_rm_scores` (10 candidates each, one correct, cached
+scores of 22 RMs and judges), REPLICATED to reach each size. Copy k > 0 of a problem gets " [copy k]"
+appended to its id and its text, so ids stay unique and the embedder never sees two identical strings;
+a copy keeps the original's scores and labels. `--gsm8k-texts` cycles the 1000 GSM8K question texts in
+with the MATH ones (only the embedded text changes) for more variety in what is embedded.
+
+The phases of `morkit.question_pool.pool.build_pool`, each timed on its own (time.perf_counter):
+  rows    cached member scores -> padded (Q, N, R) arrays (`pool._rows`; "scoring" here means reading
+          the cached scores, no model runs)
+  fit     normaliser fit, single-RM PRR (the global weights), ensemble enumeration
+  stats   PRR and best-of-n of every ensemble (`pool.ensemble_statistics`); `--ensembles` of them
+  embed   MiniLM (all-MiniLM-L6-v2, CPU) embeddings of the question texts; above `--embed-max`
+          (default 2000) only that many are embedded and the time is scaled linearly, marked "~"
+  index   FAISS index build under the default IndexConfig (kind "auto"), plus its recall check if approximate
+`--full-at` also times "stats" with the whole enumeration (5335 ensembles for 22 RMs, max 3 members).
+
+Then PRR alone for the largest size x `--ensembles` ensembles (combine + prr_matrix, chunked as the pool
+does), against a plain per-question, per-ensemble Python loop over `morkit.question_pool.prr.prr` on a
+sample, extrapolated to the same size; both are measured in this run and the sample's values must agree.
+
+    .venv/bin/python bench/pool_build.py [--sizes 1000 10000] [--ensembles 1000] [--no-embed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def replicated(queries, size: int, texts=None):
+    """`size` queries cycling through `queries`; copy k > 0 gets " [copy k]" on its id and on its text.
+
+    `texts` (default: the queries' own) cycle separately, so a longer list only changes what is embedded."""
+    from dataclasses import replace
+
+    texts = texts or [q.question for q in queries]
+    out = []
+    for j in range(size):
+        base, id_copy, text_copy = queries[j % len(queries)], j // len(queries), j // len(texts)
+        out.append(replace(base, id=f"{base.id} [copy {id_copy}]" if id_copy else base.id,
+                           question=texts[j % len(texts)] + (f" [copy {text_copy}]" if text_copy else "")))
+    return out
+
+
+def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - started
+
+
+def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, embed_max: int):
+    """Run build_pool's steps one by one; returns ({phase: seconds}, details).
+
+    Above `embed_max` questions only the first `embed_max` texts are embedded and the time is scaled
+    linearly (the texts repeat, so their lengths are the same mix); the index then gets those vectors
+    tiled to the full size with a little noise."""
+    import numpy as np
+
+    from morkit.question_pool.ensembles import Ensemble, Normalizer, enumerate_ensembles
+    from morkit.question_pool.index import build_index, recall_at_k
+    from morkit.question_pool.pool import RECALL_K, PoolConfig, _rows, ensemble_statistics, nanmean_columns
+
+    config = PoolConfig()
+    t: dict[str, float] = {}
+    rows, t["rows"] = timed(_rows, queries, rm_names, config.reduction)
+
+    started = time.perf_counter()
+    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
+    singles = [Ensemble((name,), (1.0,)) for name in rm_names]
+    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles)
+    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
+    everything = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
+                                     weightings=config.weightings, temperature=config.temperature)
+    ensembles = everything[:ensembles_limit] if ensembles_limit else everything
+    t["fit"] = time.perf_counter() - started
+
+    _, t["stats"] = timed(ensemble_statistics, rows.scores, rows.correct, rows.valid, normalizer, rm_names,
+                          ensembles)
+    details = {"ensembles": len(ensembles), "enumerated": len(everything), "index": "-"}
+    if full and len(everything) > len(ensembles):
+        _, t["stats_full"] = timed(ensemble_statistics, rows.scores, rows.correct, rows.valid, normalizer,
+                                   rm_names, everything)
+    if embedder is not None:
+        texts = [q.question for q in rows.questions]
+        if embed_max and len(texts) > embed_max:
+            sample, seconds = timed(embedder.encode, texts[:embed_max])
+            t["embed"], details["embedded"] = seconds * len(texts) / embed_max, embed_max
+            rng = np.random.default_rng(0)
+            vectors = sample[np.arange(len(texts)) % embed_max]
+            vectors = vectors + rng.normal(0, 0.01, vectors.shape).astype(np.float32)
+            vectors = np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+        else:
+            vectors, t["embed"] = timed(embedder.encode, texts)
+        started = time.perf_counter()
+        index, kind = build_index(vectors, config.index)
+        if kind != "flat":
+            details["recall"] = recall_at_k(index, vectors, RECALL_K)
+        t["index"] = time.perf_counter() - started
+        details["index"] = kind
+    return t, details
+
+
+def prr_vectorised(normalised, correct, valid, weights, chunk: int = 256):
+    """PRR (Q, E) float64 the way ensemble_statistics computes it, without best-of-n."""
+    import numpy as np
+
+    from morkit.question_pool.ensembles import combine
+    from morkit.question_pool.prr import prr_matrix
+
+    out = np.empty((len(normalised), weights.shape[1]))
+    for start in range(0, len(normalised), chunk):
+        part = slice(start, start + chunk)
+        out[part] = prr_matrix(combine(normalised[part], weights), correct[part], valid[part])
+    return out
+
+
+def prr_loop(normalised, correct, valid, ensembles, rm_names, question_rows, ensemble_cols):
+    """What a user writes without the batched path: one question, one ensemble, one prr() call at a time.
+
+    The ensemble score is sum_m w_m * z_m added member by member, so candidates whose member scores are
+    equal get exactly equal ensemble scores (a tie, which PRR counts as wrong)."""
+    import numpy as np
+
+    from morkit.question_pool.prr import prr
+
+    column = {name: r for r, name in enumerate(rm_names)}
+    members = [(ensembles[e].weights, [column[m] for m in ensembles[e].members]) for e in ensemble_cols]
+    out = np.empty((len(question_rows), len(ensemble_cols)))
+    for i, q in enumerate(question_rows):
+        real = valid[q]
+        scores, labels = normalised[q][real], correct[q][real]
+        for j, (weights, cols) in enumerate(members):
+            combined = sum(w * scores[:, c] for w, c in zip(weights, cols))
+            out[i, j] = np.nan if np.isnan(combined).any() else prr(combined, labels)
+    return out
+
+
+def tied_members(normalised, valid, ensembles, rm_names, question_rows, ensemble_cols):
+    """(Q, E) bool: some two candidates of the question have identical scores from all the ensemble's members."""
+    import numpy as np
+
+    column = {name: r for r, name in enumerate(rm_names)}
+    out = np.zeros((len(question_rows), len(ensemble_cols)), dtype=bool)
+    for i, q in enumerate(question_rows):
+        for j, e in enumerate(ensemble_cols):
+            rows = normalised[q][valid[q]][:, [column[m] for m in ensembles[e].members]]
+            out[i, j] = len(np.unique(rows, axis=0)) < len(rows)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="pool sizes (questions)")
+    parser.add_argument("--ensembles", type=int, default=1000,
+                        help="ensembles per pool: the first N of the default enumeration (0 = all of it)")
+    parser.add_argument("--full-at", type=int, nargs="*", default=[1000],
+                        help="at these sizes also time PRR+best-of-n with the whole enumeration")
+    parser.add_argument("--no-embed", action="store_true", help="skip the embedding and index phases")
+    parser.add_argument("--embed-max", type=int, default=2000,
+                        help="above this many questions embed only this many and scale the time (0: embed all)")
+    parser.add_argument("--gsm8k-texts", action="store_true",
+                        help="embed GSM8K question texts in rotation with the MATH ones")
+    parser.add_argument("--loop-questions", type=int, default=200, help="sample size of the plain-loop baseline")
+    parser.add_argument("--loop-ensembles", type=int, default=50, help="sample size of the plain-loop baseline")
+    args = parser.parse_args()
+
+    import numpy as np
+
+    from morkit.datasets import gsm8k_model_solutions, rewardmath_rm_scores
+    from morkit.question_pool.ensembles import Normalizer, enumerate_ensembles, weight_matrix
+    from morkit.question_pool.pool import _rows, nanmean_columns
+    from morkit.question_pool.prr import prr_matrix
+    from morkit.reward_models.table import table_names
+
+    load = os.getloadavg()[0]
+    base = rewardmath_rm_scores()
+    rm_names = tuple(table_names(base))
+    texts = [q.question for q in base]
+    if args.gsm8k_texts:
+        texts += [q.question for q in gsm8k_model_solutions()]
+    embedder = None
+    if not args.no_embed:
+        from morkit.question_pool.embed import load_embedder
+
+        embedder, load_s = timed(load_embedder)
+        embedder.encode(texts[:8])  # warm-up
+        cut = embedder.model.max_seq_length
+        tokens = np.mean([len(embedder.model.tokenizer(t, truncation=True, max_length=cut)["input_ids"])
+                          for t in texts])
+        print(f"embedder {embedder.name} on {embedder.model.device}, loaded in {load_s:.1f}s; "
+              f"{tokens:.0f} tokens per text on average (cut at {cut})")
+    print(f"{len(base)} real rewardmath problems x {len(base[0].candidates)} candidates, {len(rm_names)} RMs, "
+          f"REPLICATED to each size (copy k>0: id and text + ' [copy k]'); "
+          f"{'MATH + GSM8K' if args.gsm8k_texts else 'MATH'} texts; {os.cpu_count()} CPUs, load {load:.1f}")
+
+    results = {}
+    for size in args.sizes:
+        queries = replicated(base, size, texts)
+        assert len({q.id for q in queries}) == size and len({q.question for q in queries}) == size
+        results[size] = build_phases(queries, rm_names, args.ensembles, embedder, size in args.full_at,
+                                      args.embed_max)
+        print(f"  built {size:,} questions: {sum(v for k, v in results[size][0].items() if k != 'stats_full'):.1f}s",
+              flush=True)
+
+    sizes = args.sizes
+    print()
+    header = f"{'phase':<44}" + "".join(f"{f'{s:,} q':>12}" for s in sizes)
+    print(header)
+    print("-" * len(header))
+    first = results[sizes[0]][1]
+    labels = [("rows", "rows: cached scores -> arrays"),
+              ("fit", "fit: normaliser, single-RM PRR, enumeration"),
+              ("stats", f"stats: PRR + best-of-n, {first['ensembles']:,} ensembles"),
+              ("embed", "embed: MiniLM on CPU"),
+              ("index", f"index: FAISS {first['index']}")]
+    for key, label in labels:
+        if all(key in results[s][0] for s in sizes):
+            marks = ["~" if key == "embed" and "embedded" in results[s][1] else " " for s in sizes]
+            print(f"{label:<44}" + "".join(f"{m:>3}{results[s][0][key]:>8.2f}s" for s, m in zip(sizes, marks)))
+    totals = {s: sum(v for k, v in results[s][0].items() if k != "stats_full") for s in sizes}
+    print(f"{'total':<44}" + "".join(f"{totals[s]:>11.2f}s" for s in sizes))
+    for s in sizes:
+        if "embedded" in results[s][1]:
+            done = results[s][1]["embedded"]
+            print(f"~ {s:,} q: {done:,} texts embedded, the time scaled x{s / done:g} (--embed-max 0 embeds all); "
+                  f"the index got those vectors tiled with noise")
+    print(f"{'stats throughput (question x ensemble / s)':<44}"
+          + "".join(f"{s * results[s][1]['ensembles'] / results[s][0]['stats']:>12,.0f}" for s in sizes))
+    for s in sizes:
+        if "stats_full" in results[s][0]:
+            full_s, enumerated = results[s][0]["stats_full"], results[s][1]["enumerated"]
+            print(f"stats with the whole enumeration ({enumerated:,} ensembles) at {s:,} q: {full_s:.2f}s "
+                  f"({s * enumerated / full_s:,.0f} q x e/s); linear extrapolation to "
+                  f"{max(sizes):,} q: ~{full_s * max(sizes) / s:.0f}s")
+        if "recall" in results[s][1]:
+            print(f"recall@100 of the {results[s][1]['index']} index at {s:,} q: {results[s][1]['recall']:.3f}")
+
+    # PRR alone, largest size x --ensembles, against the plain loop on a sample.
+    size = max(sizes)
+    rows = _rows(replicated(base, size, texts), rm_names, "min")
+    normalizer = Normalizer.fit("zscore", rm_names, rows.scores, rows.valid)
+    singles_prr = prr_matrix(normalizer.apply(rm_names, rows.scores), rows.correct, rows.valid)
+    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(singles_prr))))
+    ensembles = enumerate_ensembles(rm_names, global_prr)
+    ensembles = ensembles[: args.ensembles] if args.ensembles else ensembles
+
+    started = time.perf_counter()
+    normalised = normalizer.apply(rm_names, rows.scores)
+    weights = weight_matrix(ensembles, rm_names)
+    vectorised = prr_vectorised(normalised, rows.correct, rows.valid, weights)
+    vec_s = time.perf_counter() - started
+
+    q_rows = np.arange(min(args.loop_questions, size))
+    e_cols = np.unique(np.linspace(0, len(ensembles) - 1, min(args.loop_ensembles, len(ensembles))).astype(int))
+    loop, loop_s = timed(prr_loop, normalised, rows.correct, rows.valid, ensembles, rm_names, q_rows, e_cols)
+    per_cell = loop_s / loop.size
+    cells = size * len(ensembles)
+    sample = vectorised[np.ix_(q_rows, e_cols)]
+    same_nan = np.array_equal(np.isnan(sample), np.isnan(loop))
+    diff = float(np.nanmax(np.abs(sample - loop))) if np.isfinite(loop).any() else 0.0
+
+    print()
+    print(f"PRR only, {size:,} questions x {len(ensembles):,} ensembles = {cells:,} (question, ensemble) cells")
+    print(f"{'method':<52}{'seconds':>10}{'cells/s':>14}{'ratio':>9}")
+    print(f"{'plain loop, prr() per cell (sample, extrapolated)':<52}{per_cell * cells:>9.1f}s"
+          f"{1 / per_cell:>14,.0f}{1:>8.1f}x")
+    print(f"{'morkit vectorised (combine + prr_matrix, chunk 256)':<52}{vec_s:>9.1f}s"
+          f"{cells / vec_s:>14,.0f}{per_cell * cells / vec_s:>8.1f}x")
+    print(f"loop sample: {len(q_rows)} questions x {len(e_cols)} ensembles = {loop.size:,} cells in {loop_s:.2f}s; "
+          f"max |vectorised - loop| on it: {diff:.1e}, NaN cells equal ({int(np.isnan(loop).sum())} NaN)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (start {load:.1f})")
+    if diff >= 1e-9 or not same_nan:
+        wrong = ~(np.abs(sample - loop) < 1e-9) & ~(np.isnan(sample) & np.isnan(loop))
+        tied = tied_members(normalised, rows.valid, ensembles, rm_names, q_rows, e_cols)
+        print(f"MISMATCH in {int(wrong.sum())} sample cells; {int((wrong & tied).sum())} of them are questions where "
+              f"two candidates have identical member scores (an exact tie the vectorised combine may break by an ulp)")
+    assert same_nan, "NaN pattern differs between vectorised and loop"
+    assert diff < 1e-9, f"vectorised PRR differs from the plain loop by {diff}"
+
+
+if __name__ == "__main__":
+    main()
