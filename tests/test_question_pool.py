@@ -232,3 +232,15 @@ def test_rewardmath_pool_matches_pair_loop_on_raw_file(data_dir, hash_embedder):
 def test_rm_without_global_prr_is_only_a_single():
     ens = enumerate_ensembles(["a", "b", "ghost"], {"a": 0.6, "b": 0.7, "ghost": float("nan")}, max_members=3)
     assert [e.name for e in ens if "ghost" in e.members] == ["ghost"]
+
+
+def test_identical_member_scores_stay_tied_in_every_ensemble():
+    """Two candidates with the same member scores must tie (PRR counts a tie as wrong), whatever the
+    ensemble's weights and however many ensembles are evaluated together."""
+    rng = np.random.default_rng(3)
+    members = rng.standard_normal((1, 6, 5))
+    members[0, 1] = members[0, 0]  # candidates 0 and 1 identical for every RM
+    weights = rng.random((5, 400)) * (rng.random((5, 400)) < 0.6)
+    out = combine(members, weights)
+    assert np.array_equal(out[0, 0], out[0, 1])
+    assert np.array_equal(combine(members, weights[:, :7]), out[:, :, :7])

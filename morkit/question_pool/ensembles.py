@@ -132,9 +132,26 @@ def weight_matrix(ensembles: Sequence[Ensemble], rm_names: Sequence[str]) -> np.
 def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E).
 
+    Each ensemble adds its members' weighted scores term by term in a fixed order, so candidates
+    with identical member scores get bitwise identical ensemble scores: a tie stays a tie (a
+    batched matrix product may round them one ulp apart, turning a tie into a win for PRR).
     NaN (a missing member score) makes exactly the ensembles that use that member NaN."""
+    normalised = np.asarray(normalised, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    used = weights != 0
+    width = max(1, int(used.sum(axis=0).max(initial=0)))
+    members = np.zeros((width, weights.shape[1]), dtype=np.int64)  # k-th member of each ensemble
+    member_w = np.zeros((width, weights.shape[1]))
+    for e in range(weights.shape[1]):
+        rows = np.flatnonzero(used[:, e])
+        members[: len(rows), e] = rows
+        member_w[: len(rows), e] = weights[rows, e]
     present = ~np.isnan(normalised)
-    out = np.where(present, normalised, 0.0) @ weights
-    uses_missing = (~present).astype(np.float64) @ (weights != 0)
-    out[uses_missing > 0] = np.nan
+    filled = np.where(present, normalised, 0.0)
+    out = np.zeros(normalised.shape[:-1] + (weights.shape[1],))
+    missing = np.zeros(out.shape, dtype=bool)
+    for k in range(width):
+        out += member_w[k] * filled[..., members[k]]
+        missing |= (member_w[k] != 0) & ~present[..., members[k]]
+    out[missing] = np.nan
     return out

@@ -151,11 +151,14 @@ def _rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, wid
 
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
-                        rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int = 256,
+                        rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
                         progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions."""
+    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions.
+
+    The default chunk keeps each (questions x candidates x ensembles) temporary near 4M values."""
     from tqdm import tqdm
 
+    chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
     weights = weight_matrix(ensembles, rm_names)
     normalised = normalizer.apply(rm_names, scores)
     prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
