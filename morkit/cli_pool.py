@@ -105,7 +105,7 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
     missing = {k: v for k, v in meta["missing_scores"].items() if v}
     if skipped or missing:
         print(f"  skipped queries {skipped or 'none'}; questions with missing scores per RM {missing or 'none'}")
-    print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'questions':>11}")
+    print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'with PRR':>11}")
     for row in sorted(singles, key=lambda r: -(r["mean_prr"] if r["mean_prr"] == r["mean_prr"] else -1)):
         print(f"  {row['ensemble'].name:<28}{_fmt(row['mean_prr']):>7}{_fmt(row['best_of_n']):>11}{row['questions']:>11}")
     print(f"\n  best {len(best)} ensembles by mean PRR:")
