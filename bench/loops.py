@@ -15,7 +15,7 @@ What it measures, in three parts (each can be skipped):
    when the agents run on separate servers (StreamMA's claim). Simulated, not measured on a model.
 3. TMAS and ATLAS with the local model and an `LLMVerifier(LocalLLM())` critic (SmolLM2) on GSM8K
    test questions, small settings: per problem the mean LLM calls (the loop's own, then the
-   critic's, which the loop's LoopResult does not count), tokens (prompt + generated), seconds,
+   critic's; LoopResult counts both, the table splits them), tokens (prompt + generated), seconds,
    accuracy (final answer equivalent to the reference, morkit.reward_models.math_answer; "stated" also
    requires the text to state its answer, since extract_answer falls back to the last number in the
    text, which may be the problem's own), and the histogram of stop reasons. SmolLM2-135M is tiny:
@@ -323,8 +323,10 @@ def run_loop(name: str, make: Any, critic: CountingLLM, problems: list[tuple[str
         calls0, tokens0 = critic.calls, critic.tokens
         result = make().run(question, reference)
         ok = is_correct(result.answer, reference)
-        record = {"id": qid, "calls": result.calls, "critic_calls": critic.calls - calls0, "tokens": result.tokens,
-                  "critic_tokens": critic.tokens - tokens0, "seconds": result.seconds, "correct": ok,
+        critic_calls, critic_tokens = critic.calls - calls0, critic.tokens - tokens0
+        record = {"id": qid, "calls": result.calls - critic_calls, "critic_calls": critic_calls,
+                  "tokens": result.tokens - critic_tokens, "critic_tokens": critic_tokens,
+                  "seconds": result.seconds, "correct": ok,
                   "stated": ok and states_answer(result.answer),
                   "stop": result.stop_reason, "answer": result.answer, "reference": reference}
         records.append(record)
@@ -391,9 +393,8 @@ def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
         print(f"  {name:<7}{t['correct'] / n:>9.1%}{t['stated'] / n:>8.1%}{t['calls'] / n:>12.2f}"
               f"{t['critic_calls'] / n:>14.2f}{t['tokens'] / n:>13.0f}{t['critic_tokens'] / n:>15.0f}"
               f"{t['seconds'] / n:>8.1f}")
-    print("  loop calls/tokens are the LoopResult's (the loop's own LLM calls; tokens = prompt + generated); "
-          "the critic's calls are not in them and are counted apart. s = wall time per problem, critic "
-          "included.")
+    print("  loop calls/tokens: the loop's own LLM calls and tokens (prompt + generated); the critic's are "
+          "counted apart (LoopResult and the budget include both). s = wall time per problem, critic included.")
     print(f"  {STATED_NOTE}")
     for name, s in summaries.items():
         print(f"  {name} stop reasons: "

@@ -70,3 +70,28 @@ def test_combined_verifier_adds_the_weighted_critic_score():
     (verdict,) = CombinedVerifier(Fixed(), critic, weight=2.0).verify("q", ["a"])
     assert verdict.score == pytest.approx(1.0 + 2 * 0.8)
     assert verdict.feedback.startswith("Correct.") and verdict.feedback.endswith("ensemble score 1.000")
+
+
+def test_loops_charge_an_llm_critic_to_their_budget():
+    from morkit.loops.base import Budget, MeteredLLM, Spend, metered_verifier
+
+    critic = LLMVerifier(ScriptedLLM(lambda conversation, i: "Fine. Score: 6/10"))
+    spend = Spend(Budget(max_calls=2))
+    metered = metered_verifier(CombinedVerifier(_FixedMoR(), critic), spend)
+    assert isinstance(metered.critic.llm, MeteredLLM) and critic.llm is not metered.critic.llm
+    metered.verify("q", ["a", "b"])
+    assert spend.calls == 2
+    from morkit.loops.base import BudgetExhausted
+
+    with pytest.raises(BudgetExhausted):
+        metered.verify("q", ["c"])
+    assert metered_verifier(None, spend) is None
+
+
+class _FixedMoR:
+    name = "fixed"
+
+    def verify(self, question, answers, context=()):
+        from morkit.types import Verdict
+
+        return [Verdict(0.0) for _ in answers]

@@ -36,7 +36,8 @@ from morkit.llm.base import LLM, LLMError, SamplingParams
 from morkit.loops.atlas_protocol import (SYNTHESIS_SYSTEM, ATLASConfig, Decision, Effort, Solver, as_solver, check_name,
                                          clip, evidence_summary, majority_index, one_line, parse_action,
                                          reference_check)
-from morkit.loops.base import Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish
+from morkit.loops.base import (Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish,
+                               metered_verifier)
 from morkit.reward_models.math_answer import extract_answer
 
 __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "SYNTHESIS_SYSTEM", "evidence_summary", "parse_action"]
@@ -252,7 +253,7 @@ class ATLAS:
     def _verify(self, problem: str, answers: list[str], context: Sequence[str], run: _Run) -> list[Any] | None:
         """The verifier's verdicts, or None (recorded) when it fails: a failed verifier loses scores, not the run."""
         try:
-            return list(self.verifier.verify(problem, answers, context))
+            return list(metered_verifier(self.verifier, run.spend).verify(problem, answers, context))
         except Exception as err:  # noqa: BLE001 - any verifier backend; recorded, the loop goes on
             run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
             return None

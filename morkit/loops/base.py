@@ -8,6 +8,7 @@ appended to the `Trace` with its time offset; nothing computed is dropped when a
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -114,6 +115,23 @@ class MeteredLLM:
             if close is not None:
                 close()
             self.spend.charge(0, pieces)
+
+
+def metered_verifier(verifier: Any, spend: Spend) -> Any:
+    """The verifier with every LLM it holds charged to the loop's budget, so an LLM critic's calls
+    count against the loop's limits and in its `calls`/`tokens` (nested verifiers included)."""
+    if verifier is None or not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
+        return verifier
+    changes = {}
+    for f in dataclasses.fields(verifier):
+        value = getattr(verifier, f.name)
+        if isinstance(value, LLM) and not isinstance(value, MeteredLLM):
+            changes[f.name] = MeteredLLM(value, spend)
+        elif dataclasses.is_dataclass(value) and hasattr(value, "verify"):
+            wrapped = metered_verifier(value, spend)
+            if wrapped is not value:
+                changes[f.name] = wrapped
+    return dataclasses.replace(verifier, **changes) if changes else verifier
 
 
 @dataclass

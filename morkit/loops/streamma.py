@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from morkit.llm.base import LLM
-from morkit.loops.base import Budget, LoopResult, finish
+from morkit.loops.base import Budget, LoopResult, finish, metered_verifier
 from morkit.loops.streamma_graph import PROTOCOLS, StreamMAConfig, Topology, best_available
 from morkit.loops.streamma_run import AgentLog, PipelineRun, StepTimeout
 
@@ -96,7 +96,8 @@ class StreamMA:
         sinks = [final] + [s for s in topology.sinks if s != final]
         options = [best_available(solutions, topology, s) for s in sinks]
         try:
-            verdicts = self.verifier.verify(problem, ["\n\n".join(steps) for steps, _ in options])
+            verifier = metered_verifier(self.verifier, run.spend)
+            verdicts = verifier.verify(problem, ["\n\n".join(steps) for steps, _ in options])
         except Exception as err:  # noqa: BLE001 - a failed verification leaves the answer unscored
             run.trace.add("verify_error", error=f"{type(err).__name__}: {err}")
             return final, *options[0], None

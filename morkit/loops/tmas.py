@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from morkit.llm.base import LLM, Conversation, LLMError, SamplingParams
-from morkit.loops.base import Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish
+from morkit.loops.base import (Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish,
+                               metered_verifier)
 from morkit.loops.rewards import is_correct
 from morkit.loops.tmas_banks import ExperienceBank, GuidelineBank
 from morkit.reward_models.math_answer import answers_equivalent, extract_answer
@@ -147,6 +148,7 @@ class _Run:
     reference: str | None
     spend: Spend = field(init=False)
     llm: MeteredLLM = field(init=False)
+    verifier: Verifier = field(init=False)
     rng: random.Random = field(init=False)
     trace: Trace = field(default_factory=Trace)
     experience: ExperienceBank = field(init=False)
@@ -160,6 +162,7 @@ class _Run:
         cfg = self.config
         self.spend = Spend(self.tmas.budget)
         self.llm = MeteredLLM(self.tmas.llm, self.spend)
+        self.verifier = metered_verifier(self.tmas.verifier, self.spend)
         self.rng = random.Random(cfg.seed)
         self.experience = ExperienceBank(capacity=cfg.experience_capacity)
         self.guidelines = GuidelineBank(capacity=cfg.guideline_capacity)
@@ -244,7 +247,7 @@ class _Run:
         feedback: list[list[str]] = [[] for _ in rollouts]
         for verification in range(1, self.config.verifications + 1):
             try:
-                verdicts = self.tmas.verifier.verify(self.problem, texts, context=texts)
+                verdicts = self.verifier.verify(self.problem, texts, context=texts)
                 if len(verdicts) != len(texts):
                     raise ValueError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
             except Exception as err:  # noqa: BLE001 - any verifier failure is recorded and that pass skipped
