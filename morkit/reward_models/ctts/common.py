@@ -235,3 +235,13 @@ class CttsRM(PooledRM):
 def config_value(root: Path, key: str, default: Any) -> Any:
     data = json.loads((root / "config.json").read_text())
     return data.get(key, default)
+
+
+class FirstPadPooling:
+    """Mixin for CttsRM subclasses whose reference class pools at the token before the first pad id."""
+
+    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
+        import torch
+
+        index = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]

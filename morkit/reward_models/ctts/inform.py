@@ -12,21 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from morkit.reward_models.ctts.common import CttsRM, first_pad_pool_index, head_state, load_strict
+from morkit.reward_models.ctts.common import CttsRM, FirstPadPooling, head_state, load_strict
 
 
-class InfOrmRM(CttsRM):
+class InfOrmRM(FirstPadPooling, CttsRM):
     name = "inf-orm-llama3.1-70b"
     model_id = "infly/INF-ORM-Llama3.1-70B"
     backbone_class = "LlamaModel"
     allowed_extra = ("score",)
     max_context = 8192
-
-    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
-        import torch
-
-        index = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
     @classmethod
     def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:

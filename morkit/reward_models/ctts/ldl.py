@@ -16,7 +16,7 @@ from typing import Any
 
 from morkit.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
-from morkit.reward_models.ctts.common import CttsRM, config_value, first_pad_pool_index, load_strict
+from morkit.reward_models.ctts.common import CttsRM, FirstPadPooling, config_value, load_strict
 
 HEAD_FILES = ("regression_layer.pt", "gating_layer.pt")
 
@@ -33,7 +33,7 @@ def _load_pt(path: Path, model_id: str) -> dict[str, Any]:
     return state
 
 
-class LDLRewardRM(CttsRM):
+class LDLRewardRM(FirstPadPooling, CttsRM):
     name = "ldl-reward-gemma-2-27b"
     model_id = "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1"
     backbone_class = "Gemma2Model"
@@ -41,12 +41,6 @@ class LDLRewardRM(CttsRM):
     required_files = ("config.json",) + HEAD_FILES
     default_attn = "eager"
     max_context = 8192
-
-    def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
-        import torch
-
-        index = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
     @classmethod
     def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
