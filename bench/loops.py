@@ -102,9 +102,9 @@ def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
 
 
 def is_correct(answer: str, reference: str) -> bool:
-    from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+    from morkit.reward_models.math_answer import matches_reference
 
-    return bool(answers_equivalent(extract_answer(answer), reference))
+    return matches_reference(answer, reference)
 
 
 STATED_NOTE = ("correct / accuracy: the final answer (math_answer.extract_answer, which falls back to the last "

@@ -17,7 +17,8 @@ import pytest
 from morkit.llm.base import Completion, LLMError, ScriptedLLM
 from morkit.loops.base import Budget, LoopResult
 from morkit.loops.rewards import (NOVELTY_TABLE, bank_bonus_reward, completion_text, correctness_reward,
-                                  hybrid_reward, novelty_reward, reference_answer)
+                                  hybrid_reward, novelty_reward)
+from morkit.reward_models.math_answer import reference_answer
 from morkit.loops.tmas import (EXPERIENCE_SYSTEM, GUIDELINE_SYSTEM, SOLVER_SYSTEM, SUMMARY_SYSTEM, TMAS,
                                TMASConfig)
 from morkit.loops.tmas_banks import ExperienceBank, GuidelineBank, parse_experience_ops

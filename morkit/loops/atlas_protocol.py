@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from morkit.llm.base import LLM, SamplingParams
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.reward_models.math_answer import answers_equivalent, matches_reference, reference_answer
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
                  "'The answer is X.' where X is the final answer.")
@@ -177,8 +177,8 @@ def majority_index(answered: Sequence[Mapping[str, Any]]) -> int:
 
 def reference_check(answer: str, evidence: Sequence[Mapping[str, Any]], reference: str) -> dict[str, Any]:
     """Whether the final answer and each explore's final answer match the reference (after the loop only)."""
-    ref = extract_answer(reference) or reference
-    return {"reference": ref, "correct": answers_equivalent(extract_answer(answer), ref),
+    ref = reference_answer(reference) or reference
+    return {"reference": ref, "correct": matches_reference(answer, reference),
             "explores_correct": [answers_equivalent(e["final"], ref) if e["final"] is not None else None
                                  for e in evidence]}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.reward_models.math_answer import answers_equivalent, extract_answer, matches_reference
 
 RewardFn = Callable[..., list[float]]
 
@@ -49,19 +49,9 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
-def reference_answer(reference: str | None) -> str | None:
-    """The final answer in a reference: extracted from a worked solution ('#### 18', \\boxed{}, several
-    lines), else the reference itself (a bare answer such as '\\frac{1}{2}' is not mined for numbers)."""
-    if reference is None:
-        return None
-    text = str(reference).strip()
-    worked = "\n" in text or "####" in text or "boxed" in text or "answer" in text.lower()
-    return extract_answer(text) if worked else (text or None)
-
-
 def is_correct(text: str, reference: str | None) -> bool:
     """Whether a solution's final answer is equivalent to the reference's."""
-    return answers_equivalent(extract_answer(text), reference_answer(reference))
+    return matches_reference(text, reference)
 
 
 def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[Any] | None:

@@ -130,10 +130,10 @@ def _stop_reason(logs: Sequence[AgentLog], finished: bool, steps: Sequence[str])
 
 
 def _check_reference(answer: str, reference: str) -> dict[str, Any]:
-    from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+    from morkit.reward_models.math_answer import extract_answer, matches_reference, reference_answer
 
-    extracted, expected = extract_answer(answer), extract_answer(reference)
-    return {"extracted": extracted, "reference": expected, "correct": answers_equivalent(extracted, expected)}
+    return {"extracted": extract_answer(answer), "reference": reference_answer(reference),
+            "correct": matches_reference(answer, reference)}
 
 
 @dataclass(frozen=True)

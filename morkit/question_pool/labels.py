@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from morkit.reward_models.base import is_empty_answer
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.reward_models.math_answer import matches_reference
 from morkit.types import Query
 
 
@@ -28,7 +28,7 @@ def _label_query(query: Query) -> tuple[Query, LabelReport]:
     if query.reference is not None:
         for i in todo:
             text = query.candidates[i].text
-            labels[i] = not is_empty_answer(text) and answers_equivalent(extract_answer(text), query.reference)
+            labels[i] = not is_empty_answer(text) and matches_reference(text, query.reference)
         report = LabelReport(by_reference=len(todo))
     elif query.tests:
         from morkit.reward_models.rules import CodeTests

@@ -113,6 +113,21 @@ def as_number(answer: str) -> Fraction | None:
     return None
 
 
+def reference_answer(reference: str | None) -> str | None:
+    """The final answer in a reference: extracted from a worked solution ('#### 18', \\boxed{}, several
+    lines), else the reference itself (a bare answer such as '\\frac{1}{2}' is not mined for numbers)."""
+    if reference is None:
+        return None
+    text = str(reference).strip()
+    worked = "\n" in text or "####" in text or "boxed" in text or "answer" in text.lower()
+    return extract_answer(text) if worked else (text or None)
+
+
+def matches_reference(solution: str | None, reference: str | None) -> bool:
+    """Whether a solution's final answer is equivalent to the reference's (the one grading rule)."""
+    return answers_equivalent(extract_answer(solution), reference_answer(reference))
+
+
 def answers_equivalent(a: str | None, b: str | None) -> bool:
     """Whether two final answers denote the same value (symmetric; None is never equivalent)."""
     if a is None or b is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.reward_models.math_answer import matches_reference
 from morkit.search.acs import ACS
 from morkit.search.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answers
 from morkit.search.aggregate import Aggregator
@@ -34,7 +34,7 @@ def is_correct(query: Query, answer: str) -> bool | None:
     """Whether the answer's final value matches the query's reference (None without a reference)."""
     if query.reference is None:
         return None
-    return bool(answer.strip()) and answers_equivalent(extract_answer(answer), query.reference)
+    return matches_reference(answer, query.reference)
 
 
 @dataclass
