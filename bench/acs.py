@@ -40,7 +40,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def gsm8k_test(data_dir: Path, start: int, count: int) -> list:
-    from morkit.types import Query
+    from morkit.core.types import Query
 
     rows = [json.loads(line) for line in open(data_dir / "gsm8k" / "test.jsonl", encoding="utf-8")]
     return [Query(f"gsm8k-test-{i}", rows[i]["question"], (), domain="math",
@@ -49,9 +49,9 @@ def gsm8k_test(data_dir: Path, start: int, count: int) -> list:
 
 
 def build_or_load_pool(args: argparse.Namespace, work: Path):
-    from morkit.assets import cache_dir
-    from morkit.cache import ScoreCache
-    from morkit.datasets import gsm8k_model_solutions
+    from morkit.runtime.assets import cache_dir
+    from morkit.reward_models.cache import ScoreCache
+    from morkit.data.datasets import gsm8k_model_solutions
     from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.pool import build_pool
     from morkit.question_pool.store import load_pool, save_pool
@@ -99,15 +99,15 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     from dataclasses import replace
 
-    from morkit.assets import cache_dir
-    from morkit.cache import ScoreCache
-    from morkit.datasets import default_data_dir
+    from morkit.runtime.assets import cache_dir
+    from morkit.reward_models.cache import ScoreCache
+    from morkit.data.datasets import default_data_dir
     from morkit.question_pool.embed import load_embedder
     from morkit.reward_models import registry
-    from morkit.search.agents import AgentAnswer, LLMPool, load_agents
+    from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
     from morkit.search.run import SearchRunner, is_correct
     from morkit.selection.selector import Selector
-    from morkit.types import Candidate
+    from morkit.core.types import Candidate
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ What it measures, in three parts (each can be skipped):
 3. TMAS and ATLAS with the local model and an `LLMVerifier(LocalLLM())` critic (SmolLM2) on GSM8K
    test questions, small settings: per problem the mean LLM calls (the loop's own, then the
    critic's; LoopResult counts both, the table splits them), tokens (prompt + generated), seconds,
-   accuracy (final answer equivalent to the reference, morkit.reward_models.math_answer; "stated" also
+   accuracy (final answer equivalent to the reference, morkit.core.grading; "stated" also
    requires the text to state its answer, since extract_answer falls back to the last number in the
    text, which may be the problem's own), and the histogram of stop reasons. SmolLM2-135M is tiny:
    accuracy is low; the point is the cost.
@@ -87,7 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
     """(id, question, reference final answer) for GSM8K test lines start .. start+count-1."""
-    from morkit.datasets import default_data_dir
+    from morkit.data.datasets import default_data_dir
 
     rows = []
     with open(default_data_dir() / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
@@ -102,12 +102,12 @@ def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
 
 
 def is_correct(answer: str, reference: str) -> bool:
-    from morkit.reward_models.math_answer import matches_reference
+    from morkit.core.grading import matches_reference
 
     return matches_reference(answer, reference)
 
 
-STATED_NOTE = ("correct / accuracy: the final answer (math_answer.extract_answer, which falls back to the last "
+STATED_NOTE = ("correct / accuracy: the final answer (grading.extract_answer, which falls back to the last "
                "number in the text) equals the reference; stated: correct AND the text states its answer "
                "('The answer is', '####', boxed), so a solution that only restates the problem's numbers "
                "does not count.")
@@ -232,7 +232,7 @@ def _print_protocols(rows: dict[str, dict[str, Any]], correct: tuple[Counter, Co
 def stream_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from morkit.llm.base import SamplingParams
     from morkit.llm.local import LocalLLM
-    from morkit.loops.streamma import StreamMAConfig, compare_protocols
+    from morkit.loops.streamma.loop import StreamMAConfig, compare_protocols
 
     problems = gsm8k_test(args.start, args.stream_problems)
     llm = LocalLLM()
@@ -276,7 +276,7 @@ def stream_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def stream_simulated(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    from morkit.loops.streamma import StreamMAConfig, compare_protocols
+    from morkit.loops.streamma.loop import StreamMAConfig, compare_protocols
 
     token_s, call_s = args.sim_token_ms / 1000, args.sim_call_ms / 1000
     step_s = call_s + token_s * args.sim_step_tokens
@@ -356,7 +356,7 @@ def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
     summaries, settings = {}, {}
     if not args.skip_tmas:
-        from morkit.loops.tmas import TMAS, TMASConfig
+        from morkit.loops.tmas.loop import TMAS, TMASConfig
 
         cfg = TMASConfig(iterations=args.iterations, solutions=args.solutions, verifications=args.verifications,
                          seed=args.seed, max_tokens=args.max_tokens, agent_max_tokens=args.max_tokens)
@@ -364,7 +364,7 @@ def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
                             f"{cfg.verifications}, {cfg.max_tokens} new tokens per solution and memory-agent reply")
         summaries["tmas"] = run_loop("tmas", lambda: TMAS(llm, verifier(), cfg), critic, problems, report)
     if not args.skip_atlas:
-        from morkit.loops.atlas import ATLAS, ATLASConfig, Effort, Solver
+        from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Effort, Solver
 
         m = args.max_tokens
         efforts = {"low": Effort(max(m // 2, 1), "Answer briefly."), "medium": Effort(m, "Solve step by step."),

@@ -172,7 +172,7 @@ def main() -> None:
 
     import numpy as np
 
-    from morkit.datasets import gsm8k_model_solutions, rewardmath_rm_scores
+    from morkit.data.datasets import gsm8k_model_solutions, rewardmath_rm_scores
     from morkit.question_pool.ensembles import Normalizer, enumerate_ensembles, weight_matrix
     from morkit.question_pool.pool import _rows, nanmean_columns
     from morkit.question_pool.prr import prr_matrix

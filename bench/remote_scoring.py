@@ -51,10 +51,10 @@ def main() -> None:
     counts = [int(x) for x in args.servers.split(",")]
     pairs = make_pairs(args.pairs)
 
-    from morkit.cache import ScoreCache
+    from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.remote import RemoteRewardModel
     from morkit.reward_models.scoring import score_queries
-    from morkit.types import Candidate, Query
+    from morkit.core.types import Candidate, Query
 
     workdir = Path(tempfile.mkdtemp(prefix="morkit-bench-"))
     procs, urls, fakes = [], [], []

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def real_pairs(count: int) -> list[tuple[str, str]]:
-    from morkit.datasets import gsm8k_model_solutions
+    from morkit.data.datasets import gsm8k_model_solutions
 
     # Questions 600+ lie outside the data the packaged head was trained on.
     pairs = [(q.question, c.text) for q in gsm8k_model_solutions()[600:] for c in q.candidates]

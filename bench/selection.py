@@ -99,7 +99,7 @@ class LookupEmbedder:
 def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
     """Ids of the questions a packaged head was fitted on, recomputed from its own metadata."""
     from morkit.reward_models.heads import load_packaged_head
-    from morkit.train_heads import load_specs, split_by_question
+    from morkit.services.train_heads import load_specs, split_by_question
 
     info = load_packaged_head(head).info
     split = split_by_question(load_specs(info["data"]), info["test_fraction"], info["seed"])
@@ -111,8 +111,8 @@ def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
 
 
 def _score(queries, rm_names):
-    from morkit.assets import cache_dir
-    from morkit.cache import ScoreCache
+    from morkit.runtime.assets import cache_dir
+    from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models import registry
     from morkit.reward_models.scoring import score_queries
 
@@ -128,7 +128,7 @@ def _parse_range(text: str) -> tuple[int, int]:
 
 
 def load_dataset(key: str, args) -> Dataset:
-    from morkit import datasets
+    from morkit.data import datasets
     from morkit.reward_models.table import table_names
 
     if key == "rewardmath":
@@ -344,7 +344,7 @@ def _pct(values) -> str:
 def run_speed(args, embedder) -> None:
     import numpy as np
 
-    from morkit.datasets import rewardmath_rm_scores
+    from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.pool import build_pool
     from morkit.selection.selector import Selector
 

@@ -16,7 +16,7 @@ from morkit.cli_loop import add_loop_parser
 from morkit.cli_pool import add_pool_parser
 from morkit.cli_search import add_search_parser
 from morkit.cli_select import add_select_parsers
-from morkit.errors import MorkitError
+from morkit.core.errors import MorkitError
 
 
 def cmd_rms(args: argparse.Namespace) -> int:
@@ -35,7 +35,7 @@ def cmd_rms(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from morkit.contract import load_queries, save_queries
+    from morkit.data.contract import load_queries, save_queries
     from morkit.reward_models.scoring import score_queries
     from morkit.reward_models.table import table_names
 
@@ -62,7 +62,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     from morkit.reward_models.embedded import MiniLMProbe, SmolLM2ORM, load_minilm, load_smollm2
     from morkit.reward_models.heads import packaged_head_path
     from morkit.reward_models.hf import Truncation
-    from morkit.train_heads import train
+    from morkit.services.train_heads import train
 
     truncation = Truncation(max_tokens=args.max_tokens)
     if args.rm == "smollm2-orm":
@@ -70,7 +70,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     else:
         rm = MiniLMProbe(load_minilm(args.device), None, truncation=truncation)
     out = Path(args.output) if args.output else packaged_head_path(args.rm)
-    from morkit.assets import cache_dir
+    from morkit.runtime.assets import cache_dir
 
     head = train(args.rm, rm.features, args.data, out, test_fraction=args.test_fraction, seed=args.seed,
                  work_dir=cache_dir() / "train", data_dir=Path(args.data_dir) if args.data_dir else None)

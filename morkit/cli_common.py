@@ -7,8 +7,8 @@ import hashlib
 from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.errors import InputError, UnknownRewardModel
-from morkit.types import Query
+from morkit.core.errors import InputError, UnknownRewardModel
+from morkit.core.types import Query
 
 DEFAULT_RMS = ("smollm2-orm",)
 
@@ -48,8 +48,8 @@ def build_rms(names: Sequence[str], table_names: Sequence[str], args: argparse.N
 def open_cache(args: argparse.Namespace) -> Any:
     if args.no_cache:
         return None
-    from morkit.assets import cache_dir
-    from morkit.cache import ScoreCache
+    from morkit.runtime.assets import cache_dir
+    from morkit.reward_models.cache import ScoreCache
 
     return ScoreCache(args.cache or cache_dir() / "scores.sqlite")
 
@@ -110,8 +110,8 @@ def _sha256(path: str) -> str:
 
 def load_inputs(paths: Sequence[str], args: argparse.Namespace) -> tuple[list[Query], list[dict[str, Any]]]:
     """Queries from JSONL files and --dataset specs, with provenance; an id seen twice is an error."""
-    from morkit.contract import load_queries
-    from morkit.datasets import load_spec
+    from morkit.data.contract import load_queries
+    from morkit.data.datasets import load_spec
 
     queries: list[Query] = []
     provenance: list[dict[str, Any]] = []

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from morkit.cli_common import add_scoring_options, build_rms, open_cache, pool_selector
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 
 LOOPS = ("tmas", "streamma", "atlas")
 
@@ -30,19 +30,19 @@ def _loop_factory(args: argparse.Namespace, config: Any, llms: Any) -> Callable[
     agents = config.agents
     main = llms.llm(agents[0])
     if args.loop == "tmas":
-        from morkit.loops.tmas import TMAS, TMASConfig
+        from morkit.loops.tmas.loop import TMAS, TMASConfig
 
         cfg = TMASConfig(iterations=args.iterations, solutions=args.solutions, verifications=args.verifications,
                          epsilon=args.epsilon, seed=args.seed, max_tokens=args.gen_tokens)
         return lambda verifier: TMAS(main, verifier, cfg, _budget(args))
     if args.loop == "streamma":
-        from morkit.loops.streamma import StreamMA, StreamMAConfig
+        from morkit.loops.streamma.loop import StreamMA, StreamMAConfig
 
         chain = [llms.llm(agents[i % len(agents)]) for i in range(args.chain)]
         cfg = StreamMAConfig(agents=args.chain, protocol=args.protocol, step_marker=args.step_marker,
                              max_tokens=args.gen_tokens, seed=args.seed)
         return lambda verifier: StreamMA(chain, verifier, cfg, _budget(args))
-    from morkit.loops.atlas import ATLAS, ATLASConfig, Solver
+    from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Solver
 
     solvers = {a.name: Solver(llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p, args.gen_tokens,
                                                           a.params.stop, args.seed), **({"system": a.system} if a.system else {}))
@@ -84,9 +84,9 @@ def _verifiers(args: argparse.Namespace, llms: Any, config: Any) -> tuple[Callab
 def cmd_loop(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from morkit.contract import load_queries
-    from morkit.jsonl import write_jsonl
-    from morkit.search.agents import LLMPool, load_agents
+    from morkit.data.contract import load_queries
+    from morkit.data.jsonl import write_jsonl
+    from morkit.llm.agents import LLMPool, load_agents
 
     started = time.perf_counter()
     args.verifier = args.verifier or ("mor" if args.pool else "llm")

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from morkit.cli_common import DEFAULT_RMS, add_input_options, add_scoring_options, ensure_scores, load_inputs
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 
 
 def _prepare(args: argparse.Namespace, names: list[str] | None) -> tuple[list[Any], list[str], list[dict]]:

@@ -11,7 +11,7 @@ from morkit.cli_common import add_scoring_options, build_rms, open_cache, pool_s
 
 
 def make_runner(args: argparse.Namespace, pool: Any) -> Any:
-    from morkit.search.agents import load_agents
+    from morkit.llm.agents import load_agents
     from morkit.search.run import SearchRunner
 
     selector = pool_selector(pool, args, args.selection, k=args.k)
@@ -22,7 +22,7 @@ def make_runner(args: argparse.Namespace, pool: Any) -> Any:
 def cmd_search(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from morkit.contract import load_queries
+    from morkit.data.contract import load_queries
     from morkit.question_pool.store import load_pool
     from morkit.search.run import run_all
 

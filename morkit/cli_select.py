@@ -12,7 +12,7 @@ from morkit.cli_common import add_scoring_options, open_cache, pool_selector
 
 
 def _selector(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
-    from morkit.contract import load_queries
+    from morkit.data.contract import load_queries
     from morkit.question_pool.store import load_pool
 
     pool = load_pool(args.pool)
@@ -50,7 +50,7 @@ def _fill_member_scores(queries: Sequence[Any], selections: Sequence[Any], args:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    from morkit.jsonl import write_jsonl
+    from morkit.data.jsonl import write_jsonl
 
     started = time.perf_counter()
     _, queries, selections = _selector(args)
@@ -61,7 +61,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    from morkit.jsonl import write_jsonl
+    from morkit.data.jsonl import write_jsonl
 
     started = time.perf_counter()
     selector, queries, selections = _selector(args)

@@ -9,9 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.contract import load_queries
+from morkit.data.contract import load_queries
 from morkit.question_pool.prr import best_of_n_hit, prr
-from morkit.types import Query
+from morkit.core.types import Query
 
 DOMAIN_RMS = {
     "math": ("smollm2-orm", "minilm-probe", "smollm2-judge", "math-consensus"),
@@ -105,11 +105,11 @@ def format_trace(result: Any, answers: Sequence[Any]) -> list[str]:
 
 def search_demo(pool_queries: Sequence[Query], built: dict[str, Any], args: argparse.Namespace) -> None:
     """The whole path offline: a pool from the scored sample, PRES per query, local agents, ACS."""
-    from morkit.cache import ScoreCache
-    from morkit.assets import cache_dir
+    from morkit.reward_models.cache import ScoreCache
+    from morkit.runtime.assets import cache_dir
     from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.pool import build_pool
-    from morkit.search.agents import load_agents
+    from morkit.llm.agents import load_agents
     from morkit.search.run import SearchRunner, is_correct
     from morkit.selection.selector import Selector
 

@@ -24,7 +24,7 @@ def data_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _isolated_score_cache(tmp_path, monkeypatch):
     """Keep score caches per test, but share the converted model checkpoint (it is slow to make)."""
-    from morkit import assets
+    from morkit.runtime import assets
 
     real = assets.cache_dir()
     monkeypatch.setenv("MORKIT_CACHE_DIR", str(tmp_path / "morkit-cache"))
@@ -51,7 +51,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def gsm8k_pairs(data_dir) -> list[tuple[str, str, bool]]:
     """Real (question, answer, correct) triples from held-out GSM8K questions, of varied length."""
-    from morkit.datasets import gsm8k_model_solutions
+    from morkit.data.datasets import gsm8k_model_solutions
 
     queries = gsm8k_model_solutions(data_dir)[700:703]
     return [(q.question, c.text, bool(c.correct)) for q in queries for c in q.candidates]

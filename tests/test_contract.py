@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from morkit.contract import load_queries, parse_query, query_to_json, save_queries
-from morkit.errors import InputError
-from morkit.jsonl import write_jsonl
+from morkit.data.contract import load_queries, parse_query, query_to_json, save_queries
+from morkit.core.errors import InputError
+from morkit.data.jsonl import write_jsonl
 
 
 def _write_lines(path, lines):

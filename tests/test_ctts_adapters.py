@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from morkit.errors import UnavailableError  # noqa: E402
+from morkit.core.errors import UnavailableError  # noqa: E402
 from morkit.reward_models.hf import Batching  # noqa: E402
 
 H = 32

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
 from morkit.reward_models.embedded import MiniLMProbe, SmolLM2Judge, SmolLM2ORM, chat_ids
 from morkit.reward_models.heads import load_packaged_head
@@ -73,7 +73,7 @@ def test_empty_answer_gets_the_documented_floor_without_a_model_call(orm, monkey
 def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
     from transformers import AutoModelForCausalLM
 
-    from morkit.assets import smollm2_checkpoint
+    from morkit.runtime.assets import smollm2_checkpoint
 
     judge = SmolLM2Judge(smollm2)
     question, answer, _ = gsm8k_pairs[2]
@@ -91,7 +91,7 @@ def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
 def test_minilm_pooling_matches_sentence_transformers(minilm):
     from sentence_transformers import SentenceTransformer
 
-    from morkit.assets import minilm_path
+    from morkit.runtime.assets import minilm_path
     from morkit.reward_models.hf import Encoded, run_batches
 
     texts = ["Natalia sold clips to 48 of her friends.", "The answer is 72."]
@@ -114,7 +114,7 @@ def test_calibration_keeps_the_within_question_order_when_difficulty_points_the_
     """Scores rank answers right inside each question, but harder questions score higher overall:
     a plain 1-D logistic fit across questions gives a negative slope and would flip every ranking."""
     from morkit.question_pool.prr import prr
-    from morkit.train_heads import _calibrate
+    from morkit.services.train_heads import _calibrate
 
     rng = np.random.default_rng(0)
     s, y, g = [], [], []

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.base import REDUCTIONS, reduce_steps
 from morkit.reward_models.hf import Batching, Truncation, encode_pair

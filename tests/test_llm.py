@@ -306,7 +306,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=12)
 
 @pytest.fixture(scope="session")
 def local_llm():
-    from morkit import assets
+    from morkit.runtime import assets
     from morkit.llm.local import LocalLLM
 
     if not assets.smollm2_available():

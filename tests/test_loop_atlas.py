@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from morkit.llm.base import Completion, LLMError, SamplingParams
-from morkit.loops.atlas import (ATLAS, SYNTHESIS_SYSTEM, ATLASConfig, Effort, Solver, evidence_summary,
+from morkit.loops.atlas.loop import (ATLAS, SYNTHESIS_SYSTEM, ATLASConfig, Effort, Solver, evidence_summary,
                                 parse_action)
 from morkit.loops.base import Budget
-from morkit.types import Verdict
+from morkit.core.types import Verdict
 
 PROBLEM = "Tom has 40 apples and buys 2 more. How many apples does he have?"
 REFERENCE = "98765"  # never produced by any scripted LLM: if it shows up in a prompt, it leaked

@@ -15,9 +15,9 @@ import pytest
 
 from morkit.llm.base import Completion, LLMError
 from morkit.loops.base import Budget
-from morkit.loops.streamma import StreamMA, StreamMAConfig, Topology, compare_protocols
-from morkit.loops.streamma_graph import StepSplitter, best_available
-from morkit.types import Verdict
+from morkit.loops.streamma.loop import StreamMA, StreamMAConfig, Topology, compare_protocols
+from morkit.loops.streamma.graph import StepSplitter, best_available
+from morkit.core.types import Verdict
 
 STEPS = ("Tom has 3 apples.", "He buys 4 more apples.", "Now he has 3 + 4 = 7 apples.",
          "He eats 2 of them.", "7 - 2 = 5 apples are left.", "The answer is 5.")
@@ -266,7 +266,7 @@ def test_custom_marker_max_steps_and_step_timeout():
 
 
 def test_run_deadline_returns_what_is_done(monkeypatch):
-    from morkit.loops import streamma_run
+    from morkit.loops.streamma import run as streamma_run
 
     monkeypatch.setattr(streamma_run, "_GRACE_S", 0.2)
     hold = threading.Event()
@@ -284,7 +284,7 @@ def test_run_deadline_returns_what_is_done(monkeypatch):
 
 @pytest.mark.slow
 def test_real_smollm2_two_agents_stream():
-    from morkit import assets
+    from morkit.runtime import assets
     from morkit.llm.local import LocalLLM
 
     if not assets.smollm2_available():

@@ -1,4 +1,4 @@
-"""TMAS loop (morkit.loops.tmas), its memory banks and the hybrid RL reward functions.
+"""TMAS loop (morkit.loops.tmas.loop), its memory banks and the hybrid RL reward functions.
 
 Control flow runs on scripted LLM roles (dispatched on the system prompt) and a scripted verifier;
 one short run uses the real SmolLM2-135M-Instruct as both solver and critic.
@@ -16,14 +16,14 @@ import pytest
 
 from morkit.llm.base import Completion, LLMError, ScriptedLLM
 from morkit.loops.base import Budget, LoopResult
-from morkit.loops.rewards import (NOVELTY_TABLE, bank_bonus_reward, completion_text, correctness_reward,
+from morkit.loops.tmas.rewards import (NOVELTY_TABLE, bank_bonus_reward, completion_text, correctness_reward,
                                   hybrid_reward, novelty_reward)
-from morkit.reward_models.math_answer import reference_answer
-from morkit.loops.tmas import (EXPERIENCE_SYSTEM, GUIDELINE_SYSTEM, SOLVER_SYSTEM, SUMMARY_SYSTEM, TMAS,
+from morkit.core.grading import reference_answer
+from morkit.loops.tmas.loop import (EXPERIENCE_SYSTEM, GUIDELINE_SYSTEM, SOLVER_SYSTEM, SUMMARY_SYSTEM, TMAS,
                                TMASConfig)
-from morkit.loops.tmas_banks import ExperienceBank, GuidelineBank, parse_experience_ops
-from morkit.reward_models.math_answer import extract_answer
-from morkit.types import Verdict
+from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank, parse_experience_ops
+from morkit.core.grading import extract_answer
+from morkit.core.types import Verdict
 
 PROBLEM = "Tom has 3 boxes with 4 apples each. How many apples does he have?"
 ROLES = {SOLVER_SYSTEM: "solver", SUMMARY_SYSTEM: "summary", EXPERIENCE_SYSTEM: "experience",
@@ -405,7 +405,7 @@ def test_hybrid_reward_is_the_sum():
 def test_real_smollm2_run_has_the_expected_structure():
     import torch
 
-    from morkit import assets
+    from morkit.runtime import assets
     from morkit.llm.base import SamplingParams
     from morkit.llm.local import LocalLLM
     from morkit.selection.verifier import LLMVerifier

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from morkit.cli import main
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 from morkit.question_pool.labels import fill_labels
 from morkit.question_pool.store import load_pool
-from morkit.types import Candidate, Query
+from morkit.core.types import Candidate, Query
 
 
 def test_real_embedder_gives_unit_vectors_and_sensible_neighbours(embedder):

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, enumerate_ensembles, member_weights
 from morkit.question_pool.index import IndexConfig, build_index, recall_at_k, search
 from morkit.question_pool.pool import PoolConfig, add_questions, build_pool, ensemble_statistics
 from morkit.question_pool.prr import best_of_n_matrix, prr, prr_matrix
 from morkit.question_pool.store import load_pool, save_pool
-from morkit.types import Candidate, Query
+from morkit.core.types import Candidate, Query
 
 
 def pair_loop_prr(scores, correct) -> float:
@@ -217,7 +217,7 @@ def test_index_auto_threshold_and_hnsw_recall():
 
 def test_rewardmath_pool_matches_pair_loop_on_raw_file(data_dir, hash_embedder):
     """PRR from the pool equals the definition computed straight from the upstream file, per RM."""
-    from morkit.datasets import rewardmath_rm_scores
+    from morkit.data.datasets import rewardmath_rm_scores
 
     pool = build_pool(rewardmath_rm_scores(data_dir)[:30], hash_embedder)
     names = [e.name for e in pool.ensembles]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from morkit.reward_models.sandbox import SandboxLimits, run_many, run_python
+from morkit.runtime.sandbox import SandboxLimits, run_many, run_python
 
 FAST = SandboxLimits(wall_seconds=2.5, cpu_seconds=10, memory_bytes=256 * 2**20, max_output_bytes=4096)
 ROOT = os.geteuid() == 0

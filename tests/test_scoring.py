@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from morkit.cache import ScoreCache
-from morkit.contract import parse_query, query_to_json
-from morkit.errors import InputError, ScoreError
+from morkit.reward_models.cache import ScoreCache
+from morkit.data.contract import parse_query, query_to_json
+from morkit.core.errors import InputError, ScoreError
 from morkit.reward_models.scoring import score_queries
 from morkit.reward_models.table import TableRewardModel, table_names
-from morkit.types import Candidate, Query, Score
+from morkit.core.types import Candidate, Query, Score
 
 
 class FakeRM:

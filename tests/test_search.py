@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.llm.base import LLMError, ScriptedLLM, SamplingParams
 from morkit.search.acs import ACS
-from morkit.search.agents import AgentAnswer, AgentsConfig, AgentSpec, LLMPool, generate_answers, load_agents
+from morkit.llm.agents import AgentAnswer, AgentsConfig, AgentSpec, LLMPool, generate_answers, load_agents
 from morkit.search.aggregate import Aggregator
 from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
-from morkit.types import Verdict
+from morkit.core.types import Verdict
 
 
 class TableVerifier:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from morkit.cli import main
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.store import save_pool
 from morkit.selection.base import Neighbours
@@ -17,7 +17,7 @@ from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
 from morkit.selection.selector import Selector
 from morkit.selection.stacker import fit_stacker
-from morkit.types import Candidate, Query
+from morkit.core.types import Candidate, Query
 
 
 def _query(qid, scores, labels=None, question=None, text=True):
@@ -125,7 +125,7 @@ def test_selector_errors_and_rank_contract(hash_embedder):
 
 def test_stacker_beats_best_single_on_held_out_rewardmath(data_dir, hash_embedder):
     """A check that can fail: trained on problems 0-249, tested on 250-382 of real RM scores."""
-    from morkit.datasets import rewardmath_rm_scores
+    from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.prr import best_of_n_hit
 
     queries = rewardmath_rm_scores(data_dir)
@@ -143,8 +143,8 @@ def test_stacker_beats_best_single_on_held_out_rewardmath(data_dir, hash_embedde
 
 
 def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_dir, embedder, capsys):
-    from morkit.contract import save_queries
-    from morkit.datasets import qwen25_math_rm8
+    from morkit.data.contract import save_queries
+    from morkit.data.datasets import qwen25_math_rm8
 
     queries = qwen25_math_rm8(data_dir)
     pool_dir = tmp_path / "pool"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from morkit.cache import ScoreCache
+from morkit.reward_models.cache import ScoreCache
 from morkit.llm.base import ScriptedLLM
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.reward_models.rules import MathConsensus
 from morkit.selection.verifier import CombinedVerifier, LLMVerifier, MoRVerifier, parse_llm_score
-from morkit.types import Score
+from morkit.core.types import Score
 
 
 class LengthRM:
@@ -62,7 +62,7 @@ def test_combined_verifier_adds_the_weighted_critic_score():
         rm_calls = 3
 
         def verify(self, question, answers, context=()):
-            from morkit.types import Verdict
+            from morkit.core.types import Verdict
 
             return [Verdict(1.0, "ensemble score 1.000") for _ in answers]
 
@@ -92,6 +92,6 @@ class _FixedMoR:
     name = "fixed"
 
     def verify(self, question, answers, context=()):
-        from morkit.types import Verdict
+        from morkit.core.types import Verdict
 
         return [Verdict(0.0) for _ in answers]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
-from morkit.runtime import resolve_device, resolve_dtype
+from morkit.runtime.device import resolve_device, resolve_dtype
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class LocalLLM:
     def loaded(self) -> LoadedLM:
         """The model and tokenizer, loaded on first use; the resolved path keys the cache (links followed)."""
         if self.model_path is None:
-            from morkit import assets
+            from morkit.runtime import assets
 
             path = assets.smollm2_checkpoint()
         else:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
-from morkit.http import RETRY_STATUS, Fatal, Retryable, httpx_module, post_json, run_sync
+from morkit.runtime.http import RETRY_STATUS, Fatal, Retryable, httpx_module, post_json, run_sync
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _PACKAGED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -43,7 +43,7 @@ class SentenceEmbedder:
 @lru_cache(maxsize=4)
 def load_embedder(name: str | None = None, device: str | None = None) -> SentenceEmbedder:
     """Load an embedder by name or path (once per process); a model not here is an UnavailableError."""
-    from morkit.runtime import resolve_device
+    from morkit.runtime.device import resolve_device
 
     name = name or DEFAULT_EMBEDDER
     try:
@@ -51,7 +51,7 @@ def load_embedder(name: str | None = None, device: str | None = None) -> Sentenc
     except ImportError as exc:
         raise UnavailableError("sentence-transformers is not installed (pip install sentence-transformers)") from exc
     if name in _PACKAGED:
-        from morkit.assets import minilm_path
+        from morkit.runtime.assets import minilm_path
 
         source = str(minilm_path())
         name = DEFAULT_EMBEDDER

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from morkit.reward_models.base import is_empty_answer
-from morkit.reward_models.math_answer import matches_reference
-from morkit.types import Query
+from morkit.core.grading import matches_reference
+from morkit.core.types import Query
 
 
 @dataclass(frozen=True)

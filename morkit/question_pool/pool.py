@@ -16,14 +16,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from morkit import __version__
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.question_pool.embed import SentenceEmbedder
 from morkit.question_pool.ensembles import (WEIGHTINGS, Ensemble, Normalizer, combine, enumerate_ensembles,
                                             weight_matrix)
 from morkit.question_pool.index import IndexConfig, build_index, recall_at_k
 from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
 from morkit.reward_models.base import reduce_steps
-from morkit.types import Query
+from morkit.core.types import Query
 
 log = logging.getLogger(__name__)
 

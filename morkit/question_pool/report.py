@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from morkit.jsonl import atomic_path
+from morkit.data.jsonl import atomic_path
 from morkit.question_pool.pool import QuestionPool, nanmean_columns
 
 _CSS = """

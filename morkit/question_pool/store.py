@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from morkit.errors import InputError
-from morkit.jsonl import read_jsonl
+from morkit.core.errors import InputError
+from morkit.data.jsonl import read_jsonl
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.pool import FORMAT_VERSION, PoolConfig, PoolQuestion, QuestionPool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
-from morkit.types import Query, Score
+from morkit.core.types import Query, Score
 
 KINDS = ("orm", "prm", "judge", "rule", "table")
 

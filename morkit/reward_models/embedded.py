@@ -11,11 +11,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from morkit import assets
+from morkit.runtime import assets
 from morkit.reward_models.heads import LogisticHead, load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
-from morkit.runtime import resolve_device, resolve_dtype
+from morkit.runtime.device import resolve_device, resolve_dtype
 
 JUDGE_INSTRUCTION = (
     "Here is a question and a proposed answer.\n\nQuestion:\n{question}\n\nProposed answer:\n{answer}\n\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

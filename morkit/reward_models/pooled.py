@@ -19,7 +19,7 @@ from morkit.reward_models.hf import (
     run_batches,
     log_truncated,
 )
-from morkit.types import Score
+from morkit.core.types import Score
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import math
 from typing import Any, Callable, Sequence, Union
 
 from morkit.reward_models.base import reduce_steps
-from morkit.types import Score
+from morkit.core.types import Score
 
 KIND_TASK = {"classify": "classify", "token_classify": "token_classify", "step": "token_classify"}
 KINDS = tuple(KIND_TASK)

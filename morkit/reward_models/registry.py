@@ -9,7 +9,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from morkit.errors import UnavailableError, UnknownRewardModel
+from morkit.core.errors import UnavailableError, UnknownRewardModel
 
 
 @dataclass(frozen=True)

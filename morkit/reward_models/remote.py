@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from morkit.errors import PartialScoreError
-from morkit.http import Fatal, Retryable, httpx_module, post_json, run_sync
+from morkit.core.errors import PartialScoreError
+from morkit.runtime.http import Fatal, Retryable, httpx_module, post_json, run_sync
 from morkit.reward_models.pooling_io import (
     KIND_TASK, MalformedOutput, Render, chat_render, check_kind, expected_rows, finite, to_score,
 )
-from morkit.types import Score
+from morkit.core.types import Score
 
 log = logging.getLogger(__name__)
 

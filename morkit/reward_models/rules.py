@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer, normalize_answer
-from morkit.reward_models.sandbox import SandboxLimits, SandboxResult, run_many
-from morkit.types import Query, Score
+from morkit.core.grading import answers_equivalent, extract_answer, normalize_answer
+from morkit.runtime.sandbox import SandboxLimits, SandboxResult, run_many
+from morkit.core.types import Query, Score
 
 
 def consensus_scores(texts: Sequence[str | None]) -> list[float]:

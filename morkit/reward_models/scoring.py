@@ -12,9 +12,9 @@ import math
 from dataclasses import replace
 from typing import Any, Sequence
 
-from morkit.cache import ScoreCache
-from morkit.errors import InputError, PartialScoreError, ScoreError
-from morkit.types import Query, Score
+from morkit.reward_models.cache import ScoreCache
+from morkit.core.errors import InputError, PartialScoreError, ScoreError
+from morkit.core.types import Query, Score
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.reward_models.base import reduce_steps
-from morkit.types import Query, Score
+from morkit.core.types import Query, Score
 
 
 class TableRewardModel:

@@ -20,7 +20,7 @@ import logging
 from typing import Any, Sequence
 
 from morkit.reward_models.pooling_io import KIND_TASK, Render, chat_render, check_kind, expected_rows, to_score
-from morkit.types import Score
+from morkit.core.types import Score
 
 log = logging.getLogger(__name__)
 

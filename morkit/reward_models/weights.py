@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 
 WEIGHTS_ENV = "MORKIT_WEIGHTS_DIR"
 

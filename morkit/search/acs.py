@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from morkit.llm.base import LLMError
-from morkit.search.agents import AgentAnswer
+from morkit.llm.agents import AgentAnswer
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import Meter, SearchResult, TraceStep
 from morkit.selection.verifier import Verifier

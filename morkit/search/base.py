@@ -6,7 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
-from morkit.search.agents import AgentAnswer
+from morkit.llm.agents import AgentAnswer
 
 
 @dataclass(frozen=True)

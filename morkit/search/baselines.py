@@ -7,7 +7,7 @@ from typing import Sequence
 
 from morkit.llm.base import LLMError
 from morkit.reward_models.rules import consensus_scores
-from morkit.search.agents import AgentAnswer
+from morkit.llm.agents import AgentAnswer
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import Meter, SearchResult, TraceStep
 from morkit.selection.mor import pick_best

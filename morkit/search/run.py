@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from morkit.reward_models.math_answer import matches_reference
+from morkit.core.grading import matches_reference
 from morkit.search.acs import ACS
-from morkit.search.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answers
+from morkit.llm.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answers
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import SearchMethod, SearchResult
 from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
 from morkit.selection.verifier import mor_verifier
-from morkit.types import Candidate, Query
+from morkit.core.types import Candidate, Query
 
 METHODS: dict[str, Callable[..., SearchMethod]] = {
     "acs": lambda v, a, cfg, opts: ACS(v, a, k=opts.get("k", 2), residual=opts.get("residual", True)),
@@ -111,7 +111,7 @@ def completed(path: Path) -> dict[str, dict]:
 def run_all(runner: SearchRunner, queries: Sequence[Query], methods: Sequence[str], output: str | os.PathLike,
             progress: Callable[[Iterable], Iterable] = lambda x: x) -> list[dict]:
     """Search every query, resuming from `<output>.partial`; writes `output` atomically at the end."""
-    from morkit.jsonl import write_jsonl
+    from morkit.data.jsonl import write_jsonl
 
     work = Path(str(output) + ".partial")
     done = {k: r for k, r in completed(work).items() if set(methods) <= set(r.get("results", {}))}

@@ -16,7 +16,7 @@ import numpy as np
 
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine
 from morkit.reward_models.base import reduce_steps
-from morkit.types import Query
+from morkit.core.types import Query
 
 TRANSFORMS = ("pool-zscore", "query-zscore")
 

@@ -11,14 +11,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
 from morkit.selection.mor import available_members, mor_scores, pick_best
 from morkit.selection.pres import PRES
 from morkit.selection.stacker import Stacker
-from morkit.types import Query
+from morkit.core.types import Query
 
 DEFAULT_METHOD = "stacker"
 METHODS: dict[str, Callable[..., SelectionMethod]] = {

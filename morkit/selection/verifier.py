@@ -16,7 +16,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.reward_models.base import reduce_steps
 from morkit.selection.mor import mor_scores
-from morkit.types import Candidate, Query, Verdict
+from morkit.core.types import Candidate, Query, Verdict
 
 
 @runtime_checkable

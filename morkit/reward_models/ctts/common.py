@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from morkit.errors import ScoreError, UnavailableError
+from morkit.core.errors import ScoreError, UnavailableError
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
 from morkit.reward_models.weights import locate_weights
-from morkit.runtime import resolve_device, resolve_dtype
+from morkit.runtime.device import resolve_device, resolve_dtype
 
 QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 

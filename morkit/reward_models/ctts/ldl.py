@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
 from morkit.reward_models.ctts.common import CttsRM, FirstPadPooling, config_value, load_strict
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.errors import ScoreError, UnavailableError
+from morkit.core.errors import ScoreError, UnavailableError
 from morkit.reward_models.ctts.common import CttsRM, config_value, first_pad_pool_index, head_state, load_strict
-from morkit.types import Score
+from morkit.core.types import Score
 
 GATING_HEADER = "<end_of_turn>\n<start_of_turn>model\n"
 

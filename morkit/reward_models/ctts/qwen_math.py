@@ -19,10 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.errors import ScoreError
+from morkit.core.errors import ScoreError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer, reduce_steps
 from morkit.reward_models.ctts.common import QWEN_MATH_SYSTEM, CttsRM, head_state, load_strict
-from morkit.types import Score
+from morkit.core.types import Score
 
 STEP_TOKEN = "<extra_0>"
 

@@ -17,11 +17,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from morkit.datasets import load_spec
-from morkit.jsonl import atomic_path
+from morkit.data.datasets import load_spec
+from morkit.data.jsonl import atomic_path
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.heads import LogisticHead
-from morkit.types import Query
+from morkit.core.types import Query
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Split:
 
 
 def load_specs(specs: Sequence[str], data_dir: Path | None = None) -> list[Query]:
-    """'name' or 'name:N' (first N questions) for each loader in morkit.datasets.LOADERS."""
+    """'name' or 'name:N' (first N questions) for each loader in morkit.data.datasets.LOADERS."""
     queries: list[Query] = []
     for spec in specs:
         queries.extend(q for q in load_spec(spec, data_dir) if q.labelled and all(c.text for c in q.candidates))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer, matches_reference
+from morkit.core.grading import answers_equivalent, extract_answer, matches_reference
 
 RewardFn = Callable[..., list[float]]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from morkit.llm.base import LLM, SamplingParams
-from morkit.reward_models.math_answer import answers_equivalent, matches_reference, reference_answer
+from morkit.core.grading import answers_equivalent, matches_reference, reference_answer
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
                  "'The answer is X.' where X is the final answer.")

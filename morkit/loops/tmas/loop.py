@@ -8,7 +8,7 @@ Each iteration:
 2. M verification passes over all N solutions (each pass sees the round's solutions as context);
    a solution's score is the mean over the passes that succeeded, with all their feedback.
 3. Unless the loop stops here, three agents update the memory for the next round: a summary of the
-   feedback, experience-bank operations and guideline-bank strategies (see morkit.loops.tmas_banks).
+   feedback, experience-bank operations and guideline-bank strategies (see morkit.loops.tmas.banks).
 Stops after `iterations`, when the budget is spent, when the best score reaches `stop_score`, or when
 every solution of a round reaches the same final answer. A failing verifier pass or agent step is
 recorded and skipped; a failing generation ends the loop. The answer is the best-scored solution seen
@@ -26,9 +26,9 @@ from typing import Any, Sequence
 from morkit.llm.base import LLM, Conversation, LLMError, SamplingParams
 from morkit.loops.base import (Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish,
                                metered_verifier)
-from morkit.loops.rewards import is_correct
-from morkit.loops.tmas_banks import ExperienceBank, GuidelineBank
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.loops.tmas.rewards import is_correct
+from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
+from morkit.core.grading import answers_equivalent, extract_answer
 from morkit.selection.verifier import Verifier
 
 EXPLOIT, EXPLORE = "exploit", "explore"

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from morkit.types import Score
+from morkit.core.types import Score
 
 
 def text_hash(text: str) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from morkit.reward_models import math_answer
-from morkit.reward_models.math_answer import answers_equivalent, extract_answer
+from morkit.core import grading
+from morkit.core.grading import answers_equivalent, extract_answer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 GSM = DATA / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
@@ -92,7 +92,7 @@ def test_equivalence_works_off_the_main_thread():
 
 
 def test_time_guard_stops_a_runaway_call_in_a_worker_thread(monkeypatch):
-    monkeypatch.setattr(math_answer, "VERIFY_SECONDS", 0.3)
+    monkeypatch.setattr(grading, "VERIFY_SECONDS", 0.3)
 
     def spin(_timeout):
         end = time.monotonic() + 20
@@ -101,7 +101,7 @@ def test_time_guard_stops_a_runaway_call_in_a_worker_thread(monkeypatch):
         return True
 
     box = {}
-    worker = threading.Thread(target=lambda: box.update(result=math_answer._guarded(spin)))
+    worker = threading.Thread(target=lambda: box.update(result=grading._guarded(spin)))
     start = time.monotonic()
     worker.start()
     worker.join(10)

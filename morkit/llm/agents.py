@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 from morkit.llm.base import LLM, LLMError, SamplingParams
 
 _SAMPLING_KEYS = {"n", "temperature", "top_p", "max_tokens", "stop", "seed"}

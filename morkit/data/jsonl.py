@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from morkit.errors import InputError
+from morkit.core.errors import InputError
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -6,9 +6,9 @@ import math
 import os
 from typing import Any, Iterable
 
-from morkit.errors import InputError
-from morkit.jsonl import read_jsonl, write_jsonl
-from morkit.types import Candidate, Query
+from morkit.core.errors import InputError
+from morkit.data.jsonl import read_jsonl, write_jsonl
+from morkit.core.types import Candidate, Query
 
 _QUERY_KEYS = {"id", "question", "candidates", "domain", "reference", "tests"}
 _CANDIDATE_KEYS = {"text", "agent", "correct", "scores"}

@@ -14,8 +14,8 @@ import random
 from pathlib import Path
 from typing import Callable, Iterator
 
-from morkit.errors import InputError
-from morkit.types import Candidate, Query
+from morkit.core.errors import InputError
+from morkit.core.types import Candidate, Query
 
 GSM8K_AUTHORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
 

@@ -29,8 +29,8 @@ from typing import Any, Mapping, Sequence
 
 from morkit.llm.base import LLM
 from morkit.loops.base import Budget, LoopResult, finish, metered_verifier
-from morkit.loops.streamma_graph import PROTOCOLS, StreamMAConfig, Topology, best_available
-from morkit.loops.streamma_run import AgentLog, PipelineRun, StepTimeout
+from morkit.loops.streamma.graph import PROTOCOLS, StreamMAConfig, Topology, best_available
+from morkit.loops.streamma.run import AgentLog, PipelineRun, StepTimeout
 
 __all__ = ["PROTOCOLS", "AgentLog", "ProtocolComparison", "StepTimeout", "StreamMA", "StreamMAConfig", "Topology",
            "compare_protocols"]
@@ -130,7 +130,7 @@ def _stop_reason(logs: Sequence[AgentLog], finished: bool, steps: Sequence[str])
 
 
 def _check_reference(answer: str, reference: str) -> dict[str, Any]:
-    from morkit.reward_models.math_answer import extract_answer, matches_reference, reference_answer
+    from morkit.core.grading import extract_answer, matches_reference, reference_answer
 
     return {"extracted": extract_answer(answer), "reference": reference_answer(reference),
             "correct": matches_reference(answer, reference)}

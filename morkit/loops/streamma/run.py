@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from morkit.llm.base import LLM, LLMError, SamplingParams
 from morkit.loops.base import Budget, BudgetExhausted, MeteredLLM, Spend, Trace
-from morkit.loops.streamma_graph import (EndOfStream, StepMessage, StepSplitter, StreamMAConfig, Topology,
+from morkit.loops.streamma.graph import (EndOfStream, StepMessage, StepSplitter, StreamMAConfig, Topology,
                                          review_conversation, solver_conversation)
 
 _POLL_S = 0.05  # how often a blocked agent looks at the run's abort flag

@@ -1,0 +1,1 @@
+"""Queries in and out: the JSONL contract, atomic writes, and loaders for the public data sets."""

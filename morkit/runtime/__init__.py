@@ -1,0 +1,1 @@
+"""Runtime pieces: device choice, packaged model files, resident models, HTTP, the code sandbox."""

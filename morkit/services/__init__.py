@@ -1,0 +1,1 @@
+"""The services the Python API, the CLI, the demo and the benchmarks share; options are typed dataclasses."""

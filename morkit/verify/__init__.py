@@ -1,0 +1,1 @@
+"""Verifiers: what search and test-time-scaling loops ask to score answers, with feedback."""
