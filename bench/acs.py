@@ -49,13 +49,13 @@ def gsm8k_test(data_dir: Path, start: int, count: int) -> list:
 
 
 def build_or_load_pool(args: argparse.Namespace, work: Path):
-    from morkit.runtime.assets import cache_dir
-    from morkit.reward_models.cache import ScoreCache
+    from morkit.core.settings import cache_dir
     from morkit.data.datasets import gsm8k_model_solutions
     from morkit.question_pool.embed import load_embedder
     from morkit.question_pool.pool import build_pool
     from morkit.question_pool.store import load_pool, save_pool
     from morkit.reward_models import registry
+    from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.scoring import score_queries
 
     path = work / f"pool-{args.pool_questions}-{'-'.join(args.pool_rms)}"
@@ -99,15 +99,15 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     from dataclasses import replace
 
-    from morkit.runtime.assets import cache_dir
-    from morkit.reward_models.cache import ScoreCache
+    from morkit.core.settings import cache_dir
+    from morkit.core.types import Candidate
     from morkit.data.datasets import default_data_dir
+    from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
     from morkit.question_pool.embed import load_embedder
     from morkit.reward_models import registry
-    from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
+    from morkit.reward_models.cache import ScoreCache
     from morkit.search.run import SearchRunner, is_correct
     from morkit.selection.selector import Selector
-    from morkit.core.types import Candidate
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

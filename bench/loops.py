@@ -101,12 +101,6 @@ def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
     return rows
 
 
-def is_correct(answer: str, reference: str) -> bool:
-    from morkit.core.grading import matches_reference
-
-    return matches_reference(answer, reference)
-
-
 STATED_NOTE = ("correct / accuracy: the final answer (grading.extract_answer, which falls back to the last "
                "number in the text) equals the reference; stated: correct AND the text states its answer "
                "('The answer is', '####', boxed), so a solution that only restates the problem's numbers "
@@ -315,6 +309,8 @@ def stream_simulated(args: argparse.Namespace, report: dict[str, Any]) -> None:
 def run_loop(name: str, make: Any, critic: CountingLLM, problems: list[tuple[str, str, str]],
              report: dict[str, Any]) -> dict[str, Any]:
     """Run `make()` (a fresh loop) on every problem; sums and per-problem records."""
+    from morkit.core.grading import is_correct
+
     totals = {"calls": 0, "critic_calls": 0, "tokens": 0, "critic_tokens": 0, "seconds": 0.0, "correct": 0,
               "stated": 0}
     stops: Counter = Counter()
@@ -322,7 +318,7 @@ def run_loop(name: str, make: Any, critic: CountingLLM, problems: list[tuple[str
     for number, (qid, question, reference) in enumerate(problems, 1):
         calls0, tokens0 = critic.calls, critic.tokens
         result = make().run(question, reference)
-        ok = is_correct(result.answer, reference)
+        ok = bool(is_correct(result.answer, reference))
         critic_calls, critic_tokens = critic.calls - calls0, critic.tokens - tokens0
         record = {"id": qid, "calls": result.calls - critic_calls, "critic_calls": critic_calls,
                   "tokens": result.tokens - critic_tokens, "critic_tokens": critic_tokens,
@@ -342,7 +338,7 @@ def run_loop(name: str, make: Any, critic: CountingLLM, problems: list[tuple[str
 def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from morkit.llm.base import SamplingParams
     from morkit.llm.local import LocalLLM
-    from morkit.selection.verifier import LLMVerifier
+    from morkit.verify.critic import LLMVerifier
 
     problems = gsm8k_test(args.start, args.questions)
     llm = LocalLLM()

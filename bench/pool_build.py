@@ -64,7 +64,13 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
 
     from morkit.question_pool.ensembles import Ensemble, Normalizer, enumerate_ensembles
     from morkit.question_pool.index import build_index, recall_at_k
-    from morkit.question_pool.pool import RECALL_K, PoolConfig, _rows, ensemble_statistics, nanmean_columns
+    from morkit.question_pool.pool import (
+        RECALL_K,
+        PoolConfig,
+        _rows,
+        ensemble_statistics,
+        nanmean_columns,
+    )
 
     config = PoolConfig()
     t: dict[str, float] = {}
@@ -173,7 +179,11 @@ def main() -> None:
     import numpy as np
 
     from morkit.data.datasets import gsm8k_model_solutions, rewardmath_rm_scores
-    from morkit.question_pool.ensembles import Normalizer, enumerate_ensembles, weight_matrix
+    from morkit.question_pool.ensembles import (
+        Normalizer,
+        enumerate_ensembles,
+        weight_matrix,
+    )
     from morkit.question_pool.pool import _rows, nanmean_columns
     from morkit.question_pool.prr import prr_matrix
     from morkit.reward_models.table import table_names

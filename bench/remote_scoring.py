@@ -51,10 +51,10 @@ def main() -> None:
     counts = [int(x) for x in args.servers.split(",")]
     pairs = make_pairs(args.pairs)
 
+    from morkit.core.types import Candidate, Query
     from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.remote import RemoteRewardModel
     from morkit.reward_models.scoring import score_queries
-    from morkit.core.types import Candidate, Query
 
     workdir = Path(tempfile.mkdtemp(prefix="morkit-bench-"))
     procs, urls, fakes = [], [], []
@@ -66,10 +66,10 @@ def main() -> None:
         render = lambda q, a: f"<user>{q}<assistant>{a}"  # noqa: E731
         backend = "fake stdlib /pooling servers (20 ms per request)"
     else:
+        from test_vllm_engine import build_tiny_model, start_server, stop_server
         from transformers import AutoTokenizer
 
         from morkit.reward_models.pooling_io import chat_render
-        from test_vllm_engine import build_tiny_model, start_server, stop_server
 
         model_dir = workdir / "tiny"
         build_tiny_model(model_dir)

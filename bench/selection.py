@@ -111,9 +111,9 @@ def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
 
 
 def _score(queries, rm_names):
-    from morkit.runtime.assets import cache_dir
-    from morkit.reward_models.cache import ScoreCache
+    from morkit.core.settings import cache_dir
     from morkit.reward_models import registry
+    from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.scoring import score_queries
 
     cache = ScoreCache(cache_dir() / "scores.sqlite")

@@ -1,3 +1,72 @@
-"""morkit: reward-model ensembles and per-query routing for test-time scaling."""
+"""morkit: reward-model ensembles and per-query routing for test-time scaling.
+
+    import morkit
+
+    queries = morkit.load_queries("candidates.jsonl")
+    scored = morkit.score(queries, rms=["smollm2-orm", "math-consensus"])
+    pool = morkit.build_pool(morkit.load_queries("validation.jsonl"), rms=["smollm2-orm", "math-consensus"])
+    ranking = morkit.Selector(pool).rank(scored[0])
+
+Every name below is imported on first use (PEP 562), so `import morkit` loads no model, torch or vLLM.
+ARCHITECTURE.md says where each piece lives and where a new reward model, method or loop goes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    # queries in and out
+    "Query": "morkit.core.types", "Candidate": "morkit.core.types", "Score": "morkit.core.types",
+    "Verdict": "morkit.core.types", "load_queries": "morkit.data.contract", "save_queries": "morkit.data.contract",
+    # errors
+    "MorkitError": "morkit.core.errors", "InputError": "morkit.core.errors", "UnavailableError": "morkit.core.errors",
+    "ScoreError": "morkit.core.errors", "LLMError": "morkit.core.errors",
+    # reward models and scoring
+    "REWARD_MODELS": "morkit.reward_models.catalog", "list_rms": "morkit.reward_models.catalog",
+    "load_rm": "morkit.reward_models.catalog", "RewardModel": "morkit.reward_models.base",
+    "ScoringOptions": "morkit.reward_models.options", "RewardModelSet": "morkit.reward_models.rm_set",
+    "ScoreCache": "morkit.reward_models.cache", "score": "morkit.services.scoring",
+    # question pools
+    "QuestionPool": "morkit.question_pool.pool", "PoolConfig": "morkit.question_pool.pool",
+    "load_pool": "morkit.question_pool.store", "build_pool": "morkit.services.pools",
+    "add_to_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
+    # per-query selection
+    "Selector": "morkit.selection.selector", "SELECTION_METHODS": "morkit.selection.methods",
+    "SelectOptions": "morkit.services.routing", "select": "morkit.services.routing", "rank": "morkit.services.routing",
+    # verifiers
+    "Verifier": "morkit.verify.base", "MoRVerifier": "morkit.verify.mor", "mor_verifier": "morkit.verify.mor",
+    "LLMVerifier": "morkit.verify.critic", "CombinedVerifier": "morkit.verify.combined",
+    "VERIFIERS": "morkit.verify.kinds",
+    # LLMs and agents
+    "LLM": "morkit.llm.base", "SamplingParams": "morkit.llm.base", "LocalLLM": "morkit.llm.local",
+    "OpenAIChatLLM": "morkit.llm.openai_compat", "load_agents": "morkit.llm.agents", "LLM_BACKENDS": "morkit.llm.backends",
+    # search
+    "search": "morkit.services.searching", "SearchOptions": "morkit.search.methods",
+    "SEARCH_METHODS": "morkit.search.methods", "ACS": "morkit.search.acs",
+    # loops
+    "run_loop": "morkit.services.looping", "LOOPS": "morkit.loops.registry", "LoopOptions": "morkit.loops.registry",
+    "Loop": "morkit.loops.base", "Budget": "morkit.loops.base", "TMAS": "morkit.loops.tmas",
+    "StreamMA": "morkit.loops.streamma", "ATLAS": "morkit.loops.atlas",
+    # resident models
+    "release_models": "morkit.runtime.models",
+}
+_RENAMED = {"release_models": "release"}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'morkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

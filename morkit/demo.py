@@ -1,22 +1,47 @@
-"""`morkit demo`: score a packaged sample with the embedded RMs, offline on CPU, and print a table."""
+"""`morkit demo`: what morkit does, offline on a CPU, in about two minutes.
+
+1. Routing on real cached scores: 22 reward models and LLM judges scored 10 solutions of each of 383
+   MATH problems (RewardMATH, packaged). A pool is built from most problems; on the held-out rest,
+   morkit's per-query selection picks answers, against the best single RM chosen on the pool.
+2. The live path with models that run here: the embedded RMs score a packaged sample, a pool of the
+   scored math questions picks each new question's ensemble (PRES), local SmolLM2 agents answer,
+   and Agent Collaboration Search builds the final answer, every step traced.
+"""
 
 from __future__ import annotations
 
-import argparse
+import random
 import sys
 import time
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TextIO
 
+from morkit.core.types import Query
 from morkit.data.contract import load_queries
 from morkit.question_pool.prr import best_of_n_hit, prr
-from morkit.core.types import Query
 
-DOMAIN_RMS = {
-    "math": ("smollm2-orm", "minilm-probe", "smollm2-judge", "math-consensus"),
-    "code": ("smollm2-orm", "minilm-probe", "smollm2-judge", "code-tests"),
+LIVE_RMS = {
+    "math": ("smollm2-orm", "minilm-probe", "math-consensus"),
+    "code": ("smollm2-orm", "minilm-probe", "code-tests"),
 }
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo shows: the routing part, then (with `live`) the SmolLM2 part."""
+
+    live: bool = True
+    rms: tuple[str, ...] = ()  # live part: the RMs to show (default: per domain, LIVE_RMS)
+    input: str | None = None  # live part: JSONL to score instead of the packaged sample
+    agents: str | None = None  # live part: agents.toml (default: the packaged SmolLM2 pool)
+    device: str | None = None
+    held_out: float = 0.2  # routing part: share of problems kept out of the pool
+    examples: int = 3
+    searches: int = 1  # live part: packaged questions the agents answer (each ~a minute on 2 CPU cores)
+    seed: int = 0
+    out: TextIO = field(default=sys.stdout, compare=False)
 
 
 def sample_path(name: str = "sample.jsonl") -> Path:
@@ -28,11 +53,104 @@ def _short(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
-def print_query(query: Query, names: Sequence[str], out: Any = None) -> None:
-    out = out or sys.stdout
+def run_demo(options: DemoOptions = DemoOptions()) -> int:
+    started = time.perf_counter()
+    routing_demo(options)
+    if options.live:
+        live_demo(options)
+    print(f"\nDemo done in {time.perf_counter() - started:.0f}s, offline.", file=options.out)
+    return 0
+
+
+# -- 1. routing on real cached scores ------------------------------------------------------------
+
+def routing_demo(options: DemoOptions) -> None:
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.services.pools import build_pool
+    from morkit.services.routing import make_selector
+
+    out = options.out
+    queries = load_queries(sample_path("rewardmath.jsonl.gz"))
+    order = list(range(len(queries)))
+    random.Random(options.seed).shuffle(order)
+    cut = int(len(queries) * (1 - options.held_out))
+    pool_queries, held = [queries[i] for i in order[:cut]], [queries[i] for i in order[cut:]]
+    print(f"== 1. Per-query routing on real cached scores: {len(queries[0].candidates[0].scores)} RMs and LLM "
+          f"judges, {len(queries)} MATH problems x 10 solutions (RewardMATH) ==", file=out)
+    pool = build_pool(pool_queries, options=ScoringOptions(device=options.device))
+    singles = pool.ensemble_table()[: len(pool.rm_names)]
+    best = max(singles, key=lambda r: r["best_of_n"])["ensemble"].members[0]
+    selector = make_selector(pool, device=options.device)
+    rankings = [selector.rank_selected(q, s) for q, s in zip(held, selector.select_many(held))]
+    morkit_hits = [best_of_n_hit(r.scores, _labels(q)) for q, r in zip(held, rankings)]
+    single_hits = [best_of_n_hit(_member_scores(q, best), _labels(q)) for q in held]
+    oracle_hits = [max(best_of_n_hit(_member_scores(q, n), _labels(q)) for n in pool.rm_names) for q in held]
+    ensemble = rankings[0].selection.choice.ensemble
+    top = sorted(zip(ensemble.members, ensemble.weights), key=lambda mw: -abs(mw[1]))[:4]
+    print(f"Pool: {len(pool)} problems, {len(pool.ensembles)} ensembles. Held out: {len(held)} problems.\n"
+          f"Best single RM on the pool: {best}. morkit's selection ({selector.method_name}) weighs every RM; "
+          f"largest weights: {', '.join(f'{m} {w:+.2f}' for m, w in top)}.", file=out)
+    shown = [i for i, (a, b) in enumerate(zip(morkit_hits, single_hits)) if a != b][: options.examples]
+    for i in shown:
+        _print_pick(held[i], rankings[i], best, out)
+    n = len(held)
+    wins = sum(a > b for a, b in zip(morkit_hits, single_hits))
+    losses = sum(a < b for a, b in zip(morkit_hits, single_hits))
+    print(f"\nHeld-out best-of-10 accuracy over {n} problems (ties shared): best single RM {best} "
+          f"{sum(single_hits) / n:.1%}, morkit {sum(morkit_hits) / n:.1%} "
+          f"({(sum(morkit_hits) - sum(single_hits)) / n * 100:+.1f} points: better on {wins} problems, worse on "
+          f"{losses}); a per-problem oracle over single RMs {sum(oracle_hits) / n:.1%}.", file=out)
+
+
+def _labels(query: Query) -> list[bool]:
+    return [bool(c.correct) for c in query.candidates]
+
+
+def _member_scores(query: Query, name: str) -> list[float]:
+    return [float(c.scores[name]) for c in query.candidates]
+
+
+def _print_pick(query: Query, ranking: Any, single: str, out: TextIO) -> None:
+    from morkit.selection.mor import pick_best
+
+    mark = {True: "right", False: "wrong"}
+    single_pick = pick_best(query.id, _member_scores(query, single)).best_index
+    print(f"\n[{query.id}] {_short(query.question, 100)}\n"
+          f"  {single} picks solution {single_pick} ({mark[bool(query.candidates[single_pick].correct)]}); "
+          f"morkit picks solution {ranking.best_index} ({mark[bool(query.candidates[ranking.best_index].correct)]})",
+          file=out)
+
+
+# -- 2. the live path ---------------------------------------------------------------------------
+
+def live_demo(options: DemoOptions) -> None:
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.services.scoring import score
+
+    out = options.out
+    print("\n== 2. Live, with models that run here: embedded RMs score a sample, a pool routes new questions, "
+          "local SmolLM2 agents answer, ACS aggregates ==", file=out)
+    queries = load_queries(options.input or sample_path())
+    scoring = ScoringOptions(device=options.device)
+    scored: list[Query] = []
+    started = time.perf_counter()
+    for domain, names in LIVE_RMS.items():
+        batch = [q for q in queries if (q.domain or "math") == domain]
+        names = tuple(options.rms) or names
+        if batch:
+            scored.extend(score(batch, names, options=scoring))
+            print_query(scored[-len(batch)], names, out)
+    summarise(scored, out)
+    print(f"Scored {sum(len(q.candidates) for q in scored)} answers of {len(scored)} queries in "
+          f"{time.perf_counter() - started:.1f}s.", file=out)
+    math = [q for q in scored if q.domain == "math"]
+    if len(math) >= 2:
+        search_demo(math, options)
+
+
+def print_query(query: Query, names: Sequence[str], out: TextIO) -> None:
     print(f"\n[{query.id}] ({query.domain}) {_short(query.question, 90)}", file=out)
-    header = f"  {'#':>2} {'label':<7}" + "".join(f"{n:>16}" for n in names) + "  answer"
-    print(header, file=out)
+    print(f"  {'#':>2} {'label':<7}" + "".join(f"{n:>16}" for n in names) + "  answer", file=out)
     best = {n: max(range(len(query.candidates)), key=lambda i: query.candidates[i].scores[n]) for n in names}
     for i, cand in enumerate(query.candidates):
         label = {True: "correct", False: "wrong", None: "?"}[cand.correct]
@@ -40,105 +158,62 @@ def print_query(query: Query, names: Sequence[str], out: Any = None) -> None:
         print(f"  {i:>2} {label:<7}{cells}  {_short(cand.text or '', 40)}", file=out)
 
 
-def summarise(queries: Sequence[Query], names: Sequence[str], out: Any = None) -> None:
-    out = out or sys.stdout
+def summarise(queries: Sequence[Query], out: TextIO) -> None:
+    names = list(dict.fromkeys(n for q in queries for c in q.candidates for n in c.scores))
     print("\nPer RM over the sample (* above = the RM's pick; ties shared evenly):", file=out)
     print(f"  {'RM':<16}{'best-of-n acc':>14}{'mean PRR':>10}{'queries':>9}", file=out)
     for name in names:
-        scored = [q for q in queries if all(name in c.scores for c in q.candidates)]
-        hits = [best_of_n_hit([c.scores[name] for c in q.candidates], [c.correct for c in q.candidates])
-                for q in scored]
-        prrs = [prr([c.scores[name] for c in q.candidates], [c.correct for c in q.candidates]) for q in scored]
-        prrs = [p for p in prrs if p == p]
+        used = [q for q in queries if all(name in c.scores for c in q.candidates)]
+        hits = [best_of_n_hit([c.scores[name] for c in q.candidates], _labels(q)) for q in used]
+        prrs = [p for p in (prr([c.scores[name] for c in q.candidates], _labels(q)) for q in used) if p == p]
         mean_prr = f"{sum(prrs) / len(prrs):.3f}" if prrs else "n/a"
-        print(f"  {name:<16}{sum(hits) / len(hits):>14.3f}{mean_prr:>10}{len(scored):>9}", file=out)
+        print(f"  {name:<16}{sum(hits) / len(hits):>14.3f}{mean_prr:>10}{len(used):>9}", file=out)
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from morkit.reward_models import registry
-    from morkit.reward_models.scoring import score_queries
-
-    queries = load_queries(args.input or sample_path())
-    wanted = set(args.rm) if args.rm else None
-    started = time.perf_counter()
-    results: list[Query] = []
-    built: dict[str, Any] = {}
-    for domain, names in DOMAIN_RMS.items():
-        batch = [q for q in queries if (q.domain or "math") == domain]
-        names = [n for n in names if wanted is None or n in wanted]
-        if not batch or not names:
-            continue
-        for name in names:
-            if name not in built:
-                options = {"device": args.device} if args.device and registry.spec(name).backend == "transformers" else {}
-                built[name] = registry.build(name, **options)
-        scored = score_queries(batch, [built[n] for n in names], progress=True)
-        for query in scored:
-            print_query(query, names)
-        results.extend(scored)
-    summarise(results, list(built))
-    print(f"\nScored {sum(len(q.candidates) for q in results)} answers of {len(results)} queries with "
-          f"{len(built)} embedded RMs in {time.perf_counter() - started:.1f}s, offline on {_device(built)}.")
-    if args.search:
-        search_demo([q for q in results if q.domain == "math"], built, args)
-    return 0
-
-
-def format_trace(result: Any, answers: Sequence[Any]) -> list[str]:
-    """One readable line per search step: what went in, the score, kept or not, why."""
+def format_trace(trace: Sequence[dict], agents: Sequence[str]) -> list[str]:
+    """One readable line per search step of a search record: what went in, the score, kept or not, why."""
     lines = []
-    for step in result.trace:
-        score = "   -  " if step.score is None else f"{step.score:6.3f}"
-        ins = ",".join(answers[i].agent for i in step.members) if step.step != "answers" else "all agents"
-        verdict = "kept" if step.accepted else "    "
+    for step in trace:
+        score = "   -  " if step["score"] is None else f"{step['score']:6.3f}"
+        ins = "all agents" if step["step"] == "answers" else ",".join(agents[i] for i in step["members"])
         tried = ""
-        if step.step == "greedy":
-            tried = " tried " + ", ".join(f"+{answers[i].agent} {s:.3f}" for i, s in step.tried)
-        elif step.step == "answers":
-            tried = " " + ", ".join(f"{answers[i].agent} {s:.3f}" for i, s in step.tried)
-        lines.append(f"    {step.step:<9}{score} {verdict} [{ins}]{tried} ({step.llm_calls} LLM, "
-                     f"{step.rm_calls} RM calls, {step.seconds:.1f}s) {step.note}".rstrip())
-        if step.text:
-            lines.append(f"{'':16}-> {_short(step.text, 100)}")
+        if step["step"] == "greedy":
+            tried = " tried " + ", ".join(f"+{agents[i]} {s:.3f}" for i, s in step["tried"])
+        elif step["step"] == "answers":
+            tried = " " + ", ".join(f"{agents[i]} {s:.3f}" for i, s in step["tried"])
+        lines.append(f"    {step['step']:<9}{score} {'kept' if step['accepted'] else '    '} [{ins}]{tried} "
+                     f"({step['llm_calls']} LLM, {step['rm_calls']} RM calls, {step['seconds']:.1f}s) "
+                     f"{step['note']}".rstrip())
+        if step["text"]:
+            lines.append(f"{'':16}-> {_short(step['text'], 100)}")
     return lines
 
 
-def search_demo(pool_queries: Sequence[Query], built: dict[str, Any], args: argparse.Namespace) -> None:
-    """The whole path offline: a pool from the scored sample, PRES per query, local agents, ACS."""
-    from morkit.reward_models.cache import ScoreCache
-    from morkit.runtime.assets import cache_dir
-    from morkit.question_pool.embed import load_embedder
-    from morkit.question_pool.pool import build_pool
-    from morkit.llm.agents import load_agents
-    from morkit.search.run import SearchRunner, is_correct
-    from morkit.selection.selector import Selector
+def search_demo(pool_queries: Sequence[Query], options: DemoOptions) -> None:
+    """A pool from the scored sample, PRES per query, local agents, ACS with its trace."""
+    from morkit.core.grading import is_correct
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.services.pools import build_pool
+    from morkit.services.routing import SelectOptions
+    from morkit.services.searching import search
 
-    names = [n for n in DOMAIN_RMS["math"] if n in built]
-    print(f"\n== Search: a pool of {len(pool_queries)} scored sample questions, PRES picks the RM ensemble, "
-          f"local SmolLM2 agents answer, ACS aggregates ==")
-    embedder = load_embedder(None, args.device)
-    pool = build_pool(pool_queries, embedder, rm_names=names)
-    selector = Selector(pool, "pres", embedder=embedder, k=10, runnable=names)
-    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
-        runner = SearchRunner(selector, load_agents(args.agents), built.__getitem__, cache)
-        for query in load_queries(sample_path("search.jsonl")):
-            started = time.perf_counter()
-            run = runner.run(query, ["acs"])
-            result = run.results["acs"]
-            ensemble = run.selection.choice.ensemble
-            print(f"\n[{query.id}] {query.question}  (reference {query.reference})")
-            print(f"  ensemble ({selector.method_name}): "
-                  + " + ".join(f"{w:.2f} {m}" for m, w in zip(ensemble.members, ensemble.weights)))
-            for answer in run.answers:
-                print(f"  {answer.agent:<10}{_short(answer.text, 100)}")
-            print("\n".join(format_trace(result, run.answers)))
-            verdict = {True: "correct", False: "wrong", None: "ungraded"}[is_correct(query, result.answer)]
-            print(f"  final: {_short(result.answer, 120)}  [{verdict}] in {time.perf_counter() - started:.1f}s")
-
-
-def _device(built: dict[str, Any]) -> str:
-    for rm in built.values():
-        backbone = getattr(rm, "backbone", None)
-        if backbone is not None:
-            return backbone.device
-    return "cpu"
+    out = options.out
+    names = [n for n in LIVE_RMS["math"] if all(n in c.scores for q in pool_queries for c in q.candidates)]
+    scoring = ScoringOptions(device=options.device)
+    pool = build_pool(pool_queries, names, options=scoring)
+    selection = SelectOptions(method="pres", k=len(pool))
+    print(f"\nA pool of {len(pool)} scored sample questions; PRES picks each new question's ensemble.", file=out)
+    for query in load_queries(sample_path("search.jsonl"))[: options.searches]:
+        started = time.perf_counter()
+        record = search([query], pool, agents=options.agents, selection=selection, scoring=scoring)[0]
+        result = record["results"]["acs"]
+        ensemble = record["ensemble"]
+        print(f"\n[{query.id}] {query.question}  (reference {query.reference})", file=out)
+        print("  ensemble (pres): " + " + ".join(f"{w:.2f} {m}" for m, w in zip(ensemble["members"],
+                                                                               ensemble["weights"])), file=out)
+        for answer in record["answers"]:
+            print(f"  {answer['agent']:<10}{_short(answer['text'], 100)}", file=out)
+        print("\n".join(format_trace(result["trace"], [a["agent"] for a in record["answers"]])), file=out)
+        verdict = {True: "correct", False: "wrong", None: "ungraded"}[is_correct(result["answer"], query.reference)]
+        print(f"  final: {_short(result['answer'], 120)}  [{verdict}] in {time.perf_counter() - started:.1f}s",
+              file=out)

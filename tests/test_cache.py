@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from morkit.reward_models.cache import ScoreCache, text_hash
 from morkit.core.types import Score
+from morkit.reward_models.cache import ScoreCache, text_hash
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from morkit.cli import main
-from morkit.reward_models import registry
+from morkit.reward_models.catalog import REWARD_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def run_cli(*args, env=None):
 def test_rms_lists_every_registered_name(capsys):
     assert main(["rms"]) == 0
     out = capsys.readouterr().out
-    names = [s.name for s in registry.specs()]
+    names = REWARD_MODELS.names()
     assert names  # the built-ins are registered
     for name in names:
         assert name in out
@@ -94,7 +94,7 @@ def test_score_unknown_rm_exit_2(work, capsys):
     assert main(["score", str(src), "-o", str(out), "--rm", "nope", "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err
     assert "'nope'" in err
-    for name in [s.name for s in registry.specs()] + ["my-rm", "my-prm"]:
+    for name in REWARD_MODELS.names() + ["my-rm", "my-prm"]:
         assert name in err
     assert not out.exists()
 
@@ -152,8 +152,8 @@ def test_subprocess_exit_codes(work):
 
     res = run_cli("rms", env=env)
     assert res.returncode == 0
-    for spec in registry.specs():
-        assert spec.name in res.stdout
+    for name in REWARD_MODELS.names():
+        assert name in res.stdout
 
     res = run_cli("score", "--help", env=env)
     assert res.returncode == 0 and "--rm" in res.stdout

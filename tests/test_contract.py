@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from morkit.data.contract import load_queries, parse_query, query_to_json, save_queries
 from morkit.core.errors import InputError
+from morkit.data.contract import load_queries, parse_query, query_to_json, save_queries
 from morkit.data.jsonl import write_jsonl
 
 

@@ -44,15 +44,15 @@ TEMPLATES = {
               "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"),
 }
 BOS = {"qwen": None, "llama": "<|begin_of_text|>", "gemma": "<bos>"}
-MODELS = {  # short name -> (family, module, factory)
-    "qwen2.5-math-rm-72b": ("qwen", "qwen_math", "qwen_math_rm"),
-    "qwen2.5-math-prm-7b": ("qwen", "qwen_math", "qwen_math_prm"),
-    "skywork-reward-gemma-2-27b": ("gemma", "skywork", "skywork_gemma"),
-    "inf-orm-llama3.1-70b": ("llama", "inform", "inf_orm"),
-    "ldl-reward-gemma-2-27b": ("gemma", "ldl", "ldl_reward"),
-    "acecoderm-32b": ("qwen", "acecode", "acecode_rm"),
-    "qrm-gemma-2-27b": ("gemma", "qrm", "qrm_gemma"),
-    "skywork-reward-v2-llama-3.1-8b": ("llama", "skywork", "skywork_v2_llama"),
+MODELS = {  # short name -> tokenizer family
+    "qwen2.5-math-rm-72b": "qwen",
+    "qwen2.5-math-prm-7b": "qwen",
+    "skywork-reward-gemma-2-27b": "gemma",
+    "inf-orm-llama3.1-70b": "llama",
+    "ldl-reward-gemma-2-27b": "gemma",
+    "acecoderm-32b": "qwen",
+    "qrm-gemma-2-27b": "gemma",
+    "skywork-reward-v2-llama-3.1-8b": "llama",
 }
 PAIRS = [
     ("What is 2+3?", "2+3 = 5.\n\nSo the answer is \\boxed{5}."),
@@ -99,7 +99,14 @@ def hand_render(family: str, name: str, q: str, a: str) -> list[str]:
 
 
 def make_tokenizer(family: str):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<unk>"] + FAMILY_SPECIALS[family]
@@ -135,7 +142,7 @@ def save_tensors(path: Path, tensors: dict) -> None:
 
 def build_checkpoint(name: str, root: Path) -> dict:
     """Write a tiny checkpoint for `name` under `root`; return the reference modules/tensors."""
-    family = MODELS[name][0]
+    family = MODELS[name]
     torch.manual_seed(zlib.crc32(name.encode()))
     tok, vocab = make_tokenizer(family)
     root.mkdir(parents=True)
@@ -275,12 +282,11 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapters(checkpoints):
-    import importlib
+    from morkit.reward_models.catalog import load_rm
 
     out = {}
-    for name, (_, module, factory) in MODELS.items():
-        fn = getattr(importlib.import_module(f"morkit.reward_models.ctts.{module}"), factory)
-        out[name] = fn(path=checkpoints[name]["root"], device="cpu", batching=Batching(max_batch=8))
+    for name in MODELS:  # through the catalog: the registered target is what is tested
+        out[name] = load_rm(name, path=checkpoints[name]["root"], device="cpu", batching=Batching(max_batch=8))
     return out
 
 
@@ -405,9 +411,9 @@ DROP = {
 
 @pytest.mark.parametrize("name", NAMES)
 def test_checkpoint_missing_a_head_tensor_is_an_error_naming_it(name, checkpoints, tmp_path):
-    import importlib
-
     from safetensors.torch import load_file
+
+    from morkit.reward_models.catalog import load_rm
 
     src = checkpoints[name]["root"]
     dst = tmp_path / "ckpt"
@@ -421,16 +427,15 @@ def test_checkpoint_missing_a_head_tensor_is_an_error_naming_it(name, checkpoint
         state = load_file(str(dst / file))
         del state[tensor]
         save_tensors(dst / file, state)
-    _, module, factory = MODELS[name]
     with pytest.raises(UnavailableError) as info:
-        getattr(importlib.import_module(f"morkit.reward_models.ctts.{module}"), factory)(path=dst, device="cpu")
+        load_rm(name, path=dst, device="cpu")
     assert tensor.split(".")[-2] in str(info.value) and tensor.split(".")[-1] in str(info.value)
 
 
 def test_unexpected_head_tensor_is_an_error(checkpoints, tmp_path):
     from safetensors.torch import load_file
 
-    from morkit.reward_models.ctts.inform import inf_orm
+    from morkit.reward_models.ctts.inform import InfOrmRM
 
     dst = tmp_path / "ckpt"
     shutil.copytree(checkpoints["inf-orm-llama3.1-70b"]["root"], dst)
@@ -439,33 +444,33 @@ def test_unexpected_head_tensor_is_an_error(checkpoints, tmp_path):
     state["value_head.weight"] = torch.zeros(1, H)
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match="value_head.weight"):
-        inf_orm(path=dst, device="cpu")
+        InfOrmRM.load(path=dst, device="cpu")
     del state["value_head.weight"]
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match=r"unexpected head tensor\(s\) score.4.weight"):
-        inf_orm(path=dst, device="cpu")
+        InfOrmRM.load(path=dst, device="cpu")
     del state["score.4.weight"], state["model.norm.weight"]
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match="lacks backbone tensor.*norm.weight"):
-        inf_orm(path=dst, device="cpu")
+        InfOrmRM.load(path=dst, device="cpu")
 
 
 def test_missing_weights_name_model_and_every_place_looked(tmp_path, monkeypatch):
-    from morkit.reward_models import registry
-    from morkit.reward_models.ctts.qrm import qrm_gemma
+    from morkit.reward_models.catalog import REWARD_MODELS, load_rm, missing
+    from morkit.reward_models.ctts.qrm import QRMGemmaRM
     from morkit.reward_models.weights import locate_weights
 
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(UnavailableError) as info:
-        qrm_gemma(path=tmp_path / "nowhere", device="cpu")
+        QRMGemmaRM.load(path=tmp_path / "nowhere", device="cpu")
     text = str(info.value)
     assert "nicolinho/QRM-Gemma-2-27B" in text and str(tmp_path / "nowhere") in text
     assert str(tmp_path / "weights" / "nicolinho" / "QRM-Gemma-2-27B") in text and "Hugging Face cache" in text
-    reason = registry.spec("acecoderm-32b").missing()
+    reason = missing(REWARD_MODELS.get("acecoderm-32b"))
     assert reason and "TIGER-Lab/AceCodeRM-32B" in reason
     with pytest.raises(UnavailableError, match="acecoderm-32b"):
-        registry.build("acecoderm-32b")
+        load_rm("acecoderm-32b")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")
     with pytest.raises(UnavailableError, match="lacks regression_layer.pt"):
@@ -473,16 +478,26 @@ def test_missing_weights_name_model_and_every_place_looked(tmp_path, monkeypatch
 
 
 def test_weights_dir_env_makes_a_model_available_and_buildable(checkpoints, tmp_path, monkeypatch):
-    from morkit.reward_models import registry
+    from morkit.reward_models.catalog import REWARD_MODELS, load_rm, missing
 
     org = tmp_path / "weights" / "Skywork"
     org.mkdir(parents=True)
     (org / "Skywork-Reward-V2-Llama-3.1-8B-40M").symlink_to(checkpoints["skywork-reward-v2-llama-3.1-8b"]["root"])
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
-    spec = registry.spec("skywork-reward-v2-llama-3.1-8b")
-    assert spec.missing() is None
-    rm = registry.build(spec.name, device="cpu")
-    assert rm.name == spec.name and rm.kind == "orm"
+    entry = REWARD_MODELS.get("skywork-reward-v2-llama-3.1-8b")
+    assert missing(entry) is None
+    rm = load_rm(entry.name, device="cpu")
+    assert rm.name == entry.name and rm.kind == "orm"
+
+
+def test_an_explicit_path_loads_without_weights_in_the_default_places(checkpoints, tmp_path, monkeypatch):
+    from morkit.reward_models.catalog import load_rm
+
+    monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    rm = load_rm("skywork-reward-v2-llama-3.1-8b", path=checkpoints["skywork-reward-v2-llama-3.1-8b"]["root"],
+                 device="cpu")
+    assert rm.kind == "orm" and rm.score([("q", "a")])[0].value == rm.score([("q", "a")])[0].value
 
 
 def test_gemma_template_rejects_a_system_role_and_adapters_send_none(adapters):
@@ -493,7 +508,7 @@ def test_gemma_template_rejects_a_system_role_and_adapters_send_none(adapters):
 
 def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
     from morkit.cli import main
-    from morkit.reward_models import registry
+    from morkit.reward_models.catalog import REWARD_MODELS, rm_info
     from morkit.reward_models.ctts import CTTS_MODELS
 
     monkeypatch.delenv("MORKIT_WEIGHTS_DIR", raising=False)
@@ -503,6 +518,7 @@ def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
     assert len(CTTS_MODELS) == 8
     for m in CTTS_MODELS:
-        assert m.name in lines and "no: " in lines[m.name] and m.model_id in lines[m.name]
-        assert "GiB GPU memory in bf16" in registry.spec(m.name).needs
-        assert registry.spec(m.name).backend == "transformers" and registry.spec(m.name).kind == m.kind
+        assert m.name in lines and "no: weights" in lines[m.name] and "GiB" in lines[m.name]
+        info = rm_info(REWARD_MODELS.get(m.name))
+        assert "GiB GPU memory in bf16" in info.needs and m.model_id in info.missing
+        assert info.backend == "transformers" and info.kind == m.kind and info.model_id == m.model_id

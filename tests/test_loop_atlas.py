@@ -9,11 +9,19 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from morkit.llm.base import Completion, LLMError, SamplingParams
-from morkit.loops.atlas.loop import (ATLAS, SYNTHESIS_SYSTEM, ATLASConfig, Effort, Solver, evidence_summary,
-                                parse_action)
-from morkit.loops.base import Budget
+from morkit.core.errors import LLMError
 from morkit.core.types import Verdict
+from morkit.llm.base import Completion, SamplingParams
+from morkit.loops.atlas.loop import (
+    ATLAS,
+    SYNTHESIS_SYSTEM,
+    ATLASConfig,
+    Effort,
+    Solver,
+    evidence_summary,
+    parse_action,
+)
+from morkit.loops.base import Budget
 
 PROBLEM = "Tom has 40 apples and buys 2 more. How many apples does he have?"
 REFERENCE = "98765"  # never produced by any scripted LLM: if it shows up in a prompt, it leaked

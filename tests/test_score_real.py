@@ -50,16 +50,23 @@ def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
     assert not out.exists()
 
 
-def test_demo_runs_the_whole_path_offline(capsys):
-    """Scoring tables, then a pool, PRES and ACS with the real SmolLM2 agents on two short problems."""
+def test_demo_routes_on_real_scores_then_runs_the_live_path_offline(capsys):
+    """Routing on the packaged RewardMATH scores, then scoring, a pool, PRES and ACS with real SmolLM2 agents."""
+    import re
+
     assert main(["demo"]) == 0
     printed = capsys.readouterr().out
-    for query in _lines(sample_path()):
-        assert f"[{query['id']}]" in printed
-    for name in ("smollm2-orm", "minilm-probe", "smollm2-judge", "math-consensus", "code-tests"):
-        assert name in printed
-    search = printed.split("== Search:", 1)[1]
-    for query in _lines(sample_path("search.jsonl")):
-        section = search.split(f"[{query['id']}]", 1)[1]
-        assert "ensemble (pres):" in section
-        assert "answers" in section and "initial" in section and "final:" in section
+    routing, live = printed.split("== 2. Live", 1)
+    held = re.search(r"Held-out best-of-10 accuracy over (\d+) problems .*best single RM (\S+) ([\d.]+)%, "
+                     r"morkit ([\d.]+)%", routing)
+    assert held and int(held.group(1)) > 50 and held.group(2) in routing.split("Best single RM on the pool: ")[1]
+    assert 0 < float(held.group(3)) < 100 and 0 < float(held.group(4)) < 100
+    assert routing.count("morkit picks solution") == 3
+    for query in _lines(sample_path())[:1]:
+        assert f"[{query['id']}]" in live
+    for name in ("smollm2-orm", "minilm-probe", "math-consensus", "code-tests"):
+        assert name in live
+    first_search = _lines(sample_path("search.jsonl"))[0]
+    section = live.split(f"[{first_search['id']}]", 1)[1]
+    assert "ensemble (pres):" in section
+    assert "answers" in section and "initial" in section and "final:" in section

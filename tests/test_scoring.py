@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from morkit.reward_models.cache import ScoreCache
-from morkit.data.contract import parse_query, query_to_json
 from morkit.core.errors import InputError, ScoreError
+from morkit.core.types import Candidate, Query, Score
+from morkit.data.contract import parse_query, query_to_json
+from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.scoring import score_queries
 from morkit.reward_models.table import TableRewardModel, table_names
-from morkit.core.types import Candidate, Query, Score
 
 
 class FakeRM:
@@ -238,7 +238,7 @@ def test_table_orm_values_are_floats():
 
 
 def test_table_unknown_reduction_rejected_early():
-    with pytest.raises(ValueError, match="unknown step reduction"):
+    with pytest.raises(ValueError, match="step reduction must be one of"):
         TableRewardModel("prm", "median")
 
 

@@ -6,13 +6,25 @@ import re
 
 import pytest
 
-from morkit.core.errors import InputError
-from morkit.llm.base import LLMError, ScriptedLLM, SamplingParams
-from morkit.search.acs import ACS
-from morkit.llm.agents import AgentAnswer, AgentsConfig, AgentSpec, LLMPool, generate_answers, load_agents
-from morkit.search.aggregate import Aggregator
-from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
+from morkit.core.errors import InputError, LLMError
 from morkit.core.types import Verdict
+from morkit.llm.agents import (
+    AgentAnswer,
+    AgentsConfig,
+    AgentSpec,
+    LLMPool,
+    generate_answers,
+    load_agents,
+)
+from morkit.llm.base import SamplingParams, ScriptedLLM
+from morkit.search.acs import ACS
+from morkit.search.aggregate import Aggregator
+from morkit.search.baselines import (
+    BestOfN,
+    MajorityVote,
+    SingleAggregation,
+    self_consistency,
+)
 
 
 class TableVerifier:
@@ -140,7 +152,7 @@ def test_agents_toml(tmp_path):
     with pytest.raises(InputError, match="unique"):
         load_agents(bad)
     bad.write_text('[[agent]]\nname = "x"\ntemperature = -1\n')
-    with pytest.raises(InputError, match="invalid sampling"):
+    with pytest.raises(InputError, match="SamplingParams.temperature must be a finite number >= 0"):
         load_agents(bad)
     bad.write_text("[[agent]\n")
     with pytest.raises(InputError, match="invalid TOML"):

@@ -10,6 +10,7 @@ import pytest
 
 from morkit.cli import main
 from morkit.core.errors import InputError
+from morkit.core.types import Candidate, Query
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.store import save_pool
 from morkit.selection.base import Neighbours
@@ -17,7 +18,6 @@ from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
 from morkit.selection.selector import Selector
 from morkit.selection.stacker import fit_stacker
-from morkit.core.types import Candidate, Query
 
 
 def _query(qid, scores, labels=None, question=None, text=True):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from morkit.reward_models.cache import ScoreCache
+from morkit.core.types import Score
 from morkit.llm.base import ScriptedLLM
 from morkit.question_pool.ensembles import Ensemble, Normalizer
+from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.rules import MathConsensus
-from morkit.selection.verifier import CombinedVerifier, LLMVerifier, MoRVerifier, parse_llm_score
-from morkit.core.types import Score
+from morkit.verify.combined import CombinedVerifier
+from morkit.verify.critic import LLMVerifier, parse_llm_score
+from morkit.verify.mor import MoRVerifier
 
 
 class LengthRM:

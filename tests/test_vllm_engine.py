@@ -45,7 +45,11 @@ PAIRS = [
 def build_tiny_model(path: Path, num_labels: int = 1) -> None:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import (
+        LlamaConfig,
+        LlamaForSequenceClassification,
+        PreTrainedTokenizerFast,
+    )
 
     specials = ["<pad>", "<s>", "</s>", "<unk>", "user", "assistant", ":", ".", ",", "?", "<step>"]
     vocab_list = specials + WORDS + [str(i) for i in range(1000)]

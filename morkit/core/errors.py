@@ -1,16 +1,29 @@
-"""Errors that carry what a user needs to fix their input, and the exit code the CLI uses."""
+"""One error tree for all of morkit, rooted at MorkitError; `exit_code` is what the CLI exits with.
+
+    MorkitError (exit 1: a runtime failure)
+    ├── InputError (exit 2: bad input; also a ValueError) - names the file and line, flag, option or id
+    │   └── UnknownName - a name no registry knows; lists the known ones
+    ├── UnavailableError - a model, package or weights file that is not on this machine
+    ├── ScoreError - a reward model produced something unusable
+    │   └── PartialScoreError - some pairs of a batch scored, some not (the scores are kept)
+    └── LLMError - a generation that failed after its retries
+
+Every expected failure is one of these, with a one-line message a user can act on.
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 class MorkitError(Exception):
-    """Base class; `exit_code` is what the CLI exits with (2 = bad input, 1 = runtime failure)."""
+    """Base of every error morkit raises on purpose; `exit_code` is what the CLI exits with."""
 
     exit_code = 1
 
 
-class InputError(MorkitError):
-    """Bad user input: names the file and line (or query id) so it can be fixed."""
+class InputError(MorkitError, ValueError):
+    """Bad user input: names the file and line, flag, option or query id, so it can be fixed."""
 
     exit_code = 2
 
@@ -23,12 +36,24 @@ class InputError(MorkitError):
         self.line = line
 
 
-class UnknownRewardModel(InputError):
-    """An RM name that is not registered; lists the known ones."""
+class UnknownName(InputError):
+    """A name that no registry holds (a reward model, a method, a loop, a data set); lists the known names."""
 
-    def __init__(self, name: str, known: list[str]):
-        super().__init__(f"unknown reward model {name!r}; known: {', '.join(sorted(known))}")
+    def __init__(self, what: str, name: str, known: Iterable[str]):
+        super().__init__(f"unknown {what} {name!r}; known: {', '.join(sorted(known)) or 'none'}")
+        self.what = what
         self.name = name
+
+
+class UnknownRewardModel(UnknownName):
+    """An RM name that is neither registered nor cached in the input."""
+
+    def __init__(self, name: str, known: Iterable[str]):
+        super().__init__("reward model", name, known)
+
+
+class UnavailableError(MorkitError):
+    """A model whose weights, packages or files are not present on this machine."""
 
 
 class ScoreError(MorkitError):
@@ -47,5 +72,5 @@ class PartialScoreError(ScoreError):
         self.scores = scores
 
 
-class UnavailableError(MorkitError):
-    """An RM whose weights or packages are not present here."""
+class LLMError(MorkitError):
+    """A generation that failed after its retries (timeout, HTTP error, malformed reply)."""

@@ -1,4 +1,4 @@
-"""Final-answer extraction and equivalence for math solutions (GSM8K, MATH-style LaTeX).
+"""Grading math answers: final-answer extraction, equivalence, and the one `is_correct`.
 
 `extract_answer` pulls the final answer out of a worked solution; `answers_equivalent` decides
 whether two answers mean the same value: cheap normalisation and exact rational comparison
@@ -123,9 +123,13 @@ def reference_answer(reference: str | None) -> str | None:
     return extract_answer(text) if worked else (text or None)
 
 
-def matches_reference(solution: str | None, reference: str | None) -> bool:
-    """Whether a solution's final answer is equivalent to the reference's (the one grading rule)."""
-    return answers_equivalent(extract_answer(solution), reference_answer(reference))
+def is_correct(answer: str | None, reference: str | None) -> bool | None:
+    """The one grading rule: whether the answer's final value is equivalent to the reference's.
+
+    None when there is no reference to grade against; an empty answer is never correct."""
+    if reference is None:
+        return None
+    return answers_equivalent(extract_answer(answer), reference_answer(reference))
 
 
 def answers_equivalent(a: str | None, b: str | None) -> bool:

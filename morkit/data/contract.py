@@ -1,4 +1,4 @@
-"""The JSONL query contract of architecture.md: parse lines into Query objects and back, keeping unknown keys."""
+"""The JSONL query contract (README.md, "Input contract"): lines to Query objects and back, unknown keys kept."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from typing import Any, Iterable
 
 from morkit.core.errors import InputError
-from morkit.data.jsonl import read_jsonl, write_jsonl
 from morkit.core.types import Candidate, Query
+from morkit.data.jsonl import read_jsonl, write_jsonl
 
 _QUERY_KEYS = {"id", "question", "candidates", "domain", "reference", "tests"}
 _CANDIDATE_KEYS = {"text", "agent", "correct", "scores"}

@@ -1,41 +1,25 @@
-"""Loaders that turn the shared labelled data sets into contract Queries.
+"""Loaders that turn the public labelled data sets into contract Queries, registered in DATASETS.
 
+The data folder is a setting (`--data-dir`, or $MORKIT_DATA_DIR): see morkit.core.settings.
 Candidate order is shuffled with a seed derived from the query id, and authorship is kept only
 in `agent` (never in text), so neither position nor author can leak into anything learned.
+To add a data set, register a loader `fn(data_dir: Path) -> list[Query]` in DATASETS.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
 import random
 from pathlib import Path
-from typing import Callable, Iterator
 
+from morkit.core import settings
 from morkit.core.errors import InputError
+from morkit.core.registry import Entry, Registry
 from morkit.core.types import Candidate, Query
+from morkit.data.jsonl import read_jsonl
 
 GSM8K_AUTHORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
-
-
-def default_data_dir() -> Path:
-    """$MORKIT_DATA_DIR, else the `shared/data` folder beside the repository checkout."""
-    env = os.environ.get("MORKIT_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def _lines(path: Path) -> Iterator[tuple[int, dict]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    if not path.is_file():
-        raise InputError("data file not found", path=str(path))
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, json.loads(line)
 
 
 def _shuffled(qid: str, candidates: list[Candidate]) -> tuple[Candidate, ...]:
@@ -45,11 +29,11 @@ def _shuffled(qid: str, candidates: list[Candidate]) -> tuple[Candidate, ...]:
     return tuple(candidates[i] for i in order)
 
 
-def gsm8k_model_solutions(data_dir: Path | None = None) -> list[Query]:
+def gsm8k_model_solutions(data_dir: Path) -> list[Query]:
     """1000 GSM8K questions x 4 labelled GPT-3 solutions (MIT, openai/grade-school-math)."""
-    path = (data_dir or default_data_dir()) / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
+    path = data_dir / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
     queries = []
-    for number, row in _lines(path):
+    for number, row in read_jsonl(path):
         qid = f"gsm8k-{number - 1}"
         candidates = [
             Candidate(text=row[a]["solution"], agent=a, correct=bool(row[a]["is_correct"])) for a in GSM8K_AUTHORS
@@ -59,11 +43,11 @@ def gsm8k_model_solutions(data_dir: Path | None = None) -> list[Query]:
     return queries
 
 
-def qwen25_math_rm8(data_dir: Path | None = None) -> list[Query]:
+def qwen25_math_rm8(data_dir: Path) -> list[Query]:
     """70 MATH problems x 8 Qwen2.5-Math answers with correctness and the Qwen2.5-Math-RM score (MIT)."""
-    path = (data_dir or default_data_dir()) / "qwen25_math_rm8" / "math_cot_100.first70.jsonl"
+    path = data_dir / "qwen25_math_rm8" / "math_cot_100.first70.jsonl"
     queries = []
-    for _, row in _lines(path):
+    for _, row in read_jsonl(path):
         qid = f"math-{row['idx']}"
         candidates = [
             Candidate(text=text, agent="qwen2.5-math-instruct", correct=bool(ok),
@@ -74,11 +58,11 @@ def qwen25_math_rm8(data_dir: Path | None = None) -> list[Query]:
     return queries
 
 
-def rewardmath_rm_scores(data_dir: Path | None = None) -> list[Query]:
+def rewardmath_rm_scores(data_dir: Path) -> list[Query]:
     """383 MATH problems x 10 solutions (one correct) with the scores of ~22 RMs and judges; no texts (MIT)."""
-    path = (data_dir or default_data_dir()) / "rewardmath_rm_scores" / "rewardmath_scores.first383.jsonl"
+    path = data_dir / "rewardmath_rm_scores" / "rewardmath_scores.first383.jsonl"
     queries = []
-    for _, row in _lines(path):
+    for _, row in read_jsonl(path):
         qid = f"rewardmath-{row['index']}"
         candidates = []
         for i, author in enumerate(row["solution_reference"]):
@@ -93,11 +77,11 @@ def rewardmath_rm_scores(data_dir: Path | None = None) -> list[Query]:
     return queries
 
 
-def humaneval_davinci(data_dir: Path | None = None, per_task: int = 20) -> list[Query]:
+def humaneval_davinci(data_dir: Path, per_task: int = 20) -> list[Query]:
     """127 HumanEval problems with code-davinci-002 completions and their pass/fail (MIT); `per_task` samples each."""
-    path = (data_dir or default_data_dir()) / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
+    path = data_dir / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
     queries = []
-    for _, row in _lines(path):
+    for _, row in read_jsonl(path):
         qid = row["task_id"]
         candidates = [
             Candidate(text=row["prompt"] + completion, agent="code-davinci-002", correct=bool(ok))
@@ -107,20 +91,25 @@ def humaneval_davinci(data_dir: Path | None = None, per_task: int = 20) -> list[
     return queries
 
 
-LOADERS: dict[str, Callable[..., list[Query]]] = {
-    "gsm8k_model_solutions": gsm8k_model_solutions,
-    "qwen25_math_rm8": qwen25_math_rm8,
-    "rewardmath_rm_scores": rewardmath_rm_scores,
-    "humaneval_davinci_samples": humaneval_davinci,
-}
+DATASETS = Registry("data set", [
+    Entry("gsm8k_model_solutions", "morkit.data.datasets:gsm8k_model_solutions",
+          "1,000 GSM8K questions x 4 labelled GPT-3 solutions", {"domain": "math", "scores": False}),
+    Entry("qwen25_math_rm8", "morkit.data.datasets:qwen25_math_rm8",
+          "70 MATH problems x 8 labelled Qwen2.5-Math answers with the Qwen2.5-Math-RM-72B score",
+          {"domain": "math", "scores": True}),
+    Entry("rewardmath_rm_scores", "morkit.data.datasets:rewardmath_rm_scores",
+          "383 MATH problems x 10 solutions (one correct) with the scores of 22 RMs and judges; no texts",
+          {"domain": "math", "scores": True}),
+    Entry("humaneval_davinci_samples", "morkit.data.datasets:humaneval_davinci",
+          "127 HumanEval tasks x 20 labelled code-davinci-002 completions, with tests", {"domain": "code", "scores": False}),
+])
 
 
-def load_spec(spec: str, data_dir: Path | None = None) -> list[Query]:
-    """Queries of one shared data set named 'NAME' or 'NAME:N' (its first N questions)."""
+def load_spec(spec: str, data_dir: str | os.PathLike | None = None) -> list[Query]:
+    """Queries of one registered data set named 'NAME' or 'NAME:N' (its first N questions)."""
     name, _, count = spec.partition(":")
-    if name not in LOADERS:
-        raise InputError(f"unknown data set {name!r}; known: {', '.join(LOADERS)}")
+    loader = DATASETS.load(name)
     if count and not count.isdigit():
         raise InputError(f"data set spec {spec!r}: N in NAME:N must be a whole number")
-    loaded = LOADERS[name](data_dir)
+    loaded = loader(settings.data_dir(data_dir))
     return loaded[: int(count)] if count else loaded

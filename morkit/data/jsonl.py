@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -13,23 +14,32 @@ from morkit.core.errors import InputError
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, object) for each non-blank line; a bad line raises InputError naming it."""
+    """Yield (line number, object) for each non-blank line (of a gzip file too, by its .gz suffix);
+    a bad line raises InputError naming it."""
     path = str(path)
+    opener = gzip.open if path.endswith(".gz") else open
     try:
-        handle = open(path, encoding="utf-8")
+        handle = opener(path, "rt", encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from exc
-            if not isinstance(obj, dict):
-                raise InputError(f"expected a JSON object, got {type(obj).__name__}", path=path, line=number)
-            yield number, obj
+        try:
+            for number, line in enumerate(handle, start=1):
+                yield from _parsed(line, path, number)
+        except (OSError, EOFError, UnicodeDecodeError) as exc:  # a corrupt gzip stream or bad bytes
+            raise InputError(f"cannot read: {exc}", path=path) from exc
+
+
+def _parsed(line: str, path: str, number: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not line.strip():
+        return
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from exc
+    if not isinstance(obj, dict):
+        raise InputError(f"expected a JSON object, got {type(obj).__name__}", path=path, line=number)
+    yield number, obj
 
 
 @contextmanager

@@ -1,1 +1,1 @@
-"""llm layer of morkit (see architecture.md)."""
+"""Text generation for agents, aggregators and critics: the LLM protocol, its backends, agents.toml pools."""

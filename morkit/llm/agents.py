@@ -1,7 +1,7 @@
 """Agent pools from agents.toml: who answers (name, backend, model, sampling, system prompt), and the aggregator.
 
-Backends are looked up by name in BACKENDS; an LLM is built only when first used, and agents that
-name the same backend and model share one instance.
+Backends are looked up by name in LLM_BACKENDS (morkit.llm.backends); an LLM is built only when first
+used, and agents that name the same backend and model share one instance.
 """
 
 from __future__ import annotations
@@ -11,30 +11,14 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from morkit.core.errors import InputError
-from morkit.llm.base import LLM, LLMError, SamplingParams
+from morkit.core.errors import InputError, LLMError
+from morkit.llm.backends import LLM_BACKENDS
+from morkit.llm.base import LLM, SamplingParams
 
 _SAMPLING_KEYS = {"n", "temperature", "top_p", "max_tokens", "stop", "seed"}
 _SPEC_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env", "timeout", "retries", "concurrency"}
-
-
-def _local(spec: "AgentSpec") -> LLM:
-    from morkit.llm.local import LocalLLM
-
-    return LocalLLM(None if spec.model in ("", "smollm2") else spec.model)
-
-
-def _openai(spec: "AgentSpec") -> LLM:
-    from morkit.llm.openai_compat import OpenAIChatLLM
-
-    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-    return OpenAIChatLLM(spec.model, spec.base_url, key, timeout=spec.timeout, retries=spec.retries,
-                         concurrency=spec.concurrency)
-
-
-BACKENDS: dict[str, Callable[["AgentSpec"], LLM]] = {"local": _local, "openai": _openai}
 
 
 @dataclass(frozen=True)
@@ -68,8 +52,9 @@ def _spec(table: Mapping[str, Any], defaults: Mapping[str, Any], where: str, pat
     if unknown:
         raise InputError(f"{where}: unknown keys {sorted(unknown)}", path=path)
     backend = merged.get("backend", "local")
-    if backend not in BACKENDS:
-        raise InputError(f"{where}: unknown backend {backend!r}; choose from {', '.join(BACKENDS)}", path=path)
+    if backend not in LLM_BACKENDS:
+        raise InputError(f"{where}: unknown backend {backend!r}; choose from {', '.join(LLM_BACKENDS.names())}",
+                         path=path)
     try:
         sampling = {k: merged[k] for k in _SAMPLING_KEYS if k in merged}
         if "stop" in sampling:
@@ -113,7 +98,7 @@ class LLMPool:
     def llm(self, spec: AgentSpec) -> LLM:
         key = (spec.backend, spec.model, spec.base_url)
         if key not in self._built:
-            self._built[key] = BACKENDS[spec.backend](spec)
+            self._built[key] = LLM_BACKENDS.load(spec.backend)(spec)
         return self._built[key]
 
 

@@ -13,12 +13,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from morkit.core import checks
+from morkit.core.errors import InputError
+
 Message = Mapping[str, str]
 Conversation = Sequence[Message]
-
-
-class LLMError(Exception):
-    """A generation that failed after its retries (timeout, HTTP error, malformed reply)."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,12 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"invalid sampling parameters: {self}")
+        checks.positive_int(self.n, "SamplingParams.n")
+        checks.positive_int(self.max_tokens, "SamplingParams.max_tokens")
+        checks.non_negative(self.temperature, "SamplingParams.temperature")
+        if checks.positive(self.top_p, "SamplingParams.top_p") > 1:
+            raise InputError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        checks.optional(checks.non_negative_int, self.seed, "SamplingParams.seed")
 
 
 @dataclass(frozen=True)

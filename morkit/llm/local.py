@@ -1,6 +1,7 @@
 """An `LLM` run here with transformers: SmolLM2-135M-Instruct from morkit's cached checkpoint by default.
 
-The model loads on first use, once per process and (path, device, dtype). `chat` batches every
+The model loads on first use, once per process and (path, device, dtype), as a resident model
+(morkit.runtime.models) that the SmolLM2 reward models share. `chat` batches every
 conversation's `n` samples together (left padding, at most `max_batch` sequences per `generate`);
 temperature 0 is greedy and deterministic. One lock per loaded model keeps threads from running
 `generate` at the same time. Stop strings go to `generate` and are also cut from the decoded text.
@@ -8,37 +9,21 @@ temperature 0 is greedy and deterministic. One lock per loaded model keeps threa
 
 from __future__ import annotations
 
-import functools
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
-from morkit.runtime.device import resolve_device, resolve_dtype
-
-
-@dataclass(frozen=True)
-class LoadedLM:
-    """A causal LM with its tokenizer, the device it sits on, and the lock that serialises generation."""
-
-    model: Any
-    tokenizer: Any
-    device: str
-    lock: threading.Lock
-
-
-@functools.lru_cache(maxsize=4)
-def load_causal_lm(path: str, device: str, dtype: str | None = None) -> LoadedLM:
-    """AutoModelForCausalLM + AutoTokenizer from `path` (device already resolved), in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"  # generation continues from the right end of every row
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(device, dtype)).to(device).eval()
-    return LoadedLM(model, tokenizer, device, threading.Lock())
+from morkit.core import checks
+from morkit.core.errors import LLMError
+from morkit.llm.base import (
+    Completion,
+    Conversation,
+    SamplingParams,
+    cut_at_stop,
+    cut_stream,
+)
+from morkit.runtime import models
+from morkit.runtime.models import LoadedLM
 
 
 def _stop_strings_supported() -> bool:
@@ -69,8 +54,7 @@ class LocalLLM:
 
     def __init__(self, model_path: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
                  max_batch: int = 8, name: str = "smollm2-135m-instruct"):
-        if max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
+        checks.positive_int(max_batch, "max_batch")
         self.model_path = model_path
         self.device = device
         self.dtype = dtype
@@ -79,14 +63,8 @@ class LocalLLM:
 
     @property
     def loaded(self) -> LoadedLM:
-        """The model and tokenizer, loaded on first use; the resolved path keys the cache (links followed)."""
-        if self.model_path is None:
-            from morkit.runtime import assets
-
-            path = assets.smollm2_checkpoint()
-        else:
-            path = Path(self.model_path)
-        return load_causal_lm(str(path.resolve()), resolve_device(self.device), self.dtype)
+        """The model and tokenizer: the process's resident copy, loaded on first use."""
+        return models.causal_lm(self.model_path, self.device, self.dtype)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -210,3 +188,8 @@ class LocalLLM:
             worker.join()
         if failure:
             raise LLMError(f"LLM {self.name!r}: generate failed: {failure[0]}") from failure[0]
+
+
+def from_agent_spec(spec: Any) -> LocalLLM:
+    """The `local` backend of agents.toml: `model` is a checkpoint path, or smollm2 (the default)."""
+    return LocalLLM(None if spec.model in ("", "smollm2") else spec.model)

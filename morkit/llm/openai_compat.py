@@ -19,8 +19,23 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from morkit.llm.base import Completion, Conversation, LLMError, SamplingParams, cut_at_stop, cut_stream
-from morkit.runtime.http import RETRY_STATUS, Fatal, Retryable, httpx_module, post_json, run_sync
+from morkit.core import checks
+from morkit.core.errors import LLMError
+from morkit.llm.base import (
+    Completion,
+    Conversation,
+    SamplingParams,
+    cut_at_stop,
+    cut_stream,
+)
+from morkit.runtime.http import (
+    RETRY_STATUS,
+    Fatal,
+    Retryable,
+    httpx_module,
+    post_json,
+    run_sync,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +79,10 @@ class OpenAIChatLLM:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, retries: int = 3, concurrency: int = 8, backoff: float = 0.5,
                  extra_body: dict[str, Any] | None = None, name: str | None = None):
-        if concurrency < 1 or retries < 0 or timeout <= 0:
-            raise ValueError("concurrency must be >= 1, retries >= 0 and timeout > 0")
+        checks.positive_int(concurrency, "concurrency")
+        checks.non_negative_int(retries, "retries")
+        checks.positive(timeout, "timeout")
+        checks.non_negative(backoff, "backoff")
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
@@ -242,3 +259,10 @@ class OpenAIChatLLM:
             raise Retryable(f"timed out after {self.timeout:g}s without data") from None
         except httpx.TransportError as err:
             raise Retryable(f"connection error: {type(err).__name__}: {err}") from None
+
+
+def from_agent_spec(spec: Any) -> OpenAIChatLLM:
+    """The `openai` backend of agents.toml: the key is read from the variable `api_key_env` names."""
+    key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    return OpenAIChatLLM(spec.model, spec.base_url, key, timeout=spec.timeout, retries=spec.retries,
+                         concurrency=spec.concurrency)

@@ -1,1 +1,1 @@
-"""loops layer of morkit (see architecture.md)."""
+"""Test-time-scaling loops over morkit's Verifier: TMAS, StreamMA and ATLAS (registered in loops.registry)."""

@@ -12,9 +12,11 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from morkit.llm.base import LLM, Completion, Conversation, LLMError, SamplingParams
+from morkit.core import checks
+from morkit.core.errors import LLMError
+from morkit.llm.base import LLM, Completion, Conversation, SamplingParams
 
 
 class BudgetExhausted(LLMError):
@@ -28,6 +30,11 @@ class Budget:
     max_calls: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        checks.optional(checks.non_negative_int, self.max_calls, "max_calls")
+        checks.optional(checks.non_negative_int, self.max_tokens, "max_tokens")
+        checks.optional(checks.non_negative, self.max_seconds, "max_seconds")
 
 
 @dataclass
@@ -170,6 +177,15 @@ class LoopResult:
         return {"loop": self.loop, "answer": self.answer, "score": self.score, "stop_reason": self.stop_reason,
                 "calls": self.calls, "tokens": self.tokens, "seconds": round(self.seconds, 3),
                 "state": dict(self.state), "trace": list(self.trace)}
+
+
+@runtime_checkable
+class Loop(Protocol):
+    """A test-time-scaling loop: one problem in, the final answer and how it got there out."""
+
+    def run(self, problem: str, reference: str | None = None) -> LoopResult:
+        """Solve `problem`; `reference`, when given, only marks correctness in the trace."""
+        ...
 
 
 def finish(loop: str, answer: str, score: float | None, stop_reason: str, spend: Spend, trace: Trace,

@@ -1,1 +1,1 @@
-"""question_pool layer of morkit (see architecture.md)."""
+"""Question pools: PRR and best-of-n of every RM and RM ensemble per labelled question, with a FAISS index."""

@@ -6,8 +6,8 @@ downloaded. Another model is named by a local path or a hub name already in the 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,34 +32,34 @@ class SentenceEmbedder:
         return int(get_dim())
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """(len(texts), dim) float32 unit vectors."""
+        """(len(texts), dim) float32 unit vectors; `progress` shows one bar in questions."""
+        from tqdm import tqdm
+
+        texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
-                                    convert_to_numpy=True, normalize_embeddings=True)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        step = batch_size * 8  # sentence-transformers sorts by length within each call
+        parts = []
+        with tqdm(total=len(texts), desc="embed", unit="question", disable=not progress, leave=False) as bar:
+            for start in range(0, len(texts), step):
+                part = texts[start: start + step]
+                parts.append(self.model.encode(part, batch_size=batch_size, show_progress_bar=False,
+                                               convert_to_numpy=True, normalize_embeddings=True))
+                bar.update(len(part))
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
 
-@lru_cache(maxsize=4)
 def load_embedder(name: str | None = None, device: str | None = None) -> SentenceEmbedder:
-    """Load an embedder by name or path (once per process); a model not here is an UnavailableError."""
-    from morkit.runtime.device import resolve_device
+    """An embedder by name or path (the process's resident copy); a model not here is an UnavailableError."""
+    from morkit.runtime import models
 
     name = name or DEFAULT_EMBEDDER
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise UnavailableError("sentence-transformers is not installed (pip install sentence-transformers)") from exc
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise UnavailableError("sentence-transformers is not installed (pip install sentence-transformers)")
     if name in _PACKAGED:
-        from morkit.runtime.assets import minilm_path
-
-        source = str(minilm_path())
-        name = DEFAULT_EMBEDDER
-    else:
-        source = name
+        return SentenceEmbedder(DEFAULT_EMBEDDER, models.sentence_transformer(None, device))
     try:
-        model = SentenceTransformer(source, device=resolve_device(device))
+        return SentenceEmbedder(name, models.sentence_transformer(name, device))
     except Exception as exc:  # sentence-transformers raises OSError, ValueError, HF hub errors ...
-        where = "path" if Path(source).exists() else "model name (not in the local HF cache, and no download here)"
+        where = "path" if Path(name).exists() else "model name (not in the local HF cache, and no download here)"
         raise UnavailableError(f"cannot load embedder {name!r} from this {where}: {exc}") from exc
-    return SentenceEmbedder(name, model)

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from morkit.core import checks
+
 log = logging.getLogger(__name__)
 
 WEIGHTINGS = ("linear", "softmax", "sum")
@@ -54,8 +56,7 @@ class Normalizer:
     @classmethod
     def fit(cls, kind: str, rm_names: Sequence[str], scores: np.ndarray, valid: np.ndarray) -> "Normalizer":
         """Fit on scores (Q, N, R) over valid candidates; "raw" is the identity."""
-        if kind not in NORMALIZERS:
-            raise ValueError(f"unknown normaliser {kind!r}; choose from {', '.join(NORMALIZERS)}")
+        checks.one_of(kind, NORMALIZERS, "normaliser")
         shift, scale = {}, {}
         for r, name in enumerate(rm_names):
             values = scores[:, :, r][valid & ~np.isnan(scores[:, :, r])]
@@ -91,13 +92,12 @@ def member_weights(weighting: str, quality: Sequence[float], temperature: float 
     elif weighting == "linear":
         w = q / q.sum() if q.sum() > 0 else np.full_like(q, 1.0 / q.size)
     elif weighting == "softmax":
-        if temperature <= 0:
-            raise ValueError("softmax temperature must be > 0")
+        checks.positive(temperature, "softmax temperature")
         z = q / temperature
         w = np.exp(z - z.max())
         w /= w.sum()
     else:
-        raise ValueError(f"unknown weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
+        checks.one_of(weighting, WEIGHTINGS, "weighting")
     return tuple(float(x) for x in w)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from morkit.core import checks
+
 INDEX_KINDS = ("auto", "flat", "hnsw")
 APPROXIMATE_ABOVE = 100_000
 """Pools with more questions than this get an HNSW index under kind "auto". Exact single-query
@@ -29,8 +31,7 @@ class IndexConfig:
     threshold: int = APPROXIMATE_ABOVE
 
     def resolved(self, size: int) -> str:
-        if self.kind not in INDEX_KINDS:
-            raise ValueError(f"unknown index kind {self.kind!r}; choose from {', '.join(INDEX_KINDS)}")
+        checks.one_of(self.kind, INDEX_KINDS, "index kind")
         if self.kind == "auto":
             return "hnsw" if size > self.threshold else "flat"
         return self.kind

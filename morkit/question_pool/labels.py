@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from morkit.reward_models.base import is_empty_answer
-from morkit.core.grading import matches_reference
+from morkit.core.grading import is_correct
 from morkit.core.types import Query
 
 
@@ -28,7 +27,7 @@ def _label_query(query: Query) -> tuple[Query, LabelReport]:
     if query.reference is not None:
         for i in todo:
             text = query.candidates[i].text
-            labels[i] = not is_empty_answer(text) and matches_reference(text, query.reference)
+            labels[i] = bool(is_correct(text, query.reference))
         report = LabelReport(by_reference=len(todo))
     elif query.tests:
         from morkit.reward_models.rules import CodeTests

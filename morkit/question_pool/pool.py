@@ -9,21 +9,31 @@ was built with, so old rows never change.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from morkit import __version__
+from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.core.types import Query
 from morkit.question_pool.embed import SentenceEmbedder
-from morkit.question_pool.ensembles import (WEIGHTINGS, Ensemble, Normalizer, combine, enumerate_ensembles,
-                                            weight_matrix)
+from morkit.question_pool.ensembles import (
+    NORMALIZERS,
+    WEIGHTINGS,
+    Ensemble,
+    Normalizer,
+    combine,
+    enumerate_ensembles,
+    weight_matrix,
+)
 from morkit.question_pool.index import IndexConfig, build_index, recall_at_k
 from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
-from morkit.reward_models.base import reduce_steps
-from morkit.core.types import Query
+from morkit.reward_models.base import REDUCTIONS, reduce_steps
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +59,16 @@ class PoolConfig:
     temperature: float = 1.0
     reduction: str = "min"
     index: IndexConfig = IndexConfig()
+
+    def __post_init__(self) -> None:
+        checks.one_of(self.normalizer, NORMALIZERS, "normalizer")
+        checks.positive_int(self.max_members, "max_members")
+        if not self.weightings:
+            raise InputError("weightings must name at least one of " + ", ".join(WEIGHTINGS))
+        for weighting in self.weightings:
+            checks.one_of(weighting, WEIGHTINGS, "weighting")
+        checks.positive(self.temperature, "temperature")
+        checks.one_of(self.reduction, REDUCTIONS, "reduction")
 
     def to_json(self) -> dict[str, Any]:
         return {"normalizer": self.normalizer, "max_members": self.max_members, "weightings": list(self.weightings),
@@ -86,12 +106,52 @@ class QuestionPool:
     def embedder(self) -> str:
         return self.meta["embedder"]["name"]
 
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the pool directory atomically (see morkit.question_pool.store)."""
+        from morkit.question_pool.store import save_pool
+
+        return save_pool(self, path)
+
+    def add(self, queries: Sequence[Query], *, embedder: SentenceEmbedder | None = None,
+            progress: bool = False) -> "QuestionPool":
+        """A new revision with labelled queries appended; their candidates must carry every pool RM's scores.
+
+        Normaliser, ensembles and weights stay as built. A stored stacker fit is dropped as stale (a Selector
+        refits it when asked); `morkit.add_to_pool` also labels, scores and refits."""
+        from morkit.question_pool.embed import load_embedder
+
+        return add_questions(self, queries, embedder or load_embedder(self.embedder), progress=progress)
+
     def ensemble_table(self) -> list[dict[str, Any]]:
         """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count."""
         mean_prr, mean_top1 = nanmean_columns(self.prr), nanmean_columns(self.top1)
         counts = (~np.isnan(self.prr)).sum(axis=0)
         return [{"ensemble": e, "mean_prr": float(p), "best_of_n": float(t), "questions": int(c)}
                 for e, p, t, c in zip(self.ensembles, mean_prr, mean_top1, counts)]
+
+
+    def summary(self, top: int = 10) -> dict[str, Any]:
+        """What `morkit pool info` shows: sizes, domains, embedder, index, skips, the single-RM table sorted by
+        mean PRR, and the `top` ensembles by mean PRR (NaN where undefined)."""
+        from collections import Counter
+
+        table = self.ensemble_table()
+        by_prr = lambda r: -(r["mean_prr"] if r["mean_prr"] == r["mean_prr"] else -1)  # noqa: E731 - NaN last
+        singles = sorted(table[: len(self.rm_names)], key=by_prr)
+        meta = self.meta
+        return {
+            "revision": meta["revision"], "created": meta["created"], "updated": meta["updated"],
+            "morkit_version": meta["morkit_version"], "questions": len(self),
+            "domains": dict(Counter(q.domain for q in self.questions).most_common()),
+            "max_candidates": int(self.scores.shape[1]), "embedder": meta["embedder"], "index": meta["index"],
+            "normalizer": self.normalizer.kind, "reduction": self.config.reduction, "ensembles": len(self.ensembles),
+            "skipped": meta["skipped"], "missing_scores": meta["missing_scores"],
+            "rms": {r["ensemble"].name: {"mean_prr": r["mean_prr"], "best_of_n": r["best_of_n"],
+                                         "questions": r["questions"]} for r in singles},
+            "best": [{"name": r["ensemble"].name, **r["ensemble"].to_json(), "mean_prr": r["mean_prr"],
+                      "best_of_n": r["best_of_n"]}
+                     for r in sorted(table, key=by_prr)[:top]],
+        }
 
 
 def nanmean_columns(values: np.ndarray) -> np.ndarray:

@@ -35,7 +35,9 @@ def best_of_n_hit(scores: np.ndarray, correct: np.ndarray) -> float:
 
 def _strictly_below(values: np.ndarray) -> np.ndarray:
     """For each entry, how many entries of its row (axis 1) are strictly smaller; +inf never counts."""
-    from scipy.stats import rankdata  # imported here: scipy.stats costs ~1.5 s at import
+    from scipy.stats import (
+        rankdata,  # imported here: scipy.stats costs ~1.5 s at import
+    )
 
     return rankdata(values, method="min", axis=1) - 1
 

@@ -20,7 +20,12 @@ from morkit.core.errors import InputError
 from morkit.data.jsonl import read_jsonl
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.question_pool.index import read_index, write_index
-from morkit.question_pool.pool import FORMAT_VERSION, PoolConfig, PoolQuestion, QuestionPool
+from morkit.question_pool.pool import (
+    FORMAT_VERSION,
+    PoolConfig,
+    PoolQuestion,
+    QuestionPool,
+)
 
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
 

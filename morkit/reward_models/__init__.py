@@ -1,1 +1,1 @@
-"""reward_models layer of morkit (see architecture.md)."""
+"""Reward models behind one batched scoring API (registered in reward_models.catalog), and the score cache."""

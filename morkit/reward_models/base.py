@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
+from morkit.core import checks
 from morkit.core.types import Query, Score
 
 KINDS = ("orm", "prm", "judge", "rule", "table")
@@ -20,8 +21,7 @@ REDUCTIONS = tuple(_REDUCTIONS)
 
 def reduce_steps(steps: Sequence[float], rule: str = "min") -> float:
     """Collapse a PRM's per-step scores into one value by a named rule (min, last, mean, prod)."""
-    if rule not in _REDUCTIONS:
-        raise ValueError(f"unknown step reduction {rule!r}; choose from {', '.join(REDUCTIONS)}")
+    checks.one_of(rule, REDUCTIONS, "step reduction")
     if not steps:
         raise ValueError("cannot reduce an empty list of step scores")
     return float(_REDUCTIONS[rule](list(steps)))

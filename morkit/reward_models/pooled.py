@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from morkit.core.types import Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
 from morkit.reward_models.hf import (
     Batching,
@@ -16,10 +17,9 @@ from morkit.reward_models.hf import (
     Truncation,
     encode_pair,
     last_token_pool,
-    run_batches,
     log_truncated,
+    run_batches,
 )
-from morkit.core.types import Score
 
 
 @dataclass(frozen=True)

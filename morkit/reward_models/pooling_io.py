@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence, Union
 
-from morkit.reward_models.base import reduce_steps
 from morkit.core.types import Score
+from morkit.reward_models.base import reduce_steps
 
 KIND_TASK = {"classify": "classify", "token_classify": "token_classify", "step": "token_classify"}
 KINDS = tuple(KIND_TASK)

@@ -20,12 +20,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from morkit.core.errors import PartialScoreError
-from morkit.runtime.http import Fatal, Retryable, httpx_module, post_json, run_sync
-from morkit.reward_models.pooling_io import (
-    KIND_TASK, MalformedOutput, Render, chat_render, check_kind, expected_rows, finite, to_score,
-)
+from morkit.core import checks
+from morkit.core.errors import InputError, PartialScoreError
 from morkit.core.types import Score
+from morkit.reward_models.pooling_io import (
+    KIND_TASK,
+    MalformedOutput,
+    Render,
+    chat_render,
+    check_kind,
+    expected_rows,
+    finite,
+    to_score,
+)
+from morkit.runtime.http import Fatal, Retryable, httpx_module, post_json, run_sync
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +90,11 @@ class RemoteRewardModel:
         headers: dict[str, str] | None = None,
     ):
         if not urls:
-            raise ValueError("RemoteRewardModel needs at least one server URL")
-        if concurrency < 1 or batch_size < 1 or retries < 0:
-            raise ValueError("concurrency and batch_size must be >= 1, retries >= 0")
+            raise InputError(f"remote reward model {name!r} needs at least one server URL (urls=[...])")
+        checks.positive_int(concurrency, "concurrency")
+        checks.positive_int(batch_size, "batch_size")
+        checks.non_negative_int(retries, "retries")
+        checks.positive(timeout_s, "timeout_s")
         self.name = name
         self.cache_key = name
         self.task = check_kind(task)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from morkit.core.errors import InputError
-from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
 from morkit.core.grading import answers_equivalent, extract_answer, normalize_answer
-from morkit.runtime.sandbox import SandboxLimits, SandboxResult, run_many
 from morkit.core.types import Query, Score
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
+from morkit.runtime.sandbox import SandboxLimits, SandboxResult, run_many
 
 
 def consensus_scores(texts: Sequence[str | None]) -> list[float]:

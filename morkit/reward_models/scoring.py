@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
-from morkit.reward_models.cache import ScoreCache
 from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
+from morkit.reward_models.cache import ScoreCache
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +123,26 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
         out.append(replace(query, candidates=tuple(candidates)))
     return out
 
+
+
+def lacks_scores(query: Query, name: str) -> bool:
+    """Whether some candidate of the query has no cached score of RM `name`."""
+    return any(name not in c.scores for c in query.candidates)
+
+
+def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]], rms: Any, *,
+                        cache: ScoreCache | None = None, chunk: int = 64, progress: bool = False) -> list[Query]:
+    """Run each wanted RM on the queries that want it and lack its scores; other queries are left as they are.
+
+    `wanted[i]` names the RMs query i needs; `rms[name]` gives the built RM (e.g. a RewardModelSet)."""
+    out = list(queries)
+    rows: dict[str, list[int]] = {}
+    for i, (query, names) in enumerate(zip(queries, wanted)):
+        for name in names:
+            if lacks_scores(query, name):
+                rows.setdefault(name, []).append(i)
+    for name, indices in rows.items():
+        scored = score_queries([out[i] for i in indices], [rms[name]], cache=cache, chunk=chunk, progress=progress)
+        for i, query in zip(indices, scored):
+            out[i] = query
+    return out

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from morkit.core.errors import InputError
-from morkit.reward_models.base import reduce_steps
 from morkit.core.types import Query, Score
+from morkit.reward_models.base import reduce_steps
 
 
 class TableRewardModel:

@@ -19,8 +19,15 @@ import inspect
 import logging
 from typing import Any, Sequence
 
-from morkit.reward_models.pooling_io import KIND_TASK, Render, chat_render, check_kind, expected_rows, to_score
 from morkit.core.types import Score
+from morkit.reward_models.pooling_io import (
+    KIND_TASK,
+    Render,
+    chat_render,
+    check_kind,
+    expected_rows,
+    to_score,
+)
 
 log = logging.getLogger(__name__)
 

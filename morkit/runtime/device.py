@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import os
+from morkit.core import settings
+from morkit.core.errors import InputError
+
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 
 
 def resolve_device(preference: str | None = None) -> str:
     """'auto' (default, or $MORKIT_DEVICE) picks cuda, then mps, then cpu; anything else is used as given."""
     import torch
 
-    choice = preference or os.environ.get("MORKIT_DEVICE") or "auto"
+    choice = preference or settings.device_preference()
     if choice != "auto":
         return choice
     if torch.cuda.is_available():
@@ -23,11 +26,11 @@ def resolve_dtype(device: str, preference: str | None = None):
     """'auto': bfloat16 on accelerators, float32 on CPU (bf16 matmuls are far slower on most CPUs)."""
     import torch
 
-    choice = preference or os.environ.get("MORKIT_DTYPE") or "auto"
+    choice = preference or settings.dtype_preference()
     if choice == "auto":
         return torch.float32 if device.startswith("cpu") else torch.bfloat16
-    try:
-        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[choice]
-    except KeyError:
-        raise ValueError(f"unknown dtype {choice!r}; use auto, float32, bfloat16 or float16") from None
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if choice not in table:
+        raise InputError(f"unknown dtype {choice!r}; use one of {', '.join(DTYPES)}")
+    return table[choice]

@@ -1,1 +1,1 @@
-"""search layer of morkit (see architecture.md)."""
+"""Answer search over agents' answers: ACS and its baselines (registered in search.methods)."""

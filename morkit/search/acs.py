@@ -17,11 +17,11 @@ from typing import Sequence
 
 import numpy as np
 
-from morkit.llm.base import LLMError
+from morkit.core.errors import LLMError
 from morkit.llm.agents import AgentAnswer
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import Meter, SearchResult, TraceStep
-from morkit.selection.verifier import Verifier
+from morkit.verify.base import Verifier
 
 
 def ranked(scores: Sequence[float]) -> list[int]:
@@ -80,9 +80,9 @@ class ACS:
             if accepted:
                 members = members + [remaining[pick]]
                 current, current_score = candidates[pick], cand_scores[pick]
+            note = "" if accepted else f"no addition beats the current answer ({current_score:.3f} in this call): stop"
             trace.append(TraceStep("greedy", tuple(members), candidates[pick], cand_scores[pick], accepted, tried,
-                                   note="" if accepted else "no addition beats the current answer: stop",
-                                   **meter.mark()))
+                                   note=note, **meter.mark()))
             steps += 1
             if not accepted:
                 break
@@ -92,8 +92,8 @@ class ACS:
                 residual = self.aggregator.aggregate(question, texts + [current])
                 res_score, current_score = self._scores(question, [residual, current], texts)
                 keep = res_score > current_score
-                trace.append(TraceStep("residual", tuple(range(len(texts))), residual, res_score, keep,
-                                       note="kept" if keep else "discarded: not better than the current answer",
+                note = "kept" if keep else f"discarded: the current answer scores {current_score:.3f} in this call"
+                trace.append(TraceStep("residual", tuple(range(len(texts))), residual, res_score, keep, note=note,
                                        **meter.mark()))
                 if keep:
                     current, current_score = residual, res_score

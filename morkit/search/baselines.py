@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from morkit.llm.base import LLMError
-from morkit.reward_models.rules import consensus_scores
+from morkit.core.errors import LLMError
 from morkit.llm.agents import AgentAnswer
+from morkit.reward_models.rules import consensus_scores
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import Meter, SearchResult, TraceStep
 from morkit.selection.mor import pick_best
-from morkit.selection.verifier import Verifier
+from morkit.verify.base import Verifier
 
 
 def _empty(meter: Meter, name: str) -> SearchResult:

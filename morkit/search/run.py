@@ -12,47 +12,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from morkit.core.grading import matches_reference
-from morkit.search.acs import ACS
+from morkit.core.grading import is_correct
+from morkit.core.types import Candidate, Query
 from morkit.llm.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answers
 from morkit.search.aggregate import Aggregator
-from morkit.search.base import SearchMethod, SearchResult
-from morkit.search.baselines import BestOfN, MajorityVote, SingleAggregation, self_consistency
-from morkit.selection.verifier import mor_verifier
-from morkit.core.types import Candidate, Query
-
-METHODS: dict[str, Callable[..., SearchMethod]] = {
-    "acs": lambda v, a, cfg, opts: ACS(v, a, k=opts.get("k", 2), residual=opts.get("residual", True)),
-    "best-of-n": lambda v, a, cfg, opts: BestOfN(v),
-    "majority": lambda v, a, cfg, opts: MajorityVote(),
-    "self-consistency": lambda v, a, cfg, opts: self_consistency(opts.get("agent") or cfg.agents[0].name),
-    "moa": lambda v, a, cfg, opts: SingleAggregation(a, v),
-}
-
-
-def is_correct(query: Query, answer: str) -> bool | None:
-    """Whether the answer's final value matches the query's reference (None without a reference)."""
-    if query.reference is None:
-        return None
-    return matches_reference(answer, query.reference)
+from morkit.search.base import SearchResult
+from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup
+from morkit.verify.mor import mor_verifier
 
 
 @dataclass
 class SearchRunner:
-    """Holds what is shared across queries: selector, built RMs, score cache, agents and their LLMs."""
+    """Holds what is shared across queries: selector, member RMs (built on demand), cache, agents, their LLMs."""
 
     selector: Any
     config: AgentsConfig
-    build_rm: Callable[[str], Any]
+    rms: Any  # name -> built RM, e.g. a RewardModelSet
     cache: Any = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: SearchOptions = SearchOptions()
     llms: LLMPool = field(default_factory=LLMPool)
-    _rms: dict = field(default_factory=dict)
-
-    def rm(self, name: str) -> Any:
-        if name not in self._rms:
-            self._rms[name] = self.build_rm(name)
-        return self._rms[name]
 
     def answers(self, query: Query) -> tuple[list[AgentAnswer], list[str], int]:
         """The query's own candidate texts if it has them, else fresh agent answers; (answers, failures, calls)."""
@@ -67,11 +45,11 @@ class SearchRunner:
         probe = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in answers))
         selection = self.selector.select(probe)
         members = selection.choice.ensemble.members
-        verifier = mor_verifier(selection, self.selector.pool, {m: self.rm(m) for m in members}, self.cache)
+        verifier = mor_verifier(selection, self.selector.pool, {m: self.rms[m] for m in members}, self.cache)
         spec = self.config.aggregator
         aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}))
-        results = {name: METHODS[name](verifier, aggregator, self.config, self.options).run(query.question, answers)
-                   for name in methods}
+        setup = SearchSetup(verifier, aggregator, self.config, self.options)
+        results = {name: SEARCH_METHODS.load(name)(setup).run(query.question, answers) for name in methods}
         return QueryRun(query, selection, tuple(answers), agent_calls, tuple(failures), results)
 
 
@@ -89,7 +67,7 @@ class QueryRun:
     def to_json(self) -> dict[str, Any]:
         results = {}
         for name, result in self.results.items():
-            results[name] = {**result.to_json(), "correct": is_correct(self.query, result.answer)}
+            results[name] = {**result.to_json(), "correct": is_correct(result.answer, self.query.reference)}
         return {"id": self.query.id, "ensemble": self.selection.to_json()["ensemble"],
                 "answers": [{"agent": a.agent, "text": a.text} for a in self.answers],
                 "agent_calls": self.agent_calls, "agent_failures": list(self.agent_failures), "results": results}

@@ -14,9 +14,10 @@ from typing import Sequence
 
 import numpy as np
 
+from morkit.core import checks
+from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine
 from morkit.reward_models.base import reduce_steps
-from morkit.core.types import Query
 
 TRANSFORMS = ("pool-zscore", "query-zscore")
 
@@ -57,11 +58,10 @@ def query_zscore(values: np.ndarray, valid: np.ndarray | None = None) -> np.ndar
 def transform(values: np.ndarray, kind: str, normalizer: Normalizer, rm_names: Sequence[str],
               valid: np.ndarray | None = None) -> np.ndarray:
     """Member scores (..., N, R) in the feature space an ensemble's weights apply to."""
+    checks.one_of(kind, TRANSFORMS, "transform")
     if kind == "pool-zscore":
         return normalizer.apply(rm_names, values)
-    if kind == "query-zscore":
-        return query_zscore(values, valid)
-    raise ValueError(f"unknown transform {kind!r}; choose from {', '.join(TRANSFORMS)}")
+    return query_zscore(values, valid)
 
 
 @dataclass(frozen=True)

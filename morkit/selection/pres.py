@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from morkit.core import checks
 from morkit.question_pool.pool import QuestionPool, nanmean_columns
 from morkit.selection.base import Choice, Neighbours
 
@@ -34,8 +35,7 @@ class PRES:
     _masks: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.criterion not in CRITERIA:
-            raise ValueError(f"unknown PRES criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
+        checks.one_of(self.criterion, CRITERIA, "PRES criterion")
         values = self.pool.prr if self.criterion == "prr" else self.pool.top1
         self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
         self._overall = np.nan_to_num(nanmean_columns(values), nan=-1.0)  # tie-break: the pool-wide mean
@@ -69,3 +69,13 @@ class PRES:
         alternatives = tuple((self.pool.ensembles[int(e)].name, float(evidence[e])) for e in order[1:] if mask[e])
         return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives,
                       {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())})
+
+
+def pres(pool: QuestionPool, singles_only: bool = False) -> PRES:
+    """The paper's PRES over PRR."""
+    return PRES(pool, "prr", singles_only=singles_only)
+
+
+def pres_top1(pool: QuestionPool, singles_only: bool = False) -> PRES:
+    """PRES over each neighbour's best-of-n hit."""
+    return PRES(pool, "top1", singles_only=singles_only, name="pres-top1")

@@ -1,31 +1,24 @@
 """Per-query RM selection and MoR ranking against a question pool: `Selector(pool).select(q)` / `.rank(q)`.
 
-Methods are looked up by name in METHODS (one class each, one `choose` method). The default is the
+Methods are looked up by name in SELECTION_METHODS (morkit.selection.methods). The default is the
 pool-learned stacker; "pres" is the CTTS-MM paper's rule, "pres-top1" the same rule on best-of-n.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.methods import DEFAULT_METHOD, SELECTION_METHODS
 from morkit.selection.mor import available_members, mor_scores, pick_best
-from morkit.selection.pres import PRES
-from morkit.selection.stacker import Stacker
-from morkit.core.types import Query
-
-DEFAULT_METHOD = "stacker"
-METHODS: dict[str, Callable[..., SelectionMethod]] = {
-    "stacker": lambda pool, **kw: Stacker(pool),
-    "pres": lambda pool, **kw: PRES(pool, "prr", singles_only=kw.get("singles_only", False)),
-    "pres-top1": lambda pool, **kw: PRES(pool, "top1", singles_only=kw.get("singles_only", False), name="pres-top1"),
-}
 
 
 @dataclass(frozen=True)
@@ -79,16 +72,17 @@ class Selector:
                  singles_only: bool = False, runnable: Iterable[str] = ()):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
-        if method not in METHODS:
-            raise InputError(f"unknown selection method {method!r}; choose from {', '.join(METHODS)}")
-        if singles_only and not method.startswith("pres"):
-            raise InputError("singles-only applies to the PRES methods; the stacker always weighs every usable RM")
+        entry = SELECTION_METHODS.get(method)
+        checks.positive_int(k, "k")
+        if singles_only and not entry.meta.get("singles_only"):
+            raise InputError(f"singles-only does not apply to {method!r}; it is an option of "
+                             + ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("singles_only")))
         if embedder is not None and embedder.name != pool.embedder:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")
         self.pool = pool
         self.method_name = method
-        self.method = METHODS[method](pool, singles_only=singles_only)
+        self.method: SelectionMethod = entry.load()(pool, **({"singles_only": True} if singles_only else {}))
         self.k = k
         self.runnable = frozenset(runnable) & set(pool.rm_names)
         self._embedder = embedder

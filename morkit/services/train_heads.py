@@ -17,11 +17,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from morkit.core.types import Query
 from morkit.data.datasets import load_spec
 from morkit.data.jsonl import atomic_path
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.heads import LogisticHead
-from morkit.core.types import Query
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Split:
 
 
 def load_specs(specs: Sequence[str], data_dir: Path | None = None) -> list[Query]:
-    """'name' or 'name:N' (first N questions) for each loader in morkit.data.datasets.LOADERS."""
+    """'name' or 'name:N' (first N questions) of each data set registered in morkit.data.datasets.DATASETS."""
     queries: list[Query] = []
     for spec in specs:
         queries.extend(q for q in load_spec(spec, data_dir) if q.labelled and all(c.text for c in q.candidates))
@@ -199,3 +199,32 @@ def train(rm_name: str, features_fn: Callable, specs: Sequence[str], out: Path, 
         head.save(tmp)
     log.info("%s held-out: %s", rm_name, json.dumps(metrics))
     return head
+
+
+TRAINABLE = ("smollm2-orm", "minilm-probe")
+
+
+def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *, max_tokens: int = 768,
+               test_fraction: float = 0.25, seed: int = 0, device: str | None = None,
+               data_dir: Path | None = None) -> tuple[LogisticHead, Path]:
+    """Fit an embedded RM's head on the named data sets; writes it to `output` (default: the packaged head)."""
+    from morkit.core import checks
+    from morkit.core.settings import cache_dir
+    from morkit.reward_models.embedded import (
+        MiniLMProbe,
+        SmolLM2ORM,
+        load_minilm,
+        load_smollm2,
+    )
+    from morkit.reward_models.heads import packaged_head_path
+    from morkit.reward_models.hf import Truncation
+
+    checks.one_of(rm_name, TRAINABLE, "head")
+    truncation = Truncation(max_tokens=max_tokens)
+    untrained = {"smollm2-orm": lambda: SmolLM2ORM(load_smollm2(device), None, truncation=truncation),
+                 "minilm-probe": lambda: MiniLMProbe(load_minilm(device), None, truncation=truncation)}
+    rm = untrained[rm_name]()
+    out = Path(output) if output else packaged_head_path(rm_name)
+    head = train(rm_name, rm.features, data, out, test_fraction=test_fraction, seed=seed,
+                 work_dir=cache_dir() / "train", data_dir=data_dir)
+    return head, out

@@ -32,13 +32,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from morkit.llm.base import LLM, LLMError, SamplingParams
-from morkit.loops.atlas.protocol import (SYNTHESIS_SYSTEM, ATLASConfig, Decision, Effort, Solver, as_solver, check_name,
-                                         clip, evidence_summary, majority_index, one_line, parse_action,
-                                         reference_check)
-from morkit.loops.base import (Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish,
-                               metered_verifier)
+from morkit.core.errors import LLMError
 from morkit.core.grading import extract_answer
+from morkit.llm.base import LLM, SamplingParams
+from morkit.loops.atlas.protocol import (
+    SYNTHESIS_SYSTEM,
+    ATLASConfig,
+    Decision,
+    Effort,
+    Solver,
+    as_solver,
+    check_name,
+    clip,
+    evidence_summary,
+    majority_index,
+    one_line,
+    parse_action,
+    reference_check,
+)
+from morkit.loops.base import (
+    Budget,
+    BudgetExhausted,
+    LoopResult,
+    MeteredLLM,
+    Spend,
+    Trace,
+    finish,
+    metered_verifier,
+)
 
 __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "SYNTHESIS_SYSTEM", "evidence_summary", "parse_action"]
 

@@ -9,8 +9,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from morkit.core.errors import InputError
+from morkit.core.grading import answers_equivalent, is_correct, reference_answer
 from morkit.llm.base import LLM, SamplingParams
-from morkit.core.grading import answers_equivalent, matches_reference, reference_answer
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
                  "'The answer is X.' where X is the final answer.")
@@ -56,7 +57,8 @@ class ATLASConfig:
 
     def __post_init__(self) -> None:
         if self.max_explores < 1 or not 0 <= self.min_explores <= self.max_explores:
-            raise ValueError(f"need 1 <= max_explores and 0 <= min_explores <= max_explores: {self}")
+            raise InputError(f"ATLASConfig: need 1 <= max_explores and 0 <= min_explores <= max_explores, got "
+                             f"max_explores={self.max_explores!r}, min_explores={self.min_explores!r}")
         for name in [*self.efforts, *self.prompts]:
             check_name(name)
         # the sampling parameters must be valid: fail here rather than at the first call
@@ -178,7 +180,7 @@ def majority_index(answered: Sequence[Mapping[str, Any]]) -> int:
 def reference_check(answer: str, evidence: Sequence[Mapping[str, Any]], reference: str) -> dict[str, Any]:
     """Whether the final answer and each explore's final answer match the reference (after the loop only)."""
     ref = reference_answer(reference) or reference
-    return {"reference": ref, "correct": matches_reference(answer, reference),
+    return {"reference": ref, "correct": is_correct(answer, reference),
             "explores_correct": [answers_equivalent(e["final"], ref) if e["final"] is not None else None
                                  for e in evidence]}
 

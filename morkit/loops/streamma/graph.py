@@ -14,6 +14,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from morkit.core import checks
+from morkit.core.errors import InputError
+
 PROTOCOLS = ("single", "serial", "stream")
 
 
@@ -35,10 +38,15 @@ class StreamMAConfig:
     timeout_s: float | None = None  # whole run; past it every agent is told to stop
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, not {self.protocol!r}")
-        if self.agents < 1 or self.max_steps < 1 or self.queue_size < 1 or not self.step_marker:
-            raise ValueError(f"invalid StreamMA config: {self}")
+        checks.one_of(self.protocol, PROTOCOLS, "StreamMAConfig.protocol")
+        for name in ("agents", "max_steps", "queue_size", "max_tokens", "step_max_tokens"):
+            checks.positive_int(getattr(self, name), f"StreamMAConfig.{name}")
+        checks.non_negative(self.temperature, "StreamMAConfig.temperature")
+        checks.non_negative(self.review_temperature, "StreamMAConfig.review_temperature")
+        checks.optional(checks.positive, self.step_timeout_s, "StreamMAConfig.step_timeout_s")
+        checks.optional(checks.positive, self.timeout_s, "StreamMAConfig.timeout_s")
+        if not self.step_marker:
+            raise InputError("StreamMAConfig.step_marker: the end-of-step marker must not be empty")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,12 @@ from typing import Any, Mapping, Sequence
 
 from morkit.llm.base import LLM
 from morkit.loops.base import Budget, LoopResult, finish, metered_verifier
-from morkit.loops.streamma.graph import PROTOCOLS, StreamMAConfig, Topology, best_available
+from morkit.loops.streamma.graph import (
+    PROTOCOLS,
+    StreamMAConfig,
+    Topology,
+    best_available,
+)
 from morkit.loops.streamma.run import AgentLog, PipelineRun, StepTimeout
 
 __all__ = ["PROTOCOLS", "AgentLog", "ProtocolComparison", "StepTimeout", "StreamMA", "StreamMAConfig", "Topology",
@@ -41,7 +46,7 @@ class StreamMA:
     """Solve `problem` with a chain (or `topology`) of agents; `llms`: one LLM for all or one per agent."""
 
     llms: Sequence[LLM] | LLM
-    verifier: Any = None  # a morkit.selection.verifier.Verifier, or None
+    verifier: Any = None  # a morkit.verify.base.Verifier, or None
     config: StreamMAConfig = StreamMAConfig()
     budget: Budget = Budget()
     topology: Topology | Mapping[int, Sequence[int]] | None = None
@@ -130,10 +135,10 @@ def _stop_reason(logs: Sequence[AgentLog], finished: bool, steps: Sequence[str])
 
 
 def _check_reference(answer: str, reference: str) -> dict[str, Any]:
-    from morkit.core.grading import extract_answer, matches_reference, reference_answer
+    from morkit.core.grading import extract_answer, is_correct, reference_answer
 
     return {"extracted": extract_answer(answer), "reference": reference_answer(reference),
-            "correct": matches_reference(answer, reference)}
+            "correct": is_correct(answer, reference)}
 
 
 @dataclass(frozen=True)

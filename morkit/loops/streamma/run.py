@@ -17,10 +17,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from morkit.llm.base import LLM, LLMError, SamplingParams
+from morkit.core.errors import LLMError
+from morkit.llm.base import LLM, SamplingParams
 from morkit.loops.base import Budget, BudgetExhausted, MeteredLLM, Spend, Trace
-from morkit.loops.streamma.graph import (EndOfStream, StepMessage, StepSplitter, StreamMAConfig, Topology,
-                                         review_conversation, solver_conversation)
+from morkit.loops.streamma.graph import (
+    EndOfStream,
+    StepMessage,
+    StepSplitter,
+    StreamMAConfig,
+    Topology,
+    review_conversation,
+    solver_conversation,
+)
 
 _POLL_S = 0.05  # how often a blocked agent looks at the run's abort flag
 _GRACE_S = 2.0  # how long agents get to stop once the run's deadline has passed

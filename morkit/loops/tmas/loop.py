@@ -23,13 +23,22 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
-from morkit.llm.base import LLM, Conversation, LLMError, SamplingParams
-from morkit.loops.base import (Budget, BudgetExhausted, LoopResult, MeteredLLM, Spend, Trace, finish,
-                               metered_verifier)
-from morkit.loops.tmas.rewards import is_correct
+from morkit.core import checks
+from morkit.core.errors import LLMError
+from morkit.core.grading import answers_equivalent, extract_answer, is_correct
+from morkit.llm.base import LLM, Conversation, SamplingParams
+from morkit.loops.base import (
+    Budget,
+    BudgetExhausted,
+    LoopResult,
+    MeteredLLM,
+    Spend,
+    Trace,
+    finish,
+    metered_verifier,
+)
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
-from morkit.core.grading import answers_equivalent, extract_answer
-from morkit.selection.verifier import Verifier
+from morkit.verify.base import Verifier
 
 EXPLOIT, EXPLORE = "exploit", "explore"
 
@@ -73,10 +82,13 @@ class TMASConfig:
     """Longest solution or feedback excerpt put into a prompt."""
 
     def __post_init__(self) -> None:
-        sizes = (self.iterations, self.solutions, self.verifications, self.max_tokens, self.agent_max_tokens,
-                 self.top_k, self.experience_capacity, self.guideline_capacity, self.excerpt_chars)
-        if min(sizes) < 1 or not 0.0 <= self.epsilon <= 1.0 or min(self.temperature, self.agent_temperature) < 0:
-            raise ValueError(f"invalid TMAS configuration: {self}")
+        for name in ("iterations", "solutions", "verifications", "max_tokens", "agent_max_tokens", "top_k",
+                     "experience_capacity", "guideline_capacity", "excerpt_chars"):
+            checks.positive_int(getattr(self, name), f"TMASConfig.{name}")
+        checks.probability(self.epsilon, "TMASConfig.epsilon")
+        checks.non_negative(self.temperature, "TMASConfig.temperature")
+        checks.non_negative(self.agent_temperature, "TMASConfig.agent_temperature")
+        checks.optional(checks.non_negative, self.stop_score, "TMASConfig.stop_score")
 
 
 @dataclass(frozen=True)
@@ -232,7 +244,7 @@ class _Run:
             if completion is not None:
                 text = completion.texts[0] if completion.texts else ""
                 rollouts.append(Rollout(iteration, index, branch, text, extract_answer(text),
-                                        correct=None if self.reference is None else is_correct(text, self.reference)))
+                                        correct=is_correct(text, self.reference)))
         self.trace.add("generate", iteration=iteration, branches=branches,
                        solutions=[{"index": r.index, "branch": r.branch, "text": r.text, "answer": r.answer}
                                   for r in rollouts])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from morkit.core.grading import answers_equivalent, extract_answer, matches_reference
+from morkit.core.grading import answers_equivalent, extract_answer, is_correct
 
 RewardFn = Callable[..., list[float]]
 
@@ -49,11 +49,6 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
-def is_correct(text: str, reference: str | None) -> bool:
-    """Whether a solution's final answer is equivalent to the reference's."""
-    return matches_reference(text, reference)
-
-
 def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[Any] | None:
     """The first column present under `names`, as a list of `size` (a scalar is broadcast)."""
     for name in names:
@@ -70,7 +65,7 @@ def _correct(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool
     references = _column(kwargs, ("answer", "reference"), len(completions))
     if references is None:
         raise ValueError("correctness needs an 'answer' or 'reference' column")
-    return [is_correct(completion_text(c), r) for c, r in zip(completions, references)]
+    return [bool(is_correct(completion_text(c), r)) for c, r in zip(completions, references)]
 
 
 def _group_key(prompt: Any) -> str:

@@ -1,7 +1,8 @@
-"""Exact adapters for the eight reward models of the CTTS-MM paper (see design/reward-models.md).
+"""Exact adapters for the eight reward models of the CTTS-MM paper (see each family module).
 
-This module only describes them (no torch import): `CTTS_MODELS` feeds the registry; each family
-module holds the adapter class and its factory. Weights are found by `weights.locate_weights`
+This module only describes them (no torch import). `CTTS_MODELS` is the one place their facts live:
+the catalog registers each record under its short name, and each adapter class reads its model id,
+kind and required files from the record of its `name`. Weights are found by `weights.locate_weights`
 (explicit `path=`, `$MORKIT_WEIGHTS_DIR/<org>/<name>`, or the Hugging Face cache), never downloaded.
 """
 
@@ -14,11 +15,12 @@ from morkit.reward_models.weights import bf16_gib
 
 @dataclass(frozen=True)
 class CttsModel:
+    """One CTTS-MM reward model: short name, hub id, kind, adapter class ("module:Class"), size, summary."""
+
     name: str
     model_id: str
     kind: str
-    module: str
-    factory: str
+    adapter: str
     n_params: float
     description: str
     required: tuple[str, ...] = ("config.json",)
@@ -29,22 +31,24 @@ class CttsModel:
                 f"~{bf16_gib(self.n_params):.0f} GiB GPU memory in bf16")
 
 
+_PKG = "morkit.reward_models.ctts"
 CTTS_MODELS = (
-    CttsModel("qwen2.5-math-rm-72b", "Qwen/Qwen2.5-Math-RM-72B", "orm", "qwen_math", "qwen_math_rm", 72.7e9,
+    CttsModel("qwen2.5-math-rm-72b", "Qwen/Qwen2.5-Math-RM-72B", "orm", f"{_PKG}.qwen_math:QwenMathRM", 72.7e9,
               "Qwen2.5-Math outcome RM; raw logit at the last token"),
-    CttsModel("qwen2.5-math-prm-7b", "Qwen/Qwen2.5-Math-PRM-7B", "prm", "qwen_math", "qwen_math_prm", 7.1e9,
+    CttsModel("qwen2.5-math-prm-7b", "Qwen/Qwen2.5-Math-PRM-7B", "prm", f"{_PKG}.qwen_math:QwenMathPRM", 7.1e9,
               "Qwen2.5-Math process RM; P(step correct) at each <extra_0>, reduced by min"),
-    CttsModel("skywork-reward-gemma-2-27b", "Skywork/Skywork-Reward-Gemma-2-27B", "orm", "skywork",
-              "skywork_gemma", 27.2e9, "Gemma-2 sequence classifier; raw Bradley-Terry logit"),
-    CttsModel("inf-orm-llama3.1-70b", "infly/INF-ORM-Llama3.1-70B", "orm", "inform", "inf_orm", 70.6e9,
+    CttsModel("skywork-reward-gemma-2-27b", "Skywork/Skywork-Reward-Gemma-2-27B", "orm",
+              f"{_PKG}.skywork:SkyworkGemmaRM", 27.2e9, "Gemma-2 sequence classifier; raw Bradley-Terry logit"),
+    CttsModel("inf-orm-llama3.1-70b", "infly/INF-ORM-Llama3.1-70B", "orm", f"{_PKG}.inform:InfOrmRM", 70.6e9,
               "Llama-3.1 with an MLP score head; raw logit"),
-    CttsModel("ldl-reward-gemma-2-27b", "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "orm", "ldl", "ldl_reward",
+    CttsModel("ldl-reward-gemma-2-27b", "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "orm", f"{_PKG}.ldl:LDLRewardRM",
               27.3e9, "Gemma-2 label-distribution RM; expected value in [0, 1]",
               ("config.json", "regression_layer.pt", "gating_layer.pt")),
-    CttsModel("acecoderm-32b", "TIGER-Lab/AceCodeRM-32B", "orm", "acecode", "acecode_rm", 31.9e9,
+    CttsModel("acecoderm-32b", "TIGER-Lab/AceCodeRM-32B", "orm", f"{_PKG}.acecode:AceCodeRM", 31.9e9,
               "Qwen2.5-Coder with a value head; raw value at the last token"),
-    CttsModel("qrm-gemma-2-27b", "nicolinho/QRM-Gemma-2-27B", "orm", "qrm", "qrm_gemma", 27.3e9,
+    CttsModel("qrm-gemma-2-27b", "nicolinho/QRM-Gemma-2-27B", "orm", f"{_PKG}.qrm:QRMGemmaRM", 27.3e9,
               "Gemma-2 quantile RM; gated expected reward (quantiles in Score.extra)"),
-    CttsModel("skywork-reward-v2-llama-3.1-8b", "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M", "orm", "skywork",
-              "skywork_v2_llama", 7.5e9, "Llama-3.1 sequence classifier; raw Bradley-Terry logit"),
+    CttsModel("skywork-reward-v2-llama-3.1-8b", "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M", "orm",
+              f"{_PKG}.skywork:SkyworkV2LlamaRM", 7.5e9, "Llama-3.1 sequence classifier; raw Bradley-Terry logit"),
 )
+CTTS_BY_NAME = {m.name: m for m in CTTS_MODELS}

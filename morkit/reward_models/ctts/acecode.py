@@ -18,7 +18,6 @@ from morkit.reward_models.ctts.common import CttsRM, head_state, load_strict
 
 class AceCodeRM(CttsRM):
     name = "acecoderm-32b"
-    model_id = "TIGER-Lab/AceCodeRM-32B"
     backbone_class = "Qwen2Model"
     allowed_extra = ("lm_head", "v_head")
 
@@ -29,7 +28,3 @@ class AceCodeRM(CttsRM):
         state = head_state(root, "v_head", cls.model_id)
         return load_strict(ValueHead(config.hidden_size), state, prefix="v_head", model_id=cls.model_id,
                            source=root).to(dtype)
-
-
-def acecode_rm(**options: Any) -> AceCodeRM:
-    return AceCodeRM.load(**options)

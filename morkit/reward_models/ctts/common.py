@@ -8,7 +8,6 @@ generation prompt, right pads, and runs its head on the pooled hidden states.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
 from morkit.reward_models.weights import locate_weights
 from morkit.runtime.device import resolve_device, resolve_dtype
+from morkit.runtime.models import quiet_loading
 
 QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -34,7 +34,7 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[i
     had_bos = bool(bos) and text.startswith(bos)
     if had_bos:
         text = text[len(bos):]
-    ids = list(tokenizer(text)["input_ids"])
+    ids = list(tokenizer(text, verbose=False)["input_ids"])  # morkit truncates explicitly
     bos_id = tokenizer.bos_token_id
     if bos_id is not None and had_bos and (not ids or ids[0] != bos_id):
         ids = [bos_id] + ids
@@ -110,18 +110,6 @@ def load_strict(module: Any, state: Mapping[str, Any], *, prefix: str, model_id:
     return module
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-
-
 def load_backbone(class_name: str, root: Path, *, model_id: str, dtype: Any, device: str,
                   allowed_extra: Sequence[str], attn_implementation: str | None = None,
                   device_map: Any = None) -> Any:
@@ -138,7 +126,7 @@ def load_backbone(class_name: str, root: Path, *, model_id: str, dtype: Any, dev
         kwargs["attn_implementation"] = attn_implementation
     if device_map is not None:
         kwargs["device_map"] = device_map
-    with _quiet_transformers():
+    with quiet_loading():
         model, info = cls.from_pretrained(str(root), **kwargs)
     missing = sorted(info.get("missing_keys") or ())
     if missing:
@@ -174,7 +162,10 @@ def first_pad_pool_index(ids: Any, mask: Any, pad_id: int | None) -> Any:
 # -- the adapter base ---------------------------------------------------------------------------
 
 class CttsRM(PooledRM):
-    """A CTTS-MM reward model: chat rendering, a backbone, a custom head applied on its own device/dtype."""
+    """A CTTS-MM reward model: chat rendering, a backbone, a custom head applied on its own device/dtype.
+
+    A subclass sets only `name`; its model id, kind and required files come from that name's record
+    in `CTTS_MODELS`, so these facts are written once."""
 
     model_id = ""
     kind = "orm"
@@ -185,6 +176,14 @@ class CttsRM(PooledRM):
     required_files: tuple[str, ...] = ("config.json",)
     max_context = 4096
     default_attn: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from morkit.reward_models.ctts import CTTS_BY_NAME
+
+        record = CTTS_BY_NAME.get(cls.__dict__.get("name", ""))
+        if record is not None:
+            cls.model_id, cls.kind, cls.required_files = record.model_id, record.kind, record.required
 
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
                  batching: Batching | None = None, path: Path | None = None):

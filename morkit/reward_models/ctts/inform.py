@@ -12,12 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from morkit.reward_models.ctts.common import CttsRM, FirstPadPooling, head_state, load_strict
+from morkit.reward_models.ctts.common import (
+    CttsRM,
+    FirstPadPooling,
+    head_state,
+    load_strict,
+)
 
 
 class InfOrmRM(FirstPadPooling, CttsRM):
     name = "inf-orm-llama3.1-70b"
-    model_id = "infly/INF-ORM-Llama3.1-70B"
     backbone_class = "LlamaModel"
     allowed_extra = ("score",)
     max_context = 8192
@@ -29,7 +33,3 @@ class InfOrmRM(FirstPadPooling, CttsRM):
         state = head_state(root, "score", cls.model_id)
         return load_strict(mlp_score(config.hidden_size, 1), state, prefix="score", model_id=cls.model_id,
                            source=root).to(dtype)
-
-
-def inf_orm(**options: Any) -> InfOrmRM:
-    return InfOrmRM.load(**options)

@@ -16,7 +16,12 @@ from typing import Any
 
 from morkit.core.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
-from morkit.reward_models.ctts.common import CttsRM, FirstPadPooling, config_value, load_strict
+from morkit.reward_models.ctts.common import (
+    CttsRM,
+    FirstPadPooling,
+    config_value,
+    load_strict,
+)
 
 HEAD_FILES = ("regression_layer.pt", "gating_layer.pt")
 
@@ -35,20 +40,17 @@ def _load_pt(path: Path, model_id: str) -> dict[str, Any]:
 
 class LDLRewardRM(FirstPadPooling, CttsRM):
     name = "ldl-reward-gemma-2-27b"
-    model_id = "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1"
     backbone_class = "Gemma2Model"
     empty_score = EMPTY_ANSWER_SCORE  # the score is an expectation over [0, 1]
-    required_files = ("config.json",) + HEAD_FILES
     default_attn = "eager"
     max_context = 8192
 
     @classmethod
     def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:
         import torch
+        from torch import nn
 
         from morkit.reward_models.ctts.heads import LDLHead, leaky_mlp_from_state
-
-        from torch import nn
 
         nets = {}
         for prefix, file in zip(("regression_layer", "gating_layer"), HEAD_FILES):
@@ -74,7 +76,3 @@ class LDLRewardRM(FirstPadPooling, CttsRM):
         head = LDLHead(nets["regression_layer"], nets["gating_layer"],
                        temperature=config_value(root, "temperature", 1.0), softmax=config_value(root, "softmax", False))
         return head.to(torch.float32)
-
-
-def ldl_reward(**options: Any) -> LDLRewardRM:
-    return LDLRewardRM.load(**options)

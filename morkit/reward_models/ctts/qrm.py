@@ -21,15 +21,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from morkit.core.errors import ScoreError, UnavailableError
-from morkit.reward_models.ctts.common import CttsRM, config_value, first_pad_pool_index, head_state, load_strict
 from morkit.core.types import Score
+from morkit.reward_models.ctts.common import (
+    CttsRM,
+    config_value,
+    first_pad_pool_index,
+    head_state,
+    load_strict,
+)
 
 GATING_HEADER = "<end_of_turn>\n<start_of_turn>model\n"
 
 
 class QRMGemmaRM(CttsRM):
     name = "qrm-gemma-2-27b"
-    model_id = "nicolinho/QRM-Gemma-2-27B"
     backbone_class = "Gemma2Model"
     allowed_extra = ("regression_layer", "gating", "reward_transform_matrix")
     default_attn = "eager"
@@ -90,7 +95,3 @@ class QRMGemmaRM(CttsRM):
         load_strict(head, state, prefix="", model_id=cls.model_id, source=root,
                     optional=("num_batches_tracked",))
         return head.to(torch.float32)
-
-
-def qrm_gemma(**options: Any) -> QRMGemmaRM:
-    return QRMGemmaRM.load(**options)

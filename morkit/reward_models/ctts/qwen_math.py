@@ -20,17 +20,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from morkit.core.errors import ScoreError
-from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer, reduce_steps
-from morkit.reward_models.ctts.common import QWEN_MATH_SYSTEM, CttsRM, head_state, load_strict
 from morkit.core.types import Score
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer, reduce_steps
+from morkit.reward_models.ctts.common import (
+    QWEN_MATH_SYSTEM,
+    CttsRM,
+    head_state,
+    load_strict,
+)
 
 STEP_TOKEN = "<extra_0>"
 
 
 class QwenMathRM(CttsRM):
     name = "qwen2.5-math-rm-72b"
-    model_id = "Qwen/Qwen2.5-Math-RM-72B"
-    kind = "orm"
     backbone_class = "Qwen2Model"
     system_prompt = QWEN_MATH_SYSTEM
     allowed_extra = ("score",)
@@ -47,8 +50,6 @@ class QwenMathRM(CttsRM):
 
 class QwenMathPRM(QwenMathRM):
     name = "qwen2.5-math-prm-7b"
-    model_id = "Qwen/Qwen2.5-Math-PRM-7B"
-    kind = "prm"
     empty_score = EMPTY_ANSWER_SCORE  # step scores are probabilities in [0, 1]
     labels = 2
 
@@ -99,11 +100,3 @@ class QwenMathPRM(QwenMathRM):
                                  f"{len(steps)} {STEP_TOKEN} positions")
             scores[i] = Score(reduce_steps(steps, self.reduction), steps=tuple(steps), truncated=enc.truncated)
         return scores
-
-
-def qwen_math_rm(**options: Any) -> QwenMathRM:
-    return QwenMathRM.load(**options)
-
-
-def qwen_math_prm(**options: Any) -> QwenMathPRM:
-    return QwenMathPRM.load(**options)

@@ -30,7 +30,6 @@ class _SeqClassRM(CttsRM):
 
 class SkyworkGemmaRM(_SeqClassRM):
     name = "skywork-reward-gemma-2-27b"
-    model_id = "Skywork/Skywork-Reward-Gemma-2-27B"
     backbone_class = "Gemma2Model"
     default_attn = "eager"
     max_context = 8192
@@ -38,14 +37,5 @@ class SkyworkGemmaRM(_SeqClassRM):
 
 class SkyworkV2LlamaRM(_SeqClassRM):
     name = "skywork-reward-v2-llama-3.1-8b"
-    model_id = "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"
     backbone_class = "LlamaModel"
     max_context = 16384
-
-
-def skywork_gemma(**options: Any) -> SkyworkGemmaRM:
-    return SkyworkGemmaRM.load(**options)
-
-
-def skywork_v2_llama(**options: Any) -> SkyworkV2LlamaRM:
-    return SkyworkV2LlamaRM.load(**options)

@@ -1,0 +1,7 @@
+"""`python -m morkit.cli`, the same as the `morkit` command."""
+
+import sys
+
+from morkit.cli.main import main
+
+sys.exit(main())

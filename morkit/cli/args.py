@@ -1,0 +1,105 @@
+"""Argument parsing the verbs share: a parser whose errors are one line, checked value types, option groups.
+
+Value types reuse morkit.core.checks, so `--chunk 0` and `ScoringOptions(chunk=0)` say the same thing.
+Each option group has a function that turns the parsed flags into the typed options a service takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, NoReturn
+
+from morkit.core import checks
+from morkit.core.errors import InputError
+from morkit.core.registry import Registry
+from morkit.reward_models.base import REDUCTIONS
+from morkit.reward_models.hf import TRUNCATION_POLICIES
+from morkit.reward_models.options import ScoringOptions
+
+CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (`morkit VERB: error: ...`) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def checked(convert: Callable[[str], Any], check: Callable[[Any, str], Any]) -> Callable[[str], Any]:
+    """An argparse type: convert the text, then apply a morkit check; a failure names the flag in one line."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if convert is int else ''}number: {text!r}") from None
+        try:
+            return check(value, "")
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc).strip()) from None
+
+    parse.__name__ = check.__name__  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE_INT = checked(int, checks.positive_int)
+NON_NEGATIVE_INT = checked(int, checks.non_negative_int)
+NON_NEGATIVE = checked(float, checks.non_negative)
+POSITIVE = checked(float, checks.positive)
+PROBABILITY = checked(float, checks.probability)
+
+
+def choices_help(registry: Registry, default: str | None = None) -> str:
+    """Help text listing a registry's names with their summaries."""
+    text = "; ".join(f"{e.name}: {e.summary}" for e in registry)
+    return f"{text} (default {default})" if default else text
+
+
+def add_scoring_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scoring")
+    g.add_argument("--device", help="torch device for model RMs (default: auto = cuda, mps, else cpu)")
+    g.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="max sequences per forward pass (default 16)")
+    g.add_argument("--max-tokens", type=POSITIVE_INT, help="max tokens per (question, answer) pair (default: per model)")
+    g.add_argument("--truncation", choices=TRUNCATION_POLICIES, default="right",
+                   help="pair too long: cut the answer's end (right, default), its start (left), or fail (error)")
+    g.add_argument("--reduction", choices=REDUCTIONS, default="min",
+                   help="how a cached PRM step list becomes one score (default min)")
+    g.add_argument("--chunk", type=POSITIVE_INT, default=64, help="pairs per scoring call, cached as each finishes")
+    g.add_argument("--cache", help="score cache file (default: $MORKIT_CACHE_DIR/scores.sqlite)")
+    g.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def scoring_options(args: argparse.Namespace) -> ScoringOptions:
+    from morkit.services.scoring import default_cache_path
+
+    cache = None if args.no_cache else (args.cache or default_cache_path())
+    return ScoringOptions(device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                          truncation=args.truncation, reduction=args.reduction, chunk=args.chunk, cache=cache,
+                          progress=not args.quiet)
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    from morkit.data.datasets import DATASETS
+
+    p.add_argument("--dataset", action="append", metavar="NAME[:N]", default=[],
+                   help="a registered labelled data set (its first N questions), repeatable: " + ", ".join(DATASETS.names()))
+    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
+
+
+def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> None:
+    from morkit.selection.methods import DEFAULT_METHOD, SELECTION_METHODS
+
+    p.add_argument(flag, dest="selection", choices=SELECTION_METHODS.names(), default=DEFAULT_METHOD,
+                   help="how each query's RM ensemble is chosen: " + choices_help(SELECTION_METHODS, DEFAULT_METHOD))
+    p.add_argument("--k", type=POSITIVE_INT, default=100, help="pool neighbours per query (default 100, as in the paper)")
+
+
+def select_options(args: argparse.Namespace) -> Any:
+    from morkit.services.routing import SelectOptions
+
+    return SelectOptions(method=args.selection, k=args.k, singles_only=getattr(args, "singles_only", False),
+                         allow_run=not getattr(args, "no_run", False))

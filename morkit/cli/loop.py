@@ -1,0 +1,89 @@
+"""`morkit loop NAME`: run a test-time-scaling loop per query with morkit's verifier.
+
+Offline by default: every role is the embedded SmolLM2 (the packaged agents.toml) and the verifier is
+an LLM critic; with --pool, each query's MoR ensemble verifies (--verifier both adds the critic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from morkit.cli.args import (
+    CONTRACT,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    PROBABILITY,
+    add_scoring_options,
+    add_select_options,
+    choices_help,
+    scoring_options,
+    select_options,
+)
+
+
+def cmd_loop(args: argparse.Namespace) -> int:
+    from morkit.data.contract import load_queries
+    from morkit.data.jsonl import write_jsonl
+    from morkit.loops.base import Budget
+    from morkit.loops.registry import LoopOptions
+    from morkit.question_pool.store import load_pool
+    from morkit.services.looping import run_loop
+
+    started = time.perf_counter()
+    options = LoopOptions(Budget(args.max_calls, args.max_total_tokens, args.max_seconds), seed=args.seed,
+                          gen_tokens=args.gen_tokens, iterations=args.iterations, solutions=args.solutions,
+                          verifications=args.verifications, epsilon=args.epsilon, chain=args.chain,
+                          protocol=args.protocol, step_marker=args.step_marker, max_explores=args.max_explores)
+    queries = load_queries(args.input)
+    pool = load_pool(args.pool) if args.pool else None
+    records = run_loop(args.loop, queries, agents=args.agents, pool=pool, verifier=args.verifier, options=options,
+                       selection=select_options(args), scoring=scoring_options(args))
+    write_jsonl(args.output, records)
+    print(f"{args.loop}: {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.loops.registry import LOOPS, LoopOptions
+    from morkit.loops.streamma.graph import PROTOCOLS
+    from morkit.verify.kinds import VERIFIERS
+
+    d = LoopOptions()
+    p = sub.add_parser("loop", parents=[parent],
+                       help="run a test-time-scaling loop (" + ", ".join(LOOPS.names()) + ") on each query",
+                       description="Runs the loop on each query with the agents of --agents (default: the embedded "
+                                   "SmolLM2, offline) and morkit's verifier; writes one JSON line per query with the "
+                                   "answer, score, stop reason, calls, tokens, time, the loop's state (memory banks, "
+                                   "evidence, latencies) and its full event trace. Loops: " + choices_help(LOOPS))
+    p.add_argument("loop", choices=LOOPS.names())
+    p.add_argument("input", help=f"query file ({CONTRACT}); a reference is only used for grading")
+    p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
+    p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    p.add_argument("--pool", help="pool directory: verify with each query's MoR ensemble")
+    p.add_argument("--verifier", choices=VERIFIERS.names(), default=None,
+                   help=choices_help(VERIFIERS) + " (default: mor with --pool, else llm)")
+    add_select_options(p, flag="--selection")
+    g = p.add_argument_group("budget per query (unlimited when unset)")
+    g.add_argument("--max-calls", type=NON_NEGATIVE_INT, help="LLM calls")
+    g.add_argument("--max-total-tokens", type=NON_NEGATIVE_INT, help="tokens")
+    g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
+    g = p.add_argument_group("loop settings")
+    g.add_argument("--seed", type=NON_NEGATIVE_INT, default=d.seed)
+    g.add_argument("--gen-tokens", type=POSITIVE_INT, default=d.gen_tokens,
+                   help=f"new tokens per solver generation (default {d.gen_tokens})")
+    g.add_argument("--iterations", type=POSITIVE_INT, default=d.iterations, help="TMAS rounds (paper: up to 20)")
+    g.add_argument("--solutions", type=POSITIVE_INT, default=d.solutions, help="TMAS solutions per round (paper: 8)")
+    g.add_argument("--verifications", type=POSITIVE_INT, default=d.verifications,
+                   help="TMAS verification passes per solution (paper: 8)")
+    g.add_argument("--epsilon", type=PROBABILITY, default=d.epsilon, help="TMAS exploration probability (paper: 0.2)")
+    g.add_argument("--chain", type=POSITIVE_INT, default=d.chain, help="StreamMA agents in the chain")
+    g.add_argument("--protocol", choices=PROTOCOLS, default=d.protocol, help="StreamMA protocol")
+    g.add_argument("--step-marker", default=d.step_marker, help="StreamMA end-of-step marker (default: newline)")
+    g.add_argument("--max-explores", type=POSITIVE_INT, default=d.max_explores, help="ATLAS explore budget")
+    add_scoring_options(p)
+    p.set_defaults(func=cmd_loop)

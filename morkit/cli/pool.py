@@ -1,0 +1,162 @@
+"""`morkit pool build | add | info | report`: make, extend and inspect question pools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from morkit.cli.args import (
+    CONTRACT,
+    POSITIVE,
+    POSITIVE_INT,
+    add_input_options,
+    add_scoring_options,
+    scoring_options,
+)
+
+
+def _print_labels(pool: Any) -> None:
+    """How the last revision's missing labels were filled, when any were."""
+    labels = pool.meta["history"][-1]["provenance"].get("labels") or {}
+    if any(labels.values()):
+        print(f"labels: {labels['by_reference']} candidates by reference answer, {labels['by_tests']} by tests, "
+              f"{labels['no_source']} left unlabelled (no reference or tests)", file=sys.stderr)
+
+
+def _inputs(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    from morkit.services.pools import load_inputs
+
+    queries, provenance = load_inputs(args.input, args.dataset, args.data_dir)
+    return queries, {"inputs": provenance}
+
+
+def cmd_pool_build(args: argparse.Namespace) -> int:
+    from morkit.question_pool.index import IndexConfig
+    from morkit.question_pool.pool import PoolConfig
+    from morkit.services.pools import build_pool
+
+    config = PoolConfig(normalizer=args.normalizer, max_members=args.max_members,
+                        weightings=tuple(args.weighting or PoolConfig().weightings), temperature=args.temperature,
+                        reduction=args.reduction, index=IndexConfig(kind=args.index))
+    started = time.perf_counter()
+    queries, provenance = _inputs(args)
+    pool = build_pool(queries, args.rm, config=config, embedder=args.embedder, options=scoring_options(args),
+                      provenance=provenance)
+    pool.save(args.output)
+    _print_labels(pool)
+    print(f"pool: {len(pool)} questions, {len(pool.rm_names)} RMs, {len(pool.ensembles)} ensembles, "
+          f"index {pool.meta['index']['kind']}, built in {time.perf_counter() - started:.1f}s -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_pool_add(args: argparse.Namespace) -> int:
+    from morkit.question_pool.store import load_pool
+    from morkit.services.pools import add_to_pool
+
+    pool = load_pool(args.pool)
+    queries, provenance = _inputs(args)
+    grown = add_to_pool(pool, queries, options=scoring_options(args), provenance=provenance)
+    grown.save(args.pool)
+    _print_labels(grown)
+    print(f"pool: added {len(grown) - len(pool)} questions (now {len(grown)}, revision {grown.meta['revision']})"
+          f" -> {args.pool}", file=sys.stderr)
+    return 0
+
+
+def _fmt(value: float) -> str:
+    return "   n/a" if value is None or value != value else f"{value:6.3f}"
+
+
+def cmd_pool_info(args: argparse.Namespace) -> int:
+    from morkit.question_pool.store import load_pool
+
+    info = load_pool(args.pool).summary(args.top)
+    if args.json:
+        print(json.dumps(info, indent=1, default=lambda v: None))
+        return 0
+    domains = ", ".join(f"{d} {n}" for d, n in info["domains"].items())
+    print(f"pool {args.pool}: revision {info['revision']}, created {info['created']}, updated {info['updated']}, "
+          f"morkit {info['morkit_version']}")
+    print(f"  {info['questions']} questions ({domains}), up to {info['max_candidates']} candidates each")
+    print(f"  embedder {info['embedder']['name']} (dim {info['embedder']['dim']}), index {info['index']}")
+    print(f"  {len(info['rms'])} RMs, {info['ensembles']} ensembles, normaliser {info['normalizer']}, "
+          f"PRM steps reduced by {info['reduction']}")
+    skipped = {k: v for k, v in info["skipped"].items() if v}
+    missing = {k: v for k, v in info["missing_scores"].items() if v}
+    if skipped or missing:
+        print(f"  skipped queries {skipped or 'none'}; questions with missing scores per RM {missing or 'none'}")
+    print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'with PRR':>11}")
+    for name, row in info["rms"].items():
+        print(f"  {name:<28}{_fmt(row['mean_prr']):>7}{_fmt(row['best_of_n']):>11}{row['questions']:>11}")
+    print(f"\n  best {len(info['best'])} ensembles by mean PRR:")
+    for row in info["best"]:
+        weights = ", ".join(f"{w:.2f}" for w in row["weights"])
+        print(f"  {_fmt(row['mean_prr'])} {_fmt(row['best_of_n'])}  {row['name']}  [{weights}]")
+    return 0
+
+
+def cmd_pool_report(args: argparse.Namespace) -> int:
+    from morkit.question_pool.report import write_report
+    from morkit.question_pool.store import load_pool
+
+    path = write_report(load_pool(args.pool), args.output)
+    print(f"report -> {path}", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.question_pool.ensembles import NORMALIZERS, WEIGHTINGS
+    from morkit.question_pool.index import INDEX_KINDS
+    from morkit.services.scoring import DEFAULT_RMS
+
+    pool = sub.add_parser("pool", parents=[parent], help="build, extend and inspect question pools",
+                          description="A question pool holds, per labelled validation question, every RM's and RM "
+                                      "ensemble's PRR, plus an embedding index; `select` and `rank` route by it.")
+    verbs = pool.add_subparsers(dest="pool_command", required=True, metavar="VERB", parser_class=type(pool))
+
+    p = verbs.add_parser("build", parents=[parent], help="build a pool from labelled queries",
+                         description="Label candidates that lack `correct` (reference answer or sandboxed tests), "
+                                     "score them with each pool RM (cached input scores are used as they are), "
+                                     "compute PRR for every RM and every 2..N-member ensemble, embed the questions "
+                                     "and index them. Writes the pool directory atomically.")
+    p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
+    add_input_options(p)
+    p.add_argument("-o", "--output", required=True, help="pool directory to write (replaced atomically)")
+    p.add_argument("--rm", action="append", metavar="NAME",
+                   help="pool RM, repeatable (default: every RM with cached scores in the input, else "
+                        f"{', '.join(DEFAULT_RMS)}); registered RMs are run where scores are missing")
+    p.add_argument("--embedder", help="sentence-transformers model name or path (default: the embedded all-MiniLM-L6-v2)")
+    p.add_argument("--normalizer", choices=NORMALIZERS, default="zscore",
+                   help="per-RM score normalisation fitted on the pool (default zscore; raw = the CTTS-MM paper)")
+    p.add_argument("--weighting", action="append", choices=WEIGHTINGS,
+                   help="ensemble weightings to enumerate, repeatable (default all three)")
+    p.add_argument("--temperature", type=POSITIVE, default=1.0, help="softmax weighting temperature (default 1.0)")
+    p.add_argument("--max-members", type=POSITIVE_INT, default=3, help="largest ensemble size (default 3)")
+    p.add_argument("--index", choices=INDEX_KINDS, default="auto",
+                   help="FAISS index: exact (flat), approximate (hnsw), or auto by pool size (default)")
+    add_scoring_options(p)
+    p.set_defaults(func=cmd_pool_build)
+
+    p = verbs.add_parser("add", parents=[parent], help="append labelled questions to a pool without rebuilding it",
+                         description="New questions are scored with the pool's RMs, normalised and weighted as the "
+                                     "pool was built, embedded with its embedder, and appended as a new revision.")
+    p.add_argument("pool", help="pool directory")
+    p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
+    add_input_options(p)
+    add_scoring_options(p)
+    p.set_defaults(func=cmd_pool_add)
+
+    p = verbs.add_parser("info", parents=[parent], help="print a pool's summary and RM table")
+    p.add_argument("pool", help="pool directory")
+    p.add_argument("--top", type=POSITIVE_INT, default=10, help="how many best ensembles to list (default 10)")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.set_defaults(func=cmd_pool_info)
+
+    p = verbs.add_parser("report", parents=[parent], help="write an HTML report with plots")
+    p.add_argument("pool", help="pool directory")
+    p.add_argument("-o", "--output", required=True, help="HTML file to write")
+    p.set_defaults(func=cmd_pool_report)

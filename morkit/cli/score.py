@@ -1,0 +1,134 @@
+"""`morkit rms`, `morkit score` and `morkit train-head`: the reward models, scoring a file, fitting a head."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from morkit.cli.args import (
+    CONTRACT,
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    add_scoring_options,
+    scoring_options,
+)
+
+_SHORT_MISSING = {"packages": "no: packages", "head": "no: head", "weights": "no: weights"}
+
+
+def _gpu(info: Any) -> str:
+    return f"{info.gpu_gib:.0f} GiB" if info.gpu_gib else "-"
+
+
+def _available(info: Any) -> str:
+    if info.missing_what:
+        return _SHORT_MISSING.get(info.missing_what, "no")
+    return "needs options" if info.options else "yes"
+
+
+def cmd_rms(args: argparse.Namespace) -> int:
+    from morkit.reward_models.catalog import REWARD_MODELS, list_rms, rm_info
+
+    if args.name:
+        info = rm_info(REWARD_MODELS.get(args.name))
+        record = info.to_json()
+        if args.json:
+            print(json.dumps(record, indent=1))
+            return 0
+        width = max(len(k) for k in record)
+        for key, value in record.items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            print(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+        return 0
+    infos = list_rms()
+    if args.json:
+        print(json.dumps([i.to_json() for i in infos], indent=1))
+        return 0
+    rows = [("NAME", "KIND", "BACKEND", "AVAILABLE", "GPU (bf16)")]
+    rows += [(i.name, i.kind, i.backend, _available(i), _gpu(i)) for i in infos]
+    rows.append(("<name in scores>", "table", "input", "yes", "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked; --json gives every field.")
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from morkit.data.contract import load_queries, save_queries
+    from morkit.services.scoring import DEFAULT_RMS, cache_scope, score
+
+    options = scoring_options(args)
+    queries = load_queries(args.input)
+    names = args.rm or list(DEFAULT_RMS)
+    started = time.perf_counter()
+    with cache_scope(None, options) as cache:
+        scored = score(queries, names, options=options, cache=cache)
+        hits = cache.hits if cache is not None else 0
+    save_queries(args.output, scored)
+    pairs = sum(len(q.candidates) for q in queries)
+    truncated = sum(len(c.extra.get("truncated", [])) for q in scored for c in q.candidates)
+    print(f"scored {pairs} candidates of {len(queries)} queries with {', '.join(names)} in "
+          f"{time.perf_counter() - started:.1f}s (cache hits {hits}, truncated {truncated}) -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_train_head(args: argparse.Namespace) -> int:
+    from morkit.services.train_heads import train_head
+
+    head, out = train_head(args.rm, args.data, args.output, max_tokens=args.max_tokens,
+                           test_fraction=args.test_fraction, seed=args.seed, device=args.device, data_dir=args.data_dir)
+    held = head.info["held_out"]
+    print(f"{args.rm}: held-out accuracy {held['accuracy']:.3f} (majority class {held['majority_class_accuracy']:.3f}), "
+          f"mean PRR {held['mean_prr']:.3f}, best-of-n {held['best_of_n']:.3f} (random {held['random_pick']:.3f}) "
+          f"-> {out}")
+    return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.services.scoring import DEFAULT_RMS
+    from morkit.services.train_heads import TRAINABLE
+
+    p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
+                       description="A table of every registered RM (name, kind, backend, whether it can run here, "
+                                   "GPU memory for its weights in bf16); NAME shows one in full.")
+    p.add_argument("name", nargs="?", help="one RM to describe in full")
+    p.add_argument("--json", action="store_true", help="every field, as JSON")
+    p.set_defaults(func=cmd_rms)
+
+    p = sub.add_parser("score", parents=[parent], help="add RM scores to every candidate of a JSONL file",
+                       description=f"Read queries ({CONTRACT}), score each candidate with each --rm, and write the "
+                                   "same lines with `scores` filled in. Scored chunks go to the score cache as they "
+                                   "finish; the output is written atomically.")
+    p.add_argument("input", help="input JSONL")
+    p.add_argument("-o", "--output", required=True, help="output JSONL")
+    p.add_argument("--rm", action="append", metavar="NAME",
+                   help=f"reward model, repeatable (default {', '.join(DEFAULT_RMS)}): a name from `morkit rms`, "
+                        "or an RM name cached under `scores` in the input")
+    add_scoring_options(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("train-head", parents=[parent], help="fit an embedded RM's logistic head on labelled data",
+                       description="Extract frozen-backbone features, fit a logistic head (objective and C by grouped "
+                                   "CV), report held-out accuracy, PRR and best-of-n, and save the head.")
+    p.add_argument("rm", choices=TRAINABLE)
+    p.add_argument("--data", nargs="+", default=["gsm8k_model_solutions:200", "qwen25_math_rm8:30"],
+                   help="registered data sets as NAME or NAME:N (first N questions)")
+    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--max-tokens", type=POSITIVE_INT, default=768, help="tokens per pair (default 768)")
+    p.add_argument("--test-fraction", type=_fraction, default=0.25, help="held-out share of questions (default 0.25)")
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
+    p.add_argument("--device", help="torch device (default: auto)")
+    p.add_argument("-o", "--output", help="head file (default: the packaged head)")
+    p.set_defaults(func=cmd_train_head)

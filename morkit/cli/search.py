@@ -1,0 +1,62 @@
+"""`morkit search`: agents answer each query, a per-query MoR ensemble verifies, ACS (or a baseline) decides."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from morkit.cli.args import (
+    CONTRACT,
+    POSITIVE_INT,
+    add_scoring_options,
+    add_select_options,
+    choices_help,
+    scoring_options,
+    select_options,
+)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from morkit.data.contract import load_queries
+    from morkit.question_pool.store import load_pool
+    from morkit.search.methods import DEFAULT_SEARCH, SearchOptions
+    from morkit.services.searching import search
+
+    started = time.perf_counter()
+    methods = args.method or [DEFAULT_SEARCH]
+    records = search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
+                     options=SearchOptions(top_k=args.top_k, residual=not args.no_residual, sc_agent=args.sc_agent),
+                     selection=select_options(args), scoring=scoring_options(args), output=args.output)
+    for name in methods:
+        graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
+        accuracy = f", accuracy {sum(graded) / len(graded):.3f} on {len(graded)} with a reference" if graded else ""
+        print(f"{name}: {len(records)} queries{accuracy}", file=sys.stderr)
+    print(f"searched {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS
+
+    p = sub.add_parser("search", parents=[parent],
+                       help="answer queries with an agent pool, verified by a per-query RM ensemble (ACS)",
+                       description="Each agent in --agents answers each query (or the query's own candidate texts "
+                                   "are used); the pool picks the query's RM ensemble; then Agent Collaboration "
+                                   "Search (or a baseline) builds the final answer. Each output line holds the "
+                                   "ensemble, the answers, and per method the answer, score, costs and the trace. "
+                                   "Finished queries go to OUT.partial as they complete, so a rerun resumes.")
+    p.add_argument("input", help=f"query file ({CONTRACT}); candidates are optional")
+    p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
+    p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically at the end")
+    p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    p.add_argument("--method", action="append", choices=SEARCH_METHODS.names(),
+                   help="search method, repeatable to compare on the same answers: "
+                        + choices_help(SEARCH_METHODS, DEFAULT_SEARCH))
+    p.add_argument("--top-k", type=POSITIVE_INT, default=2, help="ACS initial set size (default 2, as in the paper)")
+    p.add_argument("--no-residual", action="store_true", help="skip ACS's final residual aggregation")
+    p.add_argument("--sc-agent", help="agent whose samples self-consistency votes over (default: the first)")
+    add_select_options(p, flag="--selection")
+    add_scoring_options(p)
+    p.set_defaults(func=cmd_search)

@@ -1,0 +1,72 @@
+"""`morkit select` and `morkit rank`: each query's RM ensemble from a pool, and MoR ranking with it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from morkit.cli.args import (
+    CONTRACT,
+    add_scoring_options,
+    add_select_options,
+    scoring_options,
+    select_options,
+)
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    from morkit.data.contract import load_queries
+    from morkit.data.jsonl import write_jsonl
+    from morkit.question_pool.store import load_pool
+    from morkit.services.routing import select
+
+    started = time.perf_counter()
+    queries = load_queries(args.input)
+    selections = select(queries, load_pool(args.pool), select_options(args), device=args.device)
+    write_jsonl(args.output, (s.to_json() for s in selections))
+    print(f"selected ensembles for {len(queries)} queries ({args.selection}) in {time.perf_counter() - started:.1f}s "
+          f"-> {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    from morkit.data.contract import load_queries
+    from morkit.data.jsonl import write_jsonl
+    from morkit.question_pool.store import load_pool
+    from morkit.services.routing import rank
+
+    started = time.perf_counter()
+    queries = load_queries(args.input)
+    rankings = rank(queries, load_pool(args.pool), select_options(args), scoring_options(args))
+    write_jsonl(args.output, (r.to_json() for r in rankings))
+    print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries ({args.selection}) "
+          f"in {time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help=f"query file ({CONTRACT}); labels are not needed")
+    p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
+    p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
+    add_select_options(p)
+    p.add_argument("--singles-only", action="store_true", help="PRES over single RMs only (no combinations)")
+    p.add_argument("--no-run", action="store_true",
+                   help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")
+    add_scoring_options(p)
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("select", parents=[parent], help="choose an RM ensemble per query from a pool, with the evidence",
+                       description="For each query: embed it, find its nearest pool questions, and choose an "
+                                   "ensemble. Writes the ensemble, weights, normaliser, criterion, runner-ups, "
+                                   "neighbours with similarities, and which RMs were skipped for lack of scores.")
+    _add_common(p)
+    p.set_defaults(func=cmd_select)
+    p = sub.add_parser("rank", parents=[parent], help="select an ensemble per query and pick the best candidate with it",
+                       description="Like select, then score every candidate with the chosen ensemble (cached "
+                                   "scores, or running registered RMs where missing) and write "
+                                   "{id, best_index, ensemble, scores, tied}; ties are broken by a seeded shuffle.")
+    _add_common(p)
+    p.set_defaults(func=cmd_rank)

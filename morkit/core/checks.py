@@ -1,0 +1,69 @@
+"""Value checks shared by option dataclasses and the CLI's argument parsing, so both say the same thing.
+
+Each check returns the value (converted where that is lossless) or raises InputError naming `what`:
+a dataclass passes "TMASConfig.epsilon", the CLI passes "--epsilon".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from morkit.core.errors import InputError
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} must be a number, got {value!r}")
+    return value
+
+
+def positive_int(value: Any, what: str) -> int:
+    """A whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{what} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def non_negative_int(value: Any, what: str) -> int:
+    """A whole number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{what} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def non_negative(value: Any, what: str) -> float:
+    """A finite number >= 0."""
+    number = _number(value, what)
+    if not math.isfinite(number) or number < 0:
+        raise InputError(f"{what} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def positive(value: Any, what: str) -> float:
+    """A finite number > 0."""
+    number = _number(value, what)
+    if not math.isfinite(number) or number <= 0:
+        raise InputError(f"{what} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def probability(value: Any, what: str) -> float:
+    """A number in [0, 1]."""
+    number = _number(value, what)
+    if not 0.0 <= number <= 1.0:
+        raise InputError(f"{what} must be in [0, 1], got {value!r}")
+    return value
+
+
+def one_of(value: Any, choices: Iterable[str], what: str) -> str:
+    """One of a fixed set of names."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise InputError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def optional(check: Any, value: Any, what: str) -> Any:
+    """`check(value, what)` unless value is None (an unset limit)."""
+    return None if value is None else check(value, what)

@@ -1,0 +1,103 @@
+"""The one registry pattern of morkit: name -> lazy target plus metadata, for every extension point.
+
+A target is a "package.module:attribute" string, imported only when the entry is loaded, so listing
+a registry never imports torch, vLLM or a model. A target may also be the object itself (handy for
+a class defined in a user's script). Built-in entries are declared in each layer's catalog module;
+`register()` adds one before or after anything was listed, and a name is taken once unless
+`replace=True`.
+
+    from morkit.reward_models.catalog import REWARD_MODELS
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", kind="orm", backend="transformers")
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Iterator, Mapping
+
+from morkit.core.errors import UnknownName
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered extension: its name, what to import, a one-line summary and free-form metadata."""
+
+    name: str
+    target: Any  # "package.module:attribute", or the object itself
+    summary: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "meta", MappingProxyType(dict(self.meta)))
+
+    @property
+    def target_path(self) -> str:
+        """Where the target lives, as "module:attribute" (for listings and error messages)."""
+        if isinstance(self.target, str):
+            return self.target
+        module = getattr(self.target, "__module__", "?")
+        return f"{module}:{getattr(self.target, '__qualname__', repr(self.target))}"
+
+    def load(self) -> Any:
+        """The target object, importing its module now if needed."""
+        if not isinstance(self.target, str):
+            return self.target
+        module_name, _, attribute = self.target.partition(":")
+        obj: Any = importlib.import_module(module_name)
+        for part in attribute.split(".") if attribute else ():
+            obj = getattr(obj, part)
+        return obj
+
+
+class Registry:
+    """Entries of one kind (reward models, selection methods, ...), in registration order."""
+
+    def __init__(self, what: str, entries: Iterable[Entry] = ()):
+        self.what = what  # used in messages: "unknown {what} 'x'"
+        self._entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: Entry, *, replace: bool = False) -> Entry:
+        with self._lock:
+            if entry.name in self._entries and not replace:
+                raise ValueError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")
+            self._entries[entry.name] = entry
+        return entry
+
+    def register(self, name: str, target: Any, summary: str = "", *, replace: bool = False, **meta: Any) -> Entry:
+        """Add `name` -> `target` ("module:attribute" or an object) with its metadata."""
+        return self.add(Entry(name, target, summary, meta), replace=replace)
+
+    def get(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownName(self.what, name, self._entries) from None
+
+    def load(self, name: str) -> Any:
+        """The target registered as `name`, imported now."""
+        return self.get(name).load()
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def help(self) -> str:
+        """"name: summary" for every entry, for CLI help strings."""
+        return "; ".join(f"{e.name}: {e.summary}" if e.summary else e.name for e in self._entries.values())

@@ -1,0 +1,56 @@
+"""Every environment variable morkit reads, in one place, with its default.
+
+Values are read when asked for (not frozen at import), so a test or a notebook may set them first.
+Nothing here guesses a folder from where the package happens to be installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from morkit.core.errors import InputError
+
+ENVIRONMENT = {
+    "MORKIT_CACHE_DIR": "score cache and converted models (default $XDG_CACHE_HOME/morkit, else ~/.cache/morkit)",
+    "MORKIT_DATA_DIR": "folder of the public data sets that --dataset NAME reads (no default)",
+    "MORKIT_WEIGHTS_DIR": "reward-model weights as <org>/<name> folders (else the Hugging Face cache)",
+    "MORKIT_DEVICE": "torch device for models: auto (cuda, mps, else cpu), cpu, cuda:1, ...",
+    "MORKIT_DTYPE": "model dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16, float16",
+    "OPENAI_BASE_URL": "default server of the `openai` LLM backend",
+    "OPENAI_API_KEY": "default key of the `openai` LLM backend",
+}
+
+
+def cache_dir() -> Path:
+    """morkit's cache root: $MORKIT_CACHE_DIR, else $XDG_CACHE_HOME/morkit, else ~/.cache/morkit."""
+    env = os.environ.get("MORKIT_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "morkit"
+
+
+def data_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The public data sets' folder: `explicit` (a --data-dir flag), else $MORKIT_DATA_DIR."""
+    chosen = explicit or os.environ.get("MORKIT_DATA_DIR")
+    if not chosen:
+        raise InputError("no data folder: pass --data-dir DIR or set MORKIT_DATA_DIR")
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise InputError("data folder not found", path=str(path))
+    return path
+
+
+def weights_dir() -> Path | None:
+    """$MORKIT_WEIGHTS_DIR, where reward-model weights live as <org>/<name> (None when unset)."""
+    env = os.environ.get("MORKIT_WEIGHTS_DIR")
+    return Path(env).expanduser() if env else None
+
+
+def device_preference() -> str:
+    return os.environ.get("MORKIT_DEVICE") or "auto"
+
+
+def dtype_preference() -> str:
+    return os.environ.get("MORKIT_DTYPE") or "auto"

@@ -1,0 +1,96 @@
+"""The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop.
+
+A loop implements `run(problem, reference=None) -> LoopResult` (see morkit.loops.base). Its factory
+gets the agents of agents.toml (their LLMs built once, in an LLMPool), the verifier for this problem
+and the typed LoopOptions, and reads the options it needs. Add one with
+
+    LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from morkit.core import checks
+from morkit.core.errors import InputError
+from morkit.core.registry import Entry, Registry
+from morkit.loops.base import Budget, Loop
+from morkit.loops.streamma.graph import PROTOCOLS
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """The knobs of `morkit loop`; each loop reads its own (TMAS: iterations to epsilon; StreamMA: chain to
+    step_marker; ATLAS: max_explores). Every loop gets the budget, the seed and the solvers' token limit."""
+
+    budget: Budget = Budget()
+    seed: int = 0
+    gen_tokens: int = 192
+    iterations: int = 2
+    solutions: int = 4
+    verifications: int = 1
+    epsilon: float = 0.2
+    chain: int = 4
+    protocol: str = "stream"
+    step_marker: str = "\n"
+    max_explores: int = 3
+
+    def __post_init__(self) -> None:
+        checks.non_negative_int(self.seed, "seed")
+        for name in ("gen_tokens", "iterations", "solutions", "verifications", "chain", "max_explores"):
+            checks.positive_int(getattr(self, name), name)
+        checks.probability(self.epsilon, "epsilon")
+        checks.one_of(self.protocol, PROTOCOLS, "protocol")
+        if not self.step_marker:
+            raise InputError("step_marker must not be empty")
+
+
+@dataclass(frozen=True)
+class LoopSetup:
+    """What a loop factory may use for one problem."""
+
+    agents: Any  # morkit.llm.agents.AgentsConfig: agents[0] solves first; the aggregator orchestrates
+    llms: Any  # morkit.llm.agents.LLMPool: one LLM per (backend, model, server)
+    verifier: Any  # morkit.verify.base.Verifier
+    options: LoopOptions = LoopOptions()
+
+
+def tmas(setup: LoopSetup) -> Loop:
+    from morkit.loops.tmas.loop import TMAS, TMASConfig
+
+    o = setup.options
+    config = TMASConfig(iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
+                        epsilon=o.epsilon, seed=o.seed, max_tokens=o.gen_tokens)
+    return TMAS(setup.llms.llm(setup.agents.agents[0]), setup.verifier, config, o.budget)
+
+
+def streamma(setup: LoopSetup) -> Loop:
+    from morkit.loops.streamma.loop import StreamMA, StreamMAConfig
+
+    o, agents = setup.options, setup.agents.agents
+    chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(o.chain)]
+    config = StreamMAConfig(agents=o.chain, protocol=o.protocol, step_marker=o.step_marker, max_tokens=o.gen_tokens,
+                            seed=o.seed)
+    return StreamMA(chain, setup.verifier, config, o.budget)
+
+
+def atlas(setup: LoopSetup) -> Loop:
+    from morkit.llm.base import SamplingParams
+    from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Solver
+
+    o = setup.options
+    solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p, o.gen_tokens,
+                                                                a.params.stop, o.seed),
+                              **({"system": a.system} if a.system else {}))
+               for a in setup.agents.agents}
+    return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
+                 ATLASConfig(max_explores=o.max_explores), o.budget)
+
+
+_HERE = "morkit.loops.registry"
+LOOPS = Registry("loop", [
+    Entry("tmas", f"{_HERE}:tmas", "solve, verify, remember: rounds of solutions with experience and guideline banks"),
+    Entry("streamma", f"{_HERE}:streamma", "a pipelined chain of agents reviewing each other's steps as they stream"),
+    Entry("atlas", f"{_HERE}:atlas", "an orchestrator that explores with fresh solvers, then synthesises"),
+])

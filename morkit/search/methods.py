@@ -1,0 +1,79 @@
+"""The answer-search methods, in SEARCH_METHODS: name -> factory(SearchSetup) -> SearchMethod.
+
+A method implements `run(question, answers) -> SearchResult` (see morkit.search.base). Its factory
+gets the query's verifier, the aggregator, the agents and the typed SearchOptions. Add one with
+
+    SEARCH_METHODS.register("mine", "mypkg.search:make_mine", "what it does")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from morkit.core import checks
+from morkit.core.registry import Entry, Registry
+
+DEFAULT_SEARCH = "acs"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search methods: ACS's initial set size and residual step, the self-consistency agent."""
+
+    top_k: int = 2
+    residual: bool = True
+    sc_agent: str | None = None  # None: the first agent
+
+    def __post_init__(self) -> None:
+        checks.positive_int(self.top_k, "top_k")
+
+
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a search method's factory may use for one query."""
+
+    verifier: Any  # morkit.verify.base.Verifier
+    aggregator: Any  # morkit.search.aggregate.Aggregator
+    agents: Any  # morkit.llm.agents.AgentsConfig
+    options: SearchOptions = SearchOptions()
+
+
+def acs(setup: SearchSetup) -> Any:
+    from morkit.search.acs import ACS
+
+    return ACS(setup.verifier, setup.aggregator, k=setup.options.top_k, residual=setup.options.residual)
+
+
+def best_of_n(setup: SearchSetup) -> Any:
+    from morkit.search.baselines import BestOfN
+
+    return BestOfN(setup.verifier)
+
+
+def majority(setup: SearchSetup) -> Any:
+    from morkit.search.baselines import MajorityVote
+
+    return MajorityVote()
+
+
+def self_consistency(setup: SearchSetup) -> Any:
+    from morkit.search.baselines import self_consistency
+
+    return self_consistency(setup.options.sc_agent or setup.agents.agents[0].name)
+
+
+def moa(setup: SearchSetup) -> Any:
+    from morkit.search.baselines import SingleAggregation
+
+    return SingleAggregation(setup.aggregator, setup.verifier)
+
+
+_HERE = "morkit.search.methods"
+SEARCH_METHODS = Registry("search method", [
+    Entry("acs", f"{_HERE}:acs", "Agent Collaboration Search (CTTS-MM Algorithm A): greedy reward-guided aggregation"),
+    Entry("best-of-n", f"{_HERE}:best_of_n", "the answer the query's verifier scores highest"),
+    Entry("majority", f"{_HERE}:majority", "the answer most answers agree with (math answer equivalence)"),
+    Entry("self-consistency", f"{_HERE}:self_consistency", "majority vote among one agent's samples"),
+    Entry("moa", f"{_HERE}:moa", "one Mixture-of-Agents layer: the aggregator reads every answer"),
+])

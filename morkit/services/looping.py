@@ -1,0 +1,57 @@
+"""Loops as a service: run a registered test-time-scaling loop on each query with morkit's verifier.
+
+    records = morkit.run_loop("tmas", queries)                       # offline: SmolLM2 agents, LLM critic
+    records = morkit.run_loop("atlas", queries, pool=pool)           # the query's MoR ensemble verifies
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+from morkit.core.errors import InputError
+from morkit.core.types import Query
+from morkit.llm.agents import AgentsConfig, LLMPool
+from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup
+from morkit.question_pool.pool import QuestionPool
+from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.rm_set import RewardModelSet
+from morkit.services.routing import SelectOptions, make_selector
+from morkit.services.scoring import cache_scope
+from morkit.services.searching import agents_config
+from morkit.verify.critic import LLMVerifier
+from morkit.verify.kinds import VERIFIERS, VerifierSetup
+
+
+def verifiers_for(kind: str, pool: QuestionPool | None, critic: LLMVerifier, selection: SelectOptions,
+                  scoring: ScoringOptions, cache: Any) -> Callable[[Query], Any]:
+    """query -> its verifier, for a registered verifier kind (see morkit.verify.kinds)."""
+    entry = VERIFIERS.get(kind)
+    if entry.meta.get("needs_pool") and pool is None:
+        raise InputError(f"verifier {kind!r} needs a pool (the MoR ensemble comes from a pool)")
+    selector = make_selector(pool, selection, scoring.device) if pool is not None else None
+    return entry.load()(VerifierSetup(critic, pool, selector, RewardModelSet(scoring), cache))
+
+
+def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str | os.PathLike | None = None,
+             pool: QuestionPool | None = None, verifier: str | None = None, options: LoopOptions = LoopOptions(),
+             selection: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions()
+             ) -> list[dict[str, Any]]:
+    """One record per query: `{"id", ...LoopResult}` with the answer, score, stop reason, costs, state, trace.
+
+    `verifier`: a name in VERIFIERS, "llm", "mor" or "both" (default: mor with a pool, else llm)."""
+    from tqdm import tqdm
+
+    make_loop = LOOPS.load(loop)
+    config = agents_config(agents)
+    llms = LLMPool()
+    critic = LLMVerifier(llms.llm(config.aggregator))
+    records = []
+    with cache_scope(None, scoring) as store:
+        verifier_for = verifiers_for(verifier or ("mor" if pool is not None else "llm"), pool, critic, selection,
+                                     scoring, store)
+        for query in tqdm(queries, desc=loop, unit="query", disable=not scoring.progress):
+            result = make_loop(LoopSetup(config, llms, verifier_for(query), options)).run(query.question,
+                                                                                           query.reference)
+            records.append({"id": query.id, **result.to_json()})
+    return records

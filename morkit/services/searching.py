@@ -1,0 +1,49 @@
+"""Search as a service: agents answer each query, the pool picks its MoR verifier, each method builds the answer.
+
+    records = morkit.search(queries, pool, agents="agents.toml", methods=["acs", "majority"])
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from morkit.core.types import Query
+from morkit.llm.agents import AgentsConfig, load_agents
+from morkit.question_pool.pool import QuestionPool
+from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.rm_set import RewardModelSet
+from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS, SearchOptions
+from morkit.search.run import SearchRunner, run_all
+from morkit.services.routing import SelectOptions, make_selector
+from morkit.services.scoring import cache_scope
+
+
+def agents_config(agents: AgentsConfig | str | os.PathLike | None) -> AgentsConfig:
+    """An AgentsConfig as given, or parsed from an agents.toml path (None: the packaged offline SmolLM2 pool)."""
+    return agents if isinstance(agents, AgentsConfig) else load_agents(agents)
+
+
+def search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsConfig | str | os.PathLike | None = None,
+           methods: Sequence[str] = (DEFAULT_SEARCH,), options: SearchOptions = SearchOptions(),
+           selection: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions(),
+           output: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """One record per query: the ensemble, the agents' answers, and per method its answer, score, costs, trace.
+
+    With `output`, finished queries go to `<output>.partial` as they complete (a rerun resumes) and the
+    records are written to `output` atomically at the end."""
+    from tqdm import tqdm
+
+    for name in methods:
+        SEARCH_METHODS.get(name)  # an unknown method fails before any work
+    config = agents_config(agents)
+    selector = make_selector(pool, selection, scoring.device)
+
+    def bar(items: Any) -> Any:
+        return tqdm(items, desc="search", unit="query", disable=not scoring.progress)
+
+    with cache_scope(None, scoring) as store:
+        runner = SearchRunner(selector, config, RewardModelSet(scoring), store, options)
+        if output is not None:
+            return run_all(runner, queries, methods, output, progress=bar)
+        return [runner.run(query, methods).to_json() for query in bar(queries)]

@@ -1,0 +1,28 @@
+"""CombinedVerifier: an MoR ensemble's score plus a weighted LLM critic's score."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from morkit.core.types import Verdict
+
+
+@dataclass
+class CombinedVerifier:
+    """MoR score plus `weight` x the LLM critic's score; the feedback is the critique, then the MoR line."""
+
+    mor: Any
+    critic: Any
+    weight: float = 1.0
+    name: str = "mor+llm"
+
+    @property
+    def rm_calls(self) -> int:
+        return getattr(self.mor, "rm_calls", 0)
+
+    def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
+        rewards = self.mor.verify(question, answers, context)
+        critiques = self.critic.verify(question, answers, context)
+        return [Verdict(r.score + self.weight * c.score, f"{c.feedback}\n{r.feedback}".strip())
+                for r, c in zip(rewards, critiques)]

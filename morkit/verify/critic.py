@@ -1,0 +1,57 @@
+"""LLMVerifier: an LLM critic whose feedback is its critique and whose score is parsed, never evaluated."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from morkit.core.types import Verdict
+from morkit.llm.base import SamplingParams
+
+LLM_VERIFIER_SYSTEM = (
+    "You check solutions to problems. Read the solution step by step, point out the first mistake if there "
+    "is one, and say briefly how to fix it. End with a line 'Score: N/10', where 10 means surely correct."
+)
+_SCORE_LINE = re.compile(r"(?i)score\s*[:=]\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+(?:\.\d+)?))?")
+
+
+def parse_llm_score(text: str) -> float | None:
+    """The last 'Score: N/10' (or N/M, or N meaning N/10) in a critique, in [0, 1]; None if absent."""
+    matches = _SCORE_LINE.findall(text)
+    if not matches:
+        return None
+    value, scale = matches[-1]
+    score = float(value) / (float(scale) if scale and float(scale) > 0 else 10.0)
+    return min(max(score, 0.0), 1.0)
+
+
+@dataclass
+class LLMVerifier:
+    """An LLM critic: feedback text per answer and a score parsed from its 'Score: N/10' line.
+
+    A critique without a readable score gets `unparsed_score` (0.5, undecided) and says so in feedback."""
+
+    llm: Any
+    params: Any = None
+    system: str = LLM_VERIFIER_SYSTEM
+    unparsed_score: float = 0.5
+    name: str = "llm-verifier"
+    calls: int = 0
+
+    def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
+        params = self.params or SamplingParams(temperature=0.0, max_tokens=192)
+        conversations = [[{"role": "system", "content": self.system},
+                          {"role": "user", "content": f"Problem:\n{question}\n\nSolution:\n{answer}"}]
+                         for answer in answers]
+        completions = self.llm.chat(conversations, params) if conversations else []
+        self.calls += len(conversations)
+        out = []
+        for completion in completions:
+            critique = completion.texts[0].strip() if completion.texts else ""
+            score = parse_llm_score(critique)
+            if score is None:
+                out.append(Verdict(self.unparsed_score, critique + "\n[no readable score: counted as undecided]"))
+            else:
+                out.append(Verdict(score, critique))
+        return out

@@ -1,0 +1,60 @@
+"""The verifier kinds loops can use, in VERIFIERS: name -> factory(VerifierSetup) -> (query -> Verifier).
+
+A factory gets the shared pieces once and returns a function giving each query its verifier (the MoR
+ensemble differs per query). Add one with
+
+    VERIFIERS.register("mine", "mypkg.verify:make_mine", "what it checks", needs_pool=False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from morkit.core.registry import Entry, Registry
+from morkit.core.types import Query
+from morkit.verify.base import Verifier
+
+VerifierFor = Callable[[Query], Verifier]
+
+
+@dataclass(frozen=True)
+class VerifierSetup:
+    """What verifier factories may use: the LLM critic, and with a pool its selector, member RMs and cache."""
+
+    critic: Verifier
+    pool: Any = None  # morkit.question_pool.pool.QuestionPool
+    selector: Any = None  # morkit.selection.selector.Selector over `pool`
+    rms: Any = None  # name -> built RM (a RewardModelSet)
+    cache: Any = None  # a ScoreCache, or None
+
+
+def critic(setup: VerifierSetup) -> VerifierFor:
+    return lambda query: setup.critic
+
+
+def mor(setup: VerifierSetup) -> VerifierFor:
+    from morkit.verify.mor import mor_verifier
+
+    def verifier(query: Query) -> Verifier:
+        selection = setup.selector.select(query)
+        members = {m: setup.rms[m] for m in selection.choice.ensemble.members}
+        return mor_verifier(selection, setup.pool, members, setup.cache)
+
+    return verifier
+
+
+def mor_and_critic(setup: VerifierSetup) -> VerifierFor:
+    from morkit.verify.combined import CombinedVerifier
+
+    ensemble = mor(setup)
+    return lambda query: CombinedVerifier(ensemble(query), setup.critic)
+
+
+_HERE = "morkit.verify.kinds"
+VERIFIERS = Registry("verifier", [
+    Entry("llm", f"{_HERE}:critic", "an LLM critic (the aggregator of agents.toml): feedback and a parsed score",
+          {"needs_pool": False}),
+    Entry("mor", f"{_HERE}:mor", "the query's MoR ensemble, chosen from a pool", {"needs_pool": True}),
+    Entry("both", f"{_HERE}:mor_and_critic", "the MoR ensemble's score plus the critic's", {"needs_pool": True}),
+])

@@ -1,0 +1,72 @@
+"""MoRVerifier: a per-query Mixture of Reward models as a verifier.
+
+It is the ensemble a Selector chose for the query, scoring answers with its member RMs (through the
+score cache) and combining them exactly as the pool did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from morkit.core.types import Candidate, Query, Verdict
+from morkit.question_pool.ensembles import Ensemble, Normalizer
+from morkit.reward_models.base import reduce_steps
+from morkit.selection.mor import mor_scores
+
+
+@dataclass
+class MoRVerifier:
+    """A weighted RM ensemble as a verifier; `rms` maps each member name to a built RM."""
+
+    ensemble: Ensemble
+    transform: str
+    normalizer: Normalizer
+    rms: Mapping[str, Any]
+    reduction: str = "min"
+    cache: Any = None
+    rm_calls: int = 0  # (member, answer) pairs that reached a model, cache misses included
+    verify_calls: int = 0
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        missing = [m for m in self.ensemble.members if m not in self.rms]
+        if missing:
+            raise ValueError(f"no RM given for ensemble members {missing}")
+        self.name = self.name or f"mor:{self.ensemble.name}"
+
+    def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
+        from morkit.reward_models.scoring import score_queries
+
+        texts = list(answers) + [c for c in context if c not in answers]
+        if not answers:
+            return []
+        qid = "verify-" + hashlib.sha256(question.encode()).hexdigest()[:12]
+        query = Query(qid, question, tuple(Candidate(text=t) for t in texts))
+        misses_before = self.cache.misses if self.cache is not None else 0
+        scored = score_queries([query], [self.rms[m] for m in self.ensemble.members], cache=self.cache)[0]
+        pair_members = sum(not hasattr(self.rms[m], "score_query") for m in self.ensemble.members)
+        query_members = len(self.ensemble.members) - pair_members
+        if self.cache is not None:
+            self.rm_calls += (self.cache.misses - misses_before) + query_members * len(texts)
+        else:
+            self.rm_calls += len(self.ensemble.members) * len(texts)
+        self.verify_calls += 1
+        values = mor_scores(scored, self.ensemble, self.transform, self.normalizer, self.reduction)
+        out = []
+        for i in range(len(answers)):
+            members = ", ".join(f"{m} {_value(scored.candidates[i].scores[m], self.reduction):.3f}"
+                                for m in self.ensemble.members)
+            out.append(Verdict(float(values[i]), f"ensemble score {values[i]:.3f} ({members})"))
+        return out
+
+
+def _value(score: float | tuple[float, ...], reduction: str) -> float:
+    return reduce_steps(score, reduction) if isinstance(score, tuple) else float(score)
+
+
+def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None) -> MoRVerifier:
+    """The verifier for one query's Selection (see morkit.selection.selector)."""
+    return MoRVerifier(selection.choice.ensemble, selection.choice.transform, pool.normalizer, rms,
+                       pool.config.reduction, cache)

@@ -1,0 +1,124 @@
+"""The one registry pattern: every registered target imports, listing loads nothing, register() works any time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from morkit.core.errors import InputError, UnknownName
+from morkit.core.registry import Entry, Registry
+
+REGISTRIES = {
+    "reward model": "morkit.reward_models.catalog:REWARD_MODELS",
+    "selection method": "morkit.selection.methods:SELECTION_METHODS",
+    "search method": "morkit.search.methods:SEARCH_METHODS",
+    "loop": "morkit.loops.registry:LOOPS",
+    "verifier": "morkit.verify.kinds:VERIFIERS",
+    "LLM backend": "morkit.llm.backends:LLM_BACKENDS",
+    "data set": "morkit.data.datasets:DATASETS",
+}
+
+
+def _registry(path: str) -> Registry:
+    return Entry("registry", path).load()
+
+
+@pytest.mark.parametrize("what", sorted(REGISTRIES))
+def test_every_registered_target_imports_and_is_callable(what):
+    registry = _registry(REGISTRIES[what])
+    assert registry.what == what and len(registry) > 0
+    for entry in registry:
+        target = entry.load()
+        assert callable(target), f"{what} {entry.name!r}: {entry.target_path} is not callable"
+        assert entry.summary, f"{what} {entry.name!r} has no summary"
+
+
+def test_listing_every_registry_imports_no_heavy_module():
+    code = ("import sys\n"
+            + "".join(f"from {p.split(':')[0]} import {p.split(':')[1]} as r{i}; r{i}.names(); list(r{i})\n"
+                      for i, p in enumerate(REGISTRIES.values()))
+            + "from morkit.reward_models.catalog import list_rms; list_rms()\n"
+            + "heavy = [m for m in ('torch', 'transformers', 'vllm', 'sentence_transformers', 'faiss') if m in sys.modules]\n"
+            + "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"listing imported {out.stdout.strip()}"
+
+
+def test_import_morkit_does_no_work_and_exports_resolve():
+    code = ("import sys, morkit\n"
+            "loaded = [m for m in sys.modules if m.startswith('morkit.')]\n"
+            "print(len(loaded))\n"
+            "missing = [n for n in morkit.__all__ if n != '__version__' and getattr(morkit, n, None) is None]\n"
+            "print(','.join(missing))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()
+    assert first == "0", "import morkit imported submodules"
+    assert second == "", f"public names that do not resolve: {second}"
+
+
+def test_register_before_and_after_listing_keeps_the_builtins():
+    registry = Registry("widget", [Entry("a", "math:sqrt", "built in")])
+    registry.register("mine", "math:floor", "added before listing")
+    assert registry.names() == ["a", "mine"] and registry.load("mine")(2.5) == 2
+    registry.register("later", lambda: 3, "an object target")
+    assert registry.names() == ["a", "mine", "later"] and registry.load("later")() == 3
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("a", "math:ceil")
+    registry.register("a", "math:ceil", replace=True)
+    assert registry.load("a")(1.2) == 2
+
+
+def test_registering_an_rm_before_the_catalog_is_listed_keeps_every_builtin():
+    code = ("from morkit.reward_models.catalog import REWARD_MODELS\n"
+            "REWARD_MODELS.register('my-rm', 'morkit.reward_models.rules:MathConsensus', 'test', kind='rule')\n"
+            "from morkit.reward_models.catalog import list_rms\n"
+            "names = [r.name for r in list_rms()]\n"
+            "print(len(names), 'my-rm' in names, 'smollm2-orm' in names)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    count, mine, builtin = out.stdout.split()
+    assert int(count) > 10 and mine == "True" and builtin == "True"
+
+
+def test_unknown_name_is_an_input_error_listing_the_known_ones():
+    registry = Registry("widget", [Entry("a", "math:sqrt", "x"), Entry("b", "math:floor", "y")])
+    with pytest.raises(UnknownName, match=r"unknown widget 'c'; known: a, b") as info:
+        registry.get("c")
+    assert isinstance(info.value, InputError) and info.value.exit_code == 2
+
+
+def test_ctts_records_agree_with_their_adapter_classes():
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.ctts import CTTS_MODELS
+    from morkit.reward_models.ctts.common import CttsRM
+
+    for record in CTTS_MODELS:
+        entry = REWARD_MODELS.get(record.name)
+        adapter = Entry(record.name, record.adapter).load()
+        assert issubclass(adapter, CttsRM) and entry.load() == adapter.load
+        assert (adapter.name, adapter.model_id, adapter.kind, adapter.required_files) == \
+            (record.name, record.model_id, record.kind, record.required)
+        assert (entry.meta["model_id"], entry.meta["kind"], entry.meta["required"]) == \
+            (record.model_id, record.kind, record.required)
+    ldl = Entry("ldl", "morkit.reward_models.ctts.ldl:HEAD_FILES").load()
+    assert set(ldl) <= set(REWARD_MODELS.get("ldl-reward-gemma-2-27b").meta["required"])
+
+
+def test_load_rm_names_the_missing_options():
+    from morkit.reward_models.catalog import load_rm
+
+    with pytest.raises(InputError, match=r"reward model 'remote' needs option\(s\) name, urls, model"):
+        load_rm("remote")
+    with pytest.raises(InputError, match=r"needs option\(s\) model_dir"):
+        load_rm("vllm")
+
+
+def test_the_remote_backend_builds_from_the_registry_without_connecting():
+    from morkit.reward_models.catalog import load_rm
+
+    rm = load_rm("remote", name="served", urls=["http://127.0.0.1:9"], model="m", render=lambda q, a: q + a)
+    assert rm.name == "served" and rm.kind == "orm"
