@@ -7,12 +7,14 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-vllm.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 
+# The public data sets the tests and benchmarks read: $MORKIT_DATA_DIR, else shared/data beside this checkout.
+export MORKIT_DATA_DIR ?= $(wildcard $(abspath ../shared/data))
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-fast demo bench clean
 
 install: $(STAMP)
 
@@ -28,8 +30,13 @@ $(STAMP): requirements.lock requirements-vllm.lock pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Everything, real models and engines included: what CI runs.
 test: install
 	$(BIN)/python -m pytest -q -ra
+
+# Under two minutes: no real LLM, vLLM engine or demo (tests marked slow).
+test-fast: install
+	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 demo: install
 	$(BIN)/morkit demo

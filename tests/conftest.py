@@ -11,7 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The public data sets: $MORKIT_DATA_DIR, else the shared/ folder beside this checkout (the project's layout).
+DATA_DIR = Path(os.environ.get("MORKIT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+if DATA_DIR.is_dir():
+    os.environ.setdefault("MORKIT_DATA_DIR", str(DATA_DIR))
 
 
 @pytest.fixture(scope="session")

@@ -1,147 +1,21 @@
-"""LLM backends: OpenAIChatLLM against a real chat-completions HTTP server on 127.0.0.1, LocalLLM with SmolLM2.
-
-The fake server answers choice i of a conversation whose last message is `content` with
-"reply to <content> #<i> seed=<seed>". Markers in `content` make it misbehave: HANG (sleeps past
-the client timeout), SLOW_ONCE, FAIL500_ONCE, BADJSON_ONCE (first try only), BAD400, IGNORE_N (one
-choice whatever `n` asks), RUNS_ON (the reply goes on past an "END" the server does not stop at).
-Streamed replies come in fixed pieces; STALL pauses past the timeout after the first one, and
-TRICKLE pauses briefly before every piece.
-"""
+"""LLM backends: OpenAIChatLLM against a real chat-completions HTTP server on 127.0.0.1 (tests/fake_server.py,
+whose markers make it misbehave), and LocalLLM with SmolLM2."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_server import STREAM_PIECES, FakeServer
 
 from morkit.core.errors import LLMError
 from morkit.llm.base import LLM, Completion, SamplingParams, StopScanner
 from morkit.llm.openai_compat import ChatError, ConversationError, OpenAIChatLLM
 
-STREAM_PIECES = ["Hel", "lo wor", "ld. E", "N", "D more", " text"]
-
-
-class FakeChatServer:
-    def __init__(self, delay_s: float = 0.0, hang_s: float = 1.0):
-        self.delay_s = delay_s
-        self.hang_s = hang_s
-        self.lock = threading.Lock()
-        self.in_flight = self.max_in_flight = self.requests = 0
-        self.seen: Counter[str] = Counter()
-        self.payloads: list[dict] = []
-        self.auth: list[str | None] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code: int, body: bytes):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except OSError:  # the client gave up
-                    pass
-
-            def _send_events(self, events: list[tuple[float, str]]):
-                """Server-sent events, chunked: (pause before it, data) each, then `data: [DONE]`."""
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for pause, data in events + [(0.0, "[DONE]")]:
-                        time.sleep(pause)
-                        chunk = f"data: {data}\n\n".encode()
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                except OSError:
-                    pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                    server.requests += 1
-                    server.auth.append(self.headers.get("Authorization"))
-                try:
-                    if self.path != "/v1/chat/completions":
-                        return self._send(404, b'{"error": "not found"}')
-                    req = json.loads(body)
-                    with server.lock:
-                        server.payloads.append(req)
-                    code, out = server.answer(req)
-                    if req.get("stream") and code == 200:
-                        return self._send_events(server.events(req))
-                    self._send(code, out)
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def answer(self, req: dict) -> tuple[int, bytes]:
-        content = req["messages"][-1]["content"]
-        with self.lock:
-            self.seen[content] += 1
-            first = self.seen[content] == 1
-        time.sleep(self.delay_s)
-        if "HANG" in content or ("SLOW_ONCE" in content and first):
-            time.sleep(self.hang_s)
-        if "FAIL500_ONCE" in content and first:
-            return 500, b'{"error": "internal"}'
-        if "BAD400" in content:
-            return 400, b'{"error": "bad request"}'
-        if "BADJSON_ONCE" in content and first:
-            return 200, b"<html>oops"
-        n = 1 if "IGNORE_N" in content else req.get("n", 1)
-        tail = " then END and more" if "RUNS_ON" in content else ""
-        choices = [{"index": i, "finish_reason": "length",
-                    "message": {"role": "assistant", "content": f"reply to {content} #{i} seed={req.get('seed')}{tail}"}}
-                   for i in range(n)]
-        doc = {"id": "c1", "object": "chat.completion", "model": req["model"], "choices": choices[::-1],
-               "usage": {"prompt_tokens": 7, "completion_tokens": 5 * n, "total_tokens": 7 + 5 * n}}
-        return 200, json.dumps(doc).encode()
-
-    def events(self, req: dict) -> list[tuple[float, str]]:
-        content = req["messages"][-1]["content"]
-        pauses = [0.0] * len(STREAM_PIECES)
-        if "STALL" in content:
-            pauses[1] = self.hang_s
-        if "TRICKLE" in content:
-            pauses = [0.1] * len(STREAM_PIECES)
-        chunk = {"id": "s1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
-        out = [(0.0, json.dumps(chunk))]
-        for pause, piece in zip(pauses, STREAM_PIECES):
-            chunk = {"id": "s1", "object": "chat.completion.chunk",
-                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-            out.append((pause, json.dumps(chunk)))
-        return out
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
 
 @pytest.fixture(scope="module")
 def server():
-    s = FakeChatServer()
+    s = FakeServer()
     yield s
     s.close()
 
@@ -165,7 +39,7 @@ def user(text: str) -> list[dict[str, str]]:
 # -- OpenAIChatLLM ------------------------------------------------------------------------------
 
 def test_samples_in_order_with_request_schema(server):
-    llm = make_llm(server.url, api_key="sk-test", extra_body={"top_k": 5})
+    llm = make_llm(server.v1, api_key="sk-test", extra_body={"top_k": 5})
     assert isinstance(llm, LLM) and llm.name == "tiny"
     params = SamplingParams(n=3, temperature=0.5, top_p=0.9, max_tokens=20, stop=("\n\n", "END"), seed=11)
     a, b = llm.chat([user("q-a"), user("q-b")], params)
@@ -183,23 +57,23 @@ def test_samples_in_order_with_request_schema(server):
 
 
 def test_no_key_no_authorization_header(server):
-    make_llm(server.url).chat([user("no key")])
+    make_llm(server.v1).chat([user("no key")])
     assert server.auth[-1] is None
 
 
 def test_env_defaults(server, monkeypatch):
     assert OpenAIChatLLM("m").base_url == "http://127.0.0.1:8000/v1" and OpenAIChatLLM("m").api_key is None
-    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.v1 + "/")
     monkeypatch.setenv("OPENAI_API_KEY", "env-key")
     llm = OpenAIChatLLM("m", timeout=2)
-    assert llm.base_url == server.url and llm.api_key == "env-key"
+    assert llm.base_url == server.v1 and llm.api_key == "env-key"
     assert llm.chat([user("from env")])[0].texts == ("reply to from env #0 seed=None",)
     assert server.auth[-1] == "Bearer env-key"
 
 
 def test_no_connection_until_called(server):
     before = server.requests
-    llm = make_llm(server.url)
+    llm = make_llm(server.v1)
     assert server.requests == before
     dead = OpenAIChatLLM("m", "http://127.0.0.1:9/v1", retries=0)  # nothing listens on the discard port
     with pytest.raises(ChatError, match="connection error"):
@@ -208,13 +82,13 @@ def test_no_connection_until_called(server):
 
 
 def test_client_side_stop_cut(server):
-    (c,) = make_llm(server.url).chat([user("RUNS_ON")], SamplingParams(n=2, stop=("END",)))
+    (c,) = make_llm(server.v1).chat([user("RUNS_ON")], SamplingParams(n=2, stop=("END",)))
     assert c.texts == ("reply to RUNS_ON #0 seed=None then ", "reply to RUNS_ON #1 seed=None then ")
     assert c.finish_reasons == ("stop", "stop")
 
 
 def test_transient_failures_are_retried(server):
-    llm = make_llm(server.url)
+    llm = make_llm(server.v1)
     convs = [user("FAIL500_ONCE a"), user("BADJSON_ONCE a"), user("SLOW_ONCE a")]
     before = server.requests
     out = llm.chat(convs)
@@ -223,7 +97,7 @@ def test_transient_failures_are_retried(server):
 
 
 def test_400_fails_at_once(server):
-    llm = make_llm(server.url, retries=3)
+    llm = make_llm(server.v1, retries=3)
     with pytest.raises(ChatError) as info:
         llm.chat([user("fine"), user("BAD400")])
     assert server.seen["BAD400"] == 1
@@ -232,7 +106,7 @@ def test_400_fails_at_once(server):
 
 
 def test_timeouts_name_the_index_and_partial_keeps_successes(server):
-    llm = make_llm(server.url, retries=1)
+    llm = make_llm(server.v1, retries=1)
     started = time.perf_counter()
     out = llm.chat_partial([user("ok 0"), user("HANG 1"), user("ok 2")])
     assert time.perf_counter() - started < 1.5  # two 0.3 s attempts, not the server's 1 s hangs
@@ -245,16 +119,16 @@ def test_timeouts_name_the_index_and_partial_keeps_successes(server):
 
 def test_server_ignoring_n_gets_top_up_requests(server):
     before = server.requests
-    (c,) = make_llm(server.url).chat([user("IGNORE_N")], SamplingParams(n=3, seed=5))
+    (c,) = make_llm(server.v1).chat([user("IGNORE_N")], SamplingParams(n=3, seed=5))
     assert server.requests - before == 3
     assert c.texts == tuple(f"reply to IGNORE_N #0 seed={s}" for s in (5, 6, 7))  # each top-up reseeded
     assert c.completion_tokens == 15 and len(c.finish_reasons) == 3
 
 
 def test_concurrency_bound():
-    fresh = FakeChatServer(delay_s=0.1)
+    fresh = FakeServer(delay_s=0.1)
     try:
-        out = make_llm(fresh.url, concurrency=3, timeout=5).chat([user(f"c{i}") for i in range(10)])
+        out = make_llm(fresh.v1, concurrency=3, timeout=5).chat([user(f"c{i}") for i in range(10)])
         assert [c.texts[0] for c in out] == [f"reply to c{i} #0 seed=None" for i in range(10)]
         assert 2 <= fresh.max_in_flight <= 3 and fresh.requests == 10
     finally:
@@ -262,7 +136,7 @@ def test_concurrency_bound():
 
 
 def test_stream_pieces_in_order_and_stop(server):
-    llm = make_llm(server.url, api_key="k")
+    llm = make_llm(server.v1, api_key="k")
     pieces = list(llm.stream(user("stream"), SamplingParams(n=4)))
     assert pieces == STREAM_PIECES
     req = server.payloads[-1]
@@ -273,7 +147,7 @@ def test_stream_pieces_in_order_and_stop(server):
 
 
 def test_stream_timeout_is_per_read(server):
-    llm = make_llm(server.url, retries=0)
+    llm = make_llm(server.v1, retries=0)
     assert "".join(llm.stream(user("TRICKLE"))) == "".join(STREAM_PIECES)  # 0.6 s in all, 0.1 s gaps
     got = []
     with pytest.raises(LLMError, match="timed out"):
@@ -283,9 +157,9 @@ def test_stream_timeout_is_per_read(server):
 
 
 def test_stream_errors(server):
-    assert "".join(make_llm(server.url).stream(user("FAIL500_ONCE s"))) == "".join(STREAM_PIECES)
+    assert "".join(make_llm(server.v1).stream(user("FAIL500_ONCE s"))) == "".join(STREAM_PIECES)
     with pytest.raises(LLMError, match="HTTP 400"):
-        list(make_llm(server.url).stream(user("BAD400 s")))
+        list(make_llm(server.v1).stream(user("BAD400 s")))
 
 
 def test_stop_scanner_holds_back_partial_stops():

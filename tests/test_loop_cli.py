@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_server import RoleChatServer
+from fake_server import FakeServer
 
 from morkit.cli import main
 
@@ -35,7 +35,7 @@ def role_reply(messages: list[dict]) -> str:
 
 @pytest.fixture(scope="module")
 def chat():
-    server = RoleChatServer(role_reply)
+    server = FakeServer(role_reply)
     yield server
     server.close()
 
@@ -43,7 +43,7 @@ def chat():
 @pytest.fixture
 def agents_toml(tmp_path, chat):
     path = tmp_path / "agents.toml"
-    path.write_text(f'[defaults]\nbackend = "openai"\nmodel = "tiny"\nbase_url = "{chat.url}"\ntimeout = 10\n'
+    path.write_text(f'[defaults]\nbackend = "openai"\nmodel = "tiny"\nbase_url = "{chat.v1}"\ntimeout = 10\n'
                     '[[agent]]\nname = "a"\ntemperature = 0.2\n[[agent]]\nname = "b"\ntemperature = 0.9\n'
                     '[[agent]]\nname = "c"\nsystem = "Be brief."\n')
     return path

@@ -70,6 +70,8 @@ def test_register_before_and_after_listing_keeps_the_builtins():
         registry.register("a", "math:ceil")
     registry.register("a", "math:ceil", replace=True)
     assert registry.load("a")(1.2) == 2
+    registry.unregister("mine")
+    assert registry.names() == ["a", "later"] and "mine" not in registry
 
 
 def test_registering_an_rm_before_the_catalog_is_listed_keeps_every_builtin():

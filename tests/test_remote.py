@@ -1,19 +1,11 @@
-"""RemoteRewardModel against real HTTP servers on 127.0.0.1 that speak vLLM's `/pooling` JSON.
-
-The fake server scores a text prompt as len(text) / 10 (one classify logit). Markers in the text
-make it misbehave: TIMEOUT (sleeps past the client timeout), FAIL500 (always 500), FLAKY (500 on
-the first try only), WRONGLEN (two values instead of one), BADJSON (not JSON).
-"""
+"""RemoteRewardModel against real HTTP servers on 127.0.0.1 that speak vLLM's `/pooling` JSON (tests/fake_server.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_server import FakeServer
 
 from morkit.core.types import Candidate, Query, Score
 from morkit.reward_models.cache import ScoreCache
@@ -21,88 +13,9 @@ from morkit.reward_models.remote import RemoteRewardModel, RemoteScoringError
 from morkit.reward_models.scoring import score_queries
 
 
-class FakePoolingServer:
-    def __init__(self, delay_s: float = 0.02, hang_s: float = 1.0):
-        self.delay_s = delay_s
-        self.hang_s = hang_s
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.requests = 0
-        self.seen: Counter[str] = Counter()
-        self.payloads: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # else delayed ACKs add ~40 ms a request
-
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-            def _send(self, code: int, body: bytes, ctype: str = "application/json"):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except OSError:  # the client gave up (timeout)
-                    pass
-
-            def do_GET(self):
-                self._send(200 if self.path == "/health" else 404, b"")
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                    server.requests += 1
-                try:
-                    code, out = server.answer(self.path, json.loads(body))
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
-                self._send(code, out)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def answer(self, path: str, req: dict) -> tuple[int, bytes]:
-        if path != "/pooling":
-            return 404, b'{"error": "not found"}'
-        with self.lock:
-            self.payloads.append(req)
-        inputs = req["input"] if isinstance(req["input"], list) else [req["input"]]
-        time.sleep(self.delay_s)
-        data = []
-        for i, text in enumerate(inputs):
-            with self.lock:
-                self.seen[text] += 1
-                tries = self.seen[text]
-            if "TIMEOUT" in text:
-                time.sleep(self.hang_s)
-            if "FAIL500" in text or ("FLAKY" in text and tries == 1):
-                return 500, b'{"error": "internal"}'
-            if "BADJSON" in text:
-                return 200, b"<html>oops"
-            value = [len(text) / 10.0] * (2 if "WRONGLEN" in text else 1)
-            data.append({"index": i, "object": "pooling", "data": value})
-        return 200, json.dumps({"id": "pool-1", "object": "list", "created": 0, "model": req["model"],
-                                "data": data, "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def servers():
-    pair = [FakePoolingServer(), FakePoolingServer()]
+    pair = [FakeServer(delay_s=0.02), FakeServer(delay_s=0.02)]
     yield pair
     for s in pair:
         s.close()
@@ -163,7 +76,7 @@ def test_retry_counts(servers):
 
 
 def test_concurrency_bound_and_round_robin():
-    fresh = [FakePoolingServer(delay_s=0.05), FakePoolingServer(delay_s=0.05)]
+    fresh = [FakeServer(delay_s=0.05), FakeServer(delay_s=0.05)]
     try:
         rm = make_rm([s.url for s in fresh], concurrency=3, timeout_s=5)
         pairs = [(f"q{i}", "a" * i) for i in range(40)]
@@ -172,7 +85,7 @@ def test_concurrency_bound_and_round_robin():
         assert 2 <= sum(s.max_in_flight for s in fresh) and total_max <= 3
         assert fresh[0].requests == 20 and fresh[1].requests == 20
         # One server alone: the bound is reached but never passed.
-        solo = FakePoolingServer(delay_s=0.05)
+        solo = FakeServer(delay_s=0.05)
         try:
             make_rm([solo.url], concurrency=3, timeout_s=5).score(pairs)
             assert solo.max_in_flight == 3
@@ -243,9 +156,8 @@ def test_to_score_kinds():
 
 
 def test_step_and_token_kinds_over_http():
-    class StepServer(FakePoolingServer):
-        def answer(self, path, req):
-            self.payloads.append(req)
+    class StepServer(FakeServer):
+        def pooling(self, req):
             ids = req["input"]
             rows = [[0.0, 0.0] for t in ids if t == 9]  # one [neg, pos] row per step token 9
             return 200, json.dumps({"data": [{"index": 0, "data": rows}]}).encode()

@@ -25,7 +25,7 @@ try:
 except Exception as err:  # noqa: BLE001 - any import failure means "cannot run here"
     VLLM_ERROR = f"vllm is not importable here: {type(err).__name__}: {err}"
 
-pytestmark = pytest.mark.skipif(VLLM_ERROR is not None, reason=VLLM_ERROR or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(VLLM_ERROR is not None, reason=VLLM_ERROR or "")]
 
 CPU_FLAGS = dict(dtype="float32", enforce_eager=True, gpu_memory_utilization=0.1, max_model_len=128)
 WORDS = ("the a an is are was what how many much if then so and or not of to in on for with it this that "

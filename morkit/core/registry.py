@@ -73,6 +73,13 @@ class Registry:
         """Add `name` -> `target` ("module:attribute" or an object) with its metadata."""
         return self.add(Entry(name, target, summary, meta), replace=replace)
 
+    def unregister(self, name: str) -> Entry:
+        """Remove `name` (e.g. a test's temporary entry); an unknown name lists the known ones."""
+        entry = self.get(name)
+        with self._lock:
+            del self._entries[name]
+        return entry
+
     def get(self, name: str) -> Entry:
         try:
             return self._entries[name]
