@@ -34,37 +34,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--n-agents", type=int, default=3, help="use the first N agents of the config")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per agent answer and aggregation")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     p.add_argument("--work", default=str(Path.home() / ".cache" / "morkit" / "bench-acs"),
                    help="where the pool and the generated answers are kept between runs")
     return p.parse_args()
 
 
-def gsm8k_test(data_dir: Path, start: int, count: int) -> list:
-    from morkit.core.types import Query
-
-    rows = [json.loads(line) for line in open(data_dir / "gsm8k" / "test.jsonl", encoding="utf-8")]
-    return [Query(f"gsm8k-test-{i}", rows[i]["question"], (), domain="math",
-                  reference=rows[i]["answer"].split("####")[-1].strip().replace(",", ""))
-            for i in range(start, min(start + count, len(rows)))]
-
-
 def build_or_load_pool(args: argparse.Namespace, work: Path):
-    from morkit.core.settings import cache_dir
+    from morkit.core import settings
     from morkit.data.datasets import gsm8k_model_solutions
-    from morkit.question_pool.embed import load_embedder
-    from morkit.question_pool.pool import build_pool
-    from morkit.question_pool.store import load_pool, save_pool
-    from morkit.reward_models import registry
-    from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.scoring import score_queries
+    from morkit.question_pool.store import load_pool
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.services.pools import build_pool
+    from morkit.services.scoring import default_cache_path
 
     path = work / f"pool-{args.pool_questions}-{'-'.join(args.pool_rms)}"
     if (path / "pool.json").is_file():
         return load_pool(path)
-    queries = gsm8k_model_solutions()[: args.pool_questions]
-    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
-        scored = score_queries(queries, [registry.build(n) for n in args.pool_rms], cache=cache, progress=True)
-    save_pool(build_pool(scored, load_embedder(), rm_names=args.pool_rms), path)
+    queries = gsm8k_model_solutions(settings.data_dir(args.data_dir))[: args.pool_questions]
+    build_pool(queries, args.pool_rms, options=ScoringOptions(cache=default_cache_path(), progress=True)).save(path)
     return load_pool(path)
 
 
@@ -99,19 +87,19 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     from dataclasses import replace
 
-    from morkit.core.settings import cache_dir
+    from morkit.core.grading import is_correct
     from morkit.core.types import Candidate
-    from morkit.data.datasets import default_data_dir
+    from morkit.data.datasets import load_spec
     from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
-    from morkit.question_pool.embed import load_embedder
-    from morkit.reward_models import registry
     from morkit.reward_models.cache import ScoreCache
-    from morkit.search.run import SearchRunner, is_correct
-    from morkit.selection.selector import Selector
+    from morkit.reward_models.rm_set import RewardModelSet
+    from morkit.search.run import SearchRunner
+    from morkit.services.routing import SelectOptions, make_selector
+    from morkit.services.scoring import default_cache_path
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    queries = gsm8k_test(default_data_dir(), args.start, args.questions)
+    queries = load_spec(f"gsm8k_test:{args.start + args.questions}", args.data_dir)[args.start:]
     pool = build_or_load_pool(args, work)
     config = load_agents(args.agents)
     config = replace(config, agents=config.agents[: args.n_agents],
@@ -123,22 +111,21 @@ def main() -> int:
           f"selection {args.selection}; {args.max_tokens} new tokens per generation", file=sys.stderr)
     answers, answer_s, answer_calls = agent_answers(config, queries, llms, work, args.max_tokens)
 
-    selector = Selector(pool, args.selection, embedder=load_embedder(pool.embedder), runnable=pool.rm_names)
-    built = {name: registry.build(name) for name in pool.rm_names}
+    selector = make_selector(pool, SelectOptions(method=args.selection))
     totals = {m: {"correct": 0, "llm": 0, "rm": 0, "hits": 0, "seconds": 0.0} for m in METHODS}
     agent_correct = {a.name: 0 for a in config.agents}
-    with ScoreCache(cache_dir() / "scores.sqlite") as cache:
-        runner = SearchRunner(selector, config, built.__getitem__, cache)
+    with ScoreCache(default_cache_path()) as cache:
+        runner = SearchRunner(selector, config, RewardModelSet(), cache)
         for number, query in enumerate(queries, start=1):
             given = [AgentAnswer(a.name, answers[f"{a.name}|{query.id}"]) for a in config.agents]
             for a in given:
-                agent_correct[a.agent] += bool(is_correct(query, a.text))
+                agent_correct[a.agent] += bool(is_correct(a.text, query.reference))
             with_answers = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in given))
             marks = []
             for method in METHODS:  # one method at a time, so each one's cache hits and calls are its own
                 hits_before = cache.hits
                 result = runner.run(with_answers, [method]).results[method]
-                ok = bool(is_correct(query, result.answer))
+                ok = bool(is_correct(result.answer, query.reference))
                 marks.append(f"{method} {'ok' if ok else '--'}")
                 t = totals[method]
                 t["correct"] += ok

@@ -52,6 +52,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=10, help="GSM8K questions for TMAS and ATLAS")
+    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     p.add_argument("--stream-problems", type=int, default=2, help="GSM8K questions for StreamMA with the local model")
     p.add_argument("--start", type=int, default=1100, help="first GSM8K test line (0-based) to use")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
@@ -85,20 +86,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 # -- data --------------------------------------------------------------------------------------------
 
-def gsm8k_test(start: int, count: int) -> list[tuple[str, str, str]]:
+def gsm8k_test(start: int, count: int, data_dir: str | None = None) -> list[tuple[str, str, str]]:
     """(id, question, reference final answer) for GSM8K test lines start .. start+count-1."""
-    from morkit.data.datasets import default_data_dir
+    from morkit.data.datasets import load_spec
 
-    rows = []
-    with open(default_data_dir() / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i >= start + count:
-                break
-            if i >= start:
-                row = json.loads(line)
-                rows.append((f"gsm8k-test-{i}", row["question"],
-                             row["answer"].split("####")[-1].strip().replace(",", "")))
-    return rows
+    return [(q.id, q.question, q.reference) for q in load_spec(f"gsm8k_test:{start + count}", data_dir)[start:]]
 
 
 STATED_NOTE = ("correct / accuracy: the final answer (grading.extract_answer, which falls back to the last "
@@ -228,7 +220,7 @@ def stream_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from morkit.llm.local import LocalLLM
     from morkit.loops.streamma.loop import StreamMAConfig, compare_protocols
 
-    problems = gsm8k_test(args.start, args.stream_problems)
+    problems = gsm8k_test(args.start, args.stream_problems, args.data_dir)
     llm = LocalLLM()
     started = time.perf_counter()
     llm.chat([[{"role": "user", "content": "Say hi."}]], SamplingParams(temperature=0.0, max_tokens=4))  # load
@@ -340,7 +332,7 @@ def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from morkit.llm.local import LocalLLM
     from morkit.verify.critic import LLMVerifier
 
-    problems = gsm8k_test(args.start, args.questions)
+    problems = gsm8k_test(args.start, args.questions, args.data_dir)
     llm = LocalLLM()
     critic = CountingLLM(LocalLLM())
     started = time.perf_counter()

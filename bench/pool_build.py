@@ -6,14 +6,15 @@ appended to its id and its text, so ids stay unique and the embedder never sees 
 a copy keeps the original's scores and labels. `--gsm8k-texts` cycles the 1000 GSM8K question texts in
 with the MATH ones (only the embedded text changes) for more variety in what is embedded.
 
-The phases of `morkit.question_pool.pool.build_pool`, each timed on its own (time.perf_counter):
-  rows    cached member scores -> padded (Q, N, R) arrays (`pool._rows`; "scoring" here means reading
+The phases of `morkit.question_pool.pool.build_pool`, each the same public function it calls, timed on
+its own (time.perf_counter):
+  rows    `pool_rows`: cached member scores -> padded (Q, N, R) arrays ("scoring" here means reading
           the cached scores, no model runs)
-  fit     normaliser fit, single-RM PRR (the global weights), ensemble enumeration
-  stats   PRR and best-of-n of every ensemble (`pool.ensemble_statistics`); `--ensembles` of them
+  fit     `fit_ensembles`: normaliser fit, single-RM PRR (the global weights), ensemble enumeration
+  stats   `ensemble_statistics`: PRR and best-of-n of every ensemble; `--ensembles` of them
   embed   MiniLM (all-MiniLM-L6-v2, CPU) embeddings of the question texts; above `--embed-max`
           (default 2000) only that many are embedded and the time is scaled linearly, marked "~"
-  index   FAISS index build under the default IndexConfig (kind "auto"), plus its recall check if approximate
+  index   `index_vectors`: FAISS index under the default IndexConfig (kind "auto"), plus its recall if approximate
 `--full-at` also times "stats" with the whole enumeration (5335 ensembles for 22 RMs, max 3 members).
 
 Then PRR alone for the largest size x `--ensembles` ensembles (combine + prr_matrix, chunked as the pool
@@ -62,29 +63,19 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
     tiled to the full size with a little noise."""
     import numpy as np
 
-    from morkit.question_pool.ensembles import Ensemble, Normalizer, enumerate_ensembles
-    from morkit.question_pool.index import build_index, recall_at_k
     from morkit.question_pool.pool import (
-        RECALL_K,
         PoolConfig,
-        _rows,
         ensemble_statistics,
-        nanmean_columns,
+        fit_ensembles,
+        index_vectors,
+        pool_rows,
     )
 
     config = PoolConfig()
     t: dict[str, float] = {}
-    rows, t["rows"] = timed(_rows, queries, rm_names, config.reduction)
-
-    started = time.perf_counter()
-    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
-    singles = [Ensemble((name,), (1.0,)) for name in rm_names]
-    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles)
-    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
-    everything = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
-                                     weightings=config.weightings, temperature=config.temperature)
+    rows, t["rows"] = timed(pool_rows, queries, rm_names, config.reduction)
+    (normalizer, _, everything), t["fit"] = timed(fit_ensembles, rows, rm_names, config)
     ensembles = everything[:ensembles_limit] if ensembles_limit else everything
-    t["fit"] = time.perf_counter() - started
 
     _, t["stats"] = timed(ensemble_statistics, rows.scores, rows.correct, rows.valid, normalizer, rm_names,
                           ensembles)
@@ -103,12 +94,9 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
             vectors = np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
         else:
             vectors, t["embed"] = timed(embedder.encode, texts)
-        started = time.perf_counter()
-        index, kind = build_index(vectors, config.index)
-        if kind != "flat":
-            details["recall"] = recall_at_k(index, vectors, RECALL_K)
-        t["index"] = time.perf_counter() - started
-        details["index"] = kind
+        (_, info), t["index"] = timed(index_vectors, vectors, config.index)
+        details["index"] = info["kind"]
+        details.update({"recall": v for k, v in info.items() if k.startswith("recall")})
     return t, details
 
 
@@ -168,6 +156,7 @@ def main() -> None:
     parser.add_argument("--full-at", type=int, nargs="*", default=[1000],
                         help="at these sizes also time PRR+best-of-n with the whole enumeration")
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding and index phases")
+    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     parser.add_argument("--embed-max", type=int, default=2000,
                         help="above this many questions embed only this many and scale the time (0: embed all)")
     parser.add_argument("--gsm8k-texts", action="store_true",
@@ -178,22 +167,19 @@ def main() -> None:
 
     import numpy as np
 
+    from morkit.core import settings
     from morkit.data.datasets import gsm8k_model_solutions, rewardmath_rm_scores
-    from morkit.question_pool.ensembles import (
-        Normalizer,
-        enumerate_ensembles,
-        weight_matrix,
-    )
-    from morkit.question_pool.pool import _rows, nanmean_columns
-    from morkit.question_pool.prr import prr_matrix
+    from morkit.question_pool.ensembles import weight_matrix
+    from morkit.question_pool.pool import PoolConfig, fit_ensembles, pool_rows
     from morkit.reward_models.table import table_names
 
     load = os.getloadavg()[0]
-    base = rewardmath_rm_scores()
+    data_dir = settings.data_dir(args.data_dir)
+    base = rewardmath_rm_scores(data_dir)
     rm_names = tuple(table_names(base))
     texts = [q.question for q in base]
     if args.gsm8k_texts:
-        texts += [q.question for q in gsm8k_model_solutions()]
+        texts += [q.question for q in gsm8k_model_solutions(data_dir)]
     embedder = None
     if not args.no_embed:
         from morkit.question_pool.embed import load_embedder
@@ -253,11 +239,8 @@ def main() -> None:
 
     # PRR alone, largest size x --ensembles, against the plain loop on a sample.
     size = max(sizes)
-    rows = _rows(replicated(base, size, texts), rm_names, "min")
-    normalizer = Normalizer.fit("zscore", rm_names, rows.scores, rows.valid)
-    singles_prr = prr_matrix(normalizer.apply(rm_names, rows.scores), rows.correct, rows.valid)
-    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(singles_prr))))
-    ensembles = enumerate_ensembles(rm_names, global_prr)
+    rows = pool_rows(replicated(base, size, texts), rm_names, "min")
+    normalizer, _, ensembles = fit_ensembles(rows, rm_names, PoolConfig())
     ensembles = ensembles[: args.ensembles] if args.ensembles else ensembles
 
     started = time.perf_counter()

@@ -16,11 +16,13 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def real_pairs(count: int) -> list[tuple[str, str]]:
+def real_pairs(count: int, data_dir: str | None = None) -> list[tuple[str, str]]:
+    from morkit.core import settings
     from morkit.data.datasets import gsm8k_model_solutions
 
     # Questions 600+ lie outside the data the packaged head was trained on.
-    pairs = [(q.question, c.text) for q in gsm8k_model_solutions()[600:] for c in q.candidates]
+    queries = gsm8k_model_solutions(settings.data_dir(data_dir))[600:]
+    pairs = [(q.question, c.text) for q in queries for c in q.candidates]
     return pairs[:count]
 
 
@@ -44,6 +46,7 @@ def plain_loop(rm, pairs) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=256)
+    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--invariance-pairs", type=int, default=64)
     parser.add_argument("--sweep", type=int, nargs="*", default=[1, 4],
@@ -55,7 +58,7 @@ def main() -> None:
     from morkit.reward_models.embedded import smollm2_orm
     from morkit.reward_models.hf import Batching
 
-    pairs = real_pairs(args.pairs)
+    pairs = real_pairs(args.pairs, args.data_dir)
     rm = smollm2_orm()
     tokens = sum(len(rm.render(q, a)) for q, a in pairs)
     print(f"{len(pairs)} GSM8K pairs, {tokens / len(pairs):.0f} tokens on average; torch {torch.__version__}, "

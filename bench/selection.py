@@ -111,14 +111,13 @@ def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
 
 
 def _score(queries, rm_names):
-    from morkit.core.settings import cache_dir
-    from morkit.reward_models import registry
     from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.scoring import score_queries
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.services.scoring import default_cache_path, score
 
-    cache = ScoreCache(cache_dir() / "scores.sqlite")
+    cache = ScoreCache(default_cache_path())
     started = time.perf_counter()
-    out = score_queries(queries, [registry.build(name) for name in rm_names], cache=cache, progress=True)
+    out = score(queries, rm_names, options=ScoringOptions(progress=True), cache=cache)
     return out, time.perf_counter() - started, cache
 
 
@@ -128,11 +127,13 @@ def _parse_range(text: str) -> tuple[int, int]:
 
 
 def load_dataset(key: str, args) -> Dataset:
+    from morkit.core import settings
     from morkit.data import datasets
     from morkit.reward_models.table import table_names
 
+    data_dir = settings.data_dir(args.data_dir)
     if key == "rewardmath":
-        queries = datasets.rewardmath_rm_scores()
+        queries = datasets.rewardmath_rm_scores(data_dir)
         rms = tuple(table_names(queries))
         full = sum(all(name in c.scores for c in q.candidates) for q in queries for name in rms)
         sizes = sorted({len(q.candidates) for q in queries})
@@ -146,11 +147,11 @@ def load_dataset(key: str, args) -> Dataset:
     trained, where = head_training_ids("minilm-probe")
     if key == "qwen":
         start, stop = _parse_range(args.qwen_range)
-        name, loaded = "qwen25_math_rm8", datasets.qwen25_math_rm8()
+        name, loaded = "qwen25_math_rm8", datasets.qwen25_math_rm8(data_dir)
         rms = ("qwen2.5-math-rm-72b", "math-consensus", "minilm-probe")
     elif key == "gsm8k":
         start, stop = _parse_range(args.gsm8k_range)
-        name, loaded = "gsm8k_model_solutions", datasets.gsm8k_model_solutions()
+        name, loaded = "gsm8k_model_solutions", datasets.gsm8k_model_solutions(data_dir)
         rms = ("minilm-probe", "math-consensus")
     else:
         raise ValueError(key)
@@ -344,11 +345,12 @@ def _pct(values) -> str:
 def run_speed(args, embedder) -> None:
     import numpy as np
 
+    from morkit.core import settings
     from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.pool import build_pool
     from morkit.selection.selector import Selector
 
-    queries = rewardmath_rm_scores()
+    queries = rewardmath_rm_scores(settings.data_dir(args.data_dir))
     print(f"\n=== speed: select() per query at {args.speed_questions} questions x {args.speed_ensembles} "
           f"ensembles, k={args.k}, embedding excluded ===")
     t0 = time.perf_counter()
@@ -457,6 +459,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 0],
                         help="time under each BLAS/OpenMP thread limit (threadpoolctl); 0 = as the libraries load")
     parser.add_argument("--noise", type=float, default=0.01, help="sd of the gaussian jitter on replicated embeddings")
+    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     args = parser.parse_args()
 
     import logging

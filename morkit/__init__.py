@@ -43,9 +43,10 @@ _EXPORTS = {
     "VERIFIERS": "morkit.verify.kinds",
     # LLMs and agents
     "LLM": "morkit.llm.base", "SamplingParams": "morkit.llm.base", "LocalLLM": "morkit.llm.local",
-    "OpenAIChatLLM": "morkit.llm.openai_compat", "load_agents": "morkit.llm.agents", "LLM_BACKENDS": "morkit.llm.backends",
+    "OpenAIChatLLM": "morkit.llm.openai_compat", "load_agents": "morkit.llm.agents",
+    "LLM_BACKENDS": "morkit.llm.backends",
     # search
-    "search": "morkit.services.searching", "SearchOptions": "morkit.search.methods",
+    "run_search": "morkit.services.searching", "SearchOptions": "morkit.search.methods",
     "SEARCH_METHODS": "morkit.search.methods", "ACS": "morkit.search.acs",
     # loops
     "run_loop": "morkit.services.looping", "LOOPS": "morkit.loops.registry", "LoopOptions": "morkit.loops.registry",

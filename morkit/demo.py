@@ -195,7 +195,7 @@ def search_demo(pool_queries: Sequence[Query], options: DemoOptions) -> None:
     from morkit.reward_models.options import ScoringOptions
     from morkit.services.pools import build_pool
     from morkit.services.routing import SelectOptions
-    from morkit.services.searching import search
+    from morkit.services.searching import run_search
 
     out = options.out
     names = [n for n in LIVE_RMS["math"] if all(n in c.scores for q in pool_queries for c in q.candidates)]
@@ -205,7 +205,7 @@ def search_demo(pool_queries: Sequence[Query], options: DemoOptions) -> None:
     print(f"\nA pool of {len(pool)} scored sample questions; PRES picks each new question's ensemble.", file=out)
     for query in load_queries(sample_path("search.jsonl"))[: options.searches]:
         started = time.perf_counter()
-        record = search([query], pool, agents=options.agents, selection=selection, scoring=scoring)[0]
+        record = run_search([query], pool, agents=options.agents, selection=selection, scoring=scoring)[0]
         result = record["results"]["acs"]
         ensemble = record["ensemble"]
         print(f"\n[{query.id}] {query.question}  (reference {query.reference})", file=out)

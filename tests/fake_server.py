@@ -150,7 +150,8 @@ class FakeServer:
             pauses[1] = self.hang_s
         if "TRICKLE" in content:
             pauses = [0.1] * len(pieces)
-        first = {"id": "s1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+        first = {"id": "s1", "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
         out = [(0.0, json.dumps(first))]
         for pause, piece in zip(pauses, pieces):
             chunk = {"id": "s1", "object": "chat.completion.chunk",

@@ -51,6 +51,19 @@ def test_rms_lists_every_registered_name(capsys):
     assert "table" in out
 
 
+def test_rms_table_fits_120_columns_and_details_one_rm(capsys):
+    assert main(["rms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "KIND", "BACKEND", "AVAILABLE", "GPU", "(bf16)"]
+    assert max(len(line) for line in lines) <= 120
+    assert main(["rms", "remote"]) == 0
+    details = capsys.readouterr().out
+    assert "required_options  name, urls, model" in details and "RemoteRewardModel" in details
+    assert main(["rms", "smollm2-orm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "smollm2-orm"
+    assert main(["rms", "nope"]) == 2 and "unknown reward model 'nope'" in capsys.readouterr().err
+
+
 def test_score_table_rms_without_models(work, capsys):
     src = write(work / "in.jsonl", QUERIES)
     out = work / "out" / "scored.jsonl"

@@ -87,3 +87,28 @@ def test_a_pipe_through_head_ends_quietly():
     script = f"{sys.executable} -m morkit.cli rms --json | head -1; exit ${{PIPESTATUS[0]}}"
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "[" and res.stderr == ""
+
+
+def test_a_device_is_checked_before_any_model_loads():
+    import torch
+
+    from morkit.core.errors import InputError, UnavailableError
+    from morkit.runtime.device import resolve_device
+
+    with pytest.raises(InputError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    assert resolve_device("cpu") == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(UnavailableError, match="no CUDA device"):
+            resolve_device("cuda:1")
+
+
+def test_services_reject_bad_names_before_expensive_work():
+    from morkit import Candidate, Query, SearchOptions, build_pool, run_search
+    from morkit.core.errors import InputError, UnknownName
+
+    queries = [Query("q", "2+2?", (Candidate("4", correct=True), Candidate("5", correct=False)))]
+    with pytest.raises(UnknownName, match="unknown reward model 'nope'"):  # before the (absent) embedder loads
+        build_pool(queries, rms=["nope"], embedder="/no/such/embedder")
+    with pytest.raises(InputError, match="self-consistency agent 'zed' is not in"):
+        run_search(queries, None, options=SearchOptions(sc_agent="zed"))

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from morkit.core.errors import InputError
+from morkit.core.errors import InputError, ScoreError
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.base import REDUCTIONS, reduce_steps
 from morkit.reward_models.hf import Batching, Truncation, encode_pair
@@ -191,7 +191,7 @@ def test_reduce_steps_default_and_errors():
     assert REDUCTIONS == ("min", "last", "mean", "prod")
     with pytest.raises(ValueError, match="step reduction must be one of min, last, mean, prod, got 'median'"):
         reduce_steps([0.1], "median")
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ScoreError, match="empty"):
         reduce_steps([], "min")
     assert reduce_steps([3], "prod") == 3.0
 

@@ -51,3 +51,19 @@ def test_imports_point_down():
             if LEVELS[target] >= LEVELS[source]:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {source} imports {module}")
     assert not wrong, "imports that point up or across:\n" + "\n".join(wrong)
+
+
+def test_registry_targets_point_down_from_their_registry():
+    """A registry's entries may only name targets in its own layer or below (they are imports too)."""
+    from test_registry import REGISTRIES
+
+    from morkit.core.registry import Entry
+
+    wrong = []
+    for path in REGISTRIES.values():
+        home = _layer(path.split(":")[0])
+        for entry in Entry("registry", path).load():
+            target = _layer(entry.target_path.split(":")[0])
+            if target and LEVELS[target] > LEVELS[home]:
+                wrong.append(f"{path} {entry.name!r} -> {entry.target_path}")
+    assert not wrong, "registry targets above their registry:\n" + "\n".join(wrong)

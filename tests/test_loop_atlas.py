@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from morkit.core.errors import LLMError
+from morkit.core.errors import InputError, LLMError
 from morkit.core.types import Verdict
 from morkit.llm.base import Completion, SamplingParams
 from morkit.loops.atlas.loop import (
@@ -133,7 +133,7 @@ def test_config_and_solver_validation():
         ATLAS(orchestrator([]), {"a": solver("1")}, default_solver="b")
     with pytest.raises(ValueError):
         ATLAS(orchestrator([]), {})
-    with pytest.raises(TypeError):
+    with pytest.raises(InputError):
         ATLAS(orchestrator([]), {"a": "not a solver"})
     one = ATLAS(orchestrator([]), solver("1"))
     assert list(one.solvers) == ["default"] and one.default_solver == "default"

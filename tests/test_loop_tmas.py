@@ -296,7 +296,7 @@ def test_wrong_verdict_count_is_a_verifier_failure():
             return super().verify(question, answers, context)[:1]
 
     result = run(Roles(answers(12, 7)), Short(), iterations=1)
-    assert {e["error"] for e in events(result, "error")} == {"ValueError"}
+    assert {e["error"] for e in events(result, "error")} == {"ScoreError"}
     assert result.score is None and result.answer  # unscored: the first solution is kept
 
 

@@ -192,6 +192,30 @@ def test_load_errors_say_what_is_wrong(tmp_path, hash_embedder):
         save_pool(pool, tmp_path / "user")
 
 
+@pytest.mark.parametrize("damage,match", [
+    (lambda d: (d / "pool.json").write_text("[]"), r"pool.json: not a JSON object"),
+    (lambda d: (d / "pool.json").write_bytes(b"\xff\xfe"), r"pool.json: unreadable"),
+    (lambda d: _edit_header(d, lambda h: h.pop("skipped")), r"pool.json: missing key 'skipped'"),
+    (lambda d: _edit_header(d, lambda h: h["config"].update(max_members=0)), r"pool.json: malformed pool header"),
+    (lambda d: _edit_header(d, lambda h: h.update(ensembles=[{"weights": [1.0]}] * len(h["ensembles"]))),
+     r"pool.json: malformed pool header"),
+    (lambda d: (d / "questions.jsonl").write_text('{"question": "q"}\n'), r"questions.jsonl:1: not a pool question"),
+    (lambda d: (d / "index.faiss").write_bytes(b"not an index"), r"index.faiss: unreadable FAISS index"),
+    (lambda d: (d / "scores.npy").write_bytes(b"garbage"), r"scores.npy: unreadable array"),
+])
+def test_corrupt_pool_files_are_input_errors_naming_the_file(tmp_path, hash_embedder, damage, match):
+    save_pool(build_pool(small_queries(), hash_embedder), tmp_path / "p")
+    damage(tmp_path / "p")
+    with pytest.raises(InputError, match=match):
+        load_pool(tmp_path / "p")
+
+
+def _edit_header(root, change):
+    header = json.loads((root / "pool.json").read_text())
+    change(header)
+    (root / "pool.json").write_text(json.dumps(header))
+
+
 def test_add_questions_appends_without_touching_old_rows(hash_embedder):
     queries = small_queries()
     pool = build_pool(queries[:2], hash_embedder)

@@ -40,11 +40,28 @@ def test_listing_every_registry_imports_no_heavy_module():
             + "".join(f"from {p.split(':')[0]} import {p.split(':')[1]} as r{i}; r{i}.names(); list(r{i})\n"
                       for i, p in enumerate(REGISTRIES.values()))
             + "from morkit.reward_models.catalog import list_rms; list_rms()\n"
-            + "heavy = [m for m in ('torch', 'transformers', 'vllm', 'sentence_transformers', 'faiss') if m in sys.modules]\n"
+            + "heavy = ('torch', 'transformers', 'vllm', 'sentence_transformers', 'faiss')\n"
+            + "heavy = [m for m in heavy if m in sys.modules]\n"
             + "print(','.join(heavy))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"listing imported {out.stdout.strip()}"
+
+
+def test_exports_stay_what_they_are_after_every_submodule_is_imported():
+    """A subpackage import must not rebind an exported name (`morkit.search` once became the package)."""
+    import importlib
+    import pkgutil
+    import types
+
+    import morkit
+
+    exported = {name: getattr(morkit, name) for name in morkit.__all__ if name != "__version__"}
+    for info in pkgutil.walk_packages(morkit.__path__, "morkit."):
+        if not info.name.startswith(("morkit.cli", "morkit.runtime.sandbox_launcher")):
+            importlib.import_module(info.name)
+    for name, value in exported.items():
+        assert getattr(morkit, name) is value and not isinstance(value, types.ModuleType), name
 
 
 def test_import_morkit_does_no_work_and_exports_resolve():

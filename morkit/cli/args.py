@@ -50,6 +50,14 @@ NON_NEGATIVE_INT = checked(int, checks.non_negative_int)
 NON_NEGATIVE = checked(float, checks.non_negative)
 POSITIVE = checked(float, checks.positive)
 PROBABILITY = checked(float, checks.probability)
+SHARE = checked(float, checks.share)
+
+
+def non_empty(text: str) -> str:
+    """An argparse type for text that must not be empty."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def choices_help(registry: Registry, default: str | None = None) -> str:
@@ -58,19 +66,28 @@ def choices_help(registry: Registry, default: str | None = None) -> str:
     return f"{text} (default {default})" if default else text
 
 
-def add_scoring_options(p: argparse.ArgumentParser) -> None:
+def add_device_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     g = p.add_argument_group("scoring")
-    g.add_argument("--device", help="torch device for model RMs (default: auto = cuda, mps, else cpu)")
+    g.add_argument("--device", help="torch device for models (default: auto = cuda, mps, else cpu)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    return g
+
+
+def add_scoring_options(p: argparse.ArgumentParser, *, reduction: bool = True) -> None:
+    """The scoring flags; `reduction=False` where the pool's own reduction applies (pool add)."""
+    g = add_device_options(p)
     g.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="max sequences per forward pass (default 16)")
-    g.add_argument("--max-tokens", type=POSITIVE_INT, help="max tokens per (question, answer) pair (default: per model)")
+    g.add_argument("--max-tokens", type=POSITIVE_INT,
+                   help="max tokens per (question, answer) pair (default: per model)")
     g.add_argument("--truncation", choices=TRUNCATION_POLICIES, default="right",
                    help="pair too long: cut the answer's end (right, default), its start (left), or fail (error)")
-    g.add_argument("--reduction", choices=REDUCTIONS, default="min",
-                   help="how a cached PRM step list becomes one score (default min)")
+    if reduction:
+        g.add_argument("--reduction", choices=REDUCTIONS, default="min",
+                       help="how a cached PRM step list becomes one score (default min)")
     g.add_argument("--chunk", type=POSITIVE_INT, default=64, help="pairs per scoring call, cached as each finishes")
-    g.add_argument("--cache", help="score cache file (default: $MORKIT_CACHE_DIR/scores.sqlite)")
+    g.add_argument("--cache", help="score cache file (default: scores.sqlite in morkit's cache folder, "
+                                   "$MORKIT_CACHE_DIR, else ~/.cache/morkit)")
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
@@ -78,15 +95,15 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
 
     cache = None if args.no_cache else (args.cache or default_cache_path())
     return ScoringOptions(device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                          truncation=args.truncation, reduction=args.reduction, chunk=args.chunk, cache=cache,
-                          progress=not args.quiet)
+                          truncation=args.truncation, reduction=getattr(args, "reduction", "min"), chunk=args.chunk,
+                          cache=cache, progress=not args.quiet)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
     from morkit.data.datasets import DATASETS
 
     p.add_argument("--dataset", action="append", metavar="NAME[:N]", default=[],
-                   help="a registered labelled data set (its first N questions), repeatable: " + ", ".join(DATASETS.names()))
+                   help="a registered data set (its first N questions), repeatable: " + ", ".join(DATASETS.names()))
     p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
 
 
@@ -95,7 +112,8 @@ def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> No
 
     p.add_argument(flag, dest="selection", choices=SELECTION_METHODS.names(), default=DEFAULT_METHOD,
                    help="how each query's RM ensemble is chosen: " + choices_help(SELECTION_METHODS, DEFAULT_METHOD))
-    p.add_argument("--k", type=POSITIVE_INT, default=100, help="pool neighbours per query (default 100, as in the paper)")
+    p.add_argument("--k", type=POSITIVE_INT, default=100,
+                   help="pool neighbours per query (default 100, as in the paper)")
 
 
 def select_options(args: argparse.Namespace) -> Any:

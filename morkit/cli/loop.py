@@ -20,6 +20,7 @@ from morkit.cli.args import (
     add_scoring_options,
     add_select_options,
     choices_help,
+    non_empty,
     scoring_options,
     select_options,
 )
@@ -83,7 +84,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--epsilon", type=PROBABILITY, default=d.epsilon, help="TMAS exploration probability (paper: 0.2)")
     g.add_argument("--chain", type=POSITIVE_INT, default=d.chain, help="StreamMA agents in the chain")
     g.add_argument("--protocol", choices=PROTOCOLS, default=d.protocol, help="StreamMA protocol")
-    g.add_argument("--step-marker", default=d.step_marker, help="StreamMA end-of-step marker (default: newline)")
+    g.add_argument("--step-marker", type=non_empty, default=d.step_marker,
+                   help="StreamMA end-of-step marker (default: newline)")
     g.add_argument("--max-explores", type=POSITIVE_INT, default=d.max_explores, help="ATLAS explore budget")
     add_scoring_options(p)
     p.set_defaults(func=cmd_loop)

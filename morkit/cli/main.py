@@ -41,7 +41,8 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="morkit: %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="morkit: %(levelname)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         code = args.func(args)

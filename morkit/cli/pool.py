@@ -129,7 +129,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--rm", action="append", metavar="NAME",
                    help="pool RM, repeatable (default: every RM with cached scores in the input, else "
                         f"{', '.join(DEFAULT_RMS)}); registered RMs are run where scores are missing")
-    p.add_argument("--embedder", help="sentence-transformers model name or path (default: the embedded all-MiniLM-L6-v2)")
+    p.add_argument("--embedder",
+                   help="sentence-transformers model name or path (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--normalizer", choices=NORMALIZERS, default="zscore",
                    help="per-RM score normalisation fitted on the pool (default zscore; raw = the CTTS-MM paper)")
     p.add_argument("--weighting", action="append", choices=WEIGHTINGS,
@@ -147,7 +148,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("pool", help="pool directory")
     p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
     add_input_options(p)
-    add_scoring_options(p)
+    add_scoring_options(p, reduction=False)  # the pool's own reduction applies
     p.set_defaults(func=cmd_pool_add)
 
     p = verbs.add_parser("info", parents=[parent], help="print a pool's summary and RM table")

@@ -12,6 +12,7 @@ from morkit.cli.args import (
     CONTRACT,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
+    SHARE,
     add_scoring_options,
     scoring_options,
 )
@@ -26,7 +27,7 @@ def _gpu(info: Any) -> str:
 def _available(info: Any) -> str:
     if info.missing_what:
         return _SHORT_MISSING.get(info.missing_what, "no")
-    return "needs options" if info.options else "yes"
+    return "yes, with options" if info.options else "yes"
 
 
 def cmd_rms(args: argparse.Namespace) -> int:
@@ -83,17 +84,11 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     head, out = train_head(args.rm, args.data, args.output, max_tokens=args.max_tokens,
                            test_fraction=args.test_fraction, seed=args.seed, device=args.device, data_dir=args.data_dir)
     held = head.info["held_out"]
-    print(f"{args.rm}: held-out accuracy {held['accuracy']:.3f} (majority class {held['majority_class_accuracy']:.3f}), "
+    print(f"{args.rm}: held-out accuracy {held['accuracy']:.3f} "
+          f"(majority class {held['majority_class_accuracy']:.3f}), "
           f"mean PRR {held['mean_prr']:.3f}, best-of-n {held['best_of_n']:.3f} (random {held['random_pick']:.3f}) "
           f"-> {out}")
     return 0
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -127,7 +122,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="registered data sets as NAME or NAME:N (first N questions)")
     p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
     p.add_argument("--max-tokens", type=POSITIVE_INT, default=768, help="tokens per pair (default 768)")
-    p.add_argument("--test-fraction", type=_fraction, default=0.25, help="held-out share of questions (default 0.25)")
+    p.add_argument("--test-fraction", type=SHARE, default=0.25, help="held-out share of questions (default 0.25)")
     p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--device", help="torch device (default: auto)")
     p.add_argument("-o", "--output", help="head file (default: the packaged head)")

@@ -22,13 +22,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.question_pool.store import load_pool
     from morkit.search.methods import DEFAULT_SEARCH, SearchOptions
-    from morkit.services.searching import search
+    from morkit.services.searching import run_search
 
     started = time.perf_counter()
     methods = args.method or [DEFAULT_SEARCH]
-    records = search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
-                     options=SearchOptions(top_k=args.top_k, residual=not args.no_residual, sc_agent=args.sc_agent),
-                     selection=select_options(args), scoring=scoring_options(args), output=args.output)
+    records = run_search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
+                         options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
+                                               sc_agent=args.sc_agent),
+                         selection=select_options(args), scoring=scoring_options(args), output=args.output)
     for name in methods:
         graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
         accuracy = f", accuracy {sum(graded) / len(graded):.3f} on {len(graded)} with a reference" if graded else ""

@@ -9,6 +9,7 @@ from typing import Any
 
 from morkit.cli.args import (
     CONTRACT,
+    add_device_options,
     add_scoring_options,
     add_select_options,
     scoring_options,
@@ -46,7 +47,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
     p.add_argument("input", help=f"query file ({CONTRACT}); labels are not needed")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
@@ -54,19 +55,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--singles-only", action="store_true", help="PRES over single RMs only (no combinations)")
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")
-    add_scoring_options(p)
+    if scoring:  # rank runs member RMs; select only embeds the question
+        add_scoring_options(p)
+    else:
+        add_device_options(p)
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("select", parents=[parent], help="choose an RM ensemble per query from a pool, with the evidence",
+    p = sub.add_parser("select", parents=[parent],
+                       help="choose an RM ensemble per query from a pool, with the evidence",
                        description="For each query: embed it, find its nearest pool questions, and choose an "
                                    "ensemble. Writes the ensemble, weights, normaliser, criterion, runner-ups, "
                                    "neighbours with similarities, and which RMs were skipped for lack of scores.")
-    _add_common(p)
+    _add_common(p, scoring=False)
     p.set_defaults(func=cmd_select)
-    p = sub.add_parser("rank", parents=[parent], help="select an ensemble per query and pick the best candidate with it",
+    p = sub.add_parser("rank", parents=[parent],
+                       help="select an ensemble per query and pick the best candidate with it",
                        description="Like select, then score every candidate with the chosen ensemble (cached "
                                    "scores, or running registered RMs where missing) and write "
                                    "{id, best_index, ensemble, scores, tied}; ties are broken by a seeded shuffle.")
-    _add_common(p)
+    _add_common(p, scoring=True)
     p.set_defaults(func=cmd_rank)

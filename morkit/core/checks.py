@@ -56,6 +56,14 @@ def probability(value: Any, what: str) -> float:
     return value
 
 
+def share(value: Any, what: str) -> float:
+    """A number strictly between 0 and 1 (a split's share)."""
+    number = _number(value, what)
+    if not 0.0 < number < 1.0:
+        raise InputError(f"{what} must be between 0 and 1 (exclusive), got {value!r}")
+    return value
+
+
 def one_of(value: Any, choices: Iterable[str], what: str) -> str:
     """One of a fixed set of names."""
     choices = tuple(choices)

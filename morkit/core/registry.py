@@ -7,7 +7,7 @@ a class defined in a user's script). Built-in entries are declared in each layer
 `replace=True`.
 
     from morkit.reward_models.catalog import REWARD_MODELS
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", kind="orm", backend="transformers")
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="python")
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
-from morkit.core.errors import UnknownName
+from morkit.core.errors import InputError, UnknownName
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Registry:
     def add(self, entry: Entry, *, replace: bool = False) -> Entry:
         with self._lock:
             if entry.name in self._entries and not replace:
-                raise ValueError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")
+                raise InputError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")
             self._entries[entry.name] = entry
         return entry
 
@@ -104,7 +104,3 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def help(self) -> str:
-        """"name: summary" for every entry, for CLI help strings."""
-        return "; ".join(f"{e.name}: {e.summary}" if e.summary else e.name for e in self._entries.values())

@@ -12,6 +12,7 @@ import hashlib
 import os
 import random
 from pathlib import Path
+from typing import Any, Callable
 
 from morkit.core import settings
 from morkit.core.errors import InputError
@@ -29,40 +30,58 @@ def _shuffled(qid: str, candidates: list[Candidate]) -> tuple[Candidate, ...]:
     return tuple(candidates[i] for i in order)
 
 
+def _queries(path: Path, parse: Callable[[int, dict[str, Any]], Query]) -> list[Query]:
+    """`parse(line number, row)` for every row; a row of the wrong shape is an error naming file and line."""
+    out = []
+    for number, row in read_jsonl(path):
+        try:
+            out.append(parse(number, row))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"unexpected row shape ({type(exc).__name__}: {exc}); is this the public file?",
+                             path=str(path), line=number) from exc
+    return out
+
+
 def gsm8k_model_solutions(data_dir: Path) -> list[Query]:
     """1000 GSM8K questions x 4 labelled GPT-3 solutions (MIT, openai/grade-school-math)."""
-    path = data_dir / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
-    queries = []
-    for number, row in read_jsonl(path):
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
         qid = f"gsm8k-{number - 1}"
-        candidates = [
-            Candidate(text=row[a]["solution"], agent=a, correct=bool(row[a]["is_correct"])) for a in GSM8K_AUTHORS
-        ]
+        candidates = [Candidate(text=row[a]["solution"], agent=a, correct=bool(row[a]["is_correct"]))
+                      for a in GSM8K_AUTHORS]
         reference = row["ground_truth"].rsplit("A:", 1)[-1].strip()
-        queries.append(Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=reference))
-    return queries
+        return Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=reference)
+
+    return _queries(data_dir / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl", parse)
+
+
+def gsm8k_test(data_dir: Path) -> list[Query]:
+    """The 1,319 GSM8K test questions with their reference answers and no candidates (MIT, openai/grade-school-math)."""
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
+        reference = row["answer"].split("####")[-1].strip().replace(",", "")
+        return Query(f"gsm8k-test-{number - 1}", row["question"], (), domain="math", reference=reference)
+
+    return _queries(data_dir / "gsm8k" / "test.jsonl", parse)
 
 
 def qwen25_math_rm8(data_dir: Path) -> list[Query]:
     """70 MATH problems x 8 Qwen2.5-Math answers with correctness and the Qwen2.5-Math-RM score (MIT)."""
-    path = data_dir / "qwen25_math_rm8" / "math_cot_100.first70.jsonl"
-    queries = []
-    for _, row in read_jsonl(path):
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
         qid = f"math-{row['idx']}"
-        candidates = [
-            Candidate(text=text, agent="qwen2.5-math-instruct", correct=bool(ok),
-                      scores={"qwen2.5-math-rm-72b": float(score[0])})
-            for text, ok, score in zip(row["code"], row["score"], row["pred_score"])
-        ]
-        queries.append(Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=row["gt"]))
-    return queries
+        candidates = [Candidate(text=text, agent="qwen2.5-math-instruct", correct=bool(ok),
+                                scores={"qwen2.5-math-rm-72b": float(score[0])})
+                      for text, ok, score in zip(row["code"], row["score"], row["pred_score"])]
+        return Query(qid, row["question"], _shuffled(qid, candidates), domain="math", reference=row["gt"])
+
+    return _queries(data_dir / "qwen25_math_rm8" / "math_cot_100.first70.jsonl", parse)
 
 
 def rewardmath_rm_scores(data_dir: Path) -> list[Query]:
     """383 MATH problems x 10 solutions (one correct) with the scores of ~22 RMs and judges; no texts (MIT)."""
-    path = data_dir / "rewardmath_rm_scores" / "rewardmath_scores.first383.jsonl"
-    queries = []
-    for _, row in read_jsonl(path):
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
         qid = f"rewardmath-{row['index']}"
         candidates = []
         for i, author in enumerate(row["solution_reference"]):
@@ -73,25 +92,26 @@ def rewardmath_rm_scores(data_dir: Path) -> list[Query]:
                 value = values[i]
                 scores[rm] = tuple(float(v) for v in value) if isinstance(value, list) else float(value)
             candidates.append(Candidate(text=None, agent=author, correct=bool(row["is_correct"][i]), scores=scores))
-        queries.append(Query(qid, row["problem"], _shuffled(qid, candidates), domain="math"))
-    return queries
+        return Query(qid, row["problem"], _shuffled(qid, candidates), domain="math")
+
+    return _queries(data_dir / "rewardmath_rm_scores" / "rewardmath_scores.first383.jsonl", parse)
 
 
 def humaneval_davinci(data_dir: Path, per_task: int = 20) -> list[Query]:
     """127 HumanEval problems with code-davinci-002 completions and their pass/fail (MIT); `per_task` samples each."""
-    path = data_dir / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
-    queries = []
-    for _, row in read_jsonl(path):
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
         qid = row["task_id"]
-        candidates = [
-            Candidate(text=row["prompt"] + completion, agent="code-davinci-002", correct=bool(ok))
-            for completion, ok in list(zip(row["completions"], row["passed"]))[:per_task]
-        ]
-        queries.append(Query(qid, row["prompt"], _shuffled(qid, candidates), domain="code", tests=row["tests"]))
-    return queries
+        candidates = [Candidate(text=row["prompt"] + completion, agent="code-davinci-002", correct=bool(ok))
+                      for completion, ok in list(zip(row["completions"], row["passed"]))[:per_task]]
+        return Query(qid, row["prompt"], _shuffled(qid, candidates), domain="code", tests=row["tests"])
+
+    return _queries(data_dir / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl", parse)
 
 
 DATASETS = Registry("data set", [
+    Entry("gsm8k_test", "morkit.data.datasets:gsm8k_test",
+          "1,319 GSM8K test questions with reference answers, no candidates", {"domain": "math", "scores": False}),
     Entry("gsm8k_model_solutions", "morkit.data.datasets:gsm8k_model_solutions",
           "1,000 GSM8K questions x 4 labelled GPT-3 solutions", {"domain": "math", "scores": False}),
     Entry("qwen25_math_rm8", "morkit.data.datasets:qwen25_math_rm8",
@@ -101,15 +121,16 @@ DATASETS = Registry("data set", [
           "383 MATH problems x 10 solutions (one correct) with the scores of 22 RMs and judges; no texts",
           {"domain": "math", "scores": True}),
     Entry("humaneval_davinci_samples", "morkit.data.datasets:humaneval_davinci",
-          "127 HumanEval tasks x 20 labelled code-davinci-002 completions, with tests", {"domain": "code", "scores": False}),
+          "127 HumanEval tasks x 20 labelled code-davinci-002 completions, with tests",
+          {"domain": "code", "scores": False}),
 ])
 
 
 def load_spec(spec: str, data_dir: str | os.PathLike | None = None) -> list[Query]:
     """Queries of one registered data set named 'NAME' or 'NAME:N' (its first N questions)."""
-    name, _, count = spec.partition(":")
+    name, colon, count = spec.partition(":")
     loader = DATASETS.load(name)
-    if count and not count.isdigit():
-        raise InputError(f"data set spec {spec!r}: N in NAME:N must be a whole number")
+    if colon and not (count.isdigit() and int(count) > 0):
+        raise InputError(f"data set spec {spec!r}: N in NAME:N must be a whole number >= 1")
     loaded = loader(settings.data_dir(data_dir))
     return loaded[: int(count)] if count else loaded

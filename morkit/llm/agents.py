@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from morkit.core import checks
 from morkit.core.errors import InputError, LLMError
 from morkit.llm.backends import LLM_BACKENDS
 from morkit.llm.base import LLM, SamplingParams
@@ -34,6 +35,11 @@ class AgentSpec:
     retries: int = 2
     concurrency: int = 8
 
+    def __post_init__(self) -> None:
+        checks.positive(self.timeout, "timeout")
+        checks.non_negative_int(self.retries, "retries")
+        checks.positive_int(self.concurrency, "concurrency")
+
 
 @dataclass(frozen=True)
 class AgentsConfig:
@@ -46,11 +52,23 @@ def default_agents_path() -> Path:
     return Path(str(resources.files("morkit") / "resources" / "agents" / "local.toml"))
 
 
+_TEXT_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env"}
+
+
+def _table(value: Any, where: str, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InputError(f"{where} must be a table of keys, got {type(value).__name__}", path=path)
+    return value
+
+
 def _spec(table: Mapping[str, Any], defaults: Mapping[str, Any], where: str, path: str) -> AgentSpec:
-    merged = {**defaults, **table}
+    merged = {**defaults, **_table(table, where, path)}
     unknown = set(merged) - _SAMPLING_KEYS - _SPEC_KEYS
     if unknown:
         raise InputError(f"{where}: unknown keys {sorted(unknown)}", path=path)
+    wrong = sorted(k for k in _TEXT_KEYS & set(merged) if not isinstance(merged[k], str))
+    if wrong:
+        raise InputError(f"{where}: {', '.join(wrong)} must be text", path=path)
     backend = merged.get("backend", "local")
     if backend not in LLM_BACKENDS:
         raise InputError(f"{where}: unknown backend {backend!r}; choose from {', '.join(LLM_BACKENDS.names())}",
@@ -77,15 +95,17 @@ def load_agents(path: str | os.PathLike | None = None) -> AgentsConfig:
         raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"invalid TOML: {exc}", path=path) from exc
-    defaults = data.get("defaults", {})
+    defaults = _table(data.get("defaults", {}), "[defaults]", path)
     tables = data.get("agent", [])
     if not isinstance(tables, list) or not tables:
         raise InputError("no [[agent]] tables: an agent pool needs at least one agent", path=path)
-    agents = tuple(_spec(t, defaults, f"agent {t.get('name', i)!r}", path) for i, t in enumerate(tables))
+    agents = tuple(_spec(t, defaults, f"agent {_table(t, f'agent #{i + 1}', path).get('name', i)!r}", path)
+                   for i, t in enumerate(tables))
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
         raise InputError(f"agent names must be unique, got {names}", path=path)
-    aggregator = _spec({"name": "aggregator", **data.get("aggregator", {})}, defaults, "aggregator", path)
+    aggregator = _spec({"name": "aggregator", **_table(data.get("aggregator", {}), "[aggregator]", path)}, defaults,
+                       "aggregator", path)
     return AgentsConfig(agents, aggregator, path)
 
 

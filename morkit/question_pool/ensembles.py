@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def weight_matrix(ensembles: Sequence[Ensemble], rm_names: Sequence[str]) -> np.
     for e, ens in enumerate(ensembles):
         for member, weight in zip(ens.members, ens.weights):
             if member not in column:
-                raise KeyError(f"ensemble {ens.name} uses {member!r}, which has no scores here")
+                raise InputError(f"ensemble {ens.name} uses {member!r}, which has no scores here")
             w[column[member], e] = weight
     return w
 

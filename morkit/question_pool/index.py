@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 
 INDEX_KINDS = ("auto", "flat", "hnsw")
 APPROXIMATE_ABOVE = 100_000
@@ -53,7 +54,7 @@ def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig()) -> Any:
         index.hnsw.efConstruction = config.ef_construction
         index.hnsw.efSearch = config.ef_search
         return index
-    raise ValueError(f"unknown concrete index kind {kind!r}")
+    raise InputError(f"unknown concrete index kind {kind!r}")
 
 
 def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tuple[Any, str]:

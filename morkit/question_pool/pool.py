@@ -164,7 +164,7 @@ def nanmean_columns(values: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Rows:
+class PoolRows:
     """Queries turned into padded arrays, plus what was skipped and why."""
 
     questions: tuple[PoolQuestion, ...]
@@ -175,7 +175,8 @@ class _Rows:
     missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
 
 
-def _rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> _Rows:
+def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> PoolRows:
+    """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
         if len(query.candidates) < 2:
@@ -207,7 +208,7 @@ def _rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, wid
             log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
                         name, count)
     questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
-    return _Rows(questions, scores, correct, valid, skipped, missing)
+    return PoolRows(questions, scores, correct, valid, skipped, missing)
 
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
@@ -231,14 +232,32 @@ def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarr
     return prr, top1
 
 
-def _embed_and_index(questions: Sequence[PoolQuestion], embedder: SentenceEmbedder, config: IndexConfig,
-                     progress: bool) -> tuple[np.ndarray, Any, dict[str, Any]]:
+def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
+                  ) -> tuple[Normalizer, dict[str, float], list[Ensemble]]:
+    """Build phase 2: the normaliser, each RM's global PRR, and the ensembles weighted by it."""
+    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
+    singles = [Ensemble((name,), (1.0,)) for name in rm_names]
+    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles)
+    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
+    ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
+                                    weightings=config.weightings, temperature=config.temperature)
+    return normalizer, global_prr, ensembles
+
+
+def embed_and_index(questions: Sequence[PoolQuestion], embedder: SentenceEmbedder, config: IndexConfig,
+                    progress: bool = False) -> tuple[np.ndarray, Any, dict[str, Any]]:
+    """Build phase 4 (after `ensemble_statistics`): question embeddings, their FAISS index, its recall."""
     vectors = embedder.encode([q.question for q in questions], progress=progress)
+    return (vectors, *index_vectors(vectors, config))
+
+
+def index_vectors(vectors: np.ndarray, config: IndexConfig) -> tuple[Any, dict[str, Any]]:
+    """The FAISS index over unit vectors, and its description (kind; recall@100 when approximate)."""
     index, kind = build_index(vectors, config)
     info: dict[str, Any] = {"kind": kind}
     if kind != "flat":
         info[f"recall@{RECALL_K}"] = recall_at_k(index, vectors, RECALL_K)
-    return vectors, index, info
+    return index, info
 
 
 def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names: Sequence[str] | None = None,
@@ -252,20 +271,15 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     if not rm_names:
         raise InputError("no RM scores in the input: score the candidates first (morkit score, or pool build --rm)")
     started = time.perf_counter()
-    rows = _rows(queries, rm_names, config.reduction)
+    rows = pool_rows(queries, rm_names, config.reduction)
     if not rows.questions:
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
-    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
-    singles = [Ensemble((name,), (1.0,)) for name in rm_names]
-    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles)
-    global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
-    ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
-                                    weightings=config.weightings, temperature=config.temperature)
+    normalizer, global_prr, ensembles = fit_ensembles(rows, rm_names, config)
     prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
                                     progress=progress)
     timings["prr_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    vectors, index, index_info = _embed_and_index(rows.questions, embedder, config.index, progress)
+    vectors, index, index_info = embed_and_index(rows.questions, embedder, config.index, progress)
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = {
@@ -294,7 +308,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     clashes = [q.id for q in queries if q.id in known]
     if clashes:
         raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
-    rows = _rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1])
+    rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1])
     if not rows.questions:
         raise InputError("nothing to add: no labelled query with at least two candidates")
     prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from morkit.core.errors import InputError
 from morkit.data.jsonl import atomic_path
 from morkit.question_pool.pool import QuestionPool, nanmean_columns
 
@@ -223,7 +224,7 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15) 
     from matplotlib import rc_context
 
     if top < 1:
-        raise ValueError("top must be at least 1")
+        raise InputError("top must be at least 1")
     target = Path(path)
     with atomic_path(target) as tmp, rc_context({"text.parse_math": False, "font.size": 10}):
         table = pool.ensemble_table()

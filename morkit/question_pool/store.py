@@ -84,35 +84,61 @@ def _check(condition: bool, path: Path, message: str) -> None:
         raise InputError(message, path=str(path))
 
 
+HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
+               "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+
+
+def _header(path: Path) -> dict[str, Any]:
+    try:
+        header = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable: {exc}", path=str(path)) from exc
+    _check(isinstance(header, dict), path, "not a JSON object")
+    version = header.get("format_version")
+    _check(version == FORMAT_VERSION, path,
+           f"pool format version {version!r}; this morkit reads version {FORMAT_VERSION}: rebuild the pool")
+    for key in HEADER_KEYS:
+        _check(key in header, path, f"missing key {key!r}")
+    return header
+
+
+def _questions(path: Path) -> tuple[PoolQuestion, ...]:
+    out = []
+    for line, o in read_jsonl(path):
+        try:
+            out.append(PoolQuestion(str(o["id"]), str(o["question"]), str(o["domain"]), int(o["n_candidates"])))
+        except _SHAPE_ERRORS as exc:
+            raise InputError(f"not a pool question ({type(exc).__name__}: {exc})", path=str(path), line=line) from exc
+    return tuple(out)
+
+
+def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
+    file = root / f"{name}.npy"
+    _check(file.is_file(), file, "missing pool array")
+    try:
+        array = np.load(file, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"unreadable array: {exc}", path=str(file)) from exc
+    _check(array.shape == expected, file, f"shape {array.shape}, pool.json says {expected}")
+    return array
+
+
 def load_pool(path: str | os.PathLike) -> QuestionPool:
-    """Read a pool directory; a missing file, another format version or a wrong shape is an InputError."""
+    """Read a pool directory; a missing or corrupt file, another format version or a wrong shape is an
+    InputError naming the file."""
     root = Path(path)
     header_path = root / "pool.json"
     _check(root.is_dir(), root, "no such pool directory")
     _check(header_path.is_file(), root, "not a pool directory (no pool.json); build one with `morkit pool build`")
+    header = _header(header_path)
+    questions = _questions(root / "questions.jsonl")
     try:
-        header: dict[str, Any] = json.loads(header_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"unreadable: {exc}", path=str(header_path)) from exc
-    version = header.get("format_version")
-    _check(version == FORMAT_VERSION, header_path,
-           f"pool format version {version!r}; this morkit reads version {FORMAT_VERSION}: rebuild the pool")
-    for key in ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes"):
-        _check(key in header, header_path, f"missing key {key!r}")
-    questions = tuple(PoolQuestion(o["id"], o["question"], o["domain"], int(o["n_candidates"]))
-                      for _, o in read_jsonl(root / "questions.jsonl"))
-    arrays = {}
-    for name in ARRAYS:
-        file = root / f"{name}.npy"
-        _check(file.is_file(), file, "missing pool array")
-        try:
-            arrays[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"unreadable array: {exc}", path=str(file)) from exc
-        expected = tuple(header["shapes"][name])
-        _check(arrays[name].shape == expected, file, f"shape {arrays[name].shape}, pool.json says {expected}")
-    n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
-    dim = int(header["embedder"]["dim"])
+        arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in ARRAYS}
+        n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
+        dim = int(header["embedder"]["dim"])
+    except _SHAPE_ERRORS as exc:
+        raise InputError(f"malformed shapes, RM names, ensembles or embedder: {exc}", path=str(header_path)) from exc
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
               "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
     for name, shape in expect.items():
@@ -122,24 +148,34 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
                                          f"{n_ens} ensembles, dim {dim}")
     index_file = root / "index.faiss"
     _check(index_file.is_file(), index_file, "missing FAISS index")
-    index = read_index(index_file)
+    try:
+        index = read_index(index_file)
+    except RuntimeError as exc:  # faiss reports a corrupt file this way
+        raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(index_file)) from exc
     _check(index.ntotal == n_q and index.d == dim, index_file,
            f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
     meta = {k: v for k, v in header.items()
             if k not in ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes")}
-    return QuestionPool(
-        questions=questions,
-        rm_names=tuple(header["rm_names"]),
-        scores=arrays["scores"],
-        correct=arrays["correct"].astype(bool),
-        valid=arrays["valid"].astype(bool),
-        normalizer=Normalizer.from_json(header["normalizer"]),
-        global_prr={k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()},
-        ensembles=tuple(Ensemble.from_json(e) for e in header["ensembles"]),
-        prr=arrays["prr"],
-        top1=arrays["top1"],
-        embeddings=arrays["embeddings"],
-        index=index,
-        config=PoolConfig.from_json(header["config"]),
-        meta=meta,
-    )
+    try:
+        return QuestionPool(
+            questions=questions,
+            rm_names=tuple(str(n) for n in header["rm_names"]),
+            scores=arrays["scores"],
+            correct=arrays["correct"].astype(bool),
+            valid=arrays["valid"].astype(bool),
+            normalizer=Normalizer.from_json(header["normalizer"]),
+            global_prr={k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()},
+            ensembles=tuple(Ensemble.from_json(e) for e in header["ensembles"]),
+            prr=arrays["prr"],
+            top1=arrays["top1"],
+            embeddings=arrays["embeddings"],
+            index=index,
+            config=PoolConfig.from_json(header["config"]),
+            meta=meta,
+        )
+    except _SHAPE_ERRORS as exc:
+        raise InputError(f"malformed pool header ({type(exc).__name__}: {exc})", path=str(header_path)) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1]

@@ -6,6 +6,7 @@ import math
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from morkit.core import checks
+from morkit.core.errors import ScoreError
 from morkit.core.types import Query, Score
 
 KINDS = ("orm", "prm", "judge", "rule", "table")
@@ -23,7 +24,7 @@ def reduce_steps(steps: Sequence[float], rule: str = "min") -> float:
     """Collapse a PRM's per-step scores into one value by a named rule (min, last, mean, prod)."""
     checks.one_of(rule, REDUCTIONS, "step reduction")
     if not steps:
-        raise ValueError("cannot reduce an empty list of step scores")
+        raise ScoreError("cannot reduce an empty list of step scores")
     return float(_REDUCTIONS[rule](list(steps)))
 
 

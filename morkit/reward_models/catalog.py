@@ -3,11 +3,14 @@
 Listing and checking availability import no model code: an entry's metadata says which Python
 packages, trained head or weights it needs, and `missing()` looks for them on disk. Add an RM with
 
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="transformers")
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="python")
 
 (the target is called with the RM's options and returns an object with `score(pairs)` or
 `score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
 names), head (a packaged head), model_id/required/n_params (weights), options (required load options).
+An entry with backend "transformers" also gets `device=`, `batching=` and `truncation=` from the
+scoring options (morkit's transformers core takes them); any other backend gets only what the caller
+passes.
 """
 
 from __future__ import annotations

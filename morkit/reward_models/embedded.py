@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from morkit.core.errors import UnavailableError
 from morkit.reward_models.heads import LogisticHead, load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
@@ -58,7 +59,7 @@ class FeatureHeadRM(PooledRM):
 
     def head(self, pooled: Sequence[Any]) -> list[float]:
         if self.trained_head is None:
-            raise ValueError(f"{self.name} has no trained head")
+            raise UnavailableError(f"{self.name} has no trained head")
         features = np.stack([row.numpy() for row in pooled]).astype(np.float64)
         return self.trained_head.probabilities(features).tolist()
 
@@ -112,7 +113,7 @@ class SmolLM2Judge(PooledRM):
             ids = [tok.encode(w, add_special_tokens=False) for w in words]
             self._answer_ids[label] = [i[0] for i in ids if len(i) == 1]
             if not self._answer_ids[label]:
-                raise ValueError(f"tokenizer has no single-token spelling of {label!r}")
+                raise UnavailableError(f"tokenizer has no single-token spelling of {label!r}")
 
     def render(self, question: str, answer: str) -> list[int]:
         prompt = JUDGE_INSTRUCTION.format(question=question, answer=answer)

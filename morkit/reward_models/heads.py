@@ -50,7 +50,7 @@ class LogisticHead:
             info = json.loads((handle.metadata() or {}).get("info", "{}"))
         dims = {k: v.shape for k, v in tensors.items()}
         if not (dims["mean"] == dims["scale"] == dims["weight"]) or dims["bias"] != (1,):
-            raise ValueError(f"{path}: head tensors have inconsistent shapes {dims}")
+            raise UnavailableError(f"{path}: head tensors have inconsistent shapes {dims}")
         return cls(tensors["mean"], tensors["scale"], tensors["weight"], float(tensors["bias"][0]), info)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from morkit.core.errors import UnavailableError
 from morkit.core.types import Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
 from morkit.reward_models.hf import (
@@ -35,7 +36,7 @@ class Backbone:
         tok = self.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         if pad is None:
-            raise ValueError("tokenizer has neither a pad nor an eos token to pad with")
+            raise UnavailableError("tokenizer has neither a pad nor an eos token to pad with")
         return int(pad)
 
 

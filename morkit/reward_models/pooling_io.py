@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence, Union
 
+from morkit.core.errors import InputError
 from morkit.core.types import Score
 from morkit.reward_models.base import reduce_steps
 
@@ -37,7 +38,7 @@ class MalformedOutput(ValueError):
 
 def check_kind(kind: str) -> str:
     if kind not in KIND_TASK:
-        raise ValueError(f"pooling kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise InputError(f"pooling kind must be one of {', '.join(KINDS)}, got {kind!r}")
     return kind
 
 
@@ -116,7 +117,7 @@ def to_score(kind: str, data: Any, *, label: int = 0, num_labels: int | None = 1
             raise MalformedOutput(f"label {label} out of range for step rows")
         steps = tuple(_softmax(r)[label] for r in rows)
         return Score(reduce_steps(steps, reduction), steps=steps)
-    raise ValueError(f"unknown pooling kind {kind!r}")
+    raise InputError(f"unknown pooling kind {kind!r}")
 
 
 def finite(score: Score) -> bool:

@@ -122,7 +122,7 @@ class RemoteRewardModel:
         if self._render is None:
             tok = self._tokenizer
             if tok is None:
-                raise ValueError(f"{self.name}: pass render= (or tokenizer=) to build prompts")
+                raise InputError(f"{self.name}: pass render= (or tokenizer=) to build prompts")
             if isinstance(tok, str):
                 from transformers import AutoTokenizer
 

@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 from morkit.core import settings
-from morkit.core.errors import InputError
+from morkit.core.errors import InputError, UnavailableError
 
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 
 
 def resolve_device(preference: str | None = None) -> str:
-    """'auto' (default, or $MORKIT_DEVICE) picks cuda, then mps, then cpu; anything else is used as given."""
+    """'auto' (default, or $MORKIT_DEVICE) picks cuda, then mps, then cpu; anything else is checked and used
+    as given: a malformed name is an InputError, a device this machine lacks an UnavailableError."""
     import torch
 
     choice = preference or settings.device_preference()
     if choice != "auto":
+        _check_device(torch, choice)
         return choice
     if torch.cuda.is_available():
         return "cuda"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def _check_device(torch, choice: str) -> None:
+    try:
+        device = torch.device(choice)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"unknown device {choice!r}: use auto, cpu, cuda, cuda:N or mps") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnavailableError(f"device {choice!r}: torch sees no CUDA device here")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UnavailableError(f"device {choice!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UnavailableError(f"device {choice!r}: MPS is not available here")
 
 
 def resolve_dtype(device: str, preference: str | None = None):

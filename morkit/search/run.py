@@ -18,7 +18,7 @@ from morkit.llm.agents import AgentAnswer, AgentsConfig, LLMPool, generate_answe
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import SearchResult
 from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup
-from morkit.verify.mor import mor_verifier
+from morkit.verify.mor import query_verifier
 
 
 @dataclass
@@ -43,9 +43,7 @@ class SearchRunner:
     def run(self, query: Query, methods: Sequence[str]) -> "QueryRun":
         answers, failures, agent_calls = self.answers(query)
         probe = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in answers))
-        selection = self.selector.select(probe)
-        members = selection.choice.ensemble.members
-        verifier = mor_verifier(selection, self.selector.pool, {m: self.rms[m] for m in members}, self.cache)
+        selection, verifier = query_verifier(self.selector, probe, self.rms, self.cache)
         spec = self.config.aggregator
         aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}))
         setup = SearchSetup(verifier, aggregator, self.config, self.options)

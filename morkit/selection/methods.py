@@ -8,13 +8,23 @@ A method implements `choose(neighbours, available) -> Choice` (see morkit.select
 
 from __future__ import annotations
 
+from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 
 DEFAULT_METHOD = "stacker"
 
+
+def check_method(method: str, singles_only: bool = False) -> Entry:
+    """The registered method; `singles_only` must be an option it has."""
+    entry = SELECTION_METHODS.get(method)
+    if singles_only and not entry.meta.get("singles_only"):
+        raise InputError(f"singles-only does not apply to {method!r}; it is an option of "
+                         + ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("singles_only")))
+    return entry
+
 SELECTION_METHODS = Registry("selection method", [
     Entry("stacker", "morkit.selection.stacker:Stacker",
-          "listwise weights over every usable RM, learned on the pool by cross-validation (default)",
+          "listwise weights over every usable RM, learned on the pool by cross-validation",
           {"singles_only": False}),
     Entry("pres", "morkit.selection.pres:pres",
           "the CTTS-MM rule: the ensemble with the highest similarity-weighted PRR over the k nearest pool questions",

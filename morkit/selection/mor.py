@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine
 from morkit.reward_models.base import reduce_steps
@@ -87,7 +88,7 @@ def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:
 
     scores = np.asarray(scores, dtype=np.float64)
     if np.isnan(scores).any():
-        raise ValueError(f"query {query_id!r}: some candidates have no ensemble score")
+        raise InputError(f"query {query_id!r}: some candidates have no ensemble score")
     tied = np.flatnonzero(scores == scores.max())
     seed = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:8], "little")
     best = int(np.random.default_rng(seed).choice(tied))

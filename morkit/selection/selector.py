@@ -17,7 +17,7 @@ from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
-from morkit.selection.methods import DEFAULT_METHOD, SELECTION_METHODS
+from morkit.selection.methods import DEFAULT_METHOD, check_method
 from morkit.selection.mor import available_members, mor_scores, pick_best
 
 
@@ -72,11 +72,8 @@ class Selector:
                  singles_only: bool = False, runnable: Iterable[str] = ()):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
-        entry = SELECTION_METHODS.get(method)
+        entry = check_method(method, singles_only)
         checks.positive_int(k, "k")
-        if singles_only and not entry.meta.get("singles_only"):
-            raise InputError(f"singles-only does not apply to {method!r}; it is an option of "
-                             + ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("singles_only")))
         if embedder is not None and embedder.name != pool.embedder:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")

@@ -27,10 +27,11 @@ def verifiers_for(kind: str, pool: QuestionPool | None, critic: LLMVerifier, sel
                   scoring: ScoringOptions, cache: Any) -> Callable[[Query], Any]:
     """query -> its verifier, for a registered verifier kind (see morkit.verify.kinds)."""
     entry = VERIFIERS.get(kind)
-    if entry.meta.get("needs_pool") and pool is None:
-        raise InputError(f"verifier {kind!r} needs a pool (the MoR ensemble comes from a pool)")
-    selector = make_selector(pool, selection, scoring.device) if pool is not None else None
-    return entry.load()(VerifierSetup(critic, pool, selector, RewardModelSet(scoring), cache))
+    needs_pool = bool(entry.meta.get("needs_pool"))
+    if needs_pool and pool is None:
+        raise InputError(f"verifier {kind!r} needs a pool (--pool; the MoR ensemble comes from a pool)")
+    selector = make_selector(pool, selection, scoring.device) if needs_pool else None
+    return entry.load()(VerifierSetup(critic, selector, RewardModelSet(scoring), cache))
 
 
 def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str | os.PathLike | None = None,

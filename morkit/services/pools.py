@@ -24,7 +24,7 @@ from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.table import table_names
 from morkit.selection.stacker import with_stored_stacker
-from morkit.services.scoring import DEFAULT_RMS, ensure_scores
+from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
 
 def _sha256(path: str | os.PathLike) -> str:
@@ -79,8 +79,11 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     `rms`: pool RMs (default: every RM cached in the queries, else smollm2-orm); registered ones are run
     where scores are missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2).
     How labels were filled is recorded in the pool's history."""
-    model = load_embedder(embedder, options.device)  # fail early, before any scoring
     names = list(rms or table_names(labelled_queries) or DEFAULT_RMS)
+    check_rm_names(names, labelled_queries)  # fail early: before the embedder loads or anything is scored
+    if not any(len(q.candidates) >= 2 for q in labelled_queries):
+        raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
+    model = load_embedder(embedder, options.device)
     queries, labels = _prepared(labelled_queries, names, options)
     pool = build_question_pool(queries, model, rm_names=names, config=config,
                                provenance={**(provenance or {}), "labels": labels}, progress=options.progress)

@@ -17,7 +17,7 @@ from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rm_set import RewardModelSet
 from morkit.reward_models.scoring import fill_missing_scores
-from morkit.selection.methods import DEFAULT_METHOD, SELECTION_METHODS
+from morkit.selection.methods import DEFAULT_METHOD, check_method
 from morkit.selection.selector import Ranking, Selection, Selector
 from morkit.services.scoring import cache_scope
 
@@ -33,7 +33,7 @@ class SelectOptions:
     allow_run: bool = True
 
     def __post_init__(self) -> None:
-        SELECTION_METHODS.get(self.method)  # an unknown method names the known ones
+        check_method(self.method, self.singles_only)  # an unknown method names the known ones
         checks.positive_int(self.k, "k")
 
 

@@ -33,23 +33,22 @@ def default_cache_path() -> Path:
     return cache_dir() / "scores.sqlite"
 
 
+def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None:
+    """Every RM name must be registered or cached under `scores` in the queries; an unknown one lists the known."""
+    known = set(REWARD_MODELS.names()) | set(table_names(queries))
+    for name in names:
+        if isinstance(name, str) and name not in known:
+            raise UnknownRewardModel(name, sorted(known))
+
+
 def resolve_rms(rms: Sequence[str | Any], queries: Sequence[Query], options: ScoringOptions = ScoringOptions(),
                 models: RewardModelSet | None = None) -> list[Any]:
     """RM objects for `rms`: registered names are built, names found only in the queries' cached scores
-    become table RMs, objects are used as they are; an unknown name lists the known ones."""
-    cached = table_names(queries)
+    become table RMs, objects are used as they are."""
+    check_rm_names(rms, queries)
     models = models or RewardModelSet(options)
-    out = []
-    for rm in rms:
-        if not isinstance(rm, str):
-            out.append(rm)
-        elif rm in REWARD_MODELS:
-            out.append(models[rm])
-        elif rm in cached:
-            out.append(TableRewardModel(rm, options.reduction))
-        else:
-            raise UnknownRewardModel(rm, REWARD_MODELS.names() + cached)
-    return out
+    return [rm if not isinstance(rm, str) else models[rm] if rm in REWARD_MODELS
+            else TableRewardModel(rm, options.reduction) for rm in rms]
 
 
 @contextmanager
@@ -85,11 +84,8 @@ def ensure_scores(queries: Sequence[Query], names: Sequence[str], options: Scori
 
     A name that is not registered stays a table of whatever the queries cache (the pool counts the gaps);
     a name neither registered nor cached anywhere is an error."""
-    registered, cached = set(REWARD_MODELS.names()), set(table_names(queries))
-    unknown = [n for n in names if n not in registered and n not in cached]
-    if unknown:
-        raise UnknownRewardModel(unknown[0], sorted(registered | cached))
-    to_run = [n for n in names if n in registered and any(lacks_scores(q, n) for q in queries)]
+    check_rm_names(names, queries)
+    to_run = [n for n in names if n in REWARD_MODELS and any(lacks_scores(q, n) for q in queries)]
     if not to_run:
         return list(queries)
     models = models or RewardModelSet(options)

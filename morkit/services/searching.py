@@ -1,6 +1,6 @@
 """Search as a service: agents answer each query, the pool picks its MoR verifier, each method builds the answer.
 
-    records = morkit.search(queries, pool, agents="agents.toml", methods=["acs", "majority"])
+    records = morkit.run_search(queries, pool, agents="agents.toml", methods=["acs", "majority"])
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.llm.agents import AgentsConfig, load_agents
 from morkit.question_pool.pool import QuestionPool
@@ -24,7 +25,7 @@ def agents_config(agents: AgentsConfig | str | os.PathLike | None) -> AgentsConf
     return agents if isinstance(agents, AgentsConfig) else load_agents(agents)
 
 
-def search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsConfig | str | os.PathLike | None = None,
+def run_search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsConfig | str | os.PathLike | None = None,
            methods: Sequence[str] = (DEFAULT_SEARCH,), options: SearchOptions = SearchOptions(),
            selection: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions(),
            output: str | os.PathLike | None = None) -> list[dict[str, Any]]:
@@ -37,6 +38,10 @@ def search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsConfig
     for name in methods:
         SEARCH_METHODS.get(name)  # an unknown method fails before any work
     config = agents_config(agents)
+    names = [a.name for a in config.agents]
+    if options.sc_agent is not None and options.sc_agent not in names:
+        raise InputError(f"self-consistency agent {options.sc_agent!r} is not in {config.source}; agents: "
+                         + ", ".join(names))
     selector = make_selector(pool, selection, scoring.device)
 
     def bar(items: Any) -> Any:

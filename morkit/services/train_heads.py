@@ -220,6 +220,8 @@ def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *,
     from morkit.reward_models.hf import Truncation
 
     checks.one_of(rm_name, TRAINABLE, "head")
+    checks.share(test_fraction, "test_fraction")
+    checks.non_negative_int(seed, "seed")
     truncation = Truncation(max_tokens=max_tokens)
     untrained = {"smollm2-orm": lambda: SmolLM2ORM(load_smollm2(device), None, truncation=truncation),
                  "minilm-probe": lambda: MiniLMProbe(load_minilm(device), None, truncation=truncation)}

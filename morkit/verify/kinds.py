@@ -23,8 +23,7 @@ class VerifierSetup:
     """What verifier factories may use: the LLM critic, and with a pool its selector, member RMs and cache."""
 
     critic: Verifier
-    pool: Any = None  # morkit.question_pool.pool.QuestionPool
-    selector: Any = None  # morkit.selection.selector.Selector over `pool`
+    selector: Any = None  # morkit.selection.selector.Selector over the pool
     rms: Any = None  # name -> built RM (a RewardModelSet)
     cache: Any = None  # a ScoreCache, or None
 
@@ -34,14 +33,9 @@ def critic(setup: VerifierSetup) -> VerifierFor:
 
 
 def mor(setup: VerifierSetup) -> VerifierFor:
-    from morkit.verify.mor import mor_verifier
+    from morkit.verify.mor import query_verifier
 
-    def verifier(query: Query) -> Verifier:
-        selection = setup.selector.select(query)
-        members = {m: setup.rms[m] for m in selection.choice.ensemble.members}
-        return mor_verifier(selection, setup.pool, members, setup.cache)
-
-    return verifier
+    return lambda query: query_verifier(setup.selector, query, setup.rms, setup.cache)[1]
 
 
 def mor_and_critic(setup: VerifierSetup) -> VerifierFor:

@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query, Verdict
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.reward_models.base import reduce_steps
@@ -33,7 +34,7 @@ class MoRVerifier:
     def __post_init__(self) -> None:
         missing = [m for m in self.ensemble.members if m not in self.rms]
         if missing:
-            raise ValueError(f"no RM given for ensemble members {missing}")
+            raise InputError(f"no RM given for ensemble members {missing}")
         self.name = self.name or f"mor:{self.ensemble.name}"
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
@@ -70,3 +71,10 @@ def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any =
     """The verifier for one query's Selection (see morkit.selection.selector)."""
     return MoRVerifier(selection.choice.ensemble, selection.choice.transform, pool.normalizer, rms,
                        pool.config.reduction, cache)
+
+
+def query_verifier(selector: Any, query: Query, rms: Any, cache: Any = None) -> tuple[Any, MoRVerifier]:
+    """The query's Selection from `selector` and the MoR verifier of its ensemble (member RMs from `rms`)."""
+    selection = selector.select(query)
+    members = {name: rms[name] for name in selection.choice.ensemble.members}
+    return selection, mor_verifier(selection, selector.pool, members, cache)

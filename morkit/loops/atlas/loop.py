@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from morkit.core.errors import LLMError
+from morkit.core.errors import InputError, LLMError
 from morkit.core.grading import extract_answer
 from morkit.llm.base import LLM, SamplingParams
 from morkit.loops.atlas.protocol import (
@@ -90,12 +90,12 @@ class ATLAS:
             solvers = {"default": solvers}
         self.solvers: dict[str, Solver] = {name: as_solver(spec) for name, spec in dict(solvers).items()}
         if not self.solvers:
-            raise ValueError("ATLAS needs at least one solver")
+            raise InputError("ATLAS needs at least one solver")
         for name in self.solvers:
             check_name(name)
         self.default_solver = default_solver or next(iter(self.solvers))
         if self.default_solver not in self.solvers:
-            raise ValueError(f"default solver {self.default_solver!r} is not among {sorted(self.solvers)}")
+            raise InputError(f"default solver {self.default_solver!r} is not among {sorted(self.solvers)}")
         self.orchestrator = orchestrator
         self.verifier = verifier
         self.config = config

@@ -1,6 +1,6 @@
 """ATLAS's data and protocol: configuration, solvers, the orchestrator's ACTION line parser, evidence views.
 
-Kept apart from the loop in atlas.py so the protocol can be read and tested on its own.
+Kept apart from the loop (loop.py) so the protocol can be read and tested on its own.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ _ARG = re.compile(r"([A-Za-z_]+)=(\S+)")
 
 def check_name(name: str) -> None:
     if not _NAME.match(name):
-        raise ValueError(f"name {name!r} cannot be written in the ACTION protocol (letters, digits, _ . - only)")
+        raise InputError(f"name {name!r} cannot be written in the ACTION protocol (letters, digits, _ . - only)")
 
 
 def parse_action(text: str) -> tuple[str, dict[str, str]] | None:
@@ -125,7 +125,7 @@ def as_solver(spec: Any) -> Solver:
         return Solver(*spec)
     if isinstance(spec, LLM):
         return Solver(spec)
-    raise TypeError(f"not a solver spec (Solver, LLM or (llm, params, system)): {spec!r}")
+    raise InputError(f"not a solver spec (Solver, LLM or (llm, params, system)): {spec!r}")
 
 
 SYNTHESIS_SYSTEM = ("You write the final answer to a problem from independent solvers' attempts and their "

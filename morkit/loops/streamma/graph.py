@@ -75,19 +75,19 @@ class Topology:
     def __post_init__(self) -> None:
         n = len(self.downstream)
         if n < 1:
-            raise ValueError("a topology needs at least one agent")
+            raise InputError("a topology needs at least one agent")
         for i, targets in enumerate(self.downstream):
             bad = [t for t in targets if not 0 <= t < n or t == i]
             if bad or len(set(targets)) != len(targets):
-                raise ValueError(f"agent {i}: invalid or repeated downstream agents {list(targets)}")
+                raise InputError(f"agent {i}: invalid or repeated downstream agents {list(targets)}")
         ups = self.upstream
         if ups[0]:
-            raise ValueError("agent 0 is the solver: it cannot have upstream agents")
+            raise InputError("agent 0 is the solver: it cannot have upstream agents")
         orphans = [i for i in range(1, n) if not ups[i]]
         if orphans:
-            raise ValueError(f"agents {orphans} receive no steps (no upstream agent)")
+            raise InputError(f"agents {orphans} receive no steps (no upstream agent)")
         if len(self.order) != n:
-            raise ValueError("the topology has a cycle")
+            raise InputError("the topology has a cycle")
 
     @classmethod
     def chain(cls, agents: int) -> Topology:
@@ -101,7 +101,7 @@ class Topology:
         indices = list(edges) + [t for ts in edges.values() for t in ts]
         n = agents if agents is not None else max(indices, default=0) + 1
         if any(not 0 <= i < n for i in indices):
-            raise ValueError(f"topology names agents outside 0..{n - 1}: {dict(mapping)}")
+            raise InputError(f"topology names agents outside 0..{n - 1}: {dict(mapping)}")
         return cls(tuple(edges.get(i, ()) for i in range(n)))
 
     @property
@@ -160,7 +160,7 @@ class StepSplitter:
 
     def __init__(self, marker: str):
         if not marker:
-            raise ValueError("the end-of-step marker must not be empty")
+            raise InputError("the end-of-step marker must not be empty")
         self.marker = marker
         self.buffer = ""
 

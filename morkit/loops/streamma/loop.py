@@ -18,8 +18,8 @@ A backend that serialises its calls (LocalLLM holds one lock per model for a who
 nothing to overlap: pipelining pays off with one that serves concurrent requests (a vLLM server) or
 with one model per agent.
 
-Modules: `streamma_graph` (settings, topology, messages, step cutting, prompts), `streamma_run` (the
-threads and queues of one run), this one (the loop, its result and the protocol comparison).
+Modules: `graph` (settings, topology, messages, step cutting, prompts), `run` (the threads and queues
+of one run), this one (the loop, its result and the protocol comparison).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
+from morkit.core.errors import InputError
 from morkit.llm.base import LLM
 from morkit.loops.base import Budget, LoopResult, finish, metered_verifier
 from morkit.loops.streamma.graph import (
@@ -54,9 +55,9 @@ class StreamMA:
     def __post_init__(self) -> None:
         graph = self.graph  # validates
         if graph.agents != self.config.agents:
-            raise ValueError(f"topology has {graph.agents} agents, config.agents is {self.config.agents}")
+            raise InputError(f"topology has {graph.agents} agents, config.agents is {self.config.agents}")
         if isinstance(self.llms, Sequence) and len(self.llms) != self.config.agents:
-            raise ValueError(f"{len(self.llms)} LLMs for {self.config.agents} agents")
+            raise InputError(f"{len(self.llms)} LLMs for {self.config.agents} agents")
 
     @property
     def graph(self) -> Topology:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from morkit.core import checks
-from morkit.core.errors import LLMError
+from morkit.core.errors import LLMError, ScoreError
 from morkit.core.grading import answers_equivalent, extract_answer, is_correct
 from morkit.llm.base import LLM, Conversation, SamplingParams
 from morkit.loops.base import (
@@ -261,7 +261,7 @@ class _Run:
             try:
                 verdicts = self.verifier.verify(self.problem, texts, context=texts)
                 if len(verdicts) != len(texts):
-                    raise ValueError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
+                    raise ScoreError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
             except Exception as err:  # noqa: BLE001 - any verifier failure is recorded and that pass skipped
                 self._error(iteration, "verify", err, verification=verification)
                 if isinstance(err, BudgetExhausted):

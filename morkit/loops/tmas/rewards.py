@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
+from morkit.core.errors import InputError
 from morkit.core.grading import answers_equivalent, extract_answer, is_correct
 
 RewardFn = Callable[..., list[float]]
@@ -56,7 +57,7 @@ def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[
             value = kwargs[name]
             values = [value] * size if isinstance(value, (str, bool, int, float)) else list(value)
             if len(values) != size:
-                raise ValueError(f"column {name!r} has {len(values)} values for {size} completions")
+                raise InputError(f"column {name!r} has {len(values)} values for {size} completions")
             return values
     return None
 
@@ -64,7 +65,7 @@ def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[
 def _correct(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool]:
     references = _column(kwargs, ("answer", "reference"), len(completions))
     if references is None:
-        raise ValueError("correctness needs an 'answer' or 'reference' column")
+        raise InputError("correctness needs an 'answer' or 'reference' column")
     return [bool(is_correct(completion_text(c), r)) for c, r in zip(completions, references)]
 
 
@@ -80,7 +81,7 @@ def correctness_reward(prompts: Sequence[Any] | None, completions: Sequence[Any]
 def _bank_bonus(prompts: Sequence[Any] | None, correct: list[bool], used: list[bool], beta: float) -> list[float]:
     keys = [_group_key(p) for p in prompts] if prompts is not None else [""] * len(correct)
     if len(keys) != len(correct):
-        raise ValueError(f"{len(keys)} prompts for {len(correct)} completions")
+        raise InputError(f"{len(keys)} prompts for {len(correct)} completions")
     base: dict[str, list[bool]] = {}
     for key, ok, u in zip(keys, correct, used):
         if not u:
@@ -102,7 +103,7 @@ def bank_bonus_reward(beta: float = DEFAULT_BETA) -> RewardFn:
     def bank_bonus_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float]:
         used = _column(kwargs, ("used_bank",), len(completions))
         if used is None:
-            raise ValueError("the bank bonus needs a 'used_bank' column")
+            raise InputError("the bank bonus needs a 'used_bank' column")
         return _bank_bonus(prompts, _correct(completions, kwargs), [bool(u) for u in used], beta)
 
     return bank_bonus_reward
@@ -116,9 +117,9 @@ def _novel(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool]:
         return [bool(n) for n in novel]
     seen = kwargs.get("seen_answers")
     if seen is None:
-        raise ValueError("novelty needs a 'novel' or a 'seen_answers' column")
+        raise InputError("novelty needs a 'novel' or a 'seen_answers' column")
     if len(seen) != len(completions):
-        raise ValueError(f"column 'seen_answers' has {len(seen)} rows for {len(completions)} completions")
+        raise InputError(f"column 'seen_answers' has {len(seen)} rows for {len(completions)} completions")
     out = []
     for completion, previous in zip(completions, seen):
         answer = extract_answer(completion_text(completion))
@@ -138,7 +139,7 @@ def hybrid_reward(beta: float = DEFAULT_BETA) -> RewardFn:
         correct = _correct(completions, kwargs)
         used = _column(kwargs, ("used_bank",), len(completions))
         if used is None:
-            raise ValueError("the bank bonus needs a 'used_bank' column")
+            raise InputError("the bank bonus needs a 'used_bank' column")
         bonus = _bank_bonus(prompts, correct, [bool(u) for u in used], beta)
         novel = _novel(completions, kwargs)
         return [(1.0 if ok else -1.0) + b + NOVELTY_TABLE[(ok, new)] for ok, b, new in zip(correct, bonus, novel)]

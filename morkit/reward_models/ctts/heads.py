@@ -11,6 +11,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from morkit.core.errors import UnavailableError
+
 
 def mlp_score(hidden: int, out: int) -> nn.Sequential:
     """Qwen RM/PRM and INF-ORM `score`: Linear(h,h) -> ReLU -> Linear(h,out); keys score.0.*, score.2.*."""
@@ -42,7 +44,7 @@ def leaky_mlp_from_state(state: Mapping[str, Any]) -> nn.Sequential:
     """
     linear = sorted(int(k.split(".")[1]) for k in state if k.startswith("network.") and k.endswith(".weight"))
     if not linear:
-        raise ValueError("no network.{i}.weight tensors in the head state")
+        raise UnavailableError("no network.{i}.weight tensors in the head state")
     layers: list[nn.Module] = []
     for index in range(linear[-1] + 1):
         if index in linear:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.core.errors import ScoreError
+from morkit.core.errors import ScoreError, UnavailableError
 from morkit.core.types import Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer, reduce_steps
 from morkit.reward_models.ctts.common import (
@@ -59,7 +59,7 @@ class QwenMathPRM(QwenMathRM):
         self.reduction = reduction
         ids = self.backbone.tokenizer.convert_tokens_to_ids(STEP_TOKEN)
         if ids is None or ids == self.backbone.tokenizer.unk_token_id:
-            raise ValueError(f"tokenizer has no {STEP_TOKEN} token")
+            raise UnavailableError(f"tokenizer has no {STEP_TOKEN} token")
         self.step_id = int(ids)
 
     @staticmethod
