@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
 def build_or_load_pool(args: argparse.Namespace, work: Path):
     from morkit.core import settings
     from morkit.data.datasets import gsm8k_model_solutions
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.reward_models.options import ScoringOptions
     from morkit.services.pools import build_pool
     from morkit.services.scoring import default_cache_path

@@ -63,13 +63,8 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
     tiled to the full size with a little noise."""
     import numpy as np
 
-    from morkit.question_pool.pool import (
-        PoolConfig,
-        ensemble_statistics,
-        fit_ensembles,
-        index_vectors,
-        pool_rows,
-    )
+    from morkit.question_pool.pool import PoolConfig, fit_ensembles, index_vectors
+    from morkit.question_pool.rows import ensemble_statistics, pool_rows
 
     config = PoolConfig()
     t: dict[str, float] = {}
@@ -170,7 +165,8 @@ def main() -> None:
     from morkit.core import settings
     from morkit.data.datasets import gsm8k_model_solutions, rewardmath_rm_scores
     from morkit.question_pool.ensembles import weight_matrix
-    from morkit.question_pool.pool import PoolConfig, fit_ensembles, pool_rows
+    from morkit.question_pool.pool import PoolConfig, fit_ensembles
+    from morkit.question_pool.rows import pool_rows
     from morkit.reward_models.table import table_names
 
     load = os.getloadavg()[0]

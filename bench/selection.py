@@ -198,7 +198,8 @@ def single_hits(queries, rm_names, reduction: str = "min"):
 def run_accuracy(ds: Dataset, args, embedder) -> None:
     import numpy as np
 
-    from morkit.question_pool.pool import PoolConfig, build_pool, nanmean_columns
+    from morkit.question_pool.pool import PoolConfig, build_pool
+    from morkit.question_pool.rows import nanmean_columns
     from morkit.selection.selector import Selector
 
     queries, rms = ds.queries, ds.rm_names
@@ -316,7 +317,7 @@ def replicated_pool(base, size: int, ensembles: int, noise: float, seed: int):
     import numpy as np
 
     from morkit.question_pool.index import build_index
-    from morkit.question_pool.pool import PoolQuestion
+    from morkit.question_pool.rows import PoolQuestion
 
     q = len(base)
     take = np.arange(size) % q

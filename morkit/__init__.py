@@ -32,7 +32,7 @@ _EXPORTS = {
     "ScoreCache": "morkit.reward_models.cache", "score": "morkit.services.scoring",
     # question pools
     "QuestionPool": "morkit.question_pool.pool", "PoolConfig": "morkit.question_pool.pool",
-    "load_pool": "morkit.question_pool.store", "build_pool": "morkit.services.pools",
+    "load_pool": "morkit.question_pool.pool", "build_pool": "morkit.services.pools",
     "add_to_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
     "Selector": "morkit.selection.selector", "SELECTION_METHODS": "morkit.selection.methods",

@@ -11,7 +11,7 @@ from morkit.cli import main
 from morkit.core.errors import UnavailableError
 from morkit.core.types import Candidate, Query
 from morkit.question_pool.labels import fill_labels
-from morkit.question_pool.store import load_pool
+from morkit.question_pool.pool import load_pool
 
 
 def test_real_embedder_gives_unit_vectors_and_sensible_neighbours(embedder):

@@ -24,9 +24,9 @@ from morkit.question_pool.pool import (
     add_questions,
     build_pool,
     ensemble_statistics,
+    load_pool,
 )
 from morkit.question_pool.prr import best_of_n_matrix, prr, prr_matrix
-from morkit.question_pool.store import load_pool, save_pool
 
 
 def pair_loop_prr(scores, correct) -> float:
@@ -142,7 +142,7 @@ def test_no_usable_questions_and_no_scores_are_errors(hash_embedder):
 def test_store_round_trip_and_atomic_replace(tmp_path, hash_embedder, monkeypatch):
     pool = build_pool(small_queries(), hash_embedder, provenance={"inputs": [{"dataset": "unit"}]})
     target = tmp_path / "pools" / "pool"
-    save_pool(pool, target)
+    pool.save(target)
     again = load_pool(target)
     for name in ("scores", "correct", "valid", "prr", "top1", "embeddings"):
         assert np.array_equal(getattr(pool, name), getattr(again, name), equal_nan=True), name
@@ -160,7 +160,7 @@ def test_store_round_trip_and_atomic_replace(tmp_path, hash_embedder, monkeypatc
 
     monkeypatch.setattr(store, "write_index", broken)
     with pytest.raises(OSError):
-        save_pool(pool, target)
+        pool.save(target)
     assert load_pool(target).questions == pool.questions  # the old pool is intact
     assert sorted(p.name for p in target.parent.iterdir()) == ["pool"]  # no temp dirs left
 
@@ -172,24 +172,24 @@ def test_load_errors_say_what_is_wrong(tmp_path, hash_embedder):
     with pytest.raises(InputError, match="not a pool directory"):
         load_pool(tmp_path / "empty")
     pool = build_pool(small_queries(), hash_embedder)
-    save_pool(pool, tmp_path / "p")
+    pool.save(tmp_path / "p")
     header = json.loads((tmp_path / "p" / "pool.json").read_text())
     np.save(tmp_path / "p" / "prr.npy", np.zeros((3, 2), np.float32))
     with pytest.raises(InputError, match=r"prr.npy: shape \(3, 2\)"):
         load_pool(tmp_path / "p")
-    save_pool(pool, tmp_path / "p")
+    pool.save(tmp_path / "p")
     header["format_version"] = 99
     (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
     with pytest.raises(InputError, match="format version 99"):
         load_pool(tmp_path / "p")
-    save_pool(pool, tmp_path / "p")
+    pool.save(tmp_path / "p")
     (tmp_path / "p" / "index.faiss").unlink()
     with pytest.raises(InputError, match="missing FAISS index"):
         load_pool(tmp_path / "p")
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "thesis.tex").write_text("precious")
     with pytest.raises(InputError, match="not a pool directory"):
-        save_pool(pool, tmp_path / "user")
+        pool.save(tmp_path / "user")
 
 
 @pytest.mark.parametrize("damage,match", [
@@ -204,7 +204,7 @@ def test_load_errors_say_what_is_wrong(tmp_path, hash_embedder):
     (lambda d: (d / "scores.npy").write_bytes(b"garbage"), r"scores.npy: unreadable array"),
 ])
 def test_corrupt_pool_files_are_input_errors_naming_the_file(tmp_path, hash_embedder, damage, match):
-    save_pool(build_pool(small_queries(), hash_embedder), tmp_path / "p")
+    build_pool(small_queries(), hash_embedder).save(tmp_path / "p")
     damage(tmp_path / "p")
     with pytest.raises(InputError, match=match):
         load_pool(tmp_path / "p")

@@ -12,7 +12,6 @@ from morkit.cli import main
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.question_pool.pool import PoolConfig, build_pool
-from morkit.question_pool.store import save_pool
 from morkit.selection.base import Neighbours
 from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
@@ -172,13 +171,12 @@ def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_di
 
 
 def test_stacker_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
-    from morkit.question_pool.pool import add_questions
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import add_questions, load_pool
     from morkit.selection import stacker as stacker_module
     from morkit.selection.stacker import with_stored_stacker
 
     pool = with_stored_stacker(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
-    save_pool(pool, tmp_path / "p")
+    pool.save(tmp_path / "p")
     loaded = load_pool(tmp_path / "p")
     calls = []
     monkeypatch.setattr(stacker_module, "fit_stacker", lambda *a, **k: calls.append(a) or pytest.fail("refit"))

@@ -31,7 +31,7 @@ def cmd_loop(args: argparse.Namespace) -> int:
     from morkit.data.jsonl import write_jsonl
     from morkit.loops.base import Budget
     from morkit.loops.registry import LoopOptions
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.services.looping import run_loop
 
     started = time.perf_counter()

@@ -54,7 +54,7 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
 
 
 def cmd_pool_add(args: argparse.Namespace) -> int:
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.services.pools import add_to_pool
 
     pool = load_pool(args.pool)
@@ -72,7 +72,7 @@ def _fmt(value: float) -> str:
 
 
 def cmd_pool_info(args: argparse.Namespace) -> int:
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
 
     info = load_pool(args.pool).summary(args.top)
     if args.json:
@@ -100,8 +100,8 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
 
 
 def cmd_pool_report(args: argparse.Namespace) -> int:
+    from morkit.question_pool.pool import load_pool
     from morkit.question_pool.report import write_report
-    from morkit.question_pool.store import load_pool
 
     path = write_report(load_pool(args.pool), args.output)
     print(f"report -> {path}", file=sys.stderr)

@@ -20,7 +20,7 @@ from morkit.cli.args import (
 
 def cmd_search(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.search.methods import DEFAULT_SEARCH, SearchOptions
     from morkit.services.searching import run_search
 

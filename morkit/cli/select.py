@@ -20,7 +20,7 @@ from morkit.cli.args import (
 def cmd_select(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.services.routing import select
 
     started = time.perf_counter()
@@ -35,7 +35,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 def cmd_rank(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
-    from morkit.question_pool.store import load_pool
+    from morkit.question_pool.pool import load_pool
     from morkit.services.routing import rank
 
     started = time.perf_counter()

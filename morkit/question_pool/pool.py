@@ -27,26 +27,29 @@ from morkit.question_pool.ensembles import (
     WEIGHTINGS,
     Ensemble,
     Normalizer,
-    combine,
     enumerate_ensembles,
-    weight_matrix,
 )
 from morkit.question_pool.index import IndexConfig, build_index, recall_at_k
-from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
-from morkit.reward_models.base import REDUCTIONS, reduce_steps
+from morkit.question_pool.rows import (
+    PoolQuestion,
+    PoolRows,
+    ensemble_statistics,
+    nanmean_columns,
+    pool_rows,
+)
+from morkit.question_pool.store import (
+    ARRAYS,
+    SHAPE_ERRORS,
+    PoolFiles,
+    read_pool_files,
+    write_pool_files,
+)
+from morkit.reward_models.base import REDUCTIONS
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 RECALL_K = 100
-
-
-@dataclass(frozen=True)
-class PoolQuestion:
-    id: str
-    question: str
-    domain: str
-    n_candidates: int
+_STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version")
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,11 @@ class QuestionPool:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the pool directory atomically (see morkit.question_pool.store)."""
-        from morkit.question_pool.store import save_pool
-
-        return save_pool(self, path)
+        header = {**self.meta, "rm_names": list(self.rm_names), "config": self.config.to_json(),
+                  "normalizer": self.normalizer.to_json(), "global_prr": dict(self.global_prr),
+                  "ensembles": [e.to_json() for e in self.ensembles]}
+        arrays = {name: getattr(self, name) for name in ARRAYS}
+        return write_pool_files(PoolFiles(header, self.questions, arrays, self.index), path)
 
     def add(self, queries: Sequence[Query], *, embedder: SentenceEmbedder | None = None,
             progress: bool = False) -> "QuestionPool":
@@ -152,84 +157,6 @@ class QuestionPool:
                       "best_of_n": r["best_of_n"]}
                      for r in sorted(table, key=by_prr)[:top]],
         }
-
-
-def nanmean_columns(values: np.ndarray) -> np.ndarray:
-    """Column means ignoring NaN; an all-NaN column gives NaN without a warning."""
-    values = np.asarray(values, dtype=np.float64)
-    counts = (~np.isnan(values)).sum(axis=0)
-    sums = np.nansum(values, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / counts, np.nan)
-
-
-@dataclass(frozen=True)
-class PoolRows:
-    """Queries turned into padded arrays, plus what was skipped and why."""
-
-    questions: tuple[PoolQuestion, ...]
-    scores: np.ndarray
-    correct: np.ndarray
-    valid: np.ndarray
-    skipped: Mapping[str, list[str]]
-    missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
-
-
-def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> PoolRows:
-    """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped."""
-    kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
-    for query in queries:
-        if len(query.candidates) < 2:
-            skipped["fewer_than_two_candidates"].append(query.id)
-        elif not query.labelled:
-            skipped["unlabelled"].append(query.id)
-        else:
-            kept.append(query)
-    for reason, ids in skipped.items():
-        if ids:
-            log.warning("skipped %d queries (%s), e.g. %s", len(ids), reason.replace("_", " "), ids[0])
-    n = max([width] + [len(q.candidates) for q in kept])
-    scores = np.full((len(kept), n, len(rm_names)), np.nan)
-    correct = np.zeros((len(kept), n), dtype=bool)
-    valid = np.zeros((len(kept), n), dtype=bool)
-    missing = dict.fromkeys(rm_names, 0)
-    for qi, query in enumerate(kept):
-        for ci, cand in enumerate(query.candidates):
-            valid[qi, ci] = True
-            correct[qi, ci] = bool(cand.correct)
-            for r, name in enumerate(rm_names):
-                value = cand.scores.get(name)
-                if value is not None:
-                    scores[qi, ci, r] = reduce_steps(value, reduction) if isinstance(value, tuple) else value
-        for r, name in enumerate(rm_names):
-            missing[name] += int(np.isnan(scores[qi, : len(query.candidates), r]).any())
-    for name, count in missing.items():
-        if count:
-            log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
-                        name, count)
-    questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
-    return PoolRows(questions, scores, correct, valid, skipped, missing)
-
-
-def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
-                        rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
-                        progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions.
-
-    The default chunk keeps each (questions x candidates x ensembles) temporary near 4M values."""
-    from tqdm import tqdm
-
-    chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
-    weights = weight_matrix(ensembles, rm_names)
-    normalised = normalizer.apply(rm_names, scores)
-    prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
-    top1 = np.empty_like(prr)
-    for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
-        part = slice(start, start + chunk)
-        combined = combine(normalised[part], weights)
-        prr[part] = prr_matrix(combined, correct[part], valid[part])
-        top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
-    return prr, top1
 
 
 def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
@@ -283,7 +210,6 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = {
-        "format_version": FORMAT_VERSION,
         "revision": 1,
         "created": now,
         "updated": now,
@@ -345,3 +271,29 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
                    valid=np.concatenate([widen(pool.valid, False), rows.valid]),
                    prr=np.concatenate([pool.prr, prr]), top1=np.concatenate([pool.top1, top1]),
                    embeddings=embeddings, index=index, meta=meta)
+
+
+def load_pool(path: str | os.PathLike) -> QuestionPool:
+    """Read a pool directory (morkit pool build); every problem is an InputError naming the file."""
+    files = read_pool_files(path)
+    header, arrays = files.header, files.arrays
+    try:
+        return QuestionPool(
+            questions=files.questions,
+            rm_names=tuple(str(n) for n in header["rm_names"]),
+            scores=arrays["scores"],
+            correct=arrays["correct"].astype(bool),
+            valid=arrays["valid"].astype(bool),
+            normalizer=Normalizer.from_json(header["normalizer"]),
+            global_prr={k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()},
+            ensembles=tuple(Ensemble.from_json(e) for e in header["ensembles"]),
+            prr=arrays["prr"],
+            top1=arrays["top1"],
+            embeddings=arrays["embeddings"],
+            index=files.index,
+            config=PoolConfig.from_json(header["config"]),
+            meta={k: v for k, v in header.items() if k not in _STORED_APART},
+        )
+    except SHAPE_ERRORS as exc:
+        raise InputError(f"malformed pool header ({type(exc).__name__}: {exc})",
+                         path=str(Path(path) / "pool.json")) from exc

@@ -18,7 +18,8 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data.jsonl import atomic_path
-from morkit.question_pool.pool import QuestionPool, nanmean_columns
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import nanmean_columns
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}

@@ -1,8 +1,10 @@
-"""The versioned pool directory: pool.json, questions.jsonl, arrays as .npy, index.faiss.
+"""The versioned pool directory on disk: pool.json, questions.jsonl, arrays as .npy, index.faiss.
 
-A save writes a complete temporary directory beside the target and renames it into place, so a
-reader sees the old pool or the new one, never half of each. A load checks the format version and
-every array's shape against pool.json and says which file is wrong.
+This module knows files, not pool objects: `write_pool_files` writes a PoolFiles atomically (a
+complete temporary directory beside the target, renamed into place, so a reader sees the old pool or
+the new one, never half of each), and `read_pool_files` checks the format version, the header's keys,
+every array's shape and the index, naming the file that is wrong. morkit.question_pool.pool turns
+them into a QuestionPool and back.
 """
 
 from __future__ import annotations
@@ -11,50 +13,53 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data.jsonl import read_jsonl
-from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.question_pool.index import read_index, write_index
-from morkit.question_pool.pool import (
-    FORMAT_VERSION,
-    PoolConfig,
-    PoolQuestion,
-    QuestionPool,
-)
+from morkit.question_pool.rows import PoolQuestion
 
+FORMAT_VERSION = 1
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
+HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
+               "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
+SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
-def save_pool(pool: QuestionPool, path: str | os.PathLike) -> Path:
-    """Write the pool to `path` atomically (replacing an older pool there, never another directory)."""
+@dataclass(frozen=True)
+class PoolFiles:
+    """A pool directory's contents: the header (pool.json), the questions, the arrays by name, the index."""
+
+    header: Mapping[str, Any]
+    questions: tuple[PoolQuestion, ...]
+    arrays: Mapping[str, np.ndarray]
+    index: Any
+
+
+def write_pool_files(files: PoolFiles, path: str | os.PathLike) -> Path:
+    """Write a pool directory at `path` atomically (replacing an older pool there, never another directory)."""
     target = Path(path)
     if target.exists() and not (target / "pool.json").is_file() and any(target.iterdir()):
         raise InputError("exists and is not a pool directory; refusing to replace it", path=str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        header = {
-            **pool.meta,
-            "rm_names": list(pool.rm_names),
-            "config": pool.config.to_json(),
-            "normalizer": pool.normalizer.to_json(),
-            "global_prr": dict(pool.global_prr),
-            "ensembles": [e.to_json() for e in pool.ensembles],
-            "shapes": {name: list(getattr(pool, name).shape) for name in ARRAYS},
-        }
-        (staging / "pool.json").write_text(json.dumps(_json_safe(header), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        header = {**files.header, "format_version": FORMAT_VERSION,
+                  "shapes": {name: list(files.arrays[name].shape) for name in ARRAYS}}
+        text = json.dumps(_json_safe(header), indent=1, allow_nan=False)
+        (staging / "pool.json").write_text(text + "\n", encoding="utf-8")
         with open(staging / "questions.jsonl", "w", encoding="utf-8") as out:
-            for q in pool.questions:
+            for q in files.questions:
                 out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
                                       "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
         for name in ARRAYS:
-            np.save(staging / f"{name}.npy", getattr(pool, name), allow_pickle=False)
-        write_index(pool.index, staging / "index.faiss")
+            np.save(staging / f"{name}.npy", files.arrays[name], allow_pickle=False)
+        write_index(files.index, staging / "index.faiss")
         os.chmod(staging, 0o755)
         old = None
         if target.exists():
@@ -84,11 +89,6 @@ def _check(condition: bool, path: Path, message: str) -> None:
         raise InputError(message, path=str(path))
 
 
-HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
-               "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
-_SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
-
-
 def _header(path: Path) -> dict[str, Any]:
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
@@ -108,7 +108,7 @@ def _questions(path: Path) -> tuple[PoolQuestion, ...]:
     for line, o in read_jsonl(path):
         try:
             out.append(PoolQuestion(str(o["id"]), str(o["question"]), str(o["domain"]), int(o["n_candidates"])))
-        except _SHAPE_ERRORS as exc:
+        except SHAPE_ERRORS as exc:
             raise InputError(f"not a pool question ({type(exc).__name__}: {exc})", path=str(path), line=line) from exc
     return tuple(out)
 
@@ -124,9 +124,9 @@ def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-def load_pool(path: str | os.PathLike) -> QuestionPool:
-    """Read a pool directory; a missing or corrupt file, another format version or a wrong shape is an
-    InputError naming the file."""
+def read_pool_files(path: str | os.PathLike) -> PoolFiles:
+    """Read and check a pool directory; a missing or corrupt file, another format version or a wrong shape
+    is an InputError naming the file."""
     root = Path(path)
     header_path = root / "pool.json"
     _check(root.is_dir(), root, "no such pool directory")
@@ -137,7 +137,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in ARRAYS}
         n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
         dim = int(header["embedder"]["dim"])
-    except _SHAPE_ERRORS as exc:
+    except SHAPE_ERRORS as exc:
         raise InputError(f"malformed shapes, RM names, ensembles or embedder: {exc}", path=str(header_path)) from exc
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
               "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
@@ -154,27 +154,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(index_file)) from exc
     _check(index.ntotal == n_q and index.d == dim, index_file,
            f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
-    meta = {k: v for k, v in header.items()
-            if k not in ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes")}
-    try:
-        return QuestionPool(
-            questions=questions,
-            rm_names=tuple(str(n) for n in header["rm_names"]),
-            scores=arrays["scores"],
-            correct=arrays["correct"].astype(bool),
-            valid=arrays["valid"].astype(bool),
-            normalizer=Normalizer.from_json(header["normalizer"]),
-            global_prr={k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()},
-            ensembles=tuple(Ensemble.from_json(e) for e in header["ensembles"]),
-            prr=arrays["prr"],
-            top1=arrays["top1"],
-            embeddings=arrays["embeddings"],
-            index=index,
-            config=PoolConfig.from_json(header["config"]),
-            meta=meta,
-        )
-    except _SHAPE_ERRORS as exc:
-        raise InputError(f"malformed pool header ({type(exc).__name__}: {exc})", path=str(header_path)) from exc
+    return PoolFiles(header, questions, arrays, index)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from morkit.core import checks
-from morkit.question_pool.pool import QuestionPool, nanmean_columns
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import nanmean_columns
 from morkit.selection.base import Choice, Neighbours
 
 CRITERIA = ("prr", "top1")

@@ -1,0 +1,105 @@
+"""Build phases on arrays: labelled queries -> padded member-score arrays, and PRR / best-of-n per ensemble.
+
+These are the steps `build_pool` and `add_questions` share, public so a benchmark can time each one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from morkit.core.types import Query
+from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, weight_matrix
+from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
+from morkit.reward_models.base import reduce_steps
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolQuestion:
+    id: str
+    question: str
+    domain: str
+    n_candidates: int
+
+
+def nanmean_columns(values: np.ndarray) -> np.ndarray:
+    """Column means ignoring NaN; an all-NaN column gives NaN without a warning."""
+    values = np.asarray(values, dtype=np.float64)
+    counts = (~np.isnan(values)).sum(axis=0)
+    sums = np.nansum(values, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
+
+
+@dataclass(frozen=True)
+class PoolRows:
+    """Queries turned into padded arrays, plus what was skipped and why."""
+
+    questions: tuple[PoolQuestion, ...]
+    scores: np.ndarray
+    correct: np.ndarray
+    valid: np.ndarray
+    skipped: Mapping[str, list[str]]
+    missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
+
+
+def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> PoolRows:
+    """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped."""
+    kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
+    for query in queries:
+        if len(query.candidates) < 2:
+            skipped["fewer_than_two_candidates"].append(query.id)
+        elif not query.labelled:
+            skipped["unlabelled"].append(query.id)
+        else:
+            kept.append(query)
+    for reason, ids in skipped.items():
+        if ids:
+            log.warning("skipped %d queries (%s), e.g. %s", len(ids), reason.replace("_", " "), ids[0])
+    n = max([width] + [len(q.candidates) for q in kept])
+    scores = np.full((len(kept), n, len(rm_names)), np.nan)
+    correct = np.zeros((len(kept), n), dtype=bool)
+    valid = np.zeros((len(kept), n), dtype=bool)
+    missing = dict.fromkeys(rm_names, 0)
+    for qi, query in enumerate(kept):
+        for ci, cand in enumerate(query.candidates):
+            valid[qi, ci] = True
+            correct[qi, ci] = bool(cand.correct)
+            for r, name in enumerate(rm_names):
+                value = cand.scores.get(name)
+                if value is not None:
+                    scores[qi, ci, r] = reduce_steps(value, reduction) if isinstance(value, tuple) else value
+        for r, name in enumerate(rm_names):
+            missing[name] += int(np.isnan(scores[qi, : len(query.candidates), r]).any())
+    for name, count in missing.items():
+        if count:
+            log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
+                        name, count)
+    questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
+    return PoolRows(questions, scores, correct, valid, skipped, missing)
+
+
+def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
+                        rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
+                        progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions.
+
+    The default chunk keeps each (questions x candidates x ensembles) temporary near 4M values."""
+    from tqdm import tqdm
+
+    chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
+    weights = weight_matrix(ensembles, rm_names)
+    normalised = normalizer.apply(rm_names, scores)
+    prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
+    top1 = np.empty_like(prr)
+    for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
+        part = slice(start, start + chunk)
+        combined = combine(normalised[part], weights)
+        prr[part] = prr_matrix(combined, correct[part], valid[part])
+        top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
+    return prr, top1
