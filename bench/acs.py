@@ -94,7 +94,8 @@ def main() -> int:
     from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.rm_set import RewardModelSet
     from morkit.search.run import SearchRunner
-    from morkit.services.routing import SelectOptions, make_selector
+    from morkit.selection.methods import SelectOptions
+    from morkit.services.routing import make_selector
     from morkit.services.scoring import default_cache_path
 
     work = Path(args.work)

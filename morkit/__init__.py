@@ -36,7 +36,7 @@ _EXPORTS = {
     "add_to_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
     "Selector": "morkit.selection.selector", "SELECTION_METHODS": "morkit.selection.methods",
-    "SelectOptions": "morkit.services.routing", "select": "morkit.services.routing", "rank": "morkit.services.routing",
+    "SelectOptions": "morkit.selection.methods", "select": "morkit.services.routing", "rank": "morkit.services.routing",
     # verifiers
     "Verifier": "morkit.verify.base", "MoRVerifier": "morkit.verify.mor", "mor_verifier": "morkit.verify.mor",
     "LLMVerifier": "morkit.verify.critic", "CombinedVerifier": "morkit.verify.combined",

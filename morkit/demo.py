@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence, TextIO
@@ -41,7 +41,7 @@ class DemoOptions:
     examples: int = 3
     searches: int = 1  # live part: packaged questions the agents answer (each ~a minute on 2 CPU cores)
     seed: int = 0
-    out: TextIO = field(default=sys.stdout, compare=False)
+    out: TextIO | None = field(default=None, compare=False)  # None: sys.stdout when the demo runs
 
 
 def sample_path(name: str = "sample.jsonl") -> Path:
@@ -54,6 +54,8 @@ def _short(text: str, width: int) -> str:
 
 
 def run_demo(options: DemoOptions = DemoOptions()) -> int:
+    if options.out is None:
+        options = replace(options, out=sys.stdout)
     started = time.perf_counter()
     routing_demo(options)
     if options.live:
@@ -193,8 +195,8 @@ def search_demo(pool_queries: Sequence[Query], options: DemoOptions) -> None:
     """A pool from the scored sample, PRES per query, local agents, ACS with its trace."""
     from morkit.core.grading import is_correct
     from morkit.reward_models.options import ScoringOptions
+    from morkit.selection.methods import SelectOptions
     from morkit.services.pools import build_pool
-    from morkit.services.routing import SelectOptions
     from morkit.services.searching import run_search
 
     out = options.out

@@ -117,7 +117,7 @@ def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> No
 
 
 def select_options(args: argparse.Namespace) -> Any:
-    from morkit.services.routing import SelectOptions
+    from morkit.selection.methods import SelectOptions
 
     return SelectOptions(method=args.selection, k=args.k, singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False))

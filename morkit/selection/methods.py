@@ -8,6 +8,9 @@ A method implements `choose(neighbours, available) -> Choice` (see morkit.select
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 
@@ -32,3 +35,18 @@ SELECTION_METHODS = Registry("selection method", [
     Entry("pres-top1", "morkit.selection.pres:pres_top1",
           "the PRES rule on each neighbour's best-of-n hit instead of PRR", {"singles_only": True}),
 ])
+
+
+@dataclass(frozen=True)
+class SelectOptions:
+    """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, and whether
+    registered pool RMs may run on candidates that have text but no cached scores."""
+
+    method: str = DEFAULT_METHOD
+    k: int = 100
+    singles_only: bool = False
+    allow_run: bool = True
+
+    def __post_init__(self) -> None:
+        check_method(self.method, self.singles_only)  # an unknown method names the known ones
+        checks.positive_int(self.k, "k")

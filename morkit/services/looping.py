@@ -16,7 +16,8 @@ from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rm_set import RewardModelSet
-from morkit.services.routing import SelectOptions, make_selector
+from morkit.selection.methods import SelectOptions
+from morkit.services.routing import make_selector
 from morkit.services.scoring import cache_scope
 from morkit.services.searching import agents_config
 from morkit.verify.critic import LLMVerifier

@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
-from morkit.core import checks
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.pool import QuestionPool
@@ -17,24 +15,9 @@ from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rm_set import RewardModelSet
 from morkit.reward_models.scoring import fill_missing_scores
-from morkit.selection.methods import DEFAULT_METHOD, check_method
+from morkit.selection.methods import SelectOptions
 from morkit.selection.selector import Ranking, Selection, Selector
 from morkit.services.scoring import cache_scope
-
-
-@dataclass(frozen=True)
-class SelectOptions:
-    """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, and whether
-    registered pool RMs may run on candidates that have text but no cached scores."""
-
-    method: str = DEFAULT_METHOD
-    k: int = 100
-    singles_only: bool = False
-    allow_run: bool = True
-
-    def __post_init__(self) -> None:
-        check_method(self.method, self.singles_only)  # an unknown method names the known ones
-        checks.positive_int(self.k, "k")
 
 
 def runnable_rms(pool: QuestionPool) -> list[str]:

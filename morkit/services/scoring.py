@@ -47,8 +47,13 @@ def resolve_rms(rms: Sequence[str | Any], queries: Sequence[Query], options: Sco
     become table RMs, objects are used as they are."""
     check_rm_names(rms, queries)
     models = models or RewardModelSet(options)
-    return [rm if not isinstance(rm, str) else models[rm] if rm in REWARD_MODELS
-            else TableRewardModel(rm, options.reduction) for rm in rms]
+
+    def built(rm: str | Any) -> Any:
+        if not isinstance(rm, str):
+            return rm
+        return models[rm] if rm in REWARD_MODELS else TableRewardModel(rm, options.reduction)
+
+    return [built(rm) for rm in rms]
 
 
 @contextmanager

@@ -16,7 +16,8 @@ from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rm_set import RewardModelSet
 from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS, SearchOptions
 from morkit.search.run import SearchRunner, run_all
-from morkit.services.routing import SelectOptions, make_selector
+from morkit.selection.methods import SelectOptions
+from morkit.services.routing import make_selector
 from morkit.services.scoring import cache_scope
 
 
