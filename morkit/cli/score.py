@@ -17,8 +17,6 @@ from morkit.cli.args import (
     scoring_options,
 )
 
-_SHORT_MISSING = {"packages": "no: packages", "head": "no: head", "weights": "no: weights"}
-
 
 def _gpu(info: Any) -> str:
     return f"{info.gpu_gib:.0f} GiB" if info.gpu_gib else "-"
@@ -26,7 +24,7 @@ def _gpu(info: Any) -> str:
 
 def _available(info: Any) -> str:
     if info.missing_what:
-        return _SHORT_MISSING.get(info.missing_what, "no")
+        return f"no: {info.missing_what}"
     return "yes, with options" if info.options else "yes"
 
 

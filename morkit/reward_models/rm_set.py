@@ -6,7 +6,7 @@ of each and lets the caller release them all when done.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from morkit.reward_models.catalog import REWARD_MODELS, load_rm
 from morkit.reward_models.options import ScoringOptions
@@ -25,12 +25,6 @@ class RewardModelSet:
         return self._built[name]
 
     __getitem__ = get
-
-    def many(self, names: Iterable[str]) -> dict[str, Any]:
-        return {name: self.get(name) for name in names}
-
-    def built(self) -> list[str]:
-        return list(self._built)
 
     def release(self) -> None:
         """Forget every built RM (their models go once nothing else holds them)."""

@@ -124,7 +124,6 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
     return out
 
 
-
 def lacks_scores(query: Query, name: str) -> bool:
     """Whether some candidate of the query has no cached score of RM `name`."""
     return any(name not in c.scores for c in query.candidates)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from morkit.core import settings
 from morkit.core.errors import InputError, UnavailableError
 
-DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+"""Names a user may give (besides auto) -> the torch dtype's attribute name."""
 
 
 def resolve_device(preference: str | None = None) -> str:
@@ -44,8 +46,6 @@ def resolve_dtype(device: str, preference: str | None = None):
     choice = preference or settings.dtype_preference()
     if choice == "auto":
         return torch.float32 if device.startswith("cpu") else torch.bfloat16
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if choice not in table:
-        raise InputError(f"unknown dtype {choice!r}; use one of {', '.join(DTYPES)}")
-    return table[choice]
+    if choice not in DTYPES:
+        raise InputError(f"unknown dtype {choice!r}; use one of {', '.join(('auto', *DTYPES))}")
+    return getattr(torch, DTYPES[choice])
