@@ -80,12 +80,15 @@ def test_values_follow_candidates_and_duplicates_scored_once():
     assert len(rm.calls) == 1
 
 
-def test_chunks_are_length_sorted_and_bounded():
+def test_chunks_keep_a_question_together_and_are_bounded():
     rm = FakeRM()
     score_queries(sample(), [rm], chunk=3)
     assert [len(c) for c in rm.calls] == [3, 3, 1]
-    lengths = [len(a) + len(qq) for qq, a in rm.pairs_seen]
-    assert lengths == sorted(lengths)
+    questions = [q for q, _ in rm.pairs_seen]
+    assert questions == sorted(questions)  # a question's candidates are neighbours (prefix reuse)
+    for question in set(questions):  # and shortest answer first within a question
+        lengths = [len(a) for q, a in rm.pairs_seen if q == question]
+        assert lengths == sorted(lengths)
 
 
 def test_two_rms_and_step_scores():

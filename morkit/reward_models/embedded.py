@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from morkit.core.errors import UnavailableError
-from morkit.reward_models.heads import LogisticHead, load_packaged_head
+from morkit.reward_models.base import is_empty_answer
+from morkit.reward_models.heads import LogisticHead, head_cache_key, load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
 from morkit.runtime import models
@@ -65,8 +66,7 @@ class FeatureHeadRM(PooledRM):
 
     @property
     def cache_key(self) -> str:
-        info = self.trained_head.info if self.trained_head else {}
-        return f"{self.name}@{info.get('sha256', 'untracked')}"
+        return head_cache_key(self.name, self.trained_head)
 
 
 class SmolLM2ORM(FeatureHeadRM):
@@ -86,6 +86,7 @@ class MiniLMProbe(FeatureHeadRM):
     name = "minilm-probe"
     kind = "orm"
     head_name = "minilm-probe"
+    causal = False  # a bidirectional encoder: no prefix reuse
 
     def render(self, question: str, answer: str) -> list[int]:
         return self.backbone.tokenizer(question, answer, verbose=False)["input_ids"]
@@ -147,3 +148,41 @@ __all__ = [
     "Batching", "MiniLMProbe", "SmolLM2Judge", "SmolLM2ORM", "Truncation",
     "load_minilm", "load_smollm2", "minilm_probe", "smollm2_judge", "smollm2_orm",
 ]
+
+
+def engine_spec(name: str, options: Any = None) -> Any:
+    """The EngineSpec of `smollm2-orm` or `smollm2-judge` on vLLM: the checkpoint as a raw last-token
+    embedder, with morkit's head (the trained probe, or the yes/no rows of the tied embeddings) on top."""
+    from transformers import AutoTokenizer
+
+    from morkit.core.types import Score
+    from morkit.reward_models.ctts.common import read_tensors
+    from morkit.reward_models.engine_rm import EngineSpec
+    from morkit.reward_models.pooling_io import row_of
+    from morkit.runtime import assets
+
+    root = assets.smollm2_checkpoint()
+    tokenizer = AutoTokenizer.from_pretrained(root)
+    if name == "smollm2-orm":
+        head = load_packaged_head("smollm2-orm")
+
+        def finish(data: Any) -> Score:
+            return Score(float(head.probabilities(np.asarray([row_of(data, None)]))[0]))
+
+        return EngineSpec(name=name, cache_key=head_cache_key(name, head), kind="orm",
+                          model_dir=root, pooling="embed", render=lambda q, a: chat_ids(tokenizer, q, a),
+                          tokenizer=tokenizer, max_context=2048, finish=finish,
+                          not_shown=lambda a: Score(0.0) if is_empty_answer(a) else None)
+    judge = SmolLM2Judge(Backbone(None, tokenizer, "cpu"))  # its rendering and answer ids need no model
+    yes, no = judge._answer_ids["yes"], judge._answer_ids["no"]
+    embeddings = read_tensors(root, ["model.embed_tokens.weight"])["model.embed_tokens.weight"]
+    rows = embeddings[yes + no].double().numpy()
+
+    def judge_finish(data: Any) -> Score:
+        logits = rows @ np.asarray(row_of(data, None), dtype=np.float64)
+        probs = np.exp(logits - logits.max())
+        return Score(float(probs[: len(yes)].sum() / probs.sum()))
+
+    return EngineSpec(name=name, cache_key=SmolLM2Judge.cache_key, kind="judge", model_dir=root, pooling="embed",
+                      render=judge.render, tokenizer=tokenizer, max_context=2048, finish=judge_finish,
+                      not_shown=lambda a: Score(0.0) if is_empty_answer(a) else None)

@@ -1,23 +1,40 @@
 """ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value.
 
 The CLI's scoring flags map onto these fields one to one; the Python API takes the same object.
+Model RMs run on one backend: `transformers` (in this process), `vllm` (an offline engine), or the
+vLLM servers in `urls` (which then wins over `backend`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 from morkit.core.registry import Entry
 from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.hf import TRUNCATION_POLICIES
 
+BACKENDS = ("transformers", "vllm")
+_BOUND_URL = re.compile(r"^([A-Za-z0-9_.\-]+)=(.+)$")
+
+
+def split_url(text: str) -> tuple[str | None, str]:
+    """`RM=URL` binds a server to one RM; a bare URL serves every model RM of the run."""
+    bound = _BOUND_URL.match(text)
+    name, url = (bound.group(1), bound.group(2)) if bound else (None, text)
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise InputError(f"server URL must start with http:// or https://, got {text!r}")
+    return name, url.rstrip("/")
+
 
 @dataclass(frozen=True)
 class ScoringOptions:
-    """Model loading (device, batch size, token limit, truncation), cached-PRM reduction, chunking, cache, bars."""
+    """Model loading (backend, device, dtype, batch size, token limit, truncation, memory), cached-PRM
+    reduction, chunking, cache and progress bars."""
 
     device: str | None = None  # None: auto (cuda, mps, else cpu)
     batch_size: int = 16
@@ -27,6 +44,15 @@ class ScoringOptions:
     chunk: int = 64
     cache: str | os.PathLike | None = None  # score cache file; None: no cache
     progress: bool = False
+    backend: str = "transformers"  # where model RMs run: transformers or vllm
+    urls: tuple[str, ...] = ()  # vLLM servers ("URL" or "RM=URL"); when set, model RMs are scored there
+    dtype: str | None = None  # None: auto (bf16 on accelerators, fp32 on CPU)
+    tensor_parallel_size: int = 1  # vLLM: GPUs per model
+    device_map: str | None = None  # transformers: e.g. "auto" spreads a model over every visible GPU
+    max_model_len: int | None = None  # vLLM context length (default: the model's limit, capped)
+    gpu_memory_utilization: float | None = None  # vLLM's share of device memory (default 0.9 GPU, 0.2 CPU)
+    prefix_reuse: bool = True  # compute a query's shared prompt prefix once (KV reuse / prefix caching)
+    check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
 
     def __post_init__(self) -> None:
         checks.positive_int(self.batch_size, "batch_size")
@@ -34,20 +60,43 @@ class ScoringOptions:
         checks.one_of(self.truncation, TRUNCATION_POLICIES, "truncation")
         checks.one_of(self.reduction, REDUCTIONS, "reduction")
         checks.positive_int(self.chunk, "chunk")
+        checks.one_of(self.backend, BACKENDS, "backend")
+        checks.positive_int(self.tensor_parallel_size, "tensor_parallel_size")
+        checks.optional(checks.positive_int, self.max_model_len, "max_model_len")
+        checks.optional(checks.share, self.gpu_memory_utilization, "gpu_memory_utilization")
+        if isinstance(self.urls, str):
+            object.__setattr__(self, "urls", (self.urls,))
+        for url in self.urls:
+            split_url(url)
+        if self.dtype is not None and self.dtype != "auto":
+            from morkit.runtime.device import DTYPES
+
+            checks.one_of(self.dtype, ("auto", *DTYPES), "dtype")
+
+    def server_urls(self, rm: str) -> list[str]:
+        """The servers that score `rm`: those bound to it by name, else the unbound ones."""
+        parsed = [split_url(u) for u in self.urls]
+        bound = [url for name, url in parsed if name == rm]
+        return bound or [url for name, url in parsed if name is None]
 
     def load_options(self, entry: Entry) -> dict[str, Any]:
-        """Keyword options for building `entry`: transformers RMs take device, batching and truncation."""
+        """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation."""
         if entry.meta.get("backend") != "transformers":
             return {}
         from morkit.reward_models.hf import Batching, Truncation
 
-        options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size)}
+        options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size), "prefix_reuse": self.prefix_reuse}
         if self.max_tokens:
             options["truncation"] = Truncation(max_tokens=self.max_tokens, policy=self.truncation)
         elif self.truncation != "right":
             options["truncation"] = Truncation(policy=self.truncation)
         if self.device:
             options["device"] = self.device
+        if entry.meta.get("model_id"):  # the CTTS adapters take dtype and a device map too
+            if self.dtype:
+                options["dtype"] = self.dtype
+            if self.device_map:
+                options["device_map"] = self.device_map
         return options
 
     def open_cache(self) -> Any:

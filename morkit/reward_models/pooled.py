@@ -46,11 +46,14 @@ class PooledRM:
     name = "pooled"
     kind = "orm"
     empty_score: float | None = EMPTY_ANSWER_SCORE
+    causal = True  # a decoder: a shared prompt prefix can be run once (see morkit.reward_models.prefix)
 
-    def __init__(self, backbone: Backbone, truncation: Truncation | None = None, batching: Batching | None = None):
+    def __init__(self, backbone: Backbone, truncation: Truncation | None = None, batching: Batching | None = None,
+                 prefix_reuse: bool = True):
         self.backbone = backbone
         self.truncation = truncation or Truncation()
         self.batching = batching or Batching()
+        self.prefix_reuse = prefix_reuse and self.causal
 
     def render(self, question: str, answer: str) -> list[int]:
         raise NotImplementedError
@@ -69,10 +72,16 @@ class PooledRM:
         """Pooled rows and encodings for every pair (empty answers included)."""
         encoded = self.encode(pairs)
         log_truncated(self.name, encoded, self.truncation)
-        rows = run_batches(
-            self.backbone.model, encoded, self.pool,
-            pad_id=self.backbone.pad_id, device=self.backbone.device, batching=self.batching,
-        )
+        backbone = self.backbone
+        if self.prefix_reuse and len(pairs) > 1:
+            from morkit.reward_models.prefix import run_grouped
+
+            window = getattr(backbone.model.config, "sliding_window", None)
+            rows = run_grouped(backbone.model, [q for q, _ in pairs], encoded, self.pool, pad_id=backbone.pad_id,
+                               device=backbone.device, batching=self.batching, window=window)
+        else:
+            rows = run_batches(backbone.model, encoded, self.pool, pad_id=backbone.pad_id, device=backbone.device,
+                               batching=self.batching)
         return rows, encoded
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:

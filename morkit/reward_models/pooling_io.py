@@ -11,6 +11,8 @@ Kinds, and the vLLM pooling task each one asks for:
   the score is the last token's ``row[label]``.
 - ``step``: a process reward model with STEP pooling; one row per step-tag token; each step's
   score is ``softmax(row)[label]`` (label 1 = "good step"), and the value reduces the steps.
+- ``embed``: a decoder's raw last-token hidden state (LAST pooling, no normalisation), for RMs whose
+  head morkit applies itself (the embedded SmolLM2 ORM and judge); the RM's own `finish` reads it.
 
 Activation is always turned off at the server/engine and applied here, so a score never depends
 on a vLLM default (which has changed: sigmoid for one-label classifiers, softmax for PRMs).
@@ -25,7 +27,7 @@ from morkit.core.errors import InputError
 from morkit.core.types import Score
 from morkit.reward_models.base import reduce_steps
 
-KIND_TASK = {"classify": "classify", "token_classify": "token_classify", "step": "token_classify"}
+KIND_TASK = {"classify": "classify", "token_classify": "token_classify", "step": "token_classify", "embed": "embed"}
 KINDS = tuple(KIND_TASK)
 
 Render = Callable[[str, str], Union[str, "list[int]"]]
@@ -73,7 +75,8 @@ def _number(x: Any) -> float:
     return float(x)
 
 
-def _row(x: Any, width: int | None) -> list[float]:
+def row_of(x: Any, width: int | None) -> list[float]:
+    """One output row as floats (a bare number counts as a row of one); MalformedOutput otherwise."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
         row = [float(x)]  # a one-label token output may come squeezed
     elif isinstance(x, (list, tuple)):
@@ -98,7 +101,7 @@ def to_score(kind: str, data: Any, *, label: int = 0, num_labels: int | None = 1
     if kind == "classify":
         if isinstance(data, (list, tuple)) and len(data) == 1 and isinstance(data[0], (list, tuple)):
             data = data[0]  # [[logit, ...]]
-        row = _row(data, num_labels)
+        row = row_of(data, num_labels)
         if not 0 <= label < len(row):
             raise MalformedOutput(f"label {label} out of range for {len(row)} outputs")
         return Score(row[label])
@@ -107,12 +110,12 @@ def to_score(kind: str, data: Any, *, label: int = 0, num_labels: int | None = 1
     if expected_rows is not None and len(data) != expected_rows:
         raise MalformedOutput(f"expected {expected_rows} rows for {kind}, got {len(data)}")
     if kind == "token_classify":
-        row = _row(data[-1], num_labels)
+        row = row_of(data[-1], num_labels)
         if not 0 <= label < len(row):
             raise MalformedOutput(f"label {label} out of range for {len(row)} outputs")
         return Score(row[label])
     if kind == "step":
-        rows = [_row(r, num_labels) for r in data]
+        rows = [row_of(r, num_labels) for r in data]
         if any(not 0 <= label < len(r) for r in rows):
             raise MalformedOutput(f"label {label} out of range for step rows")
         steps = tuple(_softmax(r)[label] for r in rows)

@@ -88,6 +88,7 @@ class RemoteRewardModel:
         step_token_id: int | None = None,
         reduction: str = "min",
         headers: dict[str, str] | None = None,
+        finish: Any = None,
     ):
         if not urls:
             raise InputError(f"remote reward model {name!r} needs at least one server URL (urls=[...])")
@@ -113,6 +114,7 @@ class RemoteRewardModel:
         self.step_token_id = step_token_id
         self.reduction = reduction
         self.headers = headers or {}
+        self.finish = finish  # raw output -> Score, for RMs with their own output layout
         self.requests_sent = 0
         self._ssl: Any = None
 
@@ -158,9 +160,9 @@ class RemoteRewardModel:
             if not isinstance(item, dict) or "data" not in item:
                 raise Retryable(f"malformed output item: {str(item)[:120]}")
             try:
-                score = to_score(self.task, item["data"], label=self.label, num_labels=self.num_labels,
-                                 expected_rows=expected_rows(prompt, self.task, self.step_token_id),
-                                 reduction=self.reduction)
+                score = self.finish(item["data"]) if self.finish is not None else to_score(
+                    self.task, item["data"], label=self.label, num_labels=self.num_labels,
+                    expected_rows=expected_rows(prompt, self.task, self.step_token_id), reduction=self.reduction)
             except MalformedOutput as err:
                 raise Retryable(f"malformed output: {err}") from None
             if not finite(score):
@@ -215,19 +217,25 @@ class RemoteRewardModel:
 
     def score_partial(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[Score | None], list[PairFailure]]:
         """Scores aligned with `pairs` (None where a pair failed) and the failures, in index order."""
-        if not pairs:
+        return self.prompts_partial([self.render(q, a) for q, a in pairs])
+
+    def prompts_partial(self, prompts: Sequence[str | list[int]]) -> tuple[list[Score | None], list[PairFailure]]:
+        """`score_partial` for prompts already rendered."""
+        if not prompts:
             return [], []
-        prompts = [self.render(q, a) for q, a in pairs]
         started = time.perf_counter()
-        out = run_sync(self._score_async(prompts))
-        log.debug("%s: %d pairs in %.2fs", self.name, len(pairs), time.perf_counter() - started)
+        out = run_sync(self._score_async(list(prompts)))
+        log.debug("%s: %d prompts in %.2fs", self.name, len(prompts), time.perf_counter() - started)
         return out
 
-    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
-        scores, failures = self.score_partial(pairs)
+    def score_prompts(self, prompts: Sequence[str | list[int]]) -> list[Score]:
+        scores, failures = self.prompts_partial(prompts)
         if failures:
             raise RemoteScoringError(self.name, failures, scores)
         return scores  # type: ignore[return-value]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        return self.score_prompts([self.render(q, a) for q, a in pairs])
 
     def health(self) -> dict[str, bool]:
         """Which servers answer GET /health with 200."""

@@ -1,35 +1,120 @@
-"""RewardModelSet: registered RMs built on first use, each once, with one set of ScoringOptions.
+"""RewardModelSet: the registered RMs of a run, with at most one model resident at a time.
 
-Search, loops and `rank` ask for member RMs by name as queries choose them; this keeps one built copy
-of each and lets the caller release them all when done.
+A model RM (transformers or vLLM) is a handle until it must score: then the set loads it on the
+backend the ScoringOptions pick, after releasing whichever model was resident before, so two 70B
+RMs in one run are never in memory together. Rules and tables are built once and kept. A handle
+knows its cache key without loading, so pairs already in the score cache never load a model.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import gc
+import logging
+from typing import Any, Mapping, Sequence
 
-from morkit.reward_models.catalog import REWARD_MODELS, load_rm
+from morkit.core.types import Score
+from morkit.reward_models.catalog import REWARD_MODELS
 from morkit.reward_models.options import ScoringOptions
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(name: str) -> str:
+    """The key a registered RM's scores are cached under, known without loading it (its packaged head's
+    hash, or its declared version), so cached pairs never load a model."""
+    entry = REWARD_MODELS.get(name)
+    if entry.meta.get("head"):
+        from morkit.reward_models.heads import head_cache_key, load_packaged_head
+
+        return head_cache_key(name, load_packaged_head(entry.meta["head"]))
+    if entry.meta.get("version"):
+        return f"{name}@{entry.meta['version']}"
+    return name
+
+
+class ResidentRM:
+    """A model RM that loads through its set when it first has to score (and after being released)."""
+
+    def __init__(self, models: "RewardModelSet", name: str):
+        self._models = models
+        self.name = name
+        self.kind = REWARD_MODELS.get(name).meta.get("kind", "orm")
+        self.cache_key = cache_key(name)
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        return self._models.load(self.name).score(pairs)
+
+    def __getattr__(self, attr: str) -> Any:  # anything else: the loaded model's own attribute
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self._models.load(self.name), attr)
 
 
 class RewardModelSet:
-    """name -> built RM, building registered RMs lazily; `given` RMs (objects) are used as they are."""
+    """name -> RM for one run: model RMs as ResidentRM handles (one loaded at a time), others built once."""
 
     def __init__(self, options: ScoringOptions = ScoringOptions(), given: Mapping[str, Any] | None = None):
         self.options = options
-        self._built: dict[str, Any] = dict(given or {})
+        self._given: dict[str, Any] = dict(given or {})
+        self._handles: dict[str, Any] = {}
+        self._resident: tuple[str, Any] | None = None
+        self.loads: list[str] = []  # every model load, in order (what a run cost)
 
     def get(self, name: str) -> Any:
-        if name not in self._built:
-            self._built[name] = load_rm(name, **self.options.load_options(REWARD_MODELS.get(name)))
-        return self._built[name]
+        if name in self._given:
+            return self._given[name]
+        if name not in self._handles:
+            from morkit.reward_models.backends import build, is_model_rm
+
+            entry = REWARD_MODELS.get(name)
+            self._handles[name] = ResidentRM(self, name) if is_model_rm(entry) else build(name, self.options)
+        return self._handles[name]
 
     __getitem__ = get
 
+    @property
+    def resident(self) -> str | None:
+        """The name of the model loaded now, if any."""
+        return self._resident[0] if self._resident else None
+
+    def load(self, name: str) -> Any:
+        """The loaded model RM `name`; loading it first releases the one resident before."""
+        if self._resident and self._resident[0] == name:
+            return self._resident[1]
+        self.release_resident()
+        from morkit.reward_models.backends import build
+
+        log.info("loading reward model %s", name)
+        model = build(name, self.options)
+        self._resident = (name, model)
+        self.loads.append(name)
+        return model
+
+    def release_resident(self) -> None:
+        """Close and drop the resident model, and return its memory (host and device) before going on."""
+        if self._resident is None:
+            return
+        name, model = self._resident
+        self._resident = None
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+        del model
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover - torch is a dependency
+            pass
+        log.info("released reward model %s", name)
+
     def release(self) -> None:
-        """Forget every built RM (their models go once nothing else holds them)."""
-        for rm in self._built.values():
+        """Release the resident model and forget every RM built for this run."""
+        self.release_resident()
+        for rm in self._handles.values():
             close = getattr(rm, "close", None)
-            if close is not None:
+            if close is not None and not isinstance(rm, ResidentRM):
                 close()
-        self._built.clear()
+        self._handles.clear()

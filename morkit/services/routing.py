@@ -43,8 +43,14 @@ def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = 
     selector = make_selector(pool, options, scoring.device)
     selections = selector.select_many(queries)
     members = [s.choice.ensemble.members for s in selections]
-    with cache_scope(None, scoring) as store:
-        scored = fill_missing_scores(queries, members, models or RewardModelSet(scoring), cache=store,
-                                     chunk=scoring.chunk, progress=scoring.progress)
+    owned = models is None
+    models = models or RewardModelSet(scoring)
+    try:
+        with cache_scope(None, scoring) as store:
+            scored = fill_missing_scores(queries, members, models, cache=store, chunk=scoring.chunk,
+                                         progress=scoring.progress)
+    finally:
+        if owned:
+            models.release()
     return [selector.rank_selected(q, s) for q, s in zip(scored, selections)]
 

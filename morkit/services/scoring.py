@@ -75,12 +75,18 @@ def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, o
     """The queries with every RM's score added to each candidate's `scores` (by RM name).
 
     `rms`: registered names (`morkit.list_rms()`), names cached in the queries, or RM objects.
-    Options come as a ScoringOptions or as its fields (`device="cpu"`, `batch_size=8`, ...). `cache` is an
-    open ScoreCache, a path to one, or None for `options.cache`; scored chunks are stored as they finish."""
+    Options come as a ScoringOptions or as its fields (`device="cpu"`, `backend="vllm"`, `urls=[...]`, ...).
+    `cache` is an open ScoreCache, a path to one, or None for `options.cache`; scored chunks are stored as
+    they finish. Model RMs run one at a time: each loads when it has pairs the cache lacks, scores them
+    all, and is released before the next one loads."""
     options = replace(options or ScoringOptions(), **option_fields)
-    built = resolve_rms(rms, queries, options)
-    with cache_scope(cache, options) as store:
-        return score_queries(queries, built, cache=store, chunk=options.chunk, progress=options.progress)
+    models = RewardModelSet(options)
+    built = resolve_rms(rms, queries, options, models)
+    try:
+        with cache_scope(cache, options) as store:
+            return score_queries(queries, built, cache=store, chunk=options.chunk, progress=options.progress)
+    finally:
+        models.release()
 
 
 def ensure_scores(queries: Sequence[Query], names: Sequence[str], options: ScoringOptions = ScoringOptions(),
@@ -93,7 +99,12 @@ def ensure_scores(queries: Sequence[Query], names: Sequence[str], options: Scori
     to_run = [n for n in names if n in REWARD_MODELS and any(lacks_scores(q, n) for q in queries)]
     if not to_run:
         return list(queries)
+    owned = models is None
     models = models or RewardModelSet(options)
-    with cache_scope(None, options) as store:
-        return fill_missing_scores(queries, [to_run] * len(queries), models, cache=store, chunk=options.chunk,
-                                   progress=options.progress)
+    try:
+        with cache_scope(None, options) as store:
+            return fill_missing_scores(queries, [to_run] * len(queries), models, cache=store, chunk=options.chunk,
+                                       progress=options.progress)
+    finally:
+        if owned:
+            models.release()

@@ -48,8 +48,12 @@ def run_search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsCo
     def bar(items: Any) -> Any:
         return tqdm(items, desc="search", unit="query", disable=not scoring.progress)
 
-    with cache_scope(None, scoring) as store:
-        runner = SearchRunner(selector, config, RewardModelSet(scoring), store, options)
-        if output is not None:
-            return run_all(runner, queries, methods, output, progress=bar)
-        return [runner.run(query, methods).to_json() for query in bar(queries)]
+    models = RewardModelSet(scoring)
+    try:
+        with cache_scope(None, scoring) as store:
+            runner = SearchRunner(selector, config, models, store, options)
+            if output is not None:
+                return run_all(runner, queries, methods, output, progress=bar)
+            return [runner.run(query, methods).to_json() for query in bar(queries)]
+    finally:
+        models.release()

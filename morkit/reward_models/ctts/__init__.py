@@ -15,7 +15,8 @@ from morkit.reward_models.weights import bf16_gib
 
 @dataclass(frozen=True)
 class CttsModel:
-    """One CTTS-MM reward model: short name, hub id, kind, adapter class ("module:Class"), size, summary."""
+    """One CTTS-MM reward model: short name, hub id, kind, adapter class ("module:Class"), size, summary,
+    and how vLLM runs it: its pooling kind and, where vLLM has no class for it, morkit's vLLM class."""
 
     name: str
     model_id: str
@@ -24,6 +25,8 @@ class CttsModel:
     n_params: float
     description: str
     required: tuple[str, ...] = ("config.json",)
+    pooling: str = "classify"  # classify | token_classify | step (see morkit.reward_models.pooling_io)
+    vllm_class: str | None = None  # a morkit class registered with vLLM (vllm_plugin); None: vLLM's own
 
     @property
     def needs(self) -> str:
@@ -34,20 +37,22 @@ class CttsModel:
 _PKG = "morkit.reward_models.ctts"
 CTTS_MODELS = (
     CttsModel("qwen2.5-math-rm-72b", "Qwen/Qwen2.5-Math-RM-72B", "orm", f"{_PKG}.qwen_math:QwenMathRM", 72.7e9,
-              "Qwen2.5-Math outcome RM; raw logit at the last token"),
+              "Qwen2.5-Math outcome RM; raw logit at the last token", pooling="token_classify"),
     CttsModel("qwen2.5-math-prm-7b", "Qwen/Qwen2.5-Math-PRM-7B", "prm", f"{_PKG}.qwen_math:QwenMathPRM", 7.1e9,
-              "Qwen2.5-Math process RM; P(step correct) at each <extra_0>, reduced by min"),
+              "Qwen2.5-Math process RM; P(step correct) at each <extra_0>, reduced by min", pooling="step"),
     CttsModel("skywork-reward-gemma-2-27b", "Skywork/Skywork-Reward-Gemma-2-27B", "orm",
               f"{_PKG}.skywork:SkyworkGemmaRM", 27.2e9, "Gemma-2 sequence classifier; raw Bradley-Terry logit"),
     CttsModel("inf-orm-llama3.1-70b", "infly/INF-ORM-Llama3.1-70B", "orm", f"{_PKG}.inform:InfOrmRM", 70.6e9,
-              "Llama-3.1 with an MLP score head; raw logit"),
+              "Llama-3.1 with an MLP score head; raw logit",
+              vllm_class="MorkitINFORMForSequenceClassification"),
     CttsModel("ldl-reward-gemma-2-27b", "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "orm", f"{_PKG}.ldl:LDLRewardRM",
               27.3e9, "Gemma-2 label-distribution RM; expected value in [0, 1]",
-              ("config.json", "regression_layer.pt", "gating_layer.pt")),
+              ("config.json", "regression_layer.pt", "gating_layer.pt"), vllm_class="MorkitLDLRewardModel"),
     CttsModel("acecoderm-32b", "TIGER-Lab/AceCodeRM-32B", "orm", f"{_PKG}.acecode:AceCodeRM", 31.9e9,
-              "Qwen2.5-Coder with a value head; raw value at the last token"),
+              "Qwen2.5-Coder with a value head; raw value at the last token", vllm_class="MorkitAceCodeRM"),
     CttsModel("qrm-gemma-2-27b", "nicolinho/QRM-Gemma-2-27B", "orm", f"{_PKG}.qrm:QRMGemmaRM", 27.3e9,
-              "Gemma-2 quantile RM; gated expected reward (quantiles in Score.extra)"),
+              "Gemma-2 quantile RM; gated expected reward (quantiles in Score.extra)",
+              vllm_class="MorkitQRMGemma2RewardModel"),
     CttsModel("skywork-reward-v2-llama-3.1-8b", "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M", "orm",
               f"{_PKG}.skywork:SkyworkV2LlamaRM", 7.5e9, "Llama-3.1 sequence classifier; raw Bradley-Terry logit"),
 )

@@ -186,13 +186,14 @@ class CttsRM(PooledRM):
             cls.model_id, cls.kind, cls.required_files = record.model_id, record.kind, record.required
 
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
-                 batching: Batching | None = None, path: Path | None = None):
-        super().__init__(backbone, truncation or Truncation(max_tokens=self.max_context), batching)
+                 batching: Batching | None = None, path: Path | None = None, prefix_reuse: bool = True):
+        super().__init__(backbone, truncation or Truncation(max_tokens=self.max_context), batching, prefix_reuse)
         self.score_head = score_head
         self.path = path
 
-    def messages(self, question: str, answer: str) -> list[dict[str, str]]:
-        turns = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+    @classmethod
+    def messages(cls, question: str, answer: str) -> list[dict[str, str]]:
+        turns = [{"role": "system", "content": cls.system_prompt}] if cls.system_prompt else []
         return turns + [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
 
     def render(self, question: str, answer: str) -> list[int]:

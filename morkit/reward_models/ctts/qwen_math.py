@@ -66,8 +66,9 @@ class QwenMathPRM(QwenMathRM):
     def steps(answer: str) -> list[str]:
         return [s.strip() for s in answer.replace(STEP_TOKEN, "").split("\n\n") if s.strip()]
 
-    def messages(self, question: str, answer: str) -> list[dict[str, str]]:
-        text = "".join(step + STEP_TOKEN for step in self.steps(answer))
+    @classmethod
+    def messages(cls, question: str, answer: str) -> list[dict[str, str]]:
+        text = "".join(step + STEP_TOKEN for step in cls.steps(answer))
         return super().messages(question, text)
 
     def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:

@@ -1,0 +1,75 @@
+"""A registered model RM on a vLLM engine or vLLM servers: what the model needs (`EngineSpec`) and the RM
+that scores with it (`EngineRM`).
+
+A spec holds everything that makes a score that model's score: the exact prompt rendering (the same
+function the transformers adapter uses), the pooling kind, the label, the PRM step tag id taken from
+the tokenizer, how a raw output becomes a Score, which answers never reach the model, and which vLLM
+class runs the checkpoint. The same spec serves the offline engine and remote servers, so one short
+name means one model on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from morkit.core.errors import PartialScoreError
+from morkit.core.types import Score
+from morkit.reward_models.hf import Truncation, encode_pair
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How one registered model RM runs outside transformers."""
+
+    name: str
+    cache_key: str
+    kind: str  # orm | prm | judge
+    model_dir: Path
+    pooling: str  # classify | token_classify | step | embed
+    render: Callable[[str, str], list[int]]
+    tokenizer: Any
+    max_context: int
+    architecture: str | None = None  # run the checkpoint as this vLLM class (hf_overrides)
+    finish: Callable[[Any], Score] | None = None  # raw pooled output -> Score; None: pooling_io.to_score
+    label: int | None = None
+    num_labels: int | None = None
+    step_token_id: int | None = None
+    not_shown: Callable[[str], Score | None] = field(default=lambda answer: None)  # answers scored without the model
+    check: Callable[[list[int]], None] | None = None  # refuse a rendered prompt the model cannot read
+    prefix_caching: bool = True  # vLLM's pooling runner can reuse cached prefix blocks for this model
+
+
+class EngineRM:
+    """(question, answer) -> the spec's prompt ids (cut to fit) -> engine -> Score; `engine.score_prompts(ids)`."""
+
+    def __init__(self, spec: EngineSpec, engine: Any, max_tokens: int | None = None, truncation: str = "right"):
+        self.spec = spec
+        self.engine = engine
+        self.name = spec.name
+        self.kind = spec.kind
+        self.cache_key = spec.cache_key
+        self.truncation = Truncation(max_tokens=max_tokens or spec.max_context, policy=truncation)
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        scores: list[Score | None] = [self.spec.not_shown(a) for _, a in pairs]
+        live = [i for i, s in enumerate(scores) if s is None]
+        encoded = [encode_pair(self.spec.render, self.spec.tokenizer, *pairs[i], self.truncation) for i in live]
+        if self.spec.check is not None:
+            for enc in encoded:
+                self.spec.check(list(enc.ids))
+        try:
+            got = self.engine.score_prompts([list(e.ids) for e in encoded]) if live else []
+        except PartialScoreError as err:  # keep the successes, at their places in this batch
+            for i, s in zip(live, err.scores):
+                scores[i] = s
+            raise PartialScoreError(str(err), scores) from err
+        for i, s, enc in zip(live, got, encoded):
+            scores[i] = replace(s, truncated=True) if enc.truncated else s
+        return scores  # type: ignore[return-value]
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,157 @@
+"""vLLM model classes for the four CTTS-MM reward models vLLM has no class for: INF-ORM, LDL, QRM, AceCode.
+
+Each is vLLM's own backbone (LlamaModel, Gemma2Model, Qwen2Model) plus morkit's head for that model,
+the same module and the same strict loader the transformers adapter uses (`CttsRM.build_head`), so
+the two backends cannot drift apart. The head reads the checkpoint directory itself (safetensors
+tensors by name, or LDL's .pt files); the backbone's weights come through vLLM's loader.
+
+The pooler is vLLM's classify pooler (LAST token, activation switchable per request; morkit turns it
+off) with the head as classifier, so prefix caching works. QRM also needs the hidden state at the
+assistant-turn header: its pooling reads each prompt's token ids and needs the whole prompt computed
+in one step (no prefix caching or chunked prefill for it; morkit's spec turns both off).
+
+This module imports vLLM; only vLLM imports it, through the registrations in `vllm_plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.pooler import DispatchPooler, PoolingParamsUpdate
+from vllm.model_executor.layers.pooler.seqwise.methods import SequencePoolingMethod
+from vllm.model_executor.layers.pooler.seqwise.poolers import pooler_for_classify
+from vllm.model_executor.models.gemma2 import Gemma2ForCausalLM, Gemma2Model
+from vllm.model_executor.models.interfaces_base import default_pooling_type
+from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
+from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
+
+
+def _adapter(name: str):
+    """The transformers adapter class of a CTTS-MM RM (its `build_head` builds and loads the head)."""
+    import importlib
+
+    from morkit.reward_models.ctts import CTTS_BY_NAME
+
+    module, cls = CTTS_BY_NAME[name].adapter.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+@default_pooling_type(seq_pooling_type="LAST")
+class _HeadOnBackbone(nn.Module):
+    """A vLLM pooling model: backbone -> pooled rows -> morkit head (no activation applied by morkit)."""
+
+    is_pooling_model = True
+    ctts_name = ""
+    backbone_cls: type = LlamaModel
+    mapper_from: type = LlamaForCausalLM
+    bare_backbone = False  # the checkpoint's backbone tensors carry no "model." prefix
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        model_config = vllm_config.model_config
+        self.config = model_config.hf_config
+        self.model_config = model_config
+        self.model = self.backbone_cls(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+        adapter = _adapter(self.ctts_name)
+        self.head = adapter.build_head(Path(model_config.model), self.config, model_config.head_dtype)
+        self.head = self.head.to(dtype=model_config.head_dtype).eval()
+        self.pooler = DispatchPooler({"classify": pooler_for_classify(model_config.pooler_config,
+                                                                      pooling=self.pooling(), classifier=self.classify)})
+
+    def pooling(self) -> SequencePoolingMethod | None:
+        return None  # LAST
+
+    def classify(self, rows: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=rows.device.type, enabled=False):
+            return self.head(rows.to(next(self.head.parameters()).dtype)).float()
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_input_ids(input_ids)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Backbone tensors through vLLM's loader; head tensors were loaded (strictly) at construction."""
+        def backbone(items):
+            for name, tensor in items:
+                if self.bare_backbone and not name.startswith("model."):
+                    name = "model." + name
+                if name.startswith("model."):
+                    yield name, tensor
+
+        loaded = AutoWeightsLoader(self, skip_prefixes=["head."]).load_weights(
+            backbone(weights), mapper=self.mapper_from.hf_to_vllm_mapper)
+        return set(loaded) | {f"head.{n}" for n, _ in self.head.named_parameters()}
+
+
+class InfOrmForVLLM(_HeadOnBackbone):
+    ctts_name = "inf-orm-llama3.1-70b"
+
+
+class AceCodeRMForVLLM(_HeadOnBackbone):
+    ctts_name = "acecoderm-32b"
+    backbone_cls, mapper_from = Qwen2Model, Qwen2ForCausalLM
+
+
+class LDLRewardForVLLM(_HeadOnBackbone):
+    ctts_name = "ldl-reward-gemma-2-27b"
+    backbone_cls, mapper_from = Gemma2Model, Gemma2ForCausalLM
+    bare_backbone = True
+
+
+class _RewardAndGatePool(SequencePoolingMethod):
+    """Rows [last token ; last assistant-header token] per prompt, concatenated (QRM's two readings)."""
+
+    def __init__(self, pattern: list[int]):
+        super().__init__()
+        self.pattern = pattern
+
+    def get_supported_tasks(self):
+        return {"classify"}
+
+    def get_pooling_updates(self, task) -> PoolingParamsUpdate:
+        return PoolingParamsUpdate(requires_token_ids=True)
+
+    def gate_position(self, ids: list[int]) -> int:
+        width = len(self.pattern)
+        for start in range(len(ids) - width, -1, -1):
+            if ids[start:start + width] == self.pattern:
+                return start
+        return len(ids) - 1  # vLLM's warm-up prompts (all token 0); morkit checks real prompts before sending
+
+    def forward(self, hidden_states: torch.Tensor, pooling_metadata) -> torch.Tensor:
+        cursor = pooling_metadata.get_pooling_cursor()
+        if cursor.is_partial_prefill():
+            raise RuntimeError("QRM pooling needs each prompt computed in one step (chunked prefill off)")
+        first = cursor.first_token_indices_gpu.tolist()
+        last = cursor.last_token_indices_gpu.tolist()
+        computed = (cursor.seq_lens_cpu - cursor.num_scheduled_tokens_cpu).tolist()
+        rows = []
+        for start, end, skipped, ids in zip(first, last, computed, pooling_metadata.get_prompt_token_ids_cpu()):
+            at = self.gate_position(ids.tolist()) - skipped
+            if at < 0:
+                raise RuntimeError("QRM pooling needs the whole prompt computed (prefix caching off)")
+            rows.append(torch.cat([hidden_states[end], hidden_states[start + at]]))
+        return torch.stack(rows)
+
+
+class QRMGemmaForVLLM(_HeadOnBackbone):
+    ctts_name = "qrm-gemma-2-27b"
+    backbone_cls, mapper_from = Gemma2Model, Gemma2ForCausalLM
+
+    def pooling(self) -> SequencePoolingMethod:
+        from transformers import AutoTokenizer
+
+        from morkit.reward_models.ctts.qrm import GATING_HEADER
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_config.tokenizer)
+        return _RewardAndGatePool(list(tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"]))
+
+    def classify(self, rows: torch.Tensor) -> torch.Tensor:
+        return super().classify(rows.reshape(rows.shape[0], 2, -1))
