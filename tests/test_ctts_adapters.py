@@ -124,14 +124,18 @@ def make_tokenizer(family: str):
     return tok, vocab
 
 
-def small_config(family: str, vocab_size: int, **extra):
-    common = dict(vocab_size=vocab_size, hidden_size=H, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, **extra)
+def small_config(family: str, vocab_size: int, hidden: int = H, **extra):
+    """Two layers of the family's architecture; head size hidden/heads (hidden >= 128 gives the head size
+    64 that vLLM's CPU attention needs)."""
+    heads = 4 if hidden < 128 else 2
+    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                  num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0,
+                  **extra)
     if family == "qwen":
         return transformers.Qwen2Config(**common)
     if family == "llama":
         return transformers.LlamaConfig(**common)
-    return transformers.Gemma2Config(head_dim=8, sliding_window=256, attn_implementation="eager", **common)
+    return transformers.Gemma2Config(head_dim=hidden // heads, sliding_window=256, attn_implementation="eager", **common)
 
 
 def save_tensors(path: Path, tensors: dict) -> None:
@@ -140,8 +144,9 @@ def save_tensors(path: Path, tensors: dict) -> None:
     save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
 
 
-def build_checkpoint(name: str, root: Path) -> dict:
+def build_checkpoint(name: str, root: Path, hidden: int = H) -> dict:
     """Write a tiny checkpoint for `name` under `root`; return the reference modules/tensors."""
+    H = hidden  # noqa: N806 - the head shapes below follow the backbone's width
     family = MODELS[name]
     torch.manual_seed(zlib.crc32(name.encode()))
     tok, vocab = make_tokenizer(family)
@@ -152,7 +157,7 @@ def build_checkpoint(name: str, root: Path) -> dict:
     if name in ("qwen2.5-math-rm-72b", "qwen2.5-math-prm-7b", "inf-orm-llama3.1-70b"):
         arch = {"qwen2.5-math-rm-72b": "Qwen2ForRewardModel", "qwen2.5-math-prm-7b": "Qwen2ForProcessRewardModel",
                 "inf-orm-llama3.1-70b": "INFORMForSequenceClassification"}[name]
-        config = small_config(family, len(vocab), architectures=[arch])
+        config = small_config(family, len(vocab), H, architectures=[arch])
         if family == "qwen":
             config.auto_map = {"AutoModel": f"modeling_qwen2_rm.{arch}"}
         backbone = (transformers.Qwen2Model if family == "qwen" else transformers.LlamaModel)(config)
@@ -167,20 +172,20 @@ def build_checkpoint(name: str, root: Path) -> dict:
         ref.update(backbone=backbone.eval(), head=head.eval())
     elif name in ("skywork-reward-gemma-2-27b", "skywork-reward-v2-llama-3.1-8b"):
         cls = transformers.Gemma2ForSequenceClassification if family == "gemma" else transformers.LlamaForSequenceClassification
-        model = cls(small_config(family, len(vocab), num_labels=1)).eval()
+        model = cls(small_config(family, len(vocab), H, num_labels=1)).eval()
         with torch.no_grad():
             model.score.weight.normal_(0, 0.3)
         model.save_pretrained(root)
         ref.update(backbone=model.model, head=model.score, full=model)
     elif name == "acecoderm-32b":
-        model = transformers.Qwen2ForCausalLM(small_config(family, len(vocab), tie_word_embeddings=False)).eval()
+        model = transformers.Qwen2ForCausalLM(small_config(family, len(vocab), H, tie_word_embeddings=False)).eval()
         model.config.architectures = ["Qwen2ForCausalRM"]
         model.save_pretrained(root)
         summary = torch.nn.Linear(H, 1)
         save_tensors(root / "value_head.safetensors", {f"v_head.summary.{k}": v for k, v in summary.state_dict().items()})
         ref.update(backbone=model.model, head=summary.eval())
     elif name == "ldl-reward-gemma-2-27b":
-        config = small_config(family, len(vocab), num_objectives=220)
+        config = small_config(family, len(vocab), H, num_objectives=220)
         backbone = transformers.Gemma2Model(config).eval()
         backbone.save_pretrained(root)
         reg = torch.nn.Sequential(torch.nn.Linear(H, 48), torch.nn.LeakyReLU(), torch.nn.Linear(48, 48),
@@ -193,7 +198,7 @@ def build_checkpoint(name: str, root: Path) -> dict:
         ref.update(backbone=backbone, reg=reg.eval(), gate=gate.eval())
     elif name == "qrm-gemma-2-27b":
         n_obj, n_q, hid = 5, 19, 16
-        config = small_config(family, len(vocab), num_objectives=n_obj, num_quantiles=n_q, gating_temperature=10,
+        config = small_config(family, len(vocab), H, num_objectives=n_obj, num_quantiles=n_q, gating_temperature=10,
                               gating_hidden_dim=hid, gating_n_hidden=3, architectures=["Gemma2ForRewardModelWithGating"])
         backbone = transformers.Gemma2Model(config).eval()
         t = {"regression_layer.weight": torch.randn(n_obj * n_q, H) * 0.3, "gating.logit_scale": torch.tensor([1.5]),

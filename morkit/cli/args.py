@@ -15,7 +15,7 @@ from morkit.core.errors import InputError
 from morkit.core.registry import Registry
 from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.hf import TRUNCATION_POLICIES
-from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.options import BACKENDS, ScoringOptions
 
 CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
 
@@ -85,9 +85,45 @@ def add_scoring_options(p: argparse.ArgumentParser, *, reduction: bool = True) -
         g.add_argument("--reduction", choices=REDUCTIONS, default="min",
                        help="how a cached PRM step list becomes one score (default min)")
     g.add_argument("--chunk", type=POSITIVE_INT, default=64, help="pairs per scoring call, cached as each finishes")
+    add_engine_options(p)
     g.add_argument("--cache", help="score cache file (default: scores.sqlite in morkit's cache folder, "
                                    "$MORKIT_CACHE_DIR, else ~/.cache/morkit)")
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
+
+
+def url(text: str) -> str:
+    """An argparse type for `--url`: URL, or RM=URL to bind a server to one RM."""
+    from morkit.reward_models.options import split_url
+
+    try:
+        split_url(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """Where model RMs run, and how much of the device they may take."""
+    from morkit.runtime.device import DTYPES
+
+    g = p.add_argument_group("model backend (model RMs: the CTTS-MM eight, smollm2-orm, smollm2-judge)")
+    g.add_argument("--backend", choices=BACKENDS, default="transformers",
+                   help="run model RMs in this process with transformers (default) or in an offline vLLM engine")
+    g.add_argument("--url", action="append", default=[], type=url, metavar="[RM=]URL",
+                   help="score model RMs on this vLLM server (`vllm serve DIR --runner pooling --served-model-name "
+                        "RM`); RM=URL binds it to one RM; repeatable (requests are spread over the servers)")
+    g.add_argument("--dtype", choices=("auto", *DTYPES), default=None,
+                   help="model dtype (default auto: bfloat16 on GPUs, float32 on CPU)")
+    g.add_argument("--tensor-parallel-size", type=POSITIVE_INT, default=1,
+                   help="vLLM: GPUs that share one model's weights (default 1)")
+    g.add_argument("--device-map", choices=("auto", "balanced", "sequential"),
+                   help="transformers: spread one model's layers over every visible GPU")
+    g.add_argument("--max-model-len", type=POSITIVE_INT, help="vLLM: context length (default: the model's limit)")
+    g.add_argument("--gpu-memory-utilization", type=SHARE,
+                   help="vLLM: share of device memory the engine may take (default 0.9 on GPU, 0.2 on CPU)")
+    g.add_argument("--no-prefix-reuse", action="store_true",
+                   help="score every candidate's full prompt (default: a question's shared prompt prefix is "
+                        "computed once, by KV reuse or vLLM prefix caching)")
 
 
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
@@ -96,7 +132,10 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     cache = None if args.no_cache else (args.cache or default_cache_path())
     return ScoringOptions(device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens,
                           truncation=args.truncation, reduction=getattr(args, "reduction", "min"), chunk=args.chunk,
-                          cache=cache, progress=not args.quiet)
+                          cache=cache, progress=not args.quiet, backend=args.backend, urls=tuple(args.url),
+                          dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
+                          device_map=args.device_map, max_model_len=args.max_model_len,
+                          gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

@@ -44,10 +44,10 @@ class ResidentRM:
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         return self._models.load(self.name).score(pairs)
 
-    def __getattr__(self, attr: str) -> Any:  # anything else: the loaded model's own attribute
-        if attr.startswith("_"):
-            raise AttributeError(attr)
-        return getattr(self._models.load(self.name), attr)
+    @property
+    def model(self) -> Any:
+        """The loaded RM itself (loading it if it is not resident)."""
+        return self._models.load(self.name)
 
 
 class RewardModelSet:

@@ -85,7 +85,7 @@ class _HeadOnBackbone(nn.Module):
                 if name.startswith("model."):
                     yield name, tensor
 
-        loaded = AutoWeightsLoader(self, skip_prefixes=["head."]).load_weights(
+        loaded = AutoWeightsLoader(self).load_weights(
             backbone(weights), mapper=self.mapper_from.hf_to_vllm_mapper)
         return set(loaded) | {f"head.{n}" for n, _ in self.head.named_parameters()}
 
