@@ -174,3 +174,21 @@ def test_question_prefix_reuse_changes_no_score(name):
         assert abs(a.value - b.value) <= 1e-4 and a.truncated == b.truncated
         if a.steps:
             assert max(abs(x - y) for x, y in zip(a.steps, b.steps)) <= 1e-4
+
+
+@pytest.mark.parametrize("verb", [["score", "in.jsonl", "-o", "o"], ["pool", "build", "in.jsonl", "-o", "p"],
+                                  ["pool", "add", "p", "in.jsonl"], ["rank", "in.jsonl", "--pool", "p", "-o", "o"],
+                                  ["search", "in.jsonl", "--pool", "p", "--agents", "a.toml", "-o", "o"],
+                                  ["loop", "tmas", "in.jsonl", "--agents", "a.toml", "-o", "o"]])
+def test_every_scoring_verb_takes_the_backend_flags(verb):
+    from morkit.cli.args import scoring_options
+    from morkit.cli.main import build_parser
+
+    flags = ["--backend", "vllm", "--url", "inf-orm-llama3.1-70b=http://127.0.0.1:9/", "--url", "http://h:1",
+             "--dtype", "bf16", "--tensor-parallel-size", "4", "--max-model-len", "4096",
+             "--gpu-memory-utilization", "0.8", "--no-prefix-reuse"]
+    options = scoring_options(build_parser().parse_args(verb + flags))
+    assert (options.backend, options.dtype, options.tensor_parallel_size, options.max_model_len,
+            options.gpu_memory_utilization, options.prefix_reuse) == ("vllm", "bf16", 4, 4096, 0.8, False)
+    assert options.server_urls("inf-orm-llama3.1-70b") == ["http://127.0.0.1:9"]
+    assert options.server_urls("qrm-gemma-2-27b") == ["http://h:1"]

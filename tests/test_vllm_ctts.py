@@ -69,10 +69,22 @@ def test_engines_were_loaded_one_at_a_time(engines):
     assert len(engines.loads) == len(set(engines.loads))  # each engine started once, never two together
 
 
+@pytest.fixture(scope="module")
+def smollm2_engines(engines):
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.rm_set import RewardModelSet
+
+    engines.release()  # one engine at a time
+    models = RewardModelSet(ScoringOptions(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
+    yield models
+    models.release()
+
+
 @pytest.mark.parametrize("name", ["smollm2-orm", "smollm2-judge"])
-def test_embedded_rms_score_the_same_on_vllm(name, engines):
+def test_embedded_rms_score_the_same_on_vllm(name, smollm2_engines):
     from morkit.reward_models.catalog import load_rm
 
+    engines = smollm2_engines
     pairs = [("What is 2+3?", "2+3 = 5. The answer is 5."), ("What is 2+3?", "It is 6."),
              ("Name a prime above 10.", "11 is prime."), ("What is 2+3?", "")]
     want = load_rm(name, device="cpu").score(pairs)
