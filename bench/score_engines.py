@@ -77,12 +77,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from score_throughput import plain_loop, real_pairs
 
     from morkit.reward_models.backends import vllm_rm
     from morkit.reward_models.embedded import smollm2_orm
     from morkit.reward_models.hf import Batching
     from morkit.reward_models.options import ScoringOptions
-    from score_throughput import plain_loop, real_pairs
 
     sets = {"gsm8k": real_pairs(args.pairs, args.data_dir), "best-of-8": best_of_n(args.bon_questions, args.data_dir)}
     rm = smollm2_orm(device="cpu", batching=Batching(max_batch=args.batch_size))
@@ -102,30 +102,33 @@ def main() -> None:
 
     paths = {"plain loop": lambda pairs: plain_loop(rm, pairs), "transformers": transformers_path(False),
              "transformers+pfx": transformers_path(True)}
-    engines = []
-    if not args.skip_vllm:
-        for label, caching in (("vllm", False), ("vllm+pfx", True)):
-            engine = vllm_rm("smollm2-orm", ScoringOptions(backend="vllm", prefix_reuse=caching, max_model_len=2048))
-            engine.score(sets["gsm8k"][:2])  # start the engine outside the timing
-            engines.append(engine)
-            paths[label] = lambda pairs, e=engine: [s.value for s in e.score(pairs)]
+    if not args.skip_vllm:  # engines start one at a time, after the transformers paths: an idle engine
+        for label, caching in (("vllm", False), ("vllm+pfx", True)):  # still takes CPU from other paths
+            paths[label] = ScoringOptions(backend="vllm", prefix_reuse=caching, max_model_len=2048)
     transformers_path(False)(sets["gsm8k"][:4])  # warm-up
 
     rates: dict[tuple[str, str], float] = {}
+    reference: dict[str, list[float]] = {}
     print(f"\n{'path':<18}{'set':<11}{'pairs/s':>9}{'tokens/s':>10}{'% peak':>8}{'max|diff|':>11}")
-    for name, pairs in sets.items():
-        reference = None
-        for label, score in paths.items():
+    for label, score in paths.items():
+        engine = None
+        if isinstance(score, ScoringOptions):
+            engine = vllm_rm("smollm2-orm", score)
+            engine.score(sets["gsm8k"][:2])  # start the engine outside the timing
+            def score(pairs, e=engine):
+                e.engine.llm.reset_prefix_cache()  # a repeat must not read the previous run's prompts
+                return [s.value for s in e.score(pairs)]
+        for name, pairs in sets.items():
             repeats = 1 if label == "plain loop" else args.repeats
             seconds, values = timed(label, score, pairs, repeats)
-            reference = reference or values
-            diff = max(abs(a - b) for a, b in zip(reference, values))
+            reference.setdefault(name, values)
+            diff = max(abs(a - b) for a, b in zip(reference[name], values))
             share = flops[name] / seconds / 1e9 / peak * 100
             rates[(label, name)] = len(pairs) / seconds
             print(f"{label:<18}{name:<11}{len(pairs) / seconds:9.2f}{sum(lengths[name]) / seconds:10.0f}"
-                  f"{share:8.1f}{diff:11.1e}")
-    for engine in engines:
-        engine.close()
+                  f"{share:8.1f}{diff:11.1e}", flush=True)
+        if engine is not None:
+            engine.close()
 
     def peak_share(label: str) -> float:
         return max(rates[(label, n)] / len(lengths[n]) * flops[n] / 1e9 / peak * 100 for n in sets)
