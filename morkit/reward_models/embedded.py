@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from morkit.core.errors import UnavailableError
-from morkit.reward_models.base import is_empty_answer
+from morkit.reward_models.base import EMPTY_ANSWER_SCORE
 from morkit.reward_models.heads import LogisticHead, head_cache_key, load_packaged_head
 from morkit.reward_models.hf import Batching, Truncation
 from morkit.reward_models.pooled import Backbone, PooledRM
@@ -157,7 +157,7 @@ def engine_spec(name: str, options: Any = None) -> Any:
 
     from morkit.core.types import Score
     from morkit.reward_models.ctts.common import read_tensors
-    from morkit.reward_models.engine_rm import EngineSpec
+    from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
     from morkit.reward_models.pooling_io import row_of
     from morkit.runtime import assets
 
@@ -172,7 +172,7 @@ def engine_spec(name: str, options: Any = None) -> Any:
         return EngineSpec(name=name, cache_key=head_cache_key(name, head), kind="orm",
                           model_dir=root, pooling="embed", render=lambda q, a: chat_ids(tokenizer, q, a),
                           tokenizer=tokenizer, max_context=2048, finish=finish,
-                          not_shown=lambda a: Score(0.0) if is_empty_answer(a) else None)
+                          not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
     judge = SmolLM2Judge(Backbone(None, tokenizer, "cpu"))  # its rendering and answer ids need no model
     yes, no = judge._answer_ids["yes"], judge._answer_ids["no"]
     embeddings = read_tensors(root, ["model.embed_tokens.weight"])["model.embed_tokens.weight"]
@@ -185,4 +185,4 @@ def engine_spec(name: str, options: Any = None) -> Any:
 
     return EngineSpec(name=name, cache_key=SmolLM2Judge.cache_key, kind="judge", model_dir=root, pooling="embed",
                       render=judge.render, tokenizer=tokenizer, max_context=2048, finish=judge_finish,
-                      not_shown=lambda a: Score(0.0) if is_empty_answer(a) else None)
+                      not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))

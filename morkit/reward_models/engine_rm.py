@@ -16,7 +16,13 @@ from typing import Any, Callable, Sequence
 
 from morkit.core.errors import PartialScoreError
 from morkit.core.types import Score
+from morkit.reward_models.base import is_empty_answer
 from morkit.reward_models.hf import Truncation, encode_pair
+
+
+def empty_answers_score(value: float) -> Callable[[str], Score | None]:
+    """A spec's `not_shown` rule for an RM whose empty answers score `value` without reaching the model."""
+    return lambda answer: Score(value) if is_empty_answer(answer) else None
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,19 @@ def last_token_pool(hidden: Any, attention_mask: Any) -> Any:
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
+def right_padded(seqs: Sequence[Sequence[int]], pad_id: int, device: str) -> tuple[Any, Any]:
+    """(ids, attention mask) of token id sequences, right padded with `pad_id` to the longest, on `device`."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
 def run_batches(
     model: Any,
     encoded: Sequence[Encoded],
@@ -120,14 +133,7 @@ def run_batches(
 
     results: list[Any] = [None] * len(encoded)
     for batch in batching.plan([len(e.ids) for e in encoded]):
-        width = max(len(encoded[i].ids) for i in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            seq = encoded[index].ids
-            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            mask[row, : len(seq)] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = right_padded([encoded[i].ids for i in batch], pad_id, device)
         with torch.inference_mode():
             out = model(input_ids=ids, attention_mask=mask)
             hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Sequence
 
-from morkit.reward_models.hf import Batching, Encoded, run_batches
+from morkit.reward_models.hf import Batching, Encoded, right_padded, run_batches
 
 MIN_PREFIX = 16  # shorter shared prefixes are not worth a separate forward pass
 MIN_GROUP = 2
@@ -65,14 +65,8 @@ def run_with_prefix(model: Any, prefix: Sequence[int], suffixes: Sequence[Sequen
     p = len(prefix)
     results: list[Any] = [None] * len(suffixes)
     for batch in batching.plan([p + len(s) for s in suffixes]):
-        b, width = len(batch), max(len(suffixes[i]) for i in batch)
-        ids = torch.full((b, width), pad_id, dtype=torch.long)
-        mask = torch.zeros((b, width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            seq = suffixes[index]
-            ids[row, : len(seq)] = torch.tensor(list(seq), dtype=torch.long)
-            mask[row, : len(seq)] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = right_padded([suffixes[i] for i in batch], pad_id, device)
+        b, width = ids.shape
         full_mask = torch.cat([torch.ones((b, p), dtype=torch.long, device=device), mask], dim=1)
         positions = torch.arange(p, p + width, device=device).unsqueeze(0).expand(b, width)
         with torch.inference_mode():

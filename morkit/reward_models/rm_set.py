@@ -8,13 +8,13 @@ knows its cache key without loading, so pairs already in the score cache never l
 
 from __future__ import annotations
 
-import gc
 import logging
 from typing import Any, Mapping, Sequence
 
 from morkit.core.types import Score
 from morkit.reward_models.catalog import REWARD_MODELS
 from morkit.reward_models.options import ScoringOptions
+from morkit.runtime.models import free_memory
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,6 @@ class ResidentRM:
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         return self._models.load(self.name).score(pairs)
-
-    @property
-    def model(self) -> Any:
-        """The loaded RM itself (loading it if it is not resident)."""
-        return self._models.load(self.name)
 
 
 class RewardModelSet:
@@ -100,14 +95,7 @@ class RewardModelSet:
         if close is not None:
             close()
         del model
-        gc.collect()
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:  # pragma: no cover - torch is a dependency
-            pass
+        free_memory()
         log.info("released reward model %s", name)
 
     def release(self) -> None:

@@ -30,15 +30,7 @@ from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
-
-def _adapter(name: str):
-    """The transformers adapter class of a CTTS-MM RM (its `build_head` builds and loads the head)."""
-    import importlib
-
-    from morkit.reward_models.ctts import CTTS_BY_NAME
-
-    module, cls = CTTS_BY_NAME[name].adapter.split(":")
-    return getattr(importlib.import_module(module), cls)
+from morkit.reward_models.ctts import CTTS_BY_NAME
 
 
 @default_pooling_type(seq_pooling_type="LAST")
@@ -57,7 +49,7 @@ class _HeadOnBackbone(nn.Module):
         self.config = model_config.hf_config
         self.model_config = model_config
         self.model = self.backbone_cls(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
-        adapter = _adapter(self.ctts_name)
+        adapter = CTTS_BY_NAME[self.ctts_name].adapter_class()
         self.head = adapter.build_head(Path(model_config.model), self.config, model_config.head_dtype)
         self.head = self.head.to(dtype=model_config.head_dtype).eval()
         self.pooler = DispatchPooler({"classify": pooler_for_classify(model_config.pooler_config,
@@ -119,11 +111,13 @@ class _RewardAndGatePool(SequencePoolingMethod):
         return PoolingParamsUpdate(requires_token_ids=True)
 
     def gate_position(self, ids: list[int]) -> int:
-        width = len(self.pattern)
-        for start in range(len(ids) - width, -1, -1):
-            if ids[start:start + width] == self.pattern:
-                return start
-        return len(ids) - 1  # vLLM's warm-up prompts (all token 0); morkit checks real prompts before sending
+        from morkit.core.errors import ScoreError
+        from morkit.reward_models.ctts.qrm import gating_position
+
+        try:
+            return gating_position(ids, self.pattern)
+        except ScoreError:  # vLLM's warm-up prompts (all token 0); morkit checks real prompts before sending
+            return len(ids) - 1
 
     def forward(self, hidden_states: torch.Tensor, pooling_metadata) -> torch.Tensor:
         cursor = pooling_metadata.get_pooling_cursor()
@@ -148,10 +142,9 @@ class QRMGemmaForVLLM(_HeadOnBackbone):
     def pooling(self) -> SequencePoolingMethod:
         from transformers import AutoTokenizer
 
-        from morkit.reward_models.ctts.qrm import GATING_HEADER
+        from morkit.reward_models.ctts.qrm import header_ids
 
-        tokenizer = AutoTokenizer.from_pretrained(self.model_config.tokenizer)
-        return _RewardAndGatePool(list(tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"]))
+        return _RewardAndGatePool(header_ids(AutoTokenizer.from_pretrained(self.model_config.tokenizer)))
 
     def classify(self, rows: torch.Tensor) -> torch.Tensor:
         return super().classify(rows.reshape(rows.shape[0], 2, -1))

@@ -68,6 +68,12 @@ def release(kind: str | None = None) -> int:
         keys = [k for k in _RESIDENT if kind is None or k[0] == kind]
         for key in keys:
             del _RESIDENT[key]
+    free_memory()
+    return len(keys)
+
+
+def free_memory() -> None:
+    """Return what dropped models held: collect them, then give cached accelerator memory back."""
     gc.collect()
     try:
         import torch
@@ -76,7 +82,6 @@ def release(kind: str | None = None) -> int:
             torch.cuda.empty_cache()
     except ImportError:  # pragma: no cover
         pass
-    return len(keys)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,13 @@ class CttsModel:
     pooling: str = "classify"  # classify | token_classify | step (see morkit.reward_models.pooling_io)
     vllm_class: str | None = None  # a morkit class registered with vLLM (vllm_plugin); None: vLLM's own
 
+    def adapter_class(self) -> type:
+        """The transformers adapter class (imports its module; its `build_head` and `messages` serve every backend)."""
+        import importlib
+
+        module, cls = self.adapter.split(":")
+        return getattr(importlib.import_module(module), cls)
+
     @property
     def needs(self) -> str:
         return (f"weights of {self.model_id} (local path, $MORKIT_WEIGHTS_DIR or HF cache), torch, transformers; "

@@ -10,26 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from morkit.core.errors import ScoreError
 from morkit.core.types import Score
 from morkit.reward_models.base import is_empty_answer
 from morkit.reward_models.ctts import CTTS_BY_NAME
-from morkit.reward_models.engine_rm import EngineSpec
+from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
 
 
-def _adapter_class(name: str) -> Any:
-    import importlib
-
-    module, cls = CTTS_BY_NAME[name].adapter.split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def ctts_spec(name: str, root: Path, reduction: str = "min") -> EngineSpec:
+def ctts_spec(name: str, root: Path) -> EngineSpec:
     """The spec of CTTS-MM RM `name` whose checkpoint (at least its config and tokenizer) is at `root`."""
     from morkit.reward_models.ctts.common import load_tokenizer, render_chat
-    from morkit.reward_models.pooling_io import to_score
 
-    record, adapter = CTTS_BY_NAME[name], _adapter_class(name)
+    record = CTTS_BY_NAME[name]
+    adapter = record.adapter_class()
     tokenizer = load_tokenizer(root)
     fields: dict[str, Any] = {}
     floor = adapter.empty_score
@@ -41,12 +33,11 @@ def ctts_spec(name: str, root: Path, reduction: str = "min") -> EngineSpec:
         from morkit.reward_models.ctts.qwen_math import STEP_TOKEN
 
         step_id = tokenizer.convert_tokens_to_ids(STEP_TOKEN)
-        fields.update(step_token_id=int(step_id), label=1, num_labels=2, prefix_caching=False,
-                      finish=lambda data: to_score("step", data, label=1, num_labels=2, reduction=reduction))
+        fields.update(step_token_id=int(step_id), label=1, num_labels=2, prefix_caching=False)
         fields["not_shown"] = lambda a: Score(float(floor), steps=(float(floor),)) \
             if is_empty_answer(a) or not adapter.steps(a) else None
     elif floor is not None:
-        fields["not_shown"] = lambda a: Score(float(floor)) if is_empty_answer(a) else None
+        fields["not_shown"] = empty_answers_score(float(floor))
     if record.pooling == "token_classify":
         fields["prefix_caching"] = False  # token pooling never reads vLLM's prefix cache
     if name == "qrm-gemma-2-27b":
@@ -59,11 +50,11 @@ def ctts_spec(name: str, root: Path, reduction: str = "min") -> EngineSpec:
 def _qrm_fields(root: Path, tokenizer: Any) -> dict[str, Any]:
     """QRM's row is [score, quantiles, rewards]; the gate is read at the assistant header, which must be there."""
     from morkit.reward_models.ctts.common import config_value
-    from morkit.reward_models.ctts.qrm import GATING_HEADER
+    from morkit.reward_models.ctts.qrm import gating_position, header_ids
     from morkit.reward_models.pooling_io import MalformedOutput, row_of
 
     q = int(config_value(root, "num_quantiles", 0))
-    pattern = list(tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"])
+    pattern = header_ids(tokenizer)
     levels = tuple((i + 1) / (q + 1) for i in range(q))
 
     def finish(data: Any) -> Score:
@@ -73,12 +64,7 @@ def _qrm_fields(root: Path, tokenizer: Any) -> dict[str, Any]:
         return Score(row[0], extra={"quantiles": tuple(row[1:1 + q]), "quantile_levels": levels,
                                     "rewards": tuple(row[1 + q:])})
 
-    def check(ids: list[int]) -> None:
-        width = len(pattern)
-        if not any(ids[s:s + width] == pattern for s in range(len(ids) - width + 1)):
-            raise ScoreError(f"qrm-gemma-2-27b: assistant header {GATING_HEADER!r} not found in the rendered pair")
-
-    return {"finish": finish, "check": check, "prefix_caching": False}
+    return {"finish": finish, "check": lambda ids: gating_position(ids, pattern), "prefix_caching": False}
 
 
 def spec_for(name: str, options: Any) -> EngineSpec:
@@ -87,4 +73,4 @@ def spec_for(name: str, options: Any) -> EngineSpec:
 
     record = CTTS_BY_NAME[name]
     required = ("config.json",) if options.server_urls(name) else record.required
-    return ctts_spec(name, locate_weights(record.model_id, required=required), options.reduction)
+    return ctts_spec(name, locate_weights(record.model_id, required=required))

@@ -33,6 +33,20 @@ from morkit.reward_models.ctts.common import (
 GATING_HEADER = "<end_of_turn>\n<start_of_turn>model\n"
 
 
+def header_ids(tokenizer: Any) -> list[int]:
+    """The token ids of GATING_HEADER in this tokenizer."""
+    return list(tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"])
+
+
+def gating_position(ids: Sequence[int], pattern: Sequence[int]) -> int:
+    """Where the last assistant header starts in a rendered pair; ScoreError when it has none."""
+    width, ids, pattern = len(pattern), list(ids), list(pattern)
+    for start in range(len(ids) - width, -1, -1):
+        if ids[start:start + width] == pattern:
+            return start
+    raise ScoreError(f"qrm-gemma-2-27b: assistant header {GATING_HEADER!r} not found in the rendered pair")
+
+
 class QRMGemmaRM(CttsRM):
     name = "qrm-gemma-2-27b"
     backbone_class = "Gemma2Model"
@@ -42,14 +56,7 @@ class QRMGemmaRM(CttsRM):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.pattern = list(self.backbone.tokenizer(GATING_HEADER, add_special_tokens=False)["input_ids"])
-
-    def gating_position(self, ids: list[int]) -> int:
-        width = len(self.pattern)
-        for start in range(len(ids) - width, -1, -1):
-            if ids[start:start + width] == self.pattern:
-                return start
-        raise ScoreError(f"{self.name}: assistant header {GATING_HEADER!r} not found in the rendered pair")
+        self.pattern = header_ids(self.backbone.tokenizer)
 
     def pool(self, hidden: Any, mask: Any, ids: Any) -> Any:
         import torch
@@ -57,7 +64,7 @@ class QRMGemmaRM(CttsRM):
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         reward_at = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
         lengths = mask.sum(dim=1).tolist()
-        gate_at = torch.tensor([self.gating_position(ids[r, : lengths[r]].tolist()) for r in range(len(lengths))],
+        gate_at = torch.tensor([gating_position(ids[r, : lengths[r]].tolist(), self.pattern) for r in range(len(lengths))],
                                device=hidden.device)
         return torch.stack([hidden[rows, reward_at], hidden[rows, gate_at]], dim=1)
 
