@@ -70,6 +70,17 @@ def test_code_tests_small_query():
     assert rm.cache_context(q) == q.question + "\x00" + tests
 
 
+@pytest.mark.parametrize("exit_early", ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "quit()"])
+def test_code_tests_and_labels_fail_a_candidate_that_exits_before_the_tests(exit_early):
+    from morkit.question_pool.labels import fill_labels
+
+    q = _query(["def add(a, b):\n    return a - b\n" + exit_early, "def add(a, b):\n    return a + b"],
+               tests="assert add(2, 3) == 5")
+    assert [s.value for s in CodeTests(limits=SandboxLimits(wall_seconds=3)).score_query(q)] == [0.0, 1.0]
+    labelled, report = fill_labels([q])
+    assert [c.correct for c in labelled[0].candidates] == [False, True] and report.by_tests == 2
+
+
 def _humaneval_problems(task_ids):
     if not HUMANEVAL.exists():
         pytest.skip(f"shared data file missing: {HUMANEVAL}")

@@ -90,7 +90,10 @@ _NOT_RUN = SandboxResult("failed", None, "", "empty answer: not run", 0.0)
 
 @dataclass(frozen=True)
 class CodeTests:
-    """Unit-test verifier: 1.0 if candidate + "\\n\\n" + query.tests runs cleanly in the sandbox, else 0.0."""
+    """Unit-test verifier: 1.0 if candidate + "\\n\\n" + query.tests runs to its end in the sandbox, else 0.0.
+
+    Exiting early, even with status 0 (`sys.exit(0)`, `os._exit(0)`), fails: the sandbox's harness
+    reports completion only after the last test line ran."""
 
     name: str = "code-tests"
     limits: SandboxLimits = SandboxLimits()
@@ -101,11 +104,17 @@ class CodeTests:
         """One sandbox result per candidate (why it failed: status, stderr); empty ones are not run."""
         tests = self._tests(query)
         todo = [i for i, c in enumerate(query.candidates) if not is_empty_answer(c.text)]
-        ran = run_many([query.candidates[i].text + "\n\n" + tests for i in todo], self.limits, self.workers)
+        ran = run_many([query.candidates[i].text + "\n\n" + tests for i in todo], self.limits, self.workers,
+                       require_completion=True)
         results = [_NOT_RUN] * len(query.candidates)
         for i, result in zip(todo, ran):
             results[i] = result
         return results
+
+    @property
+    def cache_key(self) -> str:
+        """Version 2: a run counts only if its tests ran to their end (version 1 accepted any exit 0)."""
+        return f"{self.name}@2"
 
     def score_query(self, query: Query) -> list[Score]:
         results = self.run_tests(query)

@@ -1,23 +1,22 @@
-"""Run untrusted (LLM-written, possibly hostile) Python in a separate, limited subprocess.
+"""Run untrusted (LLM-written, possibly hostile) Python in a separate, isolated subprocess.
 
-Never runs the code in this process. Each run gets a fresh temp dir as cwd (removed afterwards),
-`python -I -S -B`, a minimal environment, resource limits, its own session (the whole process
-group is SIGKILLed at the end) and output capped in size. The limits are applied by a launcher
-script (sandbox_launcher.py) that then exec's the program, not by a `preexec_fn`, which is unsafe
-with threads (`run_many` uses threads).
+Never runs the code in this process. sandbox_launcher.py (started in its own session) gives each run
+new PID, mount, network, IPC and UTS namespaces: the program sees only its own processes, no
+network, and a new root holding read-only system files, a fresh /proc and a size-capped tmpfs
+/work as cwd; as root it runs under a uid of its own, otherwise in a user namespace. Hard resource
+limits are low, capabilities are gone, and a seccomp filter refuses signals to other processes,
+namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit is enforced by the
+launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
 
-Best-effort isolation, Linux only: a new network namespace (no network at all) and, as root, a
-new mount namespace where everything but the cwd is read-only. A seccomp filter refuses signals
-to other processes, leaving the process group (setsid/setpgid) and, when running as root (where
-RLIMIT_NPROC does not apply) or with `max_processes <= 1`, creating processes; threads still
-work. As root all capabilities are dropped. Root can still read root's files: run untrusted code
-as a non-root user where secrets live. Without seccomp a root run is refused (status "error").
+`require_completion=True` is for unit tests: the run passes only if the program ran to its end and
+the harness reported so on a pipe with a per-run token; exiting early (even with status 0) fails.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -25,26 +24,30 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from morkit.core import checks
-from morkit.runtime.sandbox_launcher import SETUP_EXIT, SETUP_MARK
 
 MiB = 1 << 20
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_launcher.py")
 STATUSES = ("passed", "failed", "timeout", "memory", "error")
+_GRACE_SECONDS = 5.0  # morkit's own backstop after the launcher's wall limit
+_NOT_FINISHED = "morkit-sandbox: the program did not run to its end (it exited before the tests finished)"
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-run limits; memory is address space (RLIMIT_AS), processes count all of the uid's."""
+    """Per-run limits: memory is address space (RLIMIT_AS), processes count the run's own uid,
+    disk is the size of the /work tmpfs (files plus directories, at most `max_files` of them)."""
 
     wall_seconds: float = 10.0
     cpu_seconds: int = 10
     memory_bytes: int = 512 * MiB
     max_processes: int = 64
     max_output_bytes: int = 64 * 1024
+    disk_bytes: int = 64 * MiB
+    max_files: int = 4096
 
     def __post_init__(self) -> None:
         checks.positive(self.wall_seconds, "SandboxLimits.wall_seconds")
-        for name in ("cpu_seconds", "memory_bytes", "max_processes", "max_output_bytes"):
+        for name in ("cpu_seconds", "memory_bytes", "max_processes", "max_output_bytes", "disk_bytes", "max_files"):
             checks.positive_int(getattr(self, name), f"SandboxLimits.{name}")
 
 
@@ -63,78 +66,83 @@ class SandboxResult:
         return self.status == "passed"
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run `code` as a Python program in a fresh sandboxed subprocess and classify the outcome."""
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *,
+               require_completion: bool = False) -> SandboxResult:
+    """Run `code` as a Python program in a fresh sandbox and classify the outcome.
+
+    With `require_completion`, "passed" also needs the harness's report that the program ran to its end."""
     import shutil
     import subprocess
     import tempfile
 
     start = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="morkit-sandbox-")
+    status_r, status_w = os.pipe()
+    token_r, token_w = os.pipe() if require_completion else (-1, -1)
+    report_r, report_w = os.pipe() if require_completion else (-1, -1)
+    down = [fd for fd in (status_w, token_r, report_w) if fd >= 0]  # the launcher's ends
+    kept = [fd for fd in (status_r, token_w, report_r) if fd >= 0]  # ours, each closed once below
+    token = secrets.token_hex(16).encode()
     try:
-        program = os.path.join(workdir, "main.py")
-        with open(program, "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
-        config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes,
-                  "nproc": limits.max_processes, "workdir": workdir}
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONIOENCODING": "utf-8"}
-        cmd = [sys.executable, "-I", "-S", "-B", _LAUNCHER, json.dumps(config), program]
+        config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
+                  "disk": limits.disk_bytes, "inodes": limits.max_files, "wall": limits.wall_seconds,
+                  "workdir": workdir, "parent": os.getpid(), "status_fd": status_w, "harness_fds": down[1:]}
+        cmd = [sys.executable, "-I", "-S", "-B", _LAUNCHER, json.dumps(config)]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, start_new_session=True)
+                proc = subprocess.Popen(cmd, cwd="/", env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=err, start_new_session=True, pass_fds=down)
             except OSError as e:
                 return SandboxResult("error", None, "", f"could not start sandbox: {e}", time.monotonic() - start)
-            timed_out, cpu_used = False, 0.0
+            finally:
+                for fd in down:
+                    os.close(fd)
+            if require_completion:
+                _write_quietly(token_w, token)
+                os.close(kept.pop(1))
             try:
-                timed_out = not _wait_for_exit(proc.pid, limits.wall_seconds)
+                backstop = not _wait_for_exit(proc.pid, limits.wall_seconds + _GRACE_SECONDS)
             finally:
                 _killpg(proc.pid)  # leader is a zombie or running, so the group id is still ours
-                _, status, usage = os.wait4(proc.pid, 0)
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                cpu_used = usage.ru_utime + usage.ru_stime
+                _, wait_status, usage = os.wait4(proc.pid, 0)
+            outcome = {"timeout": True} if backstop else _read_outcome(status_r)
+            finished = not require_completion or _read_small(report_r) == token
             stdout = _read_capped(out, limits.max_output_bytes)
             stderr = _read_capped(err, limits.max_output_bytes)
-        kind = _classify(proc.returncode, stderr, timed_out, cpu_used, limits)
-        return SandboxResult(kind, proc.returncode, stdout, stderr, time.monotonic() - start)
+        status, returncode, stderr = _classify(outcome, stderr, usage.ru_utime + usage.ru_stime, limits, finished)
+        return SandboxResult(status, returncode, stdout, stderr, time.monotonic() - start)
     finally:
+        for fd in kept:
+            os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_many(codes: Iterable[str], limits: SandboxLimits = SandboxLimits(), workers: int = 2) -> list[SandboxResult]:
-    """Run several programs, each in its own subprocess, `workers` at a time; results keep input order."""
+def run_many(codes: Iterable[str], limits: SandboxLimits = SandboxLimits(), workers: int = 2, *,
+             require_completion: bool = False) -> list[SandboxResult]:
+    """Run several programs, each in its own sandbox, `workers` at a time; results keep input order."""
     from concurrent.futures import ThreadPoolExecutor
 
     codes = list(codes)
+    run = (lambda c: run_python(c, limits, require_completion=require_completion))
     if workers <= 1 or len(codes) <= 1:
-        return [run_python(c, limits) for c in codes]
+        return [run(c) for c in codes]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="morkit-sandbox") as pool:
-        return list(pool.map(lambda c: run_python(c, limits), codes))
+        return list(pool.map(run, codes))
 
 
 def _wait_for_exit(pid: int, timeout: float) -> bool:
     """Wait up to `timeout` s for the child to exit WITHOUT reaping it; True if it exited."""
     import select
 
+    fd = os.pidfd_open(pid)
     try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = None
-    if fd is not None:
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            return bool(poller.poll(max(0, int(timeout * 1000))))
-        finally:
-            os.close(fd)
-    deadline = time.monotonic() + timeout
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+    finally:
+        os.close(fd)
 
 
 def _killpg(pgid: int) -> None:
@@ -142,6 +150,31 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _write_quietly(fd: int, data: bytes) -> None:
+    try:
+        os.write(fd, data)
+    except BrokenPipeError:  # the launcher failed before reading it; its status says why
+        pass
+
+
+def _read_small(fd: int, limit: int = 4096) -> bytes:
+    """What a pipe holds now, at most `limit` bytes; never blocks (every writer has exited)."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, limit)
+    except BlockingIOError:
+        return b""
+
+
+def _read_outcome(fd: int) -> dict:
+    """The launcher's one-line report: {"exit": n}, {"signal": n}, {"timeout": true} or {"setup": why}."""
+    try:
+        outcome = json.loads(_read_small(fd).decode() or "null")
+    except ValueError:
+        outcome = None
+    return outcome if isinstance(outcome, dict) else {"setup": "the sandbox launcher died without a report"}
 
 
 def _read_capped(f, limit: int) -> str:
@@ -157,15 +190,20 @@ def _read_capped(f, limit: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _classify(returncode: int, stderr: str, timed_out: bool, cpu_used: float, limits: SandboxLimits) -> str:
-    if timed_out or returncode == -signal.SIGXCPU:
-        return "timeout"
+def _classify(outcome: dict, stderr: str, cpu_used: float, limits: SandboxLimits,
+              finished: bool) -> tuple[str, int | None, str]:
+    """(status, returncode, stderr) from the launcher's report; a setup failure's reason joins stderr."""
+    if "timeout" in outcome:
+        return "timeout", None, stderr
+    if "setup" in outcome:
+        return "error", None, (stderr + f"\nmorkit-sandbox: setup failed: {outcome['setup']}").lstrip()
+    returncode = -int(outcome["signal"]) if "signal" in outcome else int(outcome.get("exit", 1))
+    if returncode == -signal.SIGXCPU:
+        return "timeout", returncode, stderr
     if returncode == 0:
-        return "passed"
-    if returncode == SETUP_EXIT and SETUP_MARK in stderr:
-        return "error"
+        return ("passed", 0, stderr) if finished else ("failed", 0, (stderr + "\n" + _NOT_FINISHED).lstrip())
     if "MemoryError" in stderr[-2000:]:
-        return "memory"
+        return "memory", returncode, stderr
     if returncode in (-signal.SIGKILL, -signal.SIGSEGV):
-        return "timeout" if cpu_used >= limits.cpu_seconds else "memory"
-    return "failed"
+        return ("timeout" if cpu_used >= limits.cpu_seconds else "memory"), returncode, stderr
+    return "failed", returncode, stderr

@@ -1,9 +1,19 @@
-"""The sandbox's launcher: runs as `python -I -S -B sandbox_launcher.py CONFIG PROGRAM` in a new session.
+"""The sandbox's launcher: `python -I -S -B sandbox_launcher.py CONFIG`, started by morkit in a new session.
 
-It isolates itself (network and mount namespaces where allowed), sets resource limits, drops
-capabilities, installs a seccomp filter, then exec's the untrusted program. Standard library only:
-in the child there is no morkit on the path. A failure before exec is reported as a setup failure
-(exit SETUP_EXIT with SETUP_MARK on stderr), and the program never runs.
+Three processes, so that no limit depends on the candidate's goodwill or on morkit staying alive:
+
+- the monitor (this script): dies with the morkit thread that started it (PDEATHSIG), makes new
+  PID, mount, network, IPC and UTS namespaces (and a user namespace when not root), forks the
+  init, kills it at the wall limit, and reports how the run ended on morkit's status pipe;
+- the init (PID 1 of the new PID namespace, dies with the monitor): builds a new root of
+  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends), a
+  fresh /proc and a size-capped tmpfs /work holding the program, pivots into it, forks the program
+  and waits for it. When the init exits the kernel kills every process left in the namespace;
+- the program: its own session and, when morkit runs as root, its own unused uid; low hard limits,
+  no capabilities, a seccomp filter; then exec's Python on /work/main.py.
+
+Standard library only: there is no morkit on the path here. A failure before the exec is reported
+as {"setup": message}, and the program never runs.
 """
 
 from __future__ import annotations
@@ -12,79 +22,262 @@ import json
 import os
 import sys
 
+MARK = "morkit-sandbox"  # on every sandboxed program's command line
 FILE_SIZE_LIMIT = 16 << 20  # RLIMIT_FSIZE: also caps what a flood can write into the capture files
-SETUP_EXIT = 121
-SETUP_MARK = "morkit-sandbox: setup failed"
+OPEN_FILES = 256
+FIRST_UID = 1 << 21  # root runs: the program runs as FIRST_UID + the monitor's pid, a uid nothing owns
+WORK = "/work"
 
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-# syscall numbers: fork, vfork, clone, clone3, kill, tkill, tgkill, rt_sigqueueinfo,
-# rt_tgsigqueueinfo, pidfd_send_signal, ptrace, process_vm_readv, process_vm_writev, setsid, setpgid
+_NS_MOUNT, _NS_UTS, _NS_IPC, _NS_USER, _NS_PID, _NS_NET = (0x00020000, 0x04000000, 0x08000000, 0x10000000,
+                                                           0x20000000, 0x40000000)
+_RDONLY, _NOSUID, _NODEV, _NOEXEC, _REMOUNT, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+_ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")  # bound read-only, or mirrored symlinks
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "TMPDIR": WORK, "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+
+# syscall numbers per machine: (audit arch, numbers); pivot_root and mount_setattr are used here too
 _SYSCALLS = {
     "x86_64": (0xC000003E, dict(fork=57, vfork=58, clone=56, clone3=435, kill=62, tkill=200, tgkill=234,
                                 rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, pidfd_send_signal=424, ptrace=101,
-                                process_vm_readv=310, process_vm_writev=311, setsid=112, setpgid=109)),
+                                process_vm_readv=310, process_vm_writev=311, setsid=112, setpgid=109, fcntl=72,
+                                ioctl=16, unshare=272, setns=308, mount=165, umount2=166, pivot_root=155,
+                                chroot=161, bpf=321, perf_event_open=298, userfaultfd=323, keyctl=250, add_key=248,
+                                request_key=249, io_uring_setup=425, open_tree=428, move_mount=429, fsopen=430,
+                                fsmount=432, mount_setattr=442)),
     "aarch64": (0xC00000B7, dict(clone=220, clone3=435, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
-                                 rt_tgsigqueueinfo=240, pidfd_send_signal=424, ptrace=117,
-                                 process_vm_readv=270, process_vm_writev=271, setsid=157, setpgid=154)),
+                                 rt_tgsigqueueinfo=240, pidfd_send_signal=424, ptrace=117, process_vm_readv=270,
+                                 process_vm_writev=271, setsid=157, setpgid=154, fcntl=25, ioctl=29, unshare=97,
+                                 setns=268, mount=40, umount2=39, pivot_root=41, chroot=51, bpf=280,
+                                 perf_event_open=241, userfaultfd=282, keyctl=219, add_key=217, request_key=218,
+                                 io_uring_setup=425, open_tree=428, move_mount=429, fsopen=430, fsmount=432,
+                                 mount_setattr=442)),
 }
+_DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev", "setsid", "setpgid",
+           "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open", "userfaultfd",
+           "keyctl", "add_key", "request_key", "io_uring_setup", "open_tree", "move_mount", "fsopen", "fsmount",
+           "mount_setattr")
+# fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX and ioctl FIOSETOWN, SIOCSPGRP would aim signals at other processes
+_DENIED_ARGS = (("fcntl", (8, 10, 15)), ("ioctl", (0x8901, 0x8902)))
 
-
-# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them.
+# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them. With a
+# report fd, the token goes to morkit only once the program has run to its end: exiting early fails.
 _BOOTSTRAP = (
-    "import builtins, runpy, sys, _sitebuiltins as s\n"
+    "import builtins, os, runpy, sys, _sitebuiltins as s\n"
     "builtins.exit = s.Quitter('exit', 'Ctrl-D (i.e. EOF)')\n"
     "builtins.quit = s.Quitter('quit', 'Ctrl-D (i.e. EOF)')\n"
     "builtins.help = s._Helper()\n"
     "del builtins, s\n"
-    "sys.argv = sys.argv[1:]\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "def _run(path, fds, read=os.read, write=os.write, close=os.close):\n"
+    "    token = read(fds[0], 64) if fds else b''\n"
+    "    fds and close(fds[0])\n"
+    "    runpy.run_path(path, run_name='__main__')\n"
+    "    fds and write(fds[1], token)\n"
+    "    fds and close(fds[1])\n"
+    "_path, _fds = sys.argv[1], [int(fd) for fd in sys.argv[2].split(',') if fd]\n"
+    "sys.argv = [_path]\n"
+    "_run(_path, _fds)\n"
 )
 
 
-def _launch(config: dict, program: str) -> int:
+def _monitor(config: dict) -> dict:
+    """Make the namespaces, fork the init, enforce the wall limit; return how the run ended."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if _prctl(libc, 1, signal.SIGKILL) != 0 or os.getppid() != config["parent"]:  # PR_SET_PDEATHSIG
+        return {"setup": "morkit exited before the sandbox started"}
+    root = os.geteuid() == 0
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _NS_MOUNT | _NS_UTS | _NS_IPC | _NS_PID | _NS_NET | (0 if root else _NS_USER)
+    if libc.unshare(ctypes.c_int(flags)) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make namespaces: the sandbox needs root or unprivileged user "
+                                          "namespaces (sysctl user.max_user_namespaces > 0)")
+    if not root:  # the program is uid 0 of its user namespace, mapped to the caller's own uid
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    config = {**config, "run_as": FIRST_UID + os.getpid() if root else None,
+              "python": os.path.realpath(sys.executable)}  # resolved while the host's tree is visible
+    read_end, write_end = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(read_end)
+        os.close(config["status_fd"])
+        try:
+            _init(libc, config, write_end)
+        except BaseException as exc:  # noqa: BLE001 - reported, the program never runs
+            _report(write_end, {"setup": repr(exc)})
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    ended = _wait_for(init, config["wall"])
+    if not ended:
+        os.kill(init, signal.SIGKILL)
+    os.waitpid(init, 0)
+    with os.fdopen(read_end, "rb") as f:
+        lines = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+    if not ended:
+        return {"timeout": True}
+    setup = [line for line in lines if "setup" in line]
+    return setup[0] if setup else (lines[-1] if lines else {"setup": "the sandbox's init died"})
+
+
+def _init(libc, config: dict, status_fd: int) -> None:
+    """PID 1 of the namespace: build the new root, run the program, report its end status."""
+    import signal
+
+    if _prctl(libc, 1, signal.SIGKILL) != 0 or os.getppid() != 0:  # the monitor is outside: ppid reads 0
+        raise OSError("the sandbox monitor exited")
+    _build_root(libc, config)
+    program = os.fork()
+    if program == 0:
+        try:
+            _exec_program(libc, config, status_fd)
+        except BaseException as exc:  # noqa: BLE001
+            _report(status_fd, {"setup": repr(exc)})
+        finally:
+            os._exit(127)
+    while True:  # reap orphans the namespace hands to us until the program itself ends
+        pid, status = os.waitpid(-1, 0)
+        if pid == program:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    _report(status_fd, {"signal": -code} if code < 0 else {"exit": code})
+
+
+def _build_root(libc, config: dict) -> None:
+    """A new root on a small tmpfs: read-only system binds, fresh /proc, the program in a capped /work."""
+    host_dir, root = config["workdir"], config["workdir"]
+    files = {}
+    for name in os.listdir(host_dir):
+        with open(os.path.join(host_dir, name), "rb") as f:
+            files[name] = f.read()
+    _mount(libc, None, "/", None, _REC | _PRIVATE)
+    _mount(libc, "tmpfs", root, "tmpfs", _NOSUID | _NODEV, "size=1m,nr_inodes=512,mode=755")
+    for name in _ROOT_DIRS:
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), f"{root}/{name}")
+        elif os.path.isdir("/" + name):
+            _bind(libc, "/" + name, root + "/" + name)
+    for path in _interpreter_dirs(config["python"]):
+        _bind(libc, path, root + path)
+    for name in _ETC_FILES:
+        if os.path.exists("/etc/" + name):
+            _bind(libc, "/etc/" + name, f"{root}/etc/{name}")
+    for name in _DEVICES:
+        if os.path.exists("/dev/" + name):
+            _bind(libc, "/dev/" + name, f"{root}/dev/{name}", devices=True)
+    os.mkdir(root + "/proc")
+    _mount(libc, "proc", root + "/proc", "proc", _NOSUID | _NODEV | _NOEXEC)
+    owner = config["run_as"] or 0
+    os.mkdir(root + WORK)
+    _mount(libc, "tmpfs", root + WORK, "tmpfs", _NOSUID | _NODEV,
+           f"size={config['disk']},nr_inodes={config['inodes']},mode=700,uid={owner},gid={owner}")
+    for name, data in files.items():
+        path = f"{root}{WORK}/{name}"
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chown(path, owner, owner)
+    os.symlink(WORK, root + "/tmp")
+    os.mkdir(root + "/.old")
+    if _syscall(libc, "pivot_root", root.encode(), (root + "/.old").encode()) != 0:
+        raise OSError(_errno(), "pivot_root failed")
+    os.chdir("/")
+    if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH: the host's tree is gone from this namespace
+        raise OSError(_errno(), "cannot detach the old root")
+    os.rmdir("/.old")
+    _mount(libc, None, "/", None, _REMOUNT | _RDONLY | _NOSUID | _NODEV)
+    os.chdir(WORK)
+
+
+def _interpreter_dirs(python: str) -> list[str]:
+    """The real interpreter's installation, outside the system dirs already bound (outermost only)."""
+    dirs = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.dirname(python)))}
+    system = tuple(os.path.realpath("/" + name) + "/" for name in _ROOT_DIRS)
+    keep = [d for d in dirs if not (d + "/").startswith(system) and d != "/"]
+    return sorted(d for d in keep if not any(d != o and d.startswith(o + "/") for o in keep))
+
+
+def _exec_program(libc, config: dict, status_fd: int) -> None:
+    """The program's own session, uid, limits, no capabilities, seccomp; then exec Python.
+
+    Only stdio and the harness fds survive; `status_fd` (close-on-exec) stays to report a failure here."""
     import ctypes
     import resource
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    root = os.geteuid() == 0
-    _isolate(libc, config["workdir"], root)
+    os.setsid()
+    keep = {0, 1, 2, status_fd, *config["harness_fds"]}
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     for res, value in ((resource.RLIMIT_CPU, config["cpu"]), (resource.RLIMIT_AS, config["memory"]),
                        (resource.RLIMIT_NPROC, config["nproc"]), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
-                       (resource.RLIMIT_CORE, 0)):
-        hard = resource.getrlimit(res)[1]
-        soft = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                       (resource.RLIMIT_NOFILE, OPEN_FILES), (resource.RLIMIT_CORE, 0)):
         extra = 1 if res == resource.RLIMIT_CPU else 0  # SIGXCPU at soft, SIGKILL one second later
-        resource.setrlimit(res, (soft, soft + extra if hard == resource.RLIM_INFINITY else hard))
-    if root:
-        for cap in range(64):  # empty the bounding set so exec as uid 0 cannot regain capabilities
-            if _prctl(libc, 24, cap) != 0 and ctypes.get_errno() == 22:
-                break
-    installed = _install_seccomp(libc, block_fork=root or config["nproc"] <= 1)
-    if root:
-        if not installed:
-            raise OSError("running as root needs seccomp to block fork and kill; refusing to run")
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
-        if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
-            raise OSError(ctypes.get_errno(), "capset failed")
-    os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, program])
-    return SETUP_EXIT  # not reached
+        resource.setrlimit(res, (value, value + extra))  # hard = soft: the program cannot raise them
+    for cap in range(64):  # empty the bounding set so no exec can regain capabilities
+        if _prctl(libc, 24, cap) != 0 and ctypes.get_errno() == 22:
+            break
+    if config["run_as"] is not None:
+        os.setgroups([])
+        os.setresgid(config["run_as"], config["run_as"], config["run_as"])
+        os.setresuid(config["run_as"], config["run_as"], config["run_as"])
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(_errno(), "capset failed")
+    if not _install_seccomp(libc, block_fork=config["nproc"] <= 1):
+        raise OSError("cannot install the seccomp filter")
+    python = config["python"]
+    fds = ",".join(map(str, config["harness_fds"]))
+    os.execve(python, [python, "-I", "-S", "-B", "-c", _BOOTSTRAP, f"{WORK}/main.py", fds, MARK], _ENV)
 
 
-def _isolate(libc, workdir: str, root: bool) -> None:
-    """Best effort: no network; as root, everything read-only except the work dir."""
+def _bind(libc, source: str, target: str, devices: bool = False) -> None:
+    """Bind `source` read-only (and nosuid; nodev unless it is a device) at `target`, made as needed."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        open(target, "wb").close()
+    _mount(libc, source, target, None, _BIND | _REC)
+    attr = _RDONLY | _NOSUID | (0 if devices else _NODEV)
+    if _mount_setattr(libc, target, attr) != 0:
+        raise OSError(_errno(), f"cannot make {source} read-only in the sandbox")
+
+
+def _mount(libc, source, target: str, fstype, flags: int, data: str | None = None) -> None:
     import ctypes
 
-    if root and libc.unshare(ctypes.c_int(_CLONE_NEWNS | _CLONE_NEWNET)) == 0:
-        if libc.mount(None, b"/", None, ctypes.c_ulong(0x4000 | 0x40000), None) == 0:  # MS_REC|MS_PRIVATE
-            wd = workdir.encode()
-            attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr {attr_set=MOUNT_ATTR_RDONLY, ...}
-            clear = (ctypes.c_uint64 * 4)(0, 1, 0, 0)
-            if (libc.mount(wd, wd, None, ctypes.c_ulong(0x1000), None) == 0  # MS_BIND: work dir is its own mount
-                    and _mount_setattr(libc, b"/", 0x8000, attr) == 0):  # mount_setattr, AT_RECURSIVE
-                _mount_setattr(libc, wd, 0, clear)
-            os.chdir(workdir)  # re-enter the cwd through the new mount
-    elif libc.unshare(_CLONE_NEWNET) != 0:
-        libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
+    enc = (lambda s: None if s is None else s.encode())
+    if libc.mount(enc(source), target.encode(), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        raise OSError(_errno(), f"mount {fstype or source or ''} on {target} failed")
+
+
+def _mount_setattr(libc, path: str, attr_set: int) -> int:
+    import ctypes
+
+    attr = (ctypes.c_uint64 * 4)(attr_set, 0, 0, 0)  # struct mount_attr {attr_set, attr_clr, propagation, userns}
+    return _syscall(libc, "mount_setattr", ctypes.c_long(-100), path.encode(), ctypes.c_long(0x8000), attr,
+                    ctypes.c_long(32))  # AT_FDCWD, AT_RECURSIVE
+
+
+def _syscall(libc, name: str, *args) -> int:
+    import ctypes
+    import platform
+
+    return libc.syscall(ctypes.c_long(_SYSCALLS[platform.machine()][1][name]), *args)
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def _prctl(libc, option: int, *args: int) -> int:
@@ -94,14 +287,26 @@ def _prctl(libc, option: int, *args: int) -> int:
     return libc.prctl(ctypes.c_int(option), *padded)
 
 
-def _mount_setattr(libc, path: bytes, flags: int, attr) -> int:
-    import ctypes
+def _wait_for(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` s for a child to exit without reaping it; True if it exited."""
+    import select
 
-    return libc.syscall(ctypes.c_long(442), ctypes.c_long(-100), path, ctypes.c_long(flags), attr, ctypes.c_long(32))
+    fd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+    finally:
+        os.close(fd)
+
+
+def _report(fd: int, outcome: dict) -> None:
+    os.write(fd, (json.dumps(outcome) + "\n").encode())
 
 
 def _install_seccomp(libc, block_fork: bool) -> bool:
-    """Deny signals to other processes, leaving the group, and (if asked) new processes."""
+    """Deny signals to other processes, leaving the session, namespace and mount calls, signal-owner
+    fcntl/ioctl commands, and (if asked) new processes."""
     import ctypes
     import platform
 
@@ -114,15 +319,17 @@ def _install_seccomp(libc, block_fork: bool) -> bool:
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if arch == 0xC000003E:
         prog += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # no x32 syscalls
-    deny = ["tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev", "setsid", "setpgid"]
-    deny += ["fork", "vfork"] if block_fork else []
-    for name in deny:
+    for name in _DENIED + (("fork", "vfork") if block_fork else ()):
         if name in nr:
             prog += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
     prog += [(jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys)]  # libc falls back to clone
     if block_fork:  # clone is allowed only for threads (CLONE_THREAD)
         prog += [(jeq, 0, 4, nr["clone"]), (ld, 0, 0, 16), (jset, 0, 1, 0x10000), (ret, 0, 0, allow),
                  (ret, 0, 0, eperm)]
+    for name, commands in _DENIED_ARGS:  # second argument (offset 24) is one of `commands`: refused
+        prog += [(jeq, 0, len(commands) + 3, nr[name]), (ld, 0, 0, 24)]
+        prog += [(jeq, len(commands) - i, 0, c) for i, c in enumerate(commands)]
+        prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
     for name, targets in (("kill", (me, 0, -me & 0xFFFFFFFF)), ("rt_sigqueueinfo", (me,)),
                           ("tgkill", (me,)), ("rt_tgsigqueueinfo", (me,))):
         prog += [(jeq, 0, len(targets) + 3, nr[name]), (ld, 0, 0, 16)]
@@ -144,8 +351,9 @@ def _install_seccomp(libc, block_fork: bool) -> bool:
 
 
 if __name__ == "__main__":
+    settings = json.loads(sys.argv[1])
     try:
-        sys.exit(_launch(json.loads(sys.argv[1]), sys.argv[2]))
-    except Exception as exc:  # anything before exec: report as a setup failure, never run the code
-        sys.stderr.write(f"{SETUP_MARK}: {exc!r}\n")
-        sys.exit(SETUP_EXIT)
+        outcome = _monitor(settings)
+    except BaseException as exc:  # noqa: BLE001 - anything before the exec: a setup failure, never run the code
+        outcome = {"setup": repr(exc)}
+    _report(settings["status_fd"], outcome)
