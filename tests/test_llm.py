@@ -3,6 +3,9 @@ whose markers make it misbehave), and LocalLLM with SmolLM2."""
 
 from __future__ import annotations
 
+import json
+import re
+import threading
 import time
 
 import pytest
@@ -117,6 +120,65 @@ def test_timeouts_name_the_index_and_partial_keeps_successes(server):
         llm.chat([user("ok 0"), user("HANG 1")])
 
 
+def test_malformed_replies_fail_their_conversation_and_keep_the_others(server):
+    llm = make_llm(server.v1, retries=1)
+    bad = ["MIXED_INDEX", "WORDY_USAGE", "HUGE_USAGE", "OBJECT_CONTENT", "HTML_TYPE"]
+    out = llm.chat_partial([user("fine 0")] + [user(b) for b in bad] + [user("fine 6")])
+    assert out[0].texts == ("reply to fine 0 #0 seed=None",) and out[6].texts[0].startswith("reply to fine 6")
+    failed = {b: out[i] for i, b in enumerate(bad, 1)}
+    assert all(isinstance(e, ConversationError) and e.attempts == 2 for e in failed.values())
+    assert "index" in failed["MIXED_INDEX"].reason and "prompt_tokens" in failed["WORDY_USAGE"].reason
+    assert "completion_tokens" in failed["HUGE_USAGE"].reason and "content" in failed["OBJECT_CONTENT"].reason
+    assert llm.url in failed["HTML_TYPE"].reason and "'text/html'" in failed["HTML_TYPE"].reason
+    with pytest.raises(ChatError, match=r"1 of 2 conversations failed \(indices \[1\]\)"):
+        llm.chat([user("fine 0"), user("WORDY_USAGE")])
+
+
+def test_a_malformed_agent_is_a_failure_not_a_crash(server):
+    from morkit.llm.agents import AgentsConfig, AgentSpec, LLMPool, generate_answers
+
+    class Garbled(FakeServer):
+        def chat(self, req):  # every reply's choice indices are 0 and "1"
+            return self.misshape("MIXED_INDEX", json.loads(super().chat(req)[1]))
+
+    garbled = Garbled()
+    try:
+        specs = tuple(AgentSpec(name, backend="openai", model="tiny", base_url=url, timeout=2, retries=0)
+                      for name, url in [("good", server.v1), ("bad", garbled.v1)])
+        answers, failures = generate_answers(AgentsConfig(specs, specs[0], "agents.toml"), "q", LLMPool())
+    finally:
+        garbled.close()
+    assert [a.text for a in answers] == ["reply to q #0 seed=None"]
+    assert len(failures) == 1 and failures[0].startswith("bad: ") and "index" in failures[0]
+
+
+def test_an_unexpected_error_fails_only_its_conversation(server):
+    class Buggy(OpenAIChatLLM):
+        @staticmethod
+        def _parse(body, asked):  # a reader with a bug that one reply triggers
+            reply = OpenAIChatLLM._parse(body, asked)
+            if "bug" in reply.texts[0]:
+                raise RuntimeError("reader bug")
+            return reply
+
+    out = Buggy("tiny", server.v1, timeout=2, retries=2).chat_partial([user("fine"), user("bug")])
+    assert isinstance(out[0], Completion) and out[1].attempts == 1  # not retried: a retry cannot fix a bug
+    assert "unexpected RuntimeError: reader bug" in out[1].reason
+
+
+def test_chat_deadline_bounds_the_whole_call():
+    slow = FakeServer(hang_s=4.0)
+    try:
+        llm = make_llm(slow.v1, timeout=10, retries=3)
+        started = time.perf_counter()
+        out = llm.chat_partial([user("ok"), user("HANG d")], SamplingParams(timeout_s=0.4))
+        assert time.perf_counter() - started < 2.0  # not the server's 4 s hang, nor 4 tries of it
+    finally:
+        slow.close()
+    assert isinstance(out[0], Completion) and out[1].attempts == 1
+    assert re.fullmatch(r"the call's 0.4s deadline passed \(last try: timed out after 0\.[1-4]\d*s\)", out[1].reason)
+
+
 def test_server_ignoring_n_gets_top_up_requests(server):
     before = server.requests
     (c,) = make_llm(server.v1).chat([user("IGNORE_N")], SamplingParams(n=3, seed=5))
@@ -160,6 +222,28 @@ def test_stream_errors(server):
     assert "".join(make_llm(server.v1).stream(user("FAIL500_ONCE s"))) == "".join(STREAM_PIECES)
     with pytest.raises(LLMError, match="HTTP 400"):
         list(make_llm(server.v1).stream(user("BAD400 s")))
+    llm = make_llm(server.v1, retries=0)
+    with pytest.raises(LLMError, match=rf"{llm.url}.*'text/html'.*text/event-stream"):
+        list(llm.stream(user("HTML_TYPE s")))
+    with pytest.raises(LLMError, match="malformed stream event"):
+        list(llm.stream(user("BAD_EVENT s")))
+
+
+def test_stream_of_keep_alives_ends_at_its_deadline(server):
+    # The server sends ": keep-alive" every 50 ms for 4 s: a per-read timeout never fires.
+    started = time.perf_counter()
+    with pytest.raises(LLMError, match="deadline"):
+        list(make_llm(server.v1).stream(user("KEEPALIVE a"), SamplingParams(timeout_s=0.4)))
+    assert time.perf_counter() - started < 2.0
+    started = time.perf_counter()
+    with pytest.raises(LLMError, match="0.4s deadline"):  # the client's own limit, without a request option
+        list(make_llm(server.v1, stream_timeout=0.4).stream(user("KEEPALIVE b")))
+    assert time.perf_counter() - started < 2.0
+    # The stream is read on a thread of its own, which ends as soon as the reader stops.
+    pieces = make_llm(server.v1).stream(user("TRICKLE"), SamplingParams(timeout_s=5))
+    assert next(pieces) == STREAM_PIECES[0]
+    pieces.close()
+    assert not [t for t in threading.enumerate() if t.name == "morkit-llm-stream"]
 
 
 def test_stop_scanner_holds_back_partial_stops():

@@ -4,6 +4,7 @@ on 127.0.0.1 with scripted role replies), with real pools, real FAISS and real r
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from fake_server import FakeServer
@@ -75,6 +76,28 @@ def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):
     assert record["stop_reason"].startswith("budget") or record["calls"] <= 2
     assert main(["loop", "tmas", str(queries), "-o", str(out), "--verifier", "mor"]) == 2
     assert "needs a pool" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loop", ["streamma", "tmas", "atlas"])
+def test_loop_max_seconds_bounds_the_call_in_flight(loop, tmp_path):
+    # Every chat reply takes 4 s, and a stream sends only keep-alives for 4 s: the budget must cut them.
+    slow = FakeServer(role_reply, delay_s=4.0, keepalive_s=4.0)
+    agents = tmp_path / "slow.toml"
+    agents.write_text(f'[defaults]\nbackend = "openai"\nmodel = "tiny"\nbase_url = "{slow.v1}"\ntimeout = 30\n'
+                      '[[agent]]\nname = "a"\n')
+    question = tmp_path / "keepalive.jsonl"
+    question.write_text(json.dumps({"id": "k", "question": "KEEPALIVE: what is 2 + 2?", "candidates": []}) + "\n")
+    out = tmp_path / "out.jsonl"
+    started = time.perf_counter()
+    try:
+        assert main(["loop", loop, str(question), "-o", str(out), "--agents", str(agents), "-q",
+                     "--max-seconds", "1"]) == 0
+    finally:
+        slow.close()
+    assert time.perf_counter() - started < 3.0
+    record = json.loads(out.read_text())
+    assert record["stop_reason"].startswith(("budget", "time budget spent")), record["stop_reason"]
+    assert any("time budget spent" in json.dumps(e) for e in record["trace"])
 
 
 def test_search_cli_compares_methods_on_the_same_answers(tmp_path, agents_toml, queries, data_dir, embedder):

@@ -286,6 +286,61 @@ def test_run_deadline_returns_what_is_done(monkeypatch):
     assert no_agent_threads_left()
 
 
+def test_time_budget_is_the_deadline_of_every_call():
+    from morkit.llm.base import SamplingParams, ScriptedLLM
+    from morkit.loops.base import MeteredLLM, Spend
+
+    class Recording(ScriptedLLM):
+        def chat(self, conversations, params=SamplingParams()):
+            seen.append(params.timeout_s)
+            return super().chat(conversations, params)
+
+    seen: list = []
+    llm = Recording(lambda conversation, i: "ok")
+    MeteredLLM(llm, Spend(Budget(max_seconds=30))).chat([[]])
+    MeteredLLM(llm, Spend(Budget(max_seconds=30))).chat([[]], SamplingParams(timeout_s=2))
+    list(MeteredLLM(llm, Spend(Budget(max_seconds=30, max_calls=5))).stream([]))
+    MeteredLLM(llm, Spend(Budget(max_calls=5))).chat([[]])
+    assert 29 < seen[0] <= 30 and seen[1] == 2 and 29 < seen[2] <= 30 and seen[3] is None
+
+
+def test_a_call_cut_by_the_time_budget_is_a_spent_budget():
+    from morkit.llm.base import SamplingParams
+    from morkit.llm.openai_compat import ChatError, ConversationError
+    from morkit.loops.base import BudgetExhausted, MeteredLLM, Spend
+
+    class Late:
+        name = "late"
+
+        def chat(self, conversations, params=SamplingParams()):
+            time.sleep(params.timeout_s)  # the deadline passes, and the call fails
+            results = [Completion(("kept",)) if "keep" in c[0]["content"] else ConversationError(i, "timed out", 1)
+                       for i, c in enumerate(conversations)]
+            raise ChatError(self.name, results)
+
+    with pytest.raises(BudgetExhausted, match="time budget spent"):
+        MeteredLLM(Late(), Spend(Budget(max_seconds=0.05))).chat([[{"role": "user", "content": "x"}]])
+    with pytest.raises(ChatError) as info:  # what came back is kept for the loop
+        MeteredLLM(Late(), Spend(Budget(max_seconds=0.05))).chat([[{"role": "user", "content": c}]
+                                                                   for c in ("keep", "x")])
+    assert info.value.results[0].texts == ("kept",)
+
+
+def test_time_budget_ends_a_stream_of_keep_alives():
+    from fake_server import FakeServer
+
+    from morkit.llm.openai_compat import OpenAIChatLLM
+
+    server = FakeServer(keepalive_s=4.0)  # ": keep-alive" every 50 ms, never a token
+    try:
+        llm = OpenAIChatLLM("tiny", server.v1, timeout=2, retries=0)
+        result = StreamMA(llm, config=StreamMAConfig(agents=2), budget=Budget(max_seconds=0.5)).run("KEEPALIVE")
+    finally:
+        server.close()
+    assert result.stop_reason.startswith("budget exhausted: time budget") and result.seconds < 1.5
+    assert result.state["per_agent"][0]["error_kind"] == "budget" and no_agent_threads_left()
+
+
 # -- the real model ----------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -65,6 +65,36 @@ def test_failures_reported_by_index_and_other_scores_kept(servers):
     assert info.value.scores[0] == scores[0]
 
 
+def test_malformed_replies_fail_their_pairs_and_keep_the_others(servers):
+    rm = make_rm([s.url for s in servers], retries=1)
+    pairs = [("q0", "fine"), ("q1", "HUGE"), ("q2", "NAN"), ("q3", "fine too"), ("q4", "HTMLTYPE")]
+    scores, failures = rm.score_partial(pairs)
+    reasons = {f.index: f.reason for f in failures}
+    assert sorted(reasons) == [1, 2, 4] and all(f.attempts == 2 for f in failures)
+    assert "OverflowError" in reasons[1] and "non-finite" in reasons[2]
+    assert f"{failures[2].url}/pooling" in reasons[4] and "'text/html'" in reasons[4]
+    assert scores[0] == Score(expected(*pairs[0])) and scores[3] == Score(expected(*pairs[3]))
+    # Indices of mixed types fail their request (two pairs here), not the batch.
+    scores, failures = make_rm([servers[0].url], batch_size=2, retries=0).score_partial(
+        [("m0", "a"), ("m1", "b"), ("m2", "c"), ("m3", "STRINDEX")])
+    assert [f.index for f in failures] == [2, 3] and "index" in failures[0].reason
+    assert scores[:2] == [Score(expected("m0", "a")), Score(expected("m1", "b"))]
+
+
+def test_a_finish_that_cannot_read_a_reply_fails_that_pair(servers):
+    def two_values(data):  # an RM head that needs two values per row
+        return Score(data[0] - data[1])
+
+    def unloaded(data):  # a bug, not a malformed reply: reported at once, not retried
+        raise RuntimeError("head not loaded")
+
+    scores, failures = make_rm([servers[0].url], finish=two_values, retries=1).score_partial([("q", "a")])
+    assert scores == [None] and "IndexError" in failures[0].reason and failures[0].attempts == 2
+    scores, failures = make_rm([servers[0].url], finish=unloaded, retries=1).score_partial([("q", "a")])
+    assert scores == [None] and failures[0].reason == "unexpected RuntimeError: head not loaded"
+    assert failures[0].attempts == 1
+
+
 def test_retry_counts(servers):
     before = sum(s.seen[render("r", "FAIL500 x")] for s in servers)
     rm = make_rm([s.url for s in servers], retries=3)
@@ -113,13 +143,14 @@ def test_dead_server_fails_over(servers):
     assert scores == [None] and "connection error" in failures[0].reason
 
 
-def test_scoring_run_caches_successes_before_raising(servers, tmp_path):
+@pytest.mark.parametrize("bad", ["FAIL500", "HUGE"])
+def test_scoring_run_caches_successes_before_raising(servers, tmp_path, bad):
     rm = make_rm([s.url for s in servers])
-    query = Query("q1", "question", (Candidate("good one"), Candidate("FAIL500"), Candidate("good two")))
+    query = Query("q1", "question", (Candidate("good one"), Candidate(bad), Candidate("good two")))
     cache = ScoreCache(tmp_path / "scores.sqlite")
     with pytest.raises(RemoteScoringError):
         score_queries([query], [rm], cache=cache)
-    hits = cache.get_many(rm.name, [("question", "good one"), ("question", "FAIL500"), ("question", "good two")])
+    hits = cache.get_many(rm.name, [("question", "good one"), ("question", bad), ("question", "good two")])
     assert hits[0] == Score(expected("question", "good one")) and hits[2] is not None and hits[1] is None
     cache.close()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from morkit.core import checks
@@ -22,12 +22,19 @@ Conversation = Sequence[Message]
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """What to generate, and how long the call may take.
+
+    `timeout_s` is the deadline of the whole call, retries included (None: the backend's own limits);
+    a loop passes the time left in its budget here, so no call it makes can outlast the budget. Backends
+    that cannot stop a generation midway (the local one) may ignore it."""
+
     n: int = 1
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         checks.positive_int(self.n, "SamplingParams.n")
@@ -36,6 +43,7 @@ class SamplingParams:
         if checks.positive(self.top_p, "SamplingParams.top_p") > 1:
             raise InputError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         checks.optional(checks.non_negative_int, self.seed, "SamplingParams.seed")
+        checks.optional(checks.positive, self.timeout_s, "SamplingParams.timeout_s")
 
 
 @dataclass(frozen=True)
@@ -136,8 +144,7 @@ class ScriptedLLM:
         return out
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        text = self.chat([conversation], SamplingParams(1, params.temperature, params.top_p, params.max_tokens,
-                                                        params.stop, params.seed))[0].texts[0]
+        text = self.chat([conversation], replace(params, n=1))[0].texts[0]
         for piece in re.split(r"(?<= )", text):  # word by word, spaces kept
             if piece:
                 yield piece

@@ -1,11 +1,14 @@
 """An `LLM` served by any OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp, OpenAI, ...).
 
 `chat` sends one request per conversation, at most `concurrency` in flight (asyncio + a semaphore),
-each bounded by `timeout`. Timeouts, connection errors, 408/429/5xx answers and malformed JSON are
-retried with exponential backoff; other 4xx answers fail at once. Servers that ignore `n` > 1 get
-follow-up requests for the missing samples. `chat_partial` keeps the conversations that succeeded;
-`chat` raises `ChatError` (an `LLMError`) naming the failed ones. Stop strings are also cut here,
-as a safety net for servers that ignore them. Nothing connects until a method is called.
+each bounded by `timeout`, and all of them by `params.timeout_s` when it is set. Timeouts, connection
+errors, 408/429/5xx answers and malformed replies (not JSON, not labelled JSON, or JSON of the wrong
+shape: indices, texts, usage counts) are retried with exponential backoff; other 4xx answers fail at
+once. Servers that ignore `n` > 1 get follow-up requests for the missing samples. `chat_partial` keeps
+the conversations that succeeded; `chat` raises `ChatError` (an `LLMError`) naming the failed ones.
+`stream` reads server-sent events, each read bounded by `timeout` and the whole stream by
+`stream_timeout` or `params.timeout_s`. Stop strings are also cut here, as a safety net for servers that
+ignore them. Nothing connects until a method is called.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from morkit.core import checks
 from morkit.core.errors import LLMError
@@ -32,7 +36,11 @@ from morkit.runtime.http import (
     RETRY_STATUS,
     Fatal,
     Retryable,
+    by_index,
+    check_content_type,
     httpx_module,
+    iterate_in_thread,
+    json_document,
     post_json,
     run_sync,
 )
@@ -73,20 +81,38 @@ class _Reply:
     completion_tokens: int
 
 
+@dataclass(frozen=True)
+class _Deadline:
+    """When a call must be over (on `time.monotonic`), and how long it was given, for messages."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float | None) -> _Deadline | None:
+        return None if seconds is None else cls(time.monotonic() + seconds, seconds)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 class OpenAIChatLLM:
     """Chat completions from an OpenAI-compatible server; base_url/api_key default to $OPENAI_BASE_URL/$OPENAI_API_KEY."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, retries: int = 3, concurrency: int = 8, backoff: float = 0.5,
-                 extra_body: dict[str, Any] | None = None, name: str | None = None):
+                 extra_body: dict[str, Any] | None = None, name: str | None = None,
+                 stream_timeout: float = 600.0):
         checks.positive_int(concurrency, "concurrency")
         checks.non_negative_int(retries, "retries")
         checks.positive(timeout, "timeout")
+        checks.positive(stream_timeout, "stream_timeout")
         checks.non_negative(backoff, "backoff")
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
-        self.timeout = timeout
+        self.timeout = timeout  # one request of `chat`; one read of `stream`
+        self.stream_timeout = stream_timeout  # a whole `stream`, retries included
         self.retries = retries
         self.concurrency = concurrency
         self.backoff = backoff
@@ -125,52 +151,52 @@ class OpenAIChatLLM:
 
     @staticmethod
     def _parse(body: bytes, asked: int) -> _Reply:
-        try:
-            doc = json.loads(body)
-        except ValueError as err:
-            raise Retryable(f"response is not JSON: {err}") from None
-        choices = doc.get("choices") if isinstance(doc, dict) else None
+        """The first `asked` choices by index, and the usage counts; Retryable when any part is malformed."""
+        doc = json_document(body)
+        choices = doc.get("choices")
         if not isinstance(choices, list) or not choices:
             raise Retryable(f"response has no choices: {str(doc)[:120]}")
-        if not all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices):
-            raise Retryable(f"malformed choice in: {str(choices)[:120]}")
-        ordered = sorted(choices, key=lambda c: c.get("index", 0))[:asked]
-        usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-        return _Reply(tuple(str(c["message"].get("content") or "") for c in ordered),
-                      tuple(str(c.get("finish_reason") or "stop") for c in ordered),
-                      int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        ordered = by_index(choices, "choices")[:asked]
+        return _Reply(tuple(_content(c) for c in ordered), tuple(_finish_reason(c) for c in ordered),
+                      *_usage(doc.get("usage")))
 
-    async def _post(self, client: Any, payload: dict[str, Any]) -> _Reply:
+    async def _post(self, client: Any, payload: dict[str, Any], timeout: float) -> _Reply:
         self.requests_sent += 1
-        body = await post_json(client, self.url, payload, self._headers(), self.timeout)
+        body = await post_json(client, self.url, payload, self._headers(), timeout)
         return self._parse(body, payload["n"])
 
-    async def _request(self, client: Any, sem: asyncio.Semaphore, payload: dict[str, Any]
-                       ) -> tuple[_Reply | None, str, int]:
-        """One request with its retries: (reply or None, reason of the last failure, attempts made)."""
+    async def _request(self, client: Any, sem: asyncio.Semaphore, payload: dict[str, Any],
+                       deadline: _Deadline | None) -> tuple[_Reply | None, str, int]:
+        """One request with its retries, all before `deadline`: (reply or None, why the last try failed, tries)."""
         reason = ""
         for attempt in range(self.retries + 1):
             try:
                 async with sem:
-                    return await self._post(client, payload), "", attempt + 1
+                    timeout = self.timeout if deadline is None else min(self.timeout, deadline.left())
+                    if timeout <= 0:
+                        return None, _past(deadline, reason), attempt
+                    return await self._post(client, payload, timeout), "", attempt + 1
             except Fatal as err:
                 return None, str(err), attempt + 1
             except Retryable as err:
                 reason = str(err)
                 log.debug("%s: %s (attempt %d)", self.name, reason, attempt + 1)
+            except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the other conversations
+                return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", attempt + 1
             if attempt < self.retries:
-                await asyncio.sleep(self.backoff * (2 ** attempt))
+                pause = self.backoff * (2 ** attempt)
+                await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline.left())))
         return None, reason, self.retries + 1
 
     async def _conversation(self, client: Any, sem: asyncio.Semaphore, index: int, conversation: Conversation,
-                            params: SamplingParams) -> Completion | ConversationError:
+                            params: SamplingParams, deadline: _Deadline | None) -> Completion | ConversationError:
         texts: list[str] = []
         reasons: list[str] = []
         prompt_tokens = completion_tokens = attempts = 0
         while len(texts) < params.n:  # a server that ignores n answers fewer; ask again for the rest
             seed = None if params.seed is None else params.seed + len(texts)  # top-ups get fresh samples
             reply, reason, tries = await self._request(
-                client, sem, self._payload(conversation, params, params.n - len(texts), seed))
+                client, sem, self._payload(conversation, params, params.n - len(texts), seed), deadline)
             attempts += tries
             if reply is None:
                 return ConversationError(index, reason, attempts)
@@ -187,9 +213,10 @@ class OpenAIChatLLM:
         httpx = httpx_module()
         sem = asyncio.Semaphore(self.concurrency)
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        deadline = _Deadline.after(params.timeout_s)
         async with httpx.AsyncClient(limits=limits, **self._client_options()) as client:
             return list(await asyncio.gather(
-                *(self._conversation(client, sem, i, c, params) for i, c in enumerate(conversations))))
+                *(self._conversation(client, sem, i, c, params, deadline) for i, c in enumerate(conversations))))
 
     # -- LLM protocol --------------------------------------------------------------------------
 
@@ -208,57 +235,135 @@ class OpenAIChatLLM:
         return results  # type: ignore[return-value]
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        """Content pieces of one sample from the server's SSE stream; retried only before the first piece."""
-        httpx = httpx_module()
+        """Content pieces of one sample from the server's SSE stream; retried only before the first piece.
+
+        `timeout` bounds each read; the whole stream, retries included, ends by `stream_timeout` or
+        `params.timeout_s`, whichever is sooner, so a server that sends only keep-alives cannot hold it.
+        The stream is read on its own thread and event loop; closing this iterator stops it at once."""
         payload = self._payload(conversation, params, 1, params.seed)
         payload["stream"] = True
+        seconds = min(self.stream_timeout, params.timeout_s or math.inf)
+        pieces = iterate_in_thread(lambda put: self._stream_async(payload, seconds, put), name="morkit-llm-stream")
+        with contextlib.closing(pieces):
+            yield from cut_stream(pieces, params.stop)
+
+    async def _stream_async(self, payload: dict[str, Any], seconds: float, put: Callable[[str], None]) -> None:
+        """Put the stream's content pieces; LLMError when it fails or is not over within `seconds`."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stream_attempts(payload, put)
+        except TimeoutError:
+            raise LLMError(f"LLM {self.name!r} stream: not over within its {seconds:.3g}s deadline") from None
+
+    async def _stream_attempts(self, payload: dict[str, Any], put: Callable[[str], None]) -> None:
+        """The streamed request with its retries, which stop once a piece has been put."""
         started = False
-        with httpx.Client(timeout=self.timeout, **self._client_options()) as client:  # timeout: per read
+
+        def emit(piece: str) -> None:
+            nonlocal started
+            started = True
+            put(piece)
+
+        async with httpx_module().AsyncClient(timeout=self.timeout, **self._client_options()) as client:
             for attempt in range(self.retries + 1):
                 try:
-                    with contextlib.closing(self._stream_pieces(client, payload)) as pieces:
-                        for out in cut_stream(pieces, params.stop):
-                            started = True
-                            yield out
-                    return
+                    return await self._stream_once(client, payload, emit)
                 except Fatal as err:
                     raise LLMError(f"LLM {self.name!r} stream: {err}") from None
                 except Retryable as err:
                     if started or attempt == self.retries:
                         raise LLMError(f"LLM {self.name!r} stream: {err} ({attempt + 1} attempts)") from None
                     log.debug("%s stream: %s (attempt %d)", self.name, err, attempt + 1)
-                time.sleep(self.backoff * (2 ** attempt))
+                await asyncio.sleep(self.backoff * (2 ** attempt))
 
-    def _stream_pieces(self, client: Any, payload: dict[str, Any]) -> Iterator[str]:
-        """`choices[0].delta.content` of each `data:` event until `data: [DONE]`; errors as Retryable/Fatal."""
+    async def _stream_once(self, client: Any, payload: dict[str, Any], emit: Callable[[str], None]) -> None:
+        """Each event's content to `emit` until `data: [DONE]`; errors as Retryable/Fatal."""
         httpx = httpx_module()
         self.requests_sent += 1
         try:
-            with client.stream("POST", self.url, json=payload, headers=self._headers()) as resp:
+            async with client.stream("POST", self.url, json=payload, headers=self._headers()) as resp:
                 if resp.status_code != 200:
-                    text = resp.read().decode(errors="replace")[:200]
+                    text = (await resp.aread()).decode(errors="replace")[:200]
                     bad = resp.status_code >= 500 or resp.status_code in RETRY_STATUS
                     raise (Retryable if bad else Fatal)(f"HTTP {resp.status_code}: {text}")
-                for line in resp.iter_lines():
+                check_content_type(self.url, resp.headers.get("content-type"), "text/event-stream")
+                async for line in resp.aiter_lines():
                     if not line.startswith("data:"):
-                        continue  # blank separators, comments, event names
+                        continue  # blank separators, comments (keep-alives), event names
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
-                    try:
-                        event = json.loads(data)
-                        error = event.get("error")
-                        content = ((event.get("choices") or [{}])[0].get("delta") or {}).get("content")
-                    except (ValueError, AttributeError, TypeError, IndexError):
-                        raise Retryable(f"malformed stream event: {data[:120]}") from None
-                    if error:
-                        raise Fatal(f"server error in stream: {str(error)[:200]}")
+                    content = _event_content(data)
                     if content:
-                        yield str(content)
+                        emit(content)
         except httpx.TimeoutException:
             raise Retryable(f"timed out after {self.timeout:g}s without data") from None
         except httpx.TransportError as err:
             raise Retryable(f"connection error: {type(err).__name__}: {err}") from None
+
+
+# -- reading replies --------------------------------------------------------------------------------
+
+def _past(deadline: _Deadline, reason: str) -> str:
+    return f"the call's {deadline.seconds:.3g}s deadline passed" + (f" (last try: {reason})" if reason else "")
+
+
+def _content(choice: dict[str, Any]) -> str:
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Retryable(f"malformed choice, no message object: {str(choice)[:120]}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise Retryable(f"malformed choice: message content is a {type(content).__name__}, not text")
+    return content or ""
+
+
+def _finish_reason(choice: dict[str, Any]) -> str:
+    reason = choice.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise Retryable(f"malformed choice: finish_reason is a {type(reason).__name__}, not text")
+    return reason or "stop"
+
+
+def _usage(usage: Any) -> tuple[int, int]:
+    """(prompt_tokens, completion_tokens); 0 for a count the server leaves out."""
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        raise Retryable(f"malformed usage: a {type(usage).__name__}, not an object")
+    return _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int or value < 0:
+        raise Retryable(f"malformed usage: {key} is {str(value)[:40]!r}, not a token count")
+    return value
+
+
+def _event_content(data: str) -> str:
+    """The text of one stream event (`choices[0].delta.content`; "" for none); Fatal for a reported error."""
+    try:
+        event = json.loads(data)
+    except (ValueError, RecursionError):
+        raise Retryable(f"malformed stream event: {data[:120]}") from None
+    if not isinstance(event, dict):
+        raise Retryable(f"malformed stream event: {data[:120]}")
+    if event.get("error"):
+        raise Fatal(f"server error in stream: {str(event['error'])[:200]}")
+    choices = event.get("choices")
+    if not choices:  # none, or a usage-only chunk
+        return ""
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise Retryable(f"malformed stream event: {data[:120]}")
+    delta = choices[0].get("delta") or {}
+    if not isinstance(delta, dict) or not isinstance(delta.get("content") or "", str):
+        raise Retryable(f"malformed stream event: {data[:120]}")
+    return delta.get("content") or ""
 
 
 def from_agent_spec(spec: Any) -> OpenAIChatLLM:

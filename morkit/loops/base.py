@@ -2,8 +2,10 @@
 
 A loop calls its LLMs through `MeteredLLM`, which charges calls and tokens to the loop's `Budget`
 and refuses a call once the budget is spent (`BudgetExhausted`), so a loop stops cleanly and
-returns the best answer it has. Every event (generation, verification, bank update, failure) is
-appended to the `Trace` with its time offset; nothing computed is dropped when a step fails.
+returns the best answer it has. Under a time budget every call gets the time left as its deadline
+(`SamplingParams.timeout_s`), so no call in flight outlasts the budget, and a call cut by it counts as a
+spent budget. Every event (generation, verification, bank update, failure) is appended to the `Trace`
+with its time offset; nothing computed is dropped when a step fails.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class Spend:
     def seconds(self) -> float:
         return time.perf_counter() - self.started
 
+    def seconds_left(self) -> float | None:
+        """Time left in the budget (None: no time limit)."""
+        limit = self.budget.max_seconds
+        return None if limit is None else limit - self.seconds
+
     def exhausted(self) -> str | None:
         """Why the budget is spent, or None while it is not."""
         b = self.budget
@@ -58,6 +65,11 @@ class Spend:
             return f"call budget spent ({self.calls} of {b.max_calls})"
         if b.max_tokens is not None and self.tokens >= b.max_tokens:
             return f"token budget spent ({self.tokens} of {b.max_tokens})"
+        return self.out_of_time()
+
+    def out_of_time(self) -> str | None:
+        """Why the time budget is spent, or None while it is not (or there is none)."""
+        b = self.budget
         if b.max_seconds is not None and self.seconds >= b.max_seconds:
             return f"time budget spent ({self.seconds:.1f}s of {b.max_seconds}s)"
         return None
@@ -97,10 +109,11 @@ class MeteredLLM:
         self.spend.reserve(len(conversations))
         completions: Sequence[Any] = ()
         try:
-            completions = self.llm.chat(conversations, params)
+            completions = self.llm.chat(conversations, self._with_deadline(params))
             return completions
         except LLMError as exc:  # a partial failure still used tokens for what came back
             completions = [r for r in getattr(exc, "results", ()) if isinstance(r, Completion)]
+            self._raise_if_out_of_time(exc, lost=not completions)
             raise
         finally:
             self.spend.charge(0, sum(_tokens(c) for c in completions))
@@ -110,13 +123,31 @@ class MeteredLLM:
         self.spend.reserve(1)
         return self._pieces(conversation, params)
 
+    def _with_deadline(self, params: SamplingParams) -> SamplingParams:
+        """`params` whose deadline is the time left in the budget, when that is sooner than its own."""
+        left = self.spend.seconds_left()
+        if left is None or (params.timeout_s is not None and params.timeout_s <= left):
+            return params
+        return dataclasses.replace(params, timeout_s=max(left, 0.001))  # > 0: reserve() has just passed
+
+    def _raise_if_out_of_time(self, err: LLMError, lost: bool) -> None:
+        """Raise BudgetExhausted for a call that failed once the time budget was spent (its deadline cut it),
+        so the loop stops as for any spent budget. Not when the error still holds completions (`lost` is
+        False): the loop keeps those, and its next call is refused anyway."""
+        spent = self.spend.out_of_time()
+        if spent and lost and not isinstance(err, BudgetExhausted):
+            raise BudgetExhausted(spent) from err
+
     def _pieces(self, conversation: Conversation, params: SamplingParams) -> Iterator[str]:
         pieces = 0
-        source = iter(self.llm.stream(conversation, params))
+        source = iter(self.llm.stream(conversation, self._with_deadline(params)))
         try:
             for piece in source:
                 pieces += 1
                 yield piece
+        except LLMError as err:
+            self._raise_if_out_of_time(err, lost=True)
+            raise
         finally:
             close = getattr(source, "close", None)  # stop the backend's generation when the reader stops
             if close is not None:

@@ -2,10 +2,12 @@
 
 Requests go round-robin over the servers (a retry moves to the next one), at most `concurrency`
 in flight at once (asyncio + a semaphore), each with its own timeout. Timeouts, connection
-errors, 5xx/408/429 answers, and malformed or wrong-length outputs are retried with exponential
-backoff; after the last try the pair is reported as failed by index, while every other pair's
-score is kept: `score_partial` returns both, and `score` raises `RemoteScoringError` (a
-`PartialScoreError`, so `score_queries` caches what did succeed before failing the run).
+errors, 5xx/408/429 answers, and malformed replies (not JSON, a content type other than JSON, the
+wrong shape, length or indices, numbers a float cannot hold, non-finite scores) are retried with
+exponential backoff; after the last try the pair is reported as failed by index, while every other
+pair's score is kept: `score_partial` returns both, and `score` raises `RemoteScoringError` (a
+`PartialScoreError`, so `score_queries` caches what did succeed before failing the run). Even an
+unexpected error in one request fails only that request's pairs.
 
 Request (vLLM `PoolingCompletionRequest`): ``{"model", "input", "task", "use_activation": false,
 "encoding_format": "float", "add_special_tokens": false}``; response: ``{"data": [{"index": i, "data": <nested floats>}, ...]}``.
@@ -14,7 +16,6 @@ Request (vLLM `PoolingCompletionRequest`): ``{"model", "input", "task", "use_act
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -33,10 +34,21 @@ from morkit.reward_models.pooling_io import (
     finite,
     to_score,
 )
-from morkit.runtime.http import Fatal, Retryable, httpx_module, post_json, run_sync
+from morkit.runtime.http import (
+    Fatal,
+    Retryable,
+    by_index,
+    httpx_module,
+    json_document,
+    post_json,
+    run_sync,
+)
 
 log = logging.getLogger(__name__)
 
+_UNREADABLE = (ValueError, TypeError, IndexError, KeyError, ArithmeticError)
+"""Besides MalformedOutput, what reading a reply's values may raise: float() of a 400-digit number
+(OverflowError), an RM's own `finish` given a row of the wrong length (IndexError, numpy's ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -145,30 +157,31 @@ class RemoteRewardModel:
         }
 
     def _parse(self, body: bytes, prompts: list[str | list[int]]) -> list[Score]:
-        try:
-            doc = json.loads(body)
-        except ValueError as err:
-            raise Retryable(f"response is not JSON: {err}") from None
-        data = doc.get("data") if isinstance(doc, dict) else None
+        """One Score per prompt, in order; Retryable when the reply is malformed in any way."""
+        doc = json_document(body)
+        data = doc.get("data")
         if not isinstance(data, list):
             raise Retryable(f"response has no 'data' list: {str(doc)[:120]}")
         if len(data) != len(prompts):
             raise Retryable(f"response has {len(data)} outputs for {len(prompts)} inputs")
-        items = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
-        out = []
-        for item, prompt in zip(items, prompts):
-            if not isinstance(item, dict) or "data" not in item:
-                raise Retryable(f"malformed output item: {str(item)[:120]}")
-            try:
-                score = self.finish(item["data"]) if self.finish is not None else to_score(
-                    self.task, item["data"], label=self.label, num_labels=self.num_labels,
-                    expected_rows=expected_rows(prompt, self.task, self.step_token_id), reduction=self.reduction)
-            except MalformedOutput as err:
-                raise Retryable(f"malformed output: {err}") from None
-            if not finite(score):
-                raise Retryable(f"non-finite score {score.value!r}")
-            out.append(score)
-        return out
+        items = by_index(data, "pooling output", size=len(prompts))
+        return [self._score(item, prompt) for item, prompt in zip(items, prompts)]
+
+    def _score(self, item: dict[str, Any], prompt: str | list[int]) -> Score:
+        """One output item's finite Score (the RM's own `finish`, else the pooling kind's reader)."""
+        if "data" not in item:
+            raise Retryable(f"malformed output item: {str(item)[:120]}")
+        try:
+            score = self.finish(item["data"]) if self.finish is not None else to_score(
+                self.task, item["data"], label=self.label, num_labels=self.num_labels,
+                expected_rows=expected_rows(prompt, self.task, self.step_token_id), reduction=self.reduction)
+        except MalformedOutput as err:
+            raise Retryable(f"malformed output: {err}") from None
+        except _UNREADABLE as err:
+            raise Retryable(f"malformed output ({type(err).__name__}: {str(err)[:120]})") from None
+        if not finite(score):
+            raise Retryable(f"non-finite score {score.value!r}")
+        return score
 
     async def _post(self, client: Any, url: str, prompts: list[str | list[int]]) -> list[Score]:
         self.requests_sent += 1
@@ -188,6 +201,8 @@ class RemoteRewardModel:
             except Retryable as err:
                 reason = str(err)
                 log.debug("%s: %s (attempt %d) from %s", self.name, reason, attempt + 1, url)
+            except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the batch's other scores
+                return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", url, attempt + 1
             if attempt < self.retries:
                 await asyncio.sleep(self.backoff_s * (2 ** attempt))
         return None, reason, url, self.retries + 1
