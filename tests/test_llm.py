@@ -337,3 +337,14 @@ def test_local_stream_matches_chat(local_llm, greedy):
     stop = text.split()[1]
     cut = "".join(local_llm.stream(COLORS, SamplingParams(temperature=0, max_tokens=12, stop=(stop,))))
     assert cut == text[: text.index(stop)]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_local_generation_stops_at_its_deadline(local_llm):
+    long = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
+    params = SamplingParams(temperature=0, max_tokens=400, timeout_s=0.3)
+    (cut,) = local_llm.chat([long], params)
+    assert cut.finish_reasons == ("length",) and 0 < cut.completion_tokens < 400
+    pieces = "".join(local_llm.stream(long, params))
+    assert pieces and len(local_llm.loaded.tokenizer(pieces)["input_ids"]) < 400

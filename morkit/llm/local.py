@@ -10,6 +10,7 @@ temperature 0 is greedy and deterministic. One lock per loaded model keeps threa
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -75,13 +76,18 @@ class LocalLLM:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @staticmethod
-    def _generate_options(lm: LoadedLM, params: SamplingParams) -> dict[str, Any]:
-        """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer)."""
+    def _generate_options(lm: LoadedLM, params: SamplingParams, deadline: float | None = None) -> dict[str, Any]:
+        """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer).
+
+        With a `deadline` (time.monotonic()), generation stops there (`max_time`) and the text so far comes
+        back with finish reason "length" (nothing generated is thrown away)."""
         from transformers import GenerationConfig
 
         tok = lm.tokenizer
         options: dict[str, Any] = {"max_new_tokens": params.max_tokens, "pad_token_id": tok.pad_token_id,
                                    "eos_token_id": tok.eos_token_id}
+        if deadline is not None:
+            options["max_time"] = max(deadline - time.monotonic(), 0.01)
         if params.temperature > 0:
             options.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
         else:
@@ -92,7 +98,8 @@ class LocalLLM:
             extra["tokenizer"] = tok
         return {"generation_config": GenerationConfig(**options), **extra}
 
-    def _generate(self, lm: LoadedLM, rows: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    def _generate(self, lm: LoadedLM, rows: list[list[int]], params: SamplingParams,
+                  deadline: float | None = None) -> list[list[int]]:
         """New token ids per row (padding after the end removed), for one left-padded batch."""
         import torch
 
@@ -101,7 +108,8 @@ class LocalLLM:
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=lm.device)
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=lm.device)
         with torch.inference_mode():
-            out = lm.model.generate(input_ids=ids, attention_mask=mask, **self._generate_options(lm, params))
+            out = lm.model.generate(input_ids=ids, attention_mask=mask,
+                                    **self._generate_options(lm, params, deadline))
         return [self._trim(lm, row.tolist()) for row in out[:, width:]]
 
     @staticmethod
@@ -127,6 +135,8 @@ class LocalLLM:
         jobs = [(c, s) for c in range(len(prompts)) for s in range(params.n)]
         jobs.sort(key=lambda job: len(prompts[job[0]]))  # similar lengths together: less padding
         generated: dict[tuple[int, int], list[int]] = {}
+        deadline = None if params.timeout_s is None else time.monotonic() + params.timeout_s
+        timed_out: set[tuple[int, int]] = set()
         with lm.lock:
             if params.seed is not None:
                 from transformers import set_seed
@@ -135,10 +145,12 @@ class LocalLLM:
             for start in range(0, len(jobs), self.max_batch):
                 chunk = jobs[start: start + self.max_batch]
                 try:
-                    outs = self._generate(lm, [prompts[c] for c, _ in chunk], params)
+                    outs = self._generate(lm, [prompts[c] for c, _ in chunk], params, deadline)
                 except Exception as err:  # noqa: BLE001 - surfaced as the protocol's error type
                     raise LLMError(f"LLM {self.name!r}: generate failed: {type(err).__name__}: {err}") from err
                 generated.update(zip(chunk, outs))
+                if deadline is not None and time.monotonic() >= deadline:  # these may have been cut short
+                    timed_out.update(chunk)
         eos_ids = _eos_ids(tok)
         results = []
         for c, prompt in enumerate(prompts):
@@ -148,7 +160,8 @@ class LocalLLM:
                 used += len(new)
                 text, cut = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
                 texts.append(text)
-                ended = cut or len(new) < params.max_tokens or (bool(new) and new[-1] in eos_ids)
+                short = len(new) < params.max_tokens and (c, s) not in timed_out
+                ended = cut or short or (bool(new) and new[-1] in eos_ids)
                 reasons.append("stop" if ended else "length")
             results.append(Completion(tuple(texts), tuple(reasons), len(prompt), used))
         return results
@@ -163,6 +176,7 @@ class LocalLLM:
         streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
         failure: list[BaseException] = []
+        deadline = None if params.timeout_s is None else time.monotonic() + params.timeout_s
 
         def run() -> None:
             try:
@@ -174,7 +188,7 @@ class LocalLLM:
                     ids = torch.tensor([prompt], device=lm.device)
                     lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer,
                                       stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
-                                      **self._generate_options(lm, params))
+                                      **self._generate_options(lm, params, deadline))
             except BaseException as err:  # noqa: BLE001 - re-raised in the reader's thread
                 failure.append(err)
                 streamer.end()
