@@ -82,3 +82,72 @@ def test_many_pairs_beyond_query_chunk(cache):
 def test_unicode_text(cache):
     cache.put_many("rm", [("¿qué?", "答え")], [Score(0.5)])
     assert cache.get_many("rm", [("¿qué?", "答え")]) == [Score(0.5)]
+
+
+def test_a_path_that_cannot_hold_the_cache_is_an_input_error(tmp_path):
+    import sqlite3
+
+    from morkit.core.errors import InputError
+    from morkit.reward_models.cache import cache_problem
+
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE scores (name TEXT)")
+    db.close()
+    for path, message in ((text, "is not a SQLite score cache"), (folder, "is a directory"),
+                          (text / "c.sqlite", "notes.txt is a file"), (other, "'scores' table has columns name")):
+        with pytest.raises(InputError, match=message) as err:
+            ScoreCache(path)
+        assert err.value.path == str(path)
+    assert text.read_text() == "not a database\n" and list(folder.iterdir()) == []
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")  # SQLite makes a new database in an empty file
+    assert cache_problem(empty) is None and cache_problem(tmp_path / "new" / "c.sqlite") is None
+    with ScoreCache(empty) as cache:
+        cache.put_many("rm", [("q", "a")], [Score(0.5)])
+        assert cache.get_many("rm", [("q", "a")]) == [Score(0.5)]
+
+
+def test_a_corrupt_sqlite_file_is_an_input_error(tmp_path):
+    from morkit.core.errors import InputError
+
+    path = tmp_path / "scores.sqlite"
+    with ScoreCache(path) as cache:
+        cache.put_many("rm", [("q", "a")], [Score(0.5)])
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # keep the header, wreck the schema page
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="unusable score cache"):
+        ScoreCache(path)
+
+
+_WRITER = """
+import sys
+from morkit.core.types import Score
+from morkit.reward_models.cache import ScoreCache
+path, writer = sys.argv[1], int(sys.argv[2])
+with ScoreCache(path) as cache:
+    for batch in range(20):  # many small commits, interleaved with the other writers'
+        pairs = [(f"q{writer}-{batch}", f"a{i}") for i in range(25)] + [("shared", f"a{batch}")]
+        cache.put_many("rm", pairs, [Score(writer + i / 100) for i in range(25)] + [Score(float(batch))])
+"""
+
+
+def test_several_writer_processes_lose_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "scores.sqlite"
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(w)], stderr=subprocess.PIPE, text=True)
+               for w in range(4)]
+    errors = [(w.wait(timeout=120), w.stderr.read()) for w in writers]
+    assert all(code == 0 for code, _ in errors), errors
+    with ScoreCache(path) as cache:
+        for w in range(4):
+            pairs = [(f"q{w}-{b}", f"a{i}") for b in range(20) for i in range(25)]
+            assert cache.get_many("rm", pairs) == [Score(w + i / 100) for _ in range(20) for i in range(25)]
+        assert cache.get_many("rm", [("shared", f"a{b}") for b in range(20)]) == [Score(float(b)) for b in range(20)]

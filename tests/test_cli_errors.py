@@ -56,9 +56,20 @@ def test_options_check_values_when_made():
                  lambda: ScoringOptions(truncation="middle"), lambda: SelectOptions(k=-5),
                  lambda: SelectOptions(method="nope"), lambda: SearchOptions(top_k=0),
                  lambda: LoopOptions(epsilon=2.0), lambda: LoopOptions(iterations=0), lambda: Budget(max_calls=-1),
-                 lambda: PoolConfig(temperature=float("nan")), lambda: PoolConfig(max_members=0)):
+                 lambda: PoolConfig(temperature=float("nan")), lambda: PoolConfig(max_members=0),
+                 lambda: PoolConfig(temperature=10**400), lambda: Budget(max_seconds=-(10**400)),
+                 lambda: ScoringOptions(gpu_memory_utilization=float("nan"))):
         with pytest.raises(InputError):
             make()
+
+
+def test_argument_errors_are_one_morkit_error_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["pool", "build", "x.jsonl", "-o", "p", "--temperature", "nan"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("morkit: error: argument --temperature: must be a finite number > 0, got nan")
+    assert err.rstrip().endswith("(see morkit pool build --help)") and err.count("\n") == 1
 
 
 def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -112,3 +123,17 @@ def test_services_reject_bad_names_before_expensive_work():
         build_pool(queries, rms=["nope"], embedder="/no/such/embedder")
     with pytest.raises(InputError, match="self-consistency agent 'zed' is not in"):
         run_search(queries, None, options=SearchOptions(sc_agent="zed"))
+
+
+def test_pool_info_json_is_standard_json():
+    import json
+
+    import numpy as np
+
+    from morkit.cli.pool import _json_safe
+
+    info = {"rms": {"a": {"mean_prr": float("nan"), "best_of_n": np.float32(0.5)}},
+            "best": [{"weights": (np.float64("inf"), 1.0)}], "questions": np.int64(3)}
+    text = json.dumps(_json_safe(info), allow_nan=False)
+    assert json.loads(text) == {"rms": {"a": {"mean_prr": None, "best_of_n": 0.5}},
+                                "best": [{"weights": [None, 1.0]}], "questions": 3}

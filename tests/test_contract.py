@@ -9,7 +9,7 @@ import pytest
 
 from morkit.core.errors import InputError
 from morkit.data.contract import load_queries, parse_query, query_to_json, save_queries
-from morkit.data.jsonl import write_jsonl
+from morkit.data.jsonl import MAX_DEPTH, output_file_problem, write_jsonl
 
 
 def _write_lines(path, lines):
@@ -215,3 +215,91 @@ def test_falsy_non_object_scores_rejected(value):
     obj = {"id": "q", "question": "?", "candidates": [{"text": "a", "scores": value}]}
     with pytest.raises(InputError, match="'scores' must be an object"):
         parse_query(obj)
+
+
+# Values JSON or UTF-8 cannot hold, or Python cannot read: one InputError naming the file and line (and the id).
+
+FIRST = json.dumps(GOOD)
+
+
+@pytest.mark.parametrize("second, fragments", [
+    (b'{"id": "q2", "question": "\xff?", "candidates": []}', ["not valid UTF-8", "byte 0xff"]),
+    (b'{"id": "q2", "question": "\xed\xa0\x80", "candidates": []}', ["not valid UTF-8"]),  # an encoded surrogate
+    (b'{"id": "q2", "question": "\\ud800", "candidates": []}', ["'q2'", "lone surrogate"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": {"\\udfff": 1}}', ["'q2'", "lone surrogate"]),
+    (b"[" * 200_000, [f"nested more than {MAX_DEPTH} levels"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": ' + b"[" * 150 + b"]" * 150 + b"}",
+     ["'q2'", "nested more than"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": NaN}', ["'q2'", "NaN is not a finite number"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": -Infinity}', ["'q2'", "-Infinity"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": 1e999}', ["'q2'", "1e999 is not a finite number"]),
+    (b'{"id": "q2", "question": "?", "candidates": [], "x": ' + b"1" * 5000 + b"}", ["more than 4300 digits"]),
+    (b'{"id": "q2", "question": "?", "candidates": [{"scores": {"rm": ' + b"9" * 400 + b"}}]}",
+     ["'q2'", "candidate 0", "finite", "an integer of 400 digits"]),
+])
+def test_unreadable_values_name_file_line_and_id(tmp_path, second, fragments):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(FIRST.encode() + b"\n" + second + b"\n")
+    with pytest.raises(InputError) as err:
+        load_queries(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:2: ") and "\n" not in message and len(message) < 300, message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_valid_escapes_and_numbers_still_load(tmp_path):
+    """A surrogate pair is one character, a big integer is kept exactly, 1e308 is finite."""
+    line = ('{"id": "q", "question": "\\ud83d\\ude00 \\\\ud800", "big": %s, "candidates": '
+            '[{"text": "a", "scores": {"rm": 1e308, "prm": [-1e308, 2]}}]}') % ("7" * 400)
+    path = _write_lines(tmp_path / "in.jsonl", [line])
+    [query] = load_queries(path)
+    assert query.question == "\U0001F600 \\ud800" and query.extra["big"] == int("7" * 400)
+    assert query.candidates[0].scores == {"rm": 1e308, "prm": (-1e308, 2.0)}
+    out = tmp_path / "out.jsonl"
+    save_queries(out, [query])
+    assert load_queries(out) == [query]
+
+
+def test_crlf_lines_and_gzip_bad_bytes_name_the_line(tmp_path):
+    import gzip
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(FIRST.encode() + b"\r\n" + json.dumps({**GOOD, "id": "q2"}).encode() + b"\r\n")
+    assert [q.id for q in load_queries(path)] == ["q1", "q2"]
+    packed = tmp_path / "in.jsonl.gz"
+    packed.write_bytes(gzip.compress(FIRST.encode() + b"\n\n\xc3\x28\n"))
+    with pytest.raises(InputError, match=rf"^{packed}:3: not valid UTF-8"):
+        load_queries(packed)
+
+
+@pytest.mark.parametrize("record, fragment", [
+    ({"id": "a", "x": float("nan")}, "NaN or an infinity"),
+    ({"id": "a", "x": [float("-inf")]}, "NaN or an infinity"),
+    ({"id": "a", "x": "\ud800"}, "lone surrogate"),
+])
+def test_write_jsonl_refuses_what_json_or_utf8_cannot_hold(out_dir, record, fragment):
+    target = out_dir / "out.jsonl"
+    with pytest.raises(InputError) as err:
+        write_jsonl(target, [{"id": "ok"}, record])
+    assert str(err.value).startswith(f"{target}: record 2 (query 'a') holds") and fragment in str(err.value)
+    assert os.listdir(out_dir) == []
+
+
+def test_save_queries_refuses_non_finite_scores_made_in_python(out_dir):
+    from morkit.core.types import Candidate, Query
+
+    with pytest.raises(InputError, match="record 1 .query 'q'. holds NaN"):
+        save_queries(out_dir / "q.jsonl", [Query("q", "?", (Candidate("a", scores={"rm": float("nan")}),))])
+    assert os.listdir(out_dir) == []
+
+
+def test_write_jsonl_target_problems_are_input_errors(out_dir):
+    (out_dir / "folder").mkdir()
+    (out_dir / "file").write_text("x")
+    with pytest.raises(InputError, match="folder: is a directory"):
+        write_jsonl(out_dir / "folder", [{"a": 1}])
+    with pytest.raises(InputError, match=r"cannot be created: .*file is a file"):
+        write_jsonl(out_dir / "file" / "deeper" / "o.jsonl", [{"a": 1}])
+    assert sorted(os.listdir(out_dir)) == ["file", "folder"] and os.listdir(out_dir / "folder") == []
+    assert output_file_problem(out_dir / "new" / "o.jsonl") is None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from morkit.cli import main
-from morkit.core.errors import UnavailableError
+from morkit.core.errors import InputError, UnavailableError
 from morkit.core.types import Candidate, Query
 from morkit.question_pool.labels import fill_labels
 from morkit.question_pool.pool import load_pool
@@ -23,11 +23,13 @@ def test_real_embedder_gives_unit_vectors_and_sensible_neighbours(embedder):
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3
 
 
-def test_unknown_embedder_is_a_clear_error():
+def test_unknown_embedder_is_a_clear_error(tmp_path):
     from morkit.question_pool.embed import load_embedder
 
-    with pytest.raises(UnavailableError, match="cannot load embedder 'no-such/embedder-xyz'"):
+    with pytest.raises(InputError, match="cannot load embedder 'no-such/embedder-xyz'.*MORKIT_ALLOW_DOWNLOADS=1"):
         load_embedder("no-such/embedder-xyz", "cpu")
+    with pytest.raises(UnavailableError, match="cannot load embedder .* from this path"):
+        load_embedder(str(tmp_path), "cpu")  # a local folder that holds no model
 
 
 def test_fill_labels_by_reference_and_by_sandboxed_tests():
@@ -121,7 +123,30 @@ def test_pool_build_bad_inputs_exit_2_and_write_nothing(tmp_path, pool_input, ca
     bad.write_text(json.dumps(_line("x", "q?", {"rm-a": [float("nan"), 1.0]}, [True, False])) + "\n")
     assert main(["pool", "build", str(bad), "-o", str(out), "--device", "cpu"]) == 2
     assert "finite" in capsys.readouterr().err
-    assert main(["pool", "build", str(pool_input), "--embedder", "no-such/model-abc", "-o", str(out)]) == 1
+    assert main(["pool", "build", str(pool_input), "--embedder", "no-such/model-abc", "-o", str(out)]) == 2
     assert "cannot load embedder" in capsys.readouterr().err
     assert main(["pool", "info", str(tmp_path)]) == 2
     assert not out.exists()
+
+
+def test_two_pool_adds_at_once_keep_both_sides_questions(tmp_path, pool_input, embedder):
+    """Two `morkit pool add` processes on one pool: the pool's lock serialises their saves, and the second
+    appends to the first's revision, so both succeed and both sides' questions are in the pool."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "pool"
+    assert main(["pool", "build", str(pool_input), "-o", str(out), "--device", "cpu", "-q"]) == 0
+    inputs = {}
+    for side in ("left", "right"):
+        inputs[side] = tmp_path / f"{side}.jsonl"
+        inputs[side].write_text("".join(json.dumps(_line(f"{side}{i}", f"{side} question number {i}?",
+                                                         {"rm-a": [1, 0], "prm-b": [0.2, 0.1]}, [True, False]))
+                                        + "\n" for i in range(3)))
+    children = {side: subprocess.Popen([sys.executable, "-m", "morkit.cli", "pool", "add", str(out), str(path),
+                                        "--device", "cpu", "-q"], stderr=subprocess.PIPE, text=True)
+                for side, path in inputs.items()}
+    results = {side: (child.wait(timeout=300), child.stderr.read()) for side, child in children.items()}
+    ids = {q.id for q in load_pool(out).questions}
+    assert all(code == 0 for code, _ in results.values()), results
+    assert {f"{side}{i}" for side in inputs for i in range(3)} <= ids

@@ -173,13 +173,11 @@ def test_load_errors_say_what_is_wrong(tmp_path, hash_embedder):
         load_pool(tmp_path / "empty")
     pool = build_pool(small_queries(), hash_embedder)
     pool.save(tmp_path / "p")
-    header = json.loads((tmp_path / "p" / "pool.json").read_text())
     np.save(tmp_path / "p" / "prr.npy", np.zeros((3, 2), np.float32))
     with pytest.raises(InputError, match=r"prr.npy: shape \(3, 2\)"):
         load_pool(tmp_path / "p")
     pool.save(tmp_path / "p")
-    header["format_version"] = 99
-    (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
+    _edit_header(tmp_path / "p", lambda h: h.update(format_version=99))
     with pytest.raises(InputError, match="format version 99"):
         load_pool(tmp_path / "p")
     pool.save(tmp_path / "p")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from morkit.core import checks
@@ -21,10 +22,11 @@ CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (`morkit VERB: error: ...`) and exit 2."""
+    """An ArgumentParser whose errors are one line (`morkit: error: ... (see morkit VERB --help)`), like every
+    other morkit error, and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"morkit: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -126,9 +128,40 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "computed once, by KV reuse or vLLM prefix caching)")
 
 
+def output_file(path: str | None, flag: str = "-o/--output") -> None:
+    """Before any work: `path` must be writable as a file (not a directory, no file where a folder should be)."""
+    from morkit.data.jsonl import output_file_problem
+
+    problem = None if path is None else output_file_problem(path)
+    if problem:
+        raise InputError(f"{flag} {path}: {problem}")
+
+
+def output_dir(path: str, flag: str = "-o/--output") -> None:
+    """Before any work: `path` must be a pool directory to write (absent, empty, or an older pool, never a file)."""
+    from morkit.data.jsonl import output_file_problem
+
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{flag} {path}: is a file; a pool is a directory")
+    if target.is_dir():
+        if not (target / "pool.json").is_file() and any(target.iterdir()):
+            raise InputError(f"{flag} {path}: exists and is not a pool directory; refusing to replace it")
+        return
+    problem = output_file_problem(target)
+    if problem:
+        raise InputError(f"{flag} {path}: {problem}")
+
+
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
+    """The scoring flags as ScoringOptions; a --cache that cannot hold the score cache is an error naming it."""
+    from morkit.reward_models.cache import cache_problem
     from morkit.services.scoring import default_cache_path
 
+    if args.cache and not args.no_cache:
+        problem = cache_problem(args.cache)
+        if problem:
+            raise InputError(f"--cache {args.cache}: {problem}")
     cache = None if args.no_cache else (args.cache or default_cache_path())
     return ScoringOptions(device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens,
                           truncation=args.truncation, reduction=getattr(args, "reduction", "min"), chunk=args.chunk,

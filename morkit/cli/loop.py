@@ -21,6 +21,7 @@ from morkit.cli.args import (
     add_select_options,
     choices_help,
     non_empty,
+    output_file,
     scoring_options,
     select_options,
 )
@@ -39,10 +40,12 @@ def cmd_loop(args: argparse.Namespace) -> int:
                           gen_tokens=args.gen_tokens, iterations=args.iterations, solutions=args.solutions,
                           verifications=args.verifications, epsilon=args.epsilon, chain=args.chain,
                           protocol=args.protocol, step_marker=args.step_marker, max_explores=args.max_explores)
+    scoring = scoring_options(args)
+    output_file(args.output)
     queries = load_queries(args.input)
     pool = load_pool(args.pool) if args.pool else None
     records = run_loop(args.loop, queries, agents=args.agents, pool=pool, verifier=args.verifier, options=options,
-                       selection=select_options(args), scoring=scoring_options(args))
+                       selection=select_options(args), scoring=scoring)
     write_jsonl(args.output, records)
     print(f"{args.loop}: {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}",
           file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -14,6 +15,8 @@ from morkit.cli.args import (
     POSITIVE_INT,
     add_input_options,
     add_scoring_options,
+    output_dir,
+    output_file,
     scoring_options,
 )
 
@@ -41,9 +44,11 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
     config = PoolConfig(normalizer=args.normalizer, max_members=args.max_members,
                         weightings=tuple(args.weighting or PoolConfig().weightings), temperature=args.temperature,
                         reduction=args.reduction, index=IndexConfig(kind=args.index))
+    options = scoring_options(args)
+    output_dir(args.output)
     started = time.perf_counter()
     queries, provenance = _inputs(args)
-    pool = build_pool(queries, args.rm, config=config, embedder=args.embedder, options=scoring_options(args),
+    pool = build_pool(queries, args.rm, config=config, embedder=args.embedder, options=options,
                       provenance=provenance)
     pool.save(args.output)
     _print_labels(pool)
@@ -54,17 +59,28 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
 
 
 def cmd_pool_add(args: argparse.Namespace) -> int:
-    from morkit.question_pool.pool import load_pool
-    from morkit.services.pools import add_to_pool
+    from morkit.services.pools import add_to_saved_pool
 
-    pool = load_pool(args.pool)
+    options = scoring_options(args)
     queries, provenance = _inputs(args)
-    grown = add_to_pool(pool, queries, options=scoring_options(args), provenance=provenance)
-    grown.save(args.pool)
+    pool, grown = add_to_saved_pool(args.pool, queries, options=options, provenance=provenance)
     _print_labels(grown)
     print(f"pool: added {len(grown) - len(pool)} questions (now {len(grown)}, revision {grown.meta['revision']})"
           f" -> {args.pool}", file=sys.stderr)
     return 0
+
+
+def _json_safe(value: Any) -> Any:
+    """Standard JSON for --json: NaN (undefined PRR) and infinities become null, numpy scalars plain numbers."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _fmt(value: float) -> str:
@@ -76,7 +92,7 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
 
     info = load_pool(args.pool).summary(args.top)
     if args.json:
-        print(json.dumps(info, indent=1, default=lambda v: None))
+        print(json.dumps(_json_safe(info), indent=1, allow_nan=False, default=lambda v: None))
         return 0
     domains = ", ".join(f"{d} {n}" for d, n in info["domains"].items())
     print(f"pool {args.pool}: revision {info['revision']}, created {info['created']}, updated {info['updated']}, "
@@ -103,6 +119,7 @@ def cmd_pool_report(args: argparse.Namespace) -> int:
     from morkit.question_pool.pool import load_pool
     from morkit.question_pool.report import write_report
 
+    output_file(args.output)
     path = write_report(load_pool(args.pool), args.output)
     print(f"report -> {path}", file=sys.stderr)
     return 0

@@ -14,6 +14,7 @@ from morkit.cli.args import (
     POSITIVE_INT,
     SHARE,
     add_scoring_options,
+    output_file,
     scoring_options,
 )
 
@@ -61,6 +62,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from morkit.services.scoring import DEFAULT_RMS, cache_scope, score
 
     options = scoring_options(args)
+    output_file(args.output)
     queries = load_queries(args.input)
     names = args.rm or list(DEFAULT_RMS)
     started = time.perf_counter()
@@ -79,6 +81,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 def cmd_train_head(args: argparse.Namespace) -> int:
     from morkit.services.train_heads import train_head
 
+    output_file(args.output)
     head, out = train_head(args.rm, args.data, args.output, max_tokens=args.max_tokens,
                            test_fraction=args.test_fraction, seed=args.seed, device=args.device, data_dir=args.data_dir)
     held = head.info["held_out"]

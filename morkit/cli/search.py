@@ -13,6 +13,7 @@ from morkit.cli.args import (
     add_scoring_options,
     add_select_options,
     choices_help,
+    output_file,
     scoring_options,
     select_options,
 )
@@ -26,10 +27,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     methods = args.method or [DEFAULT_SEARCH]
+    scoring = scoring_options(args)
+    output_file(args.output)
     records = run_search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
                          options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
                                                sc_agent=args.sc_agent),
-                         selection=select_options(args), scoring=scoring_options(args), output=args.output)
+                         selection=select_options(args), scoring=scoring, output=args.output)
     for name in methods:
         graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
         accuracy = f", accuracy {sum(graded) / len(graded):.3f} on {len(graded)} with a reference" if graded else ""

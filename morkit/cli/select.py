@@ -12,6 +12,7 @@ from morkit.cli.args import (
     add_device_options,
     add_scoring_options,
     add_select_options,
+    output_file,
     scoring_options,
     select_options,
 )
@@ -24,6 +25,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from morkit.services.routing import select
 
     started = time.perf_counter()
+    output_file(args.output)
     queries = load_queries(args.input)
     selections = select(queries, load_pool(args.pool), select_options(args), device=args.device)
     write_jsonl(args.output, (s.to_json() for s in selections))
@@ -39,8 +41,10 @@ def cmd_rank(args: argparse.Namespace) -> int:
     from morkit.services.routing import rank
 
     started = time.perf_counter()
+    options = scoring_options(args)
+    output_file(args.output)
     queries = load_queries(args.input)
-    rankings = rank(queries, load_pool(args.pool), select_options(args), scoring_options(args))
+    rankings = rank(queries, load_pool(args.pool), select_options(args), options)
     write_jsonl(args.output, (r.to_json() for r in rankings))
     print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries ({args.selection}) "
           f"in {time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)

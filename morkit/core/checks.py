@@ -12,39 +12,68 @@ from typing import Any, Iterable
 from morkit.core.errors import InputError
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters, for messages (a 400-digit number or a huge list stays one short line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        digits = int(value.bit_length() * math.log10(2)) + 1  # str() may refuse a long integer (4300 digits)
+        if 10 ** (digits - 1) > abs(value):
+            digits -= 1
+        return f"an integer of {digits} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def finite_float(value: Any) -> float | None:
+    """`value` as a finite float, or None: a bool, a non-number, NaN, an infinity, or an int too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{what} must be a number, got {value!r}")
+        raise InputError(f"{what} must be a number, got {shown(value)}")
+    return value
+
+
+def finite(value: Any, what: str) -> float:
+    """A finite number (not NaN, not an infinity, not an int too large for a float)."""
+    if finite_float(_number(value, what)) is None:
+        raise InputError(f"{what} must be a finite number, got {shown(value)}")
     return value
 
 
 def positive_int(value: Any, what: str) -> int:
     """A whole number >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{what} must be a whole number >= 1, got {value!r}")
+        raise InputError(f"{what} must be a whole number >= 1, got {shown(value)}")
     return value
 
 
 def non_negative_int(value: Any, what: str) -> int:
     """A whole number >= 0."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{what} must be a whole number >= 0, got {value!r}")
+        raise InputError(f"{what} must be a whole number >= 0, got {shown(value)}")
     return value
 
 
 def non_negative(value: Any, what: str) -> float:
     """A finite number >= 0."""
-    number = _number(value, what)
-    if not math.isfinite(number) or number < 0:
-        raise InputError(f"{what} must be a finite number >= 0, got {value!r}")
+    _number(value, what)
+    if finite_float(value) is None or value < 0:
+        raise InputError(f"{what} must be a finite number >= 0, got {shown(value)}")
     return value
 
 
 def positive(value: Any, what: str) -> float:
     """A finite number > 0."""
-    number = _number(value, what)
-    if not math.isfinite(number) or number <= 0:
-        raise InputError(f"{what} must be a finite number > 0, got {value!r}")
+    _number(value, what)
+    if finite_float(value) is None or value <= 0:
+        raise InputError(f"{what} must be a finite number > 0, got {shown(value)}")
     return value
 
 
@@ -52,7 +81,7 @@ def probability(value: Any, what: str) -> float:
     """A number in [0, 1]."""
     number = _number(value, what)
     if not 0.0 <= number <= 1.0:
-        raise InputError(f"{what} must be in [0, 1], got {value!r}")
+        raise InputError(f"{what} must be in [0, 1], got {shown(value)}")
     return value
 
 
@@ -60,7 +89,7 @@ def share(value: Any, what: str) -> float:
     """A number strictly between 0 and 1 (a split's share)."""
     number = _number(value, what)
     if not 0.0 < number < 1.0:
-        raise InputError(f"{what} must be between 0 and 1 (exclusive), got {value!r}")
+        raise InputError(f"{what} must be between 0 and 1 (exclusive), got {shown(value)}")
     return value
 
 

@@ -17,9 +17,16 @@ ENVIRONMENT = {
     "MORKIT_WEIGHTS_DIR": "reward-model weights as <org>/<name> folders (else the Hugging Face cache)",
     "MORKIT_DEVICE": "torch device for models: auto (cuda, mps, else cpu), cpu, cuda:1, ...",
     "MORKIT_DTYPE": "model dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16, float16",
+    "MORKIT_ALLOW_DOWNLOADS": "1 lets morkit download an embedder named in a pool or flag that is neither a local "
+                              "path nor in the local Hugging Face cache (default: never download)",
     "OPENAI_BASE_URL": "default server of the `openai` LLM backend",
     "OPENAI_API_KEY": "default key of the `openai` LLM backend",
 }
+
+
+def downloads_allowed() -> bool:
+    """Whether the user opted in to downloading models ($MORKIT_ALLOW_DOWNLOADS=1)."""
+    return os.environ.get("MORKIT_ALLOW_DOWNLOADS", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def cache_dir() -> Path:

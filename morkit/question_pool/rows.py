@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, weight_matrix
 from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
@@ -86,20 +87,37 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
                         rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
-                        progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                        progress: bool = False, ids: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions.
 
+    A score that overflows when normalised or combined (scores near the float limit) is an InputError naming
+    the question (by `ids`, else by row) and the RM or ensemble: such values would make PRR meaningless.
     The default chunk keeps each (questions x candidates x ensembles) temporary near 4M values."""
     from tqdm import tqdm
+
+    def question(row: int) -> str:
+        return repr(ids[row]) if ids is not None else f"row {row}"
 
     chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
     weights = weight_matrix(ensembles, rm_names)
     normalised = normalizer.apply(rm_names, scores)
+    overflow = np.argwhere(np.isinf(normalised))
+    if len(overflow):
+        q, c, r = overflow[0]
+        raise InputError(f"question {question(q)}: {rm_names[r]} scores candidate {c} {scores[q, c, r]:g}, too large "
+                         f"for the pool's {normalizer.kind} normaliser (shift {normalizer.shift[rm_names[r]]:g}, "
+                         f"scale {normalizer.scale[rm_names[r]]:g}); rescale that RM's scores")
     prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
     top1 = np.empty_like(prr)
     for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
         part = slice(start, start + chunk)
-        combined = combine(normalised[part], weights)
+        with np.errstate(over="ignore", invalid="ignore"):
+            combined = combine(normalised[part], weights)
+        overflow = np.argwhere(np.isinf(combined))
+        if len(overflow):
+            q, _, e = overflow[0]
+            raise InputError(f"question {question(start + q)}: the scores of ensemble {ensembles[e].name} overflow "
+                             "(its members' scores are too large to add up); rescale those RMs' scores")
         prr[part] = prr_matrix(combined, correct[part], valid[part])
         top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
     return prr, top1

@@ -1,34 +1,52 @@
 """The versioned pool directory on disk: pool.json, questions.jsonl, arrays as .npy, index.faiss.
 
-This module knows files, not pool objects: `write_pool_files` writes a PoolFiles atomically (a
-complete temporary directory beside the target, renamed into place, so a reader sees the old pool or
-the new one, never half of each), and `read_pool_files` checks the format version, the header's keys,
-every array's shape and the index, naming the file that is wrong. morkit.question_pool.pool turns
-them into a QuestionPool and back.
+This module knows files, not pool objects; morkit.question_pool.pool turns them into a QuestionPool and back.
+
+Writing (`write_pool_files`) holds the pool's writer lock (morkit.question_pool.lock), builds a complete
+staging directory beside the target and swaps it in atomically (morkit.data.staging.swap_in), so the
+target path holds the old pool or the new one, never half of each. Temps are named after their writer's
+process, and a killed writer's are removed by the next write. Each saved revision carries a random
+`token`; saving a pool derived from a loaded revision checks that the directory still holds that
+revision, so a writer that loaded the pool before another one saved it fails instead of dropping the
+other's questions.
+
+Reading (`read_pool_files`) checks the format version, every header key's type, every array's dtype and
+shape, the questions and the index, naming the file that is wrong; it reads again when the pool was
+replaced while being read.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from morkit.core.errors import InputError
+from morkit.data import staging
 from morkit.data.jsonl import read_jsonl
 from morkit.question_pool.index import read_index, write_index
+from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.rows import PoolQuestion
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
 HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
                "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
-SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
+"""How long a pool writer waits for another writer of the same pool before it gives up. Writers hold the
+lock only while they merge and write (seconds, also for large pools), never while they score."""
+
+ANY_REVISION = object()
+"""`write_pool_files(replaces=...)`: replace whatever pool is there (a fresh build)."""
+
+_FLOAT_ARRAYS = ("scores", "prr", "top1", "embeddings")
 
 
 @dataclass(frozen=True)
@@ -41,40 +59,55 @@ class PoolFiles:
     index: Any
 
 
-def write_pool_files(files: PoolFiles, path: str | os.PathLike) -> Path:
-    """Write a pool directory at `path` atomically (replacing an older pool there, never another directory)."""
-    target = Path(path)
-    if target.exists() and not (target / "pool.json").is_file() and any(target.iterdir()):
-        raise InputError("exists and is not a pool directory; refusing to replace it", path=str(target))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+# ---- writing --------------------------------------------------------------------------------------------
+
+def _disk_token(target: Path) -> Any:
     try:
-        header = {**files.header, "format_version": FORMAT_VERSION,
-                  "shapes": {name: list(files.arrays[name].shape) for name in ARRAYS}}
-        text = json.dumps(_json_safe(header), indent=1, allow_nan=False)
-        (staging / "pool.json").write_text(text + "\n", encoding="utf-8")
-        with open(staging / "questions.jsonl", "w", encoding="utf-8") as out:
-            for q in files.questions:
-                out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
-                                      "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
-        for name in ARRAYS:
-            np.save(staging / f"{name}.npy", files.arrays[name], allow_pickle=False)
-        write_index(files.index, staging / "index.faiss")
-        os.chmod(staging, 0o755)
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-            os.replace(target, old / "pool")
-        os.replace(staging, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        header = json.loads((target / "pool.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return ANY_REVISION  # unreadable: matches no revision
+    return header.get("token") if isinstance(header, dict) else ANY_REVISION
+
+
+def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any = ANY_REVISION) -> Path:
+    """Write a pool directory at `path` atomically (replacing an older pool there, never another directory).
+
+    Holds the pool's lock. `replaces`: the token of the revision this pool was derived from; when the
+    directory holds another revision by then, nothing is written and an InputError says so."""
+    target = Path(path)
+    with pool_lock(target):
+        staging.recover(target)
+        if os.path.lexists(target) and not (target.is_dir() and ((target / "pool.json").is_file()
+                                                                  or not any(target.iterdir()))):
+            raise InputError("exists and is not a pool directory; refusing to replace it", path=str(target))
+        if replaces is not ANY_REVISION and (target / "pool.json").is_file() and _disk_token(target) != replaces:
+            raise InputError("another process saved this pool after it was loaded here; nothing was written, "
+                             "so no questions were lost: run again to apply the change to the new revision",
+                             path=str(target))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging_dir = staging.make_temp(target, directory=True)
+        try:
+            header = {**files.header, "format_version": FORMAT_VERSION,
+                      "shapes": {name: list(files.arrays[name].shape) for name in ARRAYS}}
+            text = json.dumps(_json_safe(header), indent=1, allow_nan=False)
+            (staging_dir / "pool.json").write_text(text + "\n", encoding="utf-8")
+            with open(staging_dir / "questions.jsonl", "w", encoding="utf-8") as out:
+                for q in files.questions:
+                    out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
+                                          "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
+            for name in ARRAYS:
+                np.save(staging_dir / f"{name}.npy", files.arrays[name], allow_pickle=False)
+            write_index(files.index, staging_dir / "index.faiss")
+            os.chmod(staging_dir, 0o755)
+            staging.swap_in(staging_dir, target)
+        finally:
+            staging.remove(staging_dir)
     return target
 
 
 def _json_safe(value: Any) -> Any:
-    """NaN and infinities become null, so pool.json stays standard JSON."""
+    """NaN and infinities become null, so pool.json stays standard JSON (only global PRR and CV figures may be
+    NaN: the builder rejects non-finite normalisers and weights before they get here)."""
     if isinstance(value, float) and not np.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -84,22 +117,62 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+# ---- reading --------------------------------------------------------------------------------------------
+
 def _check(condition: bool, path: Path, message: str) -> None:
     if not condition:
         raise InputError(message, path=str(path))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_dict_of(value: Any, check: Callable[[Any], bool]) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and check(v) for k, v in value.items())
+
+
 def _header(path: Path) -> dict[str, Any]:
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"unreadable: {exc}", path=str(path)) from exc
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSON, too long ints
+        raise InputError(f"unreadable: {_first_line(exc)}", path=str(path)) from exc
     _check(isinstance(header, dict), path, "not a JSON object")
     version = header.get("format_version")
     _check(version == FORMAT_VERSION, path,
            f"pool format version {version!r}; this morkit reads version {FORMAT_VERSION}: rebuild the pool")
     for key in HEADER_KEYS:
         _check(key in header, path, f"missing key {key!r}")
+
+    def expect(key: str, ok: bool, what: str) -> None:
+        _check(ok, path, f"malformed key {key!r}: expected {what}")
+
+    names = header["rm_names"]
+    expect("rm_names", isinstance(names, list) and bool(names) and all(isinstance(n, str) and n for n in names)
+           and len(set(names)) == len(names), "a list of distinct RM names")
+    shapes = header["shapes"]
+    expect("shapes", isinstance(shapes, dict) and all(
+        isinstance(shapes.get(a), list) and all(_is_int(s) and s >= 0 for s in shapes[a]) for a in ARRAYS),
+        "the shape of every array")
+    embedder = header["embedder"]
+    expect("embedder", isinstance(embedder, dict) and isinstance(embedder.get("name"), str) and embedder["name"]
+           and _is_int(embedder.get("dim")) and embedder["dim"] >= 1, "{name, dim}")
+    expect("index", isinstance(header["index"], dict) and isinstance(header["index"].get("kind"), str),
+           "{kind, ...}")
+    for key in ("config", "normalizer", "global_prr"):
+        expect(key, isinstance(header[key], dict), "an object")
+    expect("ensembles", isinstance(header["ensembles"], list) and all(isinstance(e, dict) for e in header["ensembles"]),
+           "a list of ensembles")
+    expect("revision", _is_int(header["revision"]) and header["revision"] >= 1, "a whole number >= 1")
+    for key in ("created", "updated", "morkit_version"):
+        expect(key, isinstance(header[key], str), "a string")
+    for key in ("skipped", "missing_scores"):
+        expect(key, _is_dict_of(header[key], lambda v: _is_int(v) and v >= 0), "counts by name")
+    history = header["history"]
+    expect("history", isinstance(history, list) and bool(history) and all(
+        isinstance(h, dict) and isinstance(h.get("provenance", {}), dict) for h in history), "a list of revisions")
+    expect("token", isinstance(header.get("token", ""), str), "a string")
+    expect("stacker", isinstance(header.get("stacker", {}), dict), "an object")
     return header
 
 
@@ -107,38 +180,121 @@ def _questions(path: Path) -> tuple[PoolQuestion, ...]:
     out = []
     for line, o in read_jsonl(path):
         try:
-            out.append(PoolQuestion(str(o["id"]), str(o["question"]), str(o["domain"]), int(o["n_candidates"])))
-        except SHAPE_ERRORS as exc:
-            raise InputError(f"not a pool question ({type(exc).__name__}: {exc})", path=str(path), line=line) from exc
+            question = PoolQuestion(o["id"], o["question"], o["domain"], o["n_candidates"])
+        except KeyError as exc:
+            raise InputError(f"not a pool question (missing {exc})", path=str(path), line=line) from exc
+        if not (all(isinstance(v, str) for v in (question.id, question.question, question.domain))
+                and _is_int(question.n_candidates) and question.n_candidates >= 1):
+            raise InputError("not a pool question (id, question and domain are strings, n_candidates a whole "
+                             "number)", path=str(path), line=line)
+        out.append(question)
+    ids = [q.id for q in out]
+    _check(len(set(ids)) == len(ids), path, "a question id appears twice")
     return tuple(out)
 
 
 def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
+    """The array, its header checked against pool.json before its data is read (memory-mapped, then copied)."""
     file = root / f"{name}.npy"
     _check(file.is_file(), file, "missing pool array")
     try:
-        array = np.load(file, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"unreadable array: {exc}", path=str(file)) from exc
-    _check(array.shape == expected, file, f"shape {array.shape}, pool.json says {expected}")
+        mapped = np.load(file, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # numpy parses a damaged header with ast/tokenize: ValueError, SyntaxError, TokenError ...
+        raise InputError(f"unreadable array: {_first_line(exc)}", path=str(file)) from exc
+    _check(isinstance(mapped, np.ndarray), file, "not a single array")
+    _check(mapped.shape == expected, file, f"shape {mapped.shape}, pool.json says {expected}")
+    kinds = "f" if name in _FLOAT_ARRAYS else "bui"
+    _check(mapped.dtype.kind in kinds and mapped.dtype.fields is None, file, f"unexpected dtype {mapped.dtype}")
+    try:
+        array = np.array(mapped)
+    except (OSError, ValueError, MemoryError) as exc:  # pragma: no cover - the file shrank under us
+        raise InputError(f"unreadable array: {_first_line(exc)}", path=str(file)) from exc
+    del mapped
+    if name == "embeddings":
+        array = array.astype(np.float32, copy=False)
+        _check(bool(np.isfinite(array).all()), file, "non-finite embedding values")
+    elif name == "scores":
+        _check(not np.isinf(array).any(), file, "infinite scores")
+    elif name in ("prr", "top1"):
+        _check(bool(((array >= 0) & (array <= 1) | np.isnan(array)).all()), file, "values outside [0, 1]")
+    else:
+        array = array.astype(bool, copy=False)
     return array
 
 
+def _index(file: Path, n_q: int, dim: int) -> Any:
+    import faiss
+
+    _check(file.is_file(), file, "missing FAISS index")
+    try:
+        index = read_index(file)
+    except (RuntimeError, MemoryError, ValueError, OverflowError) as exc:  # faiss reports a corrupt file as RuntimeError
+        raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(file)) from exc
+    _check(isinstance(index, (faiss.IndexFlat, faiss.IndexHNSWFlat)), file,
+           f"unexpected index type {type(index).__name__}")
+    _check(index.metric_type == faiss.METRIC_INNER_PRODUCT, file, "not an inner-product index")
+    _check(index.ntotal == n_q and index.d == dim, file,
+           f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
+    if isinstance(index, faiss.IndexHNSWFlat):
+        _check_hnsw(index, file)
+    return index
+
+
+def _check_hnsw(index: Any, file: Path) -> None:
+    """Graph links inside the index (a search follows them without bounds checks)."""
+    import faiss
+
+    hnsw = index.hnsw
+    neighbours = faiss.vector_to_array(hnsw.neighbors)
+    offsets = faiss.vector_to_array(hnsw.offsets)
+    levels = faiss.vector_to_array(hnsw.levels)
+    n = index.ntotal
+    ok = (len(levels) == n and len(offsets) == n + 1 and (n == 0 or offsets[0] == 0)
+          and bool((np.diff(offsets) >= 0).all()) and (n == 0 or offsets[-1] <= len(neighbours))
+          and bool(((neighbours >= -1) & (neighbours < n)).all()) and bool((levels >= 1).all())
+          and -1 <= hnsw.entry_point < max(n, 1) and (n == 0 or hnsw.max_level <= int(levels.max()))
+          and getattr(index, "storage", None) is not None and index.storage.ntotal == n)
+    _check(ok, file, "corrupt HNSW graph")
+
+
+def _fingerprint(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def read_pool_files(path: str | os.PathLike) -> PoolFiles:
-    """Read and check a pool directory; a missing or corrupt file, another format version or a wrong shape
-    is an InputError naming the file."""
+    """Read and check a pool directory; a missing or corrupt file, another format version, a wrong type, dtype
+    or shape is an InputError naming the file. A pool replaced while being read is read again."""
     root = Path(path)
+    header_path = root / "pool.json"
+    if staging.moved_aside(root):  # a save was interrupted, or is between its two renames: wait for it, or restore
+        with pool_lock(root):
+            staging.recover(root)
+    for _ in range(5):
+        before = _fingerprint(header_path)
+        try:
+            files = _read(root)
+        except InputError:
+            if _fingerprint(header_path) != before:
+                continue
+            raise
+        if _fingerprint(header_path) == before:
+            return files
+    raise InputError("kept changing while it was read (another process is saving it); try again", path=str(root))
+
+
+def _read(root: Path) -> PoolFiles:
     header_path = root / "pool.json"
     _check(root.is_dir(), root, "no such pool directory")
     _check(header_path.is_file(), root, "not a pool directory (no pool.json); build one with `morkit pool build`")
     header = _header(header_path)
     questions = _questions(root / "questions.jsonl")
-    try:
-        arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in ARRAYS}
-        n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
-        dim = int(header["embedder"]["dim"])
-    except SHAPE_ERRORS as exc:
-        raise InputError(f"malformed shapes, RM names, ensembles or embedder: {exc}", path=str(header_path)) from exc
+    n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
+    dim = header["embedder"]["dim"]
+    arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in ARRAYS}
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
               "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
     for name, shape in expect.items():
@@ -146,14 +302,15 @@ def read_pool_files(path: str | os.PathLike) -> PoolFiles:
         ok = len(actual) == len(shape) and all(s is None or s == a for s, a in zip(shape, actual))
         _check(ok, root / f"{name}.npy", f"shape {actual} does not fit {n_q} questions, {n_rm} RMs, "
                                          f"{n_ens} ensembles, dim {dim}")
-    index_file = root / "index.faiss"
-    _check(index_file.is_file(), index_file, "missing FAISS index")
-    try:
-        index = read_index(index_file)
-    except RuntimeError as exc:  # faiss reports a corrupt file this way
-        raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(index_file)) from exc
-    _check(index.ntotal == n_q and index.d == dim, index_file,
-           f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
+    width = arrays["scores"].shape[1]
+    for name in ("correct", "valid"):
+        _check(arrays[name].shape[1] == width, root / f"{name}.npy",
+               f"{arrays[name].shape[1]} candidate columns; scores.npy has {width}")
+    counts = arrays["valid"].sum(axis=1)
+    for q, count in zip(questions, counts):
+        _check(q.n_candidates == count, root / "questions.jsonl",
+               f"question {q.id!r} has {q.n_candidates} candidates; valid.npy marks {int(count)}")
+    index = _index(root / "index.faiss", n_q, dim)
     return PoolFiles(header, questions, arrays, index)
 
 

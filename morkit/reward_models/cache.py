@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from morkit.core.errors import InputError
 from morkit.core.types import Score
 
 
@@ -20,20 +22,65 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+COLUMNS = ("rm", "q", "a", "value", "steps", "truncated")
+
+
+def cache_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` cannot hold a score cache (a directory, a file that is not SQLite, a file where a folder
+    should be), or None; looks without creating anything."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a directory; the score cache is a SQLite file"
+    if target.exists():
+        try:
+            with open(target, "rb") as handle:
+                head = handle.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            return f"cannot read: {exc.strerror or exc}"
+        if head and head != SQLITE_HEADER:  # SQLite takes an empty file as a new database
+            return "is not a SQLite score cache"
+        return None
+    for folder in target.parents:
+        if folder.exists():
+            return None if folder.is_dir() else f"cannot be created: {folder} is a file, not a directory"
+    return None
+
+
 class ScoreCache:
-    """Maps (rm key, question text, answer text) -> Score."""
+    """Maps (rm key, question text, answer text) -> Score.
+
+    A path that cannot hold the cache (see `cache_problem`), or a SQLite file whose `scores` table has
+    other columns, is an InputError naming it."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        problem = cache_problem(self.path)
+        if problem:
+            raise InputError(problem, path=str(self.path))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER,"
-            " PRIMARY KEY (rm, q, a))"
-        )
-        self._db.commit()
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        except sqlite3.DatabaseError as exc:  # e.g. a folder without write permission
+            raise InputError(f"cannot open the score cache: {exc}", path=str(self.path)) from exc
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER,"
+                " PRIMARY KEY (rm, q, a))"
+            )
+            self._db.commit()
+            columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(scores)"))
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            if "locked" in str(exc):  # another process holds it: a runtime condition, not bad input
+                raise
+            raise InputError(f"unusable score cache: {exc}", path=str(self.path)) from exc
+        if columns != COLUMNS:
+            self._db.close()
+            raise InputError(f"its 'scores' table has columns {', '.join(columns)}, not a morkit score cache's "
+                             f"({', '.join(COLUMNS)})", path=str(self.path))
         self.hits = 0
         self.misses = 0
 

@@ -72,13 +72,16 @@ def expected_rows(prompt: str | list[int], kind: str, step_token_id: int | None)
 def _number(x: Any) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise MalformedOutput(f"expected a number, got {type(x).__name__}: {str(x)[:60]}")
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:  # a JSON integer too large for a float
+        raise MalformedOutput(f"expected a number a float can hold, got an integer of about {int(x.bit_length() * 0.30103) + 1} digits") from None
 
 
 def row_of(x: Any, width: int | None) -> list[float]:
     """One output row as floats (a bare number counts as a row of one); MalformedOutput otherwise."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
-        row = [float(x)]  # a one-label token output may come squeezed
+        row = [_number(x)]  # a one-label token output may come squeezed
     elif isinstance(x, (list, tuple)):
         row = [_number(v) for v in x]
     else:

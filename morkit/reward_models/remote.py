@@ -47,8 +47,8 @@ from morkit.runtime.http import (
 log = logging.getLogger(__name__)
 
 _UNREADABLE = (ValueError, TypeError, IndexError, KeyError, ArithmeticError)
-"""Besides MalformedOutput, what reading a reply's values may raise: float() of a 400-digit number
-(OverflowError), an RM's own `finish` given a row of the wrong length (IndexError, numpy's ValueError)."""
+"""Besides MalformedOutput, what reading a reply's values may raise: an RM's own `finish` given a row of
+the wrong length (IndexError, numpy's ValueError), or arithmetic on its values (ArithmeticError)."""
 
 
 @dataclass(frozen=True)

@@ -115,14 +115,38 @@ def causal_lm(path: str | Path | None = None, device: str | None = None, dtype: 
     return resident(("causal-lm", str(path.resolve()), device, str(torch_dtype)), load)
 
 
-def sentence_transformer(source: str | Path | None = None, device: str | None = None) -> Any:
-    """A sentence-transformers model in eval mode (default: the embedded all-MiniLM-L6-v2, fp32)."""
+@contextlib.contextmanager
+def hub_offline() -> Iterator[None]:
+    """The Hugging Face hub client in offline mode for the block: files come from the local cache only, and
+    any HTTP request through it fails (whatever HF_HUB_OFFLINE says)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - a dependency of sentence-transformers
+        yield
+        return
+    with _LOCK:
+        before = constants.HF_HUB_OFFLINE
+        constants.HF_HUB_OFFLINE = True
+        try:
+            yield
+        finally:
+            constants.HF_HUB_OFFLINE = before
+
+
+def sentence_transformer(source: str | Path | None = None, device: str | None = None, *,
+                         offline: bool = False) -> Any:
+    """A sentence-transformers model in eval mode (default: the embedded all-MiniLM-L6-v2, fp32).
+
+    `offline`: load from a local path or the local HF cache only, never from the network."""
     source = str(source) if source is not None else str(assets.minilm_path())
     device = resolve_device(device)
 
     def load() -> Any:
         from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(source, device=device).eval()
+        if not offline:
+            return SentenceTransformer(source, device=device).eval()
+        with hub_offline():
+            return SentenceTransformer(source, device=device, local_files_only=True).eval()
 
     return resident(("sentence-transformer", source, device), load)

@@ -87,14 +87,14 @@ def completed(path: Path) -> dict[str, dict]:
 def run_all(runner: SearchRunner, queries: Sequence[Query], methods: Sequence[str], output: str | os.PathLike,
             progress: Callable[[Iterable], Iterable] = lambda x: x) -> list[dict]:
     """Search every query, resuming from `<output>.partial`; writes `output` atomically at the end."""
-    from morkit.data.jsonl import write_jsonl
+    from morkit.data.jsonl import encoded_line, write_jsonl
 
     work = Path(str(output) + ".partial")
     done = {k: r for k, r in completed(work).items() if set(methods) <= set(r.get("results", {}))}
-    with open(work, "a", encoding="utf-8") as log:
+    with open(work, "ab") as log:
         for query in progress([q for q in queries if q.id not in done]):
             record = runner.run(query, methods).to_json()
-            log.write(json.dumps(record, ensure_ascii=False) + "\n")
+            log.write(encoded_line(record, str(work), len(done) + 1))
             log.flush()
             done[query.id] = record
     records = [done[q.id] for q in queries]

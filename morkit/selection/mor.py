@@ -49,7 +49,7 @@ def query_zscore(values: np.ndarray, valid: np.ndarray | None = None) -> np.ndar
         mask &= np.asarray(valid, dtype=bool)[..., None]
     count = mask.sum(axis=-2, keepdims=True)
     filled = np.where(mask, values, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # huge scores: refused later
         mean = filled.sum(axis=-2, keepdims=True) / count
         var = (np.where(mask, values - mean, 0.0) ** 2).sum(axis=-2, keepdims=True) / count
         z = (values - mean) / np.sqrt(var)

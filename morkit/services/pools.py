@@ -2,9 +2,12 @@
 
     pool = morkit.build_pool(morkit.load_queries("validation.jsonl"), rms=["smollm2-orm", "math-consensus"])
     pool.save("pools/mine")
+    before, after = add_to_saved_pool("pools/mine", morkit.load_queries("more.jsonl"))
 
 Labels missing on candidates come from `reference` or `tests`; RM scores missing on candidates come from
 running the registered RMs (through the score cache); the pool stores its stacker fit for `select`.
+`add_to_saved_pool` is the read-modify-write for a pool on disk that other processes may extend at the
+same time: it labels and scores without a lock, then appends to the newest revision under the pool's lock.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.labels import fill_labels
-from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions
+from morkit.question_pool.lock import pool_lock
+from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, load_pool
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.table import table_names
@@ -63,6 +69,13 @@ def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str]
     return queries, provenance
 
 
+def _with_stacker(pool: QuestionPool) -> QuestionPool:
+    """The pool with its stacker fit stored; scores near the float limit overflow in its per-query z-scores
+    quietly (those features become 0), and non-finite weights are refused when the pool is saved."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return with_stored_stacker(pool)
+
+
 def _prepared(queries: Sequence[Query], names: Sequence[str], options: ScoringOptions
               ) -> tuple[list[Query], dict[str, int]]:
     """Labels filled where a reference or tests allow, and every named RM's scores present."""
@@ -87,16 +100,43 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     queries, labels = _prepared(labelled_queries, names, options)
     pool = build_question_pool(queries, model, rm_names=names, config=config,
                                provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
-    return with_stored_stacker(pool)
+    return _with_stacker(pool)
 
 
 def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, options: ScoringOptions = ScoringOptions(),
                 provenance: Mapping[str, Any] | None = None) -> QuestionPool:
     """A new pool revision with the queries appended (labelled, scored with the pool's RMs, embedded with its
     embedder, normalised and weighted as the pool was built), and its stacker refitted."""
-    model = load_embedder(pool.embedder, options.device)
     options = replace(options, reduction=pool.config.reduction)
     queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
+    return _grown(pool, queries, labels, options, provenance)
+
+
+def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query], *,
+                      options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
+                      lock_timeout: float | None = None) -> tuple[QuestionPool, QuestionPool]:
+    """Append queries to the pool saved at `path` without losing another writer's additions.
+
+    Labels and scores are filled first, without holding anything (the slow part); then, under the pool's
+    lock (morkit.question_pool.lock.pool_lock: a second writer waits up to `lock_timeout` seconds, default
+    LOCK_TIMEOUT_S, then fails naming the pool), the newest revision is loaded, the queries are appended to
+    it and the result is saved. Returns (the revision they were added to, the new revision)."""
+    pool = load_pool(path)
+    options = replace(options, reduction=pool.config.reduction)
+    queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
+    with pool_lock(path, lock_timeout):
+        current = load_pool(path)
+        if (current.rm_names, current.config.reduction) != (pool.rm_names, pool.config.reduction):
+            options = replace(options, reduction=current.config.reduction)  # rebuilt meanwhile: score the rest
+            queries = ensure_scores(queries, list(current.rm_names), options)
+        grown = _grown(current, queries, labels, options, provenance)
+        grown.save(path)
+    return current, grown
+
+
+def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, int], options: ScoringOptions,
+           provenance: Mapping[str, Any] | None) -> QuestionPool:
+    model = load_embedder(pool.embedder, options.device)
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
                           progress=options.progress)
-    return with_stored_stacker(grown)
+    return _with_stacker(grown)

@@ -1,0 +1,196 @@
+"""Temporary files and directories beside a target, named so that the next writer cleans up after a killed one.
+
+A temp for DIR/NAME is DIR/.NAME.<host>-<pid>.<random>.tmp (`.old` for a pool directory on its way out):
+<host> is a short hash of this machine's name and <pid> the writer's process id. Before making its own
+temp, a writer calls `sweep(target)`, which removes the temps of the same target whose writer is gone
+(same machine, process no longer alive) and any older than a day (another machine's, a reused pid, or
+one named by an older morkit without a pid). `morkit.data.jsonl.atomic_path` (files) and the pool store
+(`morkit.question_pool.store`, directories) both make their temps here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import glob
+import hashlib
+import logging
+import os
+import platform
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER_S = 24 * 3600
+"""A temp older than this is removed whoever made it (its writer cannot still be running a write)."""
+
+_TAIL = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+|(?P<legacy>[a-z0-9_]{8}))\.(?:tmp|old)")
+
+
+def _host() -> str:
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):  # someone else's process, or not ours to judge
+        return True
+    return True
+
+
+def writer_alive(path: str | os.PathLike) -> bool:
+    """Whether the process that made this temp may still be using it (unknown writers count as alive for a day)."""
+    path = Path(path)
+    match = re.search(r"\.(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.(?:tmp|old)$", path.name)
+    if match is not None and match["host"] == _host():
+        return _alive(int(match["pid"]))
+    try:
+        return time.time() - path.lstat().st_mtime <= STALE_AFTER_S
+    except OSError:
+        return False
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Remove a file, a link or a directory tree; whatever is already gone is fine."""
+    path = Path(path)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def sweep(target: str | os.PathLike) -> int:
+    """Remove stale temps of `target` (see the module doc); returns how many were removed."""
+    target = Path(target)
+    prefix = f".{target.name}."
+    host, now, removed = _host(), time.time(), 0
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        match = _TAIL.fullmatch(entry.name[len(prefix):])
+        if match is None:
+            continue
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        dead = match["pid"] is not None and match["host"] == host and not _alive(int(match["pid"]))
+        if dead or age > STALE_AFTER_S:
+            remove(entry.path)
+            removed += 1
+    return removed
+
+
+def temp_prefix(target: str | os.PathLike) -> str:
+    """The name prefix of this process's temps for `target` (tempfile adds a random part and the suffix)."""
+    return f".{Path(target).name}.{_host()}-{os.getpid()}."
+
+
+def make_temp(target: str | os.PathLike, *, directory: bool = False, suffix: str = ".tmp") -> Path:
+    """A new empty temp file (or directory) beside `target`, after sweeping its stale temps."""
+    target = Path(target)
+    sweep(target)
+    prefix = temp_prefix(target)
+    if directory:
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=target.parent))
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
+# ---- replacing a directory ------------------------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_SYS_RENAMEAT2 = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276}
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2() -> Callable[[bytes, bytes, int], int] | None:
+    """renameat2(AT_FDCWD, old, AT_FDCWD, new, flags) from libc, or by syscall number; None where absent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover
+        return None
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+        fn.restype = ctypes.c_int
+        return lambda old, new, flags: fn(_AT_FDCWD, old, _AT_FDCWD, new, flags)
+    number = _SYS_RENAMEAT2.get(platform.machine().lower())
+    if number is None:  # pragma: no cover
+        return None
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    return lambda old, new, flags: syscall(ctypes.c_long(number), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(old),
+                                           ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(new), ctypes.c_uint(flags))
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step; False where this system or file system cannot."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(os.fsencode(a), os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def recover(target: Path) -> None:
+    """A writer killed between the two renames of the fallback left no pool at `target` and the old one in
+    .NAME.*.old/pool: put that back before anything sweeps it away."""
+    for old in moved_aside(target):
+        if not writer_alive(old):
+            os.rename(old / "pool", target)
+            remove(old)
+            log.warning("%s: restored the pool an interrupted save had moved aside", target)
+            return
+
+
+def moved_aside(target: Path) -> list[Path]:
+    """The old pools that fallback saves moved aside, when `target` itself is missing."""
+    if os.path.lexists(target):
+        return []
+    return [old for old in sorted(target.parent.glob(f".{glob.escape(target.name)}.*.old"))
+            if (old / "pool" / "pool.json").is_file()]
+
+
+def swap_in(staging_dir: Path, target: Path) -> None:
+    """Put the complete directory `staging_dir` at `target` in one atomic exchange where the system can
+    (renameat2 RENAME_EXCHANGE: never a moment without a directory there), else by two renames; the old
+    directory is removed."""
+    if not os.path.lexists(target):
+        os.rename(staging_dir, target)
+        return
+    if exchange(staging_dir, target):
+        remove(staging_dir)  # now the old pool
+        return
+    old = make_temp(target, directory=True, suffix=".old")
+    os.replace(target, old / "pool")
+    os.replace(staging_dir, target)
+    remove(old)
