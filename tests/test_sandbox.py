@@ -58,7 +58,7 @@ def test_fork_bomb_is_contained_and_leaves_no_children():
     assert r.status != "passed"
     assert "BlockingIOError" in r.stderr  # RLIMIT_NPROC binds: the run has a uid of its own, even as root
     time.sleep(0.2)
-    assert not _sandboxed_processes()
+    assert not _sandboxed_processes(), _describe()
 
 
 def test_one_process_only_when_max_processes_is_one():
@@ -98,6 +98,19 @@ def _sandboxed_processes() -> list[int]:
         if _alive_with_cmdline(int(pid), "morkit-sandbox") and not _alive_with_cmdline(int(pid), "pytest"):
             found.append(int(pid))
     return found
+
+
+def _describe() -> str:
+    """Each leftover's pid, parent, state and command line, for a failure message."""
+    rows = []
+    for pid in _sandboxed_processes():
+        try:
+            status = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:300]
+            rows.append(f"{pid} ppid {status.get('PPid')} {status.get('State')} {cmdline!r}")
+        except OSError:
+            pass
+    return "; ".join(rows)
 
 
 def test_cannot_signal_other_processes():
@@ -207,7 +220,7 @@ def test_time_limit_holds_when_the_parent_dies():
     deadline = time.monotonic() + 5
     while _sandboxed_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _sandboxed_processes(), "sandboxed programs outlived the morkit process that ran them"
+    assert not _sandboxed_processes(), f"sandboxed programs outlived the morkit process: {_describe()}"
 
 
 def test_candidate_cannot_reach_an_outside_unix_socket(tmp_path):
@@ -277,7 +290,7 @@ def test_fork_is_allowed_up_to_the_process_limit_and_leaves_nothing_behind():
     assert r.status == "passed", r.stderr
     assert "limit" in r.stdout and int(r.stdout.split()[1]) <= 8
     time.sleep(0.2)
-    assert not _sandboxed_processes()
+    assert not _sandboxed_processes(), _describe()
 
 
 @pytest.mark.parametrize("exit_early", ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "exit()",

@@ -129,8 +129,10 @@ def _init(libc, config: dict, status_fd: int) -> None:
     """PID 1 of the namespace: build the new root, run the program, report its end status."""
     import signal
 
-    if _prctl(libc, 1, signal.SIGKILL) != 0 or os.getppid() != 0:  # the monitor is outside: ppid reads 0
-        raise OSError("the sandbox monitor exited")
+    if _prctl(libc, 1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG
+        raise OSError("cannot tie the sandbox's init to its monitor")
+    os.write(status_fd, b"\n")  # the monitor is outside the namespace (ppid reads 0 either way): if it died
+    # before the line above, its end of this pipe is closed and the write fails, so no init outlives it
     _build_root(libc, config)
     program = os.fork()
     if program == 0:
