@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from morkit.core import checks
+from morkit.runtime.sandbox_launcher import wait_for_exit
 
 MiB = 1 << 20
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_launcher.py")
@@ -76,14 +77,14 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *,
     import tempfile
 
     start = time.monotonic()
+    kept: list[int] = []  # our pipe ends, each closed once below
     workdir = tempfile.mkdtemp(prefix="morkit-sandbox-")
-    status_r, status_w = os.pipe()
-    token_r, token_w = os.pipe() if require_completion else (-1, -1)
-    report_r, report_w = os.pipe() if require_completion else (-1, -1)
-    down = [fd for fd in (status_w, token_r, report_w) if fd >= 0]  # the launcher's ends
-    kept = [fd for fd in (status_r, token_w, report_r) if fd >= 0]  # ours, each closed once below
-    token = secrets.token_hex(16).encode()
     try:
+        status_r, status_w = _pipe(kept)
+        token_r, token_w = _pipe(kept) if require_completion else (-1, -1)
+        report_r, report_w = _pipe(kept) if require_completion else (-1, -1)
+        down = [fd for fd in (status_w, token_r, report_w) if fd >= 0]  # the launcher's ends
+        token = secrets.token_hex(16).encode()
         with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
         config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
@@ -98,15 +99,18 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *,
                 return SandboxResult("error", None, "", f"could not start sandbox: {e}", time.monotonic() - start)
             finally:
                 for fd in down:
+                    kept.remove(fd)
                     os.close(fd)
             if require_completion:
                 _write_quietly(token_w, token)
-                os.close(kept.pop(1))
+                kept.remove(token_w)
+                os.close(token_w)
             try:
-                backstop = not _wait_for_exit(proc.pid, limits.wall_seconds + _GRACE_SECONDS)
+                backstop = not wait_for_exit(proc.pid, limits.wall_seconds + _GRACE_SECONDS)
             finally:
                 _killpg(proc.pid)  # leader is a zombie or running, so the group id is still ours
                 _, wait_status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait
             outcome = {"timeout": True} if backstop else _read_outcome(status_r)
             finished = not require_completion or _read_small(report_r) == token
             stdout = _read_capped(out, limits.max_output_bytes)
@@ -132,17 +136,11 @@ def run_many(codes: Iterable[str], limits: SandboxLimits = SandboxLimits(), work
         return list(pool.map(run, codes))
 
 
-def _wait_for_exit(pid: int, timeout: float) -> bool:
-    """Wait up to `timeout` s for the child to exit WITHOUT reaping it; True if it exited."""
-    import select
-
-    fd = os.pidfd_open(pid)
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(max(0, int(timeout * 1000))))
-    finally:
-        os.close(fd)
+def _pipe(kept: list[int]) -> tuple[int, int]:
+    """A new pipe whose two ends join `kept` (closed by the caller, each once)."""
+    read_end, write_end = os.pipe()
+    kept += [read_end, write_end]
+    return read_end, write_end
 
 
 def _killpg(pgid: int) -> None:

@@ -6,9 +6,9 @@ Three processes, so that no limit depends on the candidate's goodwill or on mork
   PID, mount, network, IPC and UTS namespaces (and a user namespace when not root), forks the
   init, kills it at the wall limit, and reports how the run ended on morkit's status pipe;
 - the init (PID 1 of the new PID namespace, dies with the monitor): builds a new root of
-  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends), a
-  fresh /proc and a size-capped tmpfs /work holding the program, pivots into it, forks the program
-  and waits for it. When the init exits the kernel kills every process left in the namespace;
+  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends) and
+  a size-capped tmpfs /work holding the program (no /proc: nothing of any process shows), pivots
+  into it, forks the program and waits for it. When the init exits the kernel kills every process left in the namespace;
 - the program: its own session and, when morkit runs as root, its own unused uid; low hard limits,
   no capabilities, a seccomp filter; then exec's Python on /work/main.py.
 
@@ -30,7 +30,8 @@ WORK = "/work"
 
 _NS_MOUNT, _NS_UTS, _NS_IPC, _NS_USER, _NS_PID, _NS_NET = (0x00020000, 0x04000000, 0x08000000, 0x10000000,
                                                            0x20000000, 0x40000000)
-_RDONLY, _NOSUID, _NODEV, _NOEXEC, _REMOUNT, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+_RDONLY, _NOSUID, _NODEV, _REMOUNT, _BIND, _REC, _PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+_CLONE_NEW_ANY = 0x7E020000  # every CLONE_NEW* flag clone() takes (cgroup, uts, ipc, user, pid, net, ns)
 _ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")  # bound read-only, or mirrored symlinks
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -45,40 +46,72 @@ _SYSCALLS = {
                                 ioctl=16, unshare=272, setns=308, mount=165, umount2=166, pivot_root=155,
                                 chroot=161, bpf=321, perf_event_open=298, userfaultfd=323, keyctl=250, add_key=248,
                                 request_key=249, io_uring_setup=425, open_tree=428, move_mount=429, fsopen=430,
-                                fsmount=432, mount_setattr=442)),
+                                fsmount=432, mount_setattr=442, fsconfig=431, fspick=433, shmget=29, semget=64,
+                                msgget=68)),
     "aarch64": (0xC00000B7, dict(clone=220, clone3=435, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
                                  rt_tgsigqueueinfo=240, pidfd_send_signal=424, ptrace=117, process_vm_readv=270,
                                  process_vm_writev=271, setsid=157, setpgid=154, fcntl=25, ioctl=29, unshare=97,
                                  setns=268, mount=40, umount2=39, pivot_root=41, chroot=51, bpf=280,
                                  perf_event_open=241, userfaultfd=282, keyctl=219, add_key=217, request_key=218,
                                  io_uring_setup=425, open_tree=428, move_mount=429, fsopen=430, fsmount=432,
-                                 mount_setattr=442)),
+                                 mount_setattr=442, fsconfig=431, fspick=433, shmget=194, semget=190, msgget=186)),
 }
 _DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev", "setsid", "setpgid",
            "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open", "userfaultfd",
            "keyctl", "add_key", "request_key", "io_uring_setup", "open_tree", "move_mount", "fsopen", "fsmount",
-           "mount_setattr")
+           "mount_setattr", "fsconfig", "fspick",
+           "shmget", "semget", "msgget")  # System V IPC: shared memory would not count against RLIMIT_AS
 # fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX and ioctl FIOSETOWN, SIOCSPGRP would aim signals at other processes
 _DENIED_ARGS = (("fcntl", (8, 10, 15)), ("ioctl", (0x8901, 0x8902)))
 
-# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them. With a
-# report fd, the token goes to morkit only once the program has run to its end: exiting early fails.
+# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them.
 _BOOTSTRAP = (
     "import builtins, os, runpy, sys, _sitebuiltins as s\n"
     "builtins.exit = s.Quitter('exit', 'Ctrl-D (i.e. EOF)')\n"
     "builtins.quit = s.Quitter('quit', 'Ctrl-D (i.e. EOF)')\n"
     "builtins.help = s._Helper()\n"
     "del builtins, s\n"
-    "def _run(path, fds, read=os.read, write=os.write, close=os.close):\n"
-    "    token = read(fds[0], 64) if fds else b''\n"
-    "    fds and close(fds[0])\n"
-    "    runpy.run_path(path, run_name='__main__')\n"
-    "    fds and write(fds[1], token)\n"
-    "    fds and close(fds[1])\n"
     "_path, _fds = sys.argv[1], [int(fd) for fd in sys.argv[2].split(',') if fd]\n"
     "sys.argv = [_path]\n"
-    "_run(_path, _fds)\n"
+    "if _fds:\n"
+    "    import collections, functools, operator\n"
+    "    exec(_HARNESS)\n"
+    "    collections.deque(map(operator.call, [functools.partial(runpy.run_path, _path, run_name='__main__'),\n"
+    "                                          *_start_report(_fds)]), 0)\n"
+    "else:\n"
+    "    runpy.run_path(_path, run_name='__main__')\n"
 )
+
+# With harness fds (unit tests) the token goes to morkit only once the program has run to its end.
+# The token lives only in a second thread (`_report`), which writes it when the lock `done` is
+# released. The program runs on the main thread from C: a deque drains a map that calls run_path,
+# then done.release, then waits until the token is written; the list of those calls sits on no
+# frame's variables, so nothing on the program's stack leads to the lock or the token. An audit hook
+# refuses what would (other threads' frames, gc's object lists, ctypes, hand-made code objects),
+# and the process is made non-dumpable so no other process of the uid can read its memory.
+_HARNESS = """
+def _report(fd, token, done, written):
+    done.acquire()
+    os.write(fd, token)
+    written.release()
+
+def _start_report(fds):
+    import _thread, ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    token = os.read(fds[0], 64)
+    os.close(fds[0])
+    done, written = _thread.allocate_lock(), _thread.allocate_lock()
+    done.acquire()
+    written.acquire()
+    _thread.start_new_thread(_report, (fds[1], token, done, written))
+    sys.addaudithook(_audit)  # from here on, no ctypes, gc lists or other threads' frames
+    return done.release, written.acquire
+
+def _audit(event, args, denied=('sys._current_frames', 'gc.get_objects', 'gc.get_referrers',
+                                'gc.get_referents', 'code.__new__')):
+    if event in denied or event.startswith('ctypes.'):
+        raise RuntimeError(f'morkit-sandbox: {event} is not allowed while tests run')
+"""
 
 
 def _monitor(config: dict) -> dict:
@@ -113,7 +146,7 @@ def _monitor(config: dict) -> dict:
         finally:
             os._exit(0)
     os.close(write_end)
-    ended = _wait_for(init, config["wall"])
+    ended = wait_for_exit(init, config["wall"])
     if not ended:
         os.kill(init, signal.SIGKILL)
     os.waitpid(init, 0)
@@ -151,7 +184,7 @@ def _init(libc, config: dict, status_fd: int) -> None:
 
 
 def _build_root(libc, config: dict) -> None:
-    """A new root on a small tmpfs: read-only system binds, fresh /proc, the program in a capped /work."""
+    """A new root on a small tmpfs: read-only system binds and the program in a capped /work; no /proc."""
     host_dir, root = config["workdir"], config["workdir"]
     files = {}
     for name in os.listdir(host_dir):
@@ -172,8 +205,6 @@ def _build_root(libc, config: dict) -> None:
     for name in _DEVICES:
         if os.path.exists("/dev/" + name):
             _bind(libc, "/dev/" + name, f"{root}/dev/{name}", devices=True)
-    os.mkdir(root + "/proc")
-    _mount(libc, "proc", root + "/proc", "proc", _NOSUID | _NODEV | _NOEXEC)
     owner = config["run_as"] or 0
     os.mkdir(root + WORK)
     _mount(libc, "tmpfs", root + WORK, "tmpfs", _NOSUID | _NODEV,
@@ -211,21 +242,22 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
     import resource
 
     os.setsid()
-    keep = {0, 1, 2, status_fd, *config["harness_fds"]}
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    bounds = [2, *sorted({status_fd, *config["harness_fds"]}), resource.getrlimit(resource.RLIMIT_NOFILE)[0]]
+    for low, high in zip(bounds, bounds[1:]):  # close everything between the fds kept
+        os.closerange(low + 1, high)
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
     for res, value in ((resource.RLIMIT_CPU, config["cpu"]), (resource.RLIMIT_AS, config["memory"]),
                        (resource.RLIMIT_NPROC, config["nproc"]), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
-                       (resource.RLIMIT_NOFILE, OPEN_FILES), (resource.RLIMIT_CORE, 0)):
+                       (resource.RLIMIT_NOFILE, OPEN_FILES), (resource.RLIMIT_CORE, 0),
+                       (resource.RLIMIT_MEMLOCK, 0), (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_SIGPENDING, 64),
+                       (resource.RLIMIT_STACK, stack if stack != resource.RLIM_INFINITY else 64 << 20)):
         extra = 1 if res == resource.RLIMIT_CPU else 0  # SIGXCPU at soft, SIGKILL one second later
         resource.setrlimit(res, (value, value + extra))  # hard = soft: the program cannot raise them
     for cap in range(64):  # empty the bounding set so no exec can regain capabilities
-        if _prctl(libc, 24, cap) != 0 and ctypes.get_errno() == 22:
+        if _prctl(libc, 24, cap) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
             break
+    if any(_prctl(libc, 23, cap) == 1 for cap in range(64)):  # PR_CAPBSET_READ
+        raise OSError("cannot empty the capability bounding set")
     if config["run_as"] is not None:
         os.setgroups([])
         os.setresgid(config["run_as"], config["run_as"], config["run_as"])
@@ -237,7 +269,8 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
         raise OSError("cannot install the seccomp filter")
     python = config["python"]
     fds = ",".join(map(str, config["harness_fds"]))
-    os.execve(python, [python, "-I", "-S", "-B", "-c", _BOOTSTRAP, f"{WORK}/main.py", fds, MARK], _ENV)
+    bootstrap = f"_HARNESS = {_HARNESS!r}\n" + _BOOTSTRAP
+    os.execve(python, [python, "-I", "-S", "-B", "-c", bootstrap, f"{WORK}/main.py", fds, MARK], _ENV)
 
 
 def _bind(libc, source: str, target: str, devices: bool = False) -> None:
@@ -289,7 +322,7 @@ def _prctl(libc, option: int, *args: int) -> int:
     return libc.prctl(ctypes.c_int(option), *padded)
 
 
-def _wait_for(pid: int, timeout: float) -> bool:
+def wait_for_exit(pid: int, timeout: float) -> bool:
     """Wait up to `timeout` s for a child to exit without reaping it; True if it exited."""
     import select
 
@@ -325,6 +358,8 @@ def _install_seccomp(libc, block_fork: bool) -> bool:
         if name in nr:
             prog += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
     prog += [(jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys)]  # libc falls back to clone
+    prog += [(jeq, 0, 3, nr["clone"]), (ld, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, eperm),
+             (ld, 0, 0, 0)]  # clone into new namespaces: refused (as unshare and setns are)
     if block_fork:  # clone is allowed only for threads (CLONE_THREAD)
         prog += [(jeq, 0, 4, nr["clone"]), (ld, 0, 0, 16), (jset, 0, 1, 0x10000), (ret, 0, 0, allow),
                  (ret, 0, 0, eperm)]
