@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from morkit.cli.args import (
     output_file,
     scoring_options,
 )
+from morkit.data.jsonl import json_safe
 
 
 def _print_labels(pool: Any) -> None:
@@ -70,19 +70,6 @@ def cmd_pool_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_safe(value: Any) -> Any:
-    """Standard JSON for --json: NaN (undefined PRR) and infinities become null, numpy scalars plain numbers."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a numpy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _fmt(value: float) -> str:
     return "   n/a" if value is None or value != value else f"{value:6.3f}"
 
@@ -92,7 +79,7 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
 
     info = load_pool(args.pool).summary(args.top)
     if args.json:
-        print(json.dumps(_json_safe(info), indent=1, allow_nan=False, default=lambda v: None))
+        print(json.dumps(json_safe(info), indent=1, allow_nan=False, default=lambda v: None))
         return 0
     domains = ", ".join(f"{d} {n}" for d, n in info["domains"].items())
     print(f"pool {args.pool}: revision {info['revision']}, created {info['created']}, updated {info['updated']}, "

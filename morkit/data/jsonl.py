@@ -125,6 +125,20 @@ def _structure_problem(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def json_safe(value: Any) -> Any:
+    """`value` as standard JSON can hold it: NaN and infinities (undefined PRR, CV figures) become null, numpy
+    scalars plain numbers, tuples lists."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def output_file_problem(path: str | os.PathLike) -> str | None:
     """Why a file cannot be written at `path` (it is a folder, or a folder on its way is a file), or None."""
     target = Path(path)

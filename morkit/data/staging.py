@@ -33,6 +33,8 @@ STALE_AFTER_S = 24 * 3600
 """A temp older than this is removed whoever made it (its writer cannot still be running a write)."""
 
 _TAIL = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+|(?P<legacy>[a-z0-9_]{8}))\.(?:tmp|old)")
+"""What follows `.NAME.` in a temp's name: this morkit's <host>-<pid>.<random>, or an older one's <random>."""
+_TAIL_AT_END = re.compile(r"\.(?:" + _TAIL.pattern + r")$")
 
 
 def _host() -> str:
@@ -51,16 +53,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _gone(match: re.Match | None, mtime: float) -> bool:
+    """Whether a temp's writer can no longer be using it: it ran on this machine and its process has
+    ended, or the temp is older than STALE_AFTER_S (a writer elsewhere, a reused pid, an older morkit)."""
+    if match is not None and match["pid"] is not None and match["host"] == _host() and not _alive(int(match["pid"])):
+        return True
+    return time.time() - mtime > STALE_AFTER_S
+
+
 def writer_alive(path: str | os.PathLike) -> bool:
-    """Whether the process that made this temp may still be using it (unknown writers count as alive for a day)."""
+    """Whether the process that made this temp may still be using it (see `_gone`)."""
     path = Path(path)
-    match = re.search(r"\.(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.(?:tmp|old)$", path.name)
-    if match is not None and match["host"] == _host():
-        return _alive(int(match["pid"]))
     try:
-        return time.time() - path.lstat().st_mtime <= STALE_AFTER_S
+        mtime = path.lstat().st_mtime
     except OSError:
         return False
+    return not _gone(_TAIL_AT_END.search(path.name), mtime)
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -79,7 +87,7 @@ def sweep(target: str | os.PathLike) -> int:
     """Remove stale temps of `target` (see the module doc); returns how many were removed."""
     target = Path(target)
     prefix = f".{target.name}."
-    host, now, removed = _host(), time.time(), 0
+    removed = 0
     try:
         entries = list(os.scandir(target.parent))
     except OSError:
@@ -91,11 +99,10 @@ def sweep(target: str | os.PathLike) -> int:
         if match is None:
             continue
         try:
-            age = now - entry.stat(follow_symlinks=False).st_mtime
+            mtime = entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
-        dead = match["pid"] is not None and match["host"] == host and not _alive(int(match["pid"]))
-        if dead or age > STALE_AFTER_S:
+        if _gone(match, mtime):
             remove(entry.path)
             removed += 1
     return removed

@@ -20,6 +20,8 @@ from morkit.core.errors import InputError
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 600.0
+"""How long a pool writer waits for another writer of the same pool before it gives up. Writers hold the
+lock only while they merge and write (seconds, also for large pools), never while they score."""
 
 
 def canonical(path: str | os.PathLike) -> Path:

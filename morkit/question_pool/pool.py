@@ -9,7 +9,6 @@ was built with, so old rows never change.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 import uuid
@@ -23,6 +22,7 @@ from morkit import __version__
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Query
+from morkit.question_pool import validity
 from morkit.question_pool.embed import SentenceEmbedder
 from morkit.question_pool.ensembles import (
     NORMALIZERS,
@@ -127,7 +127,7 @@ class QuestionPool:
         header = {**self.meta, "rm_names": list(self.rm_names), "config": self.config.to_json(),
                   "normalizer": self.normalizer.to_json(), "global_prr": dict(self.global_prr),
                   "ensembles": [e.to_json() for e in self.ensembles], "token": token}
-        _check_finite_header(header)
+        validity.check_header(header)
         arrays = {name: getattr(self, name) for name in ARRAYS}
         target = str(canonical(path))
         replaces = self.origin[1] if self.origin is not None and self.origin[0] == target else ANY_REVISION
@@ -181,7 +181,7 @@ def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
                   ) -> tuple[Normalizer, dict[str, float], list[Ensemble]]:
     """Build phase 2: the normaliser, each RM's global PRR, and the ensembles weighted by it."""
     normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
-    _check_normalizer(normalizer, rows, rm_names)
+    validity.check_normalizer(normalizer, rows, rm_names)
     singles = [Ensemble((name,), (1.0,)) for name in rm_names]
     single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles,
                                         ids=[q.id for q in rows.questions])
@@ -189,41 +189,6 @@ def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
     ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
                                     weightings=config.weightings, temperature=config.temperature)
     return normalizer, global_prr, ensembles
-
-
-def _check_normalizer(normalizer: Normalizer, rows: PoolRows, rm_names: Sequence[str]) -> None:
-    """Scores near the float limit overflow the z-score's mean or spread: name the RM and its largest score."""
-    for r, name in enumerate(rm_names):
-        shift, scale = normalizer.shift[name], normalizer.scale[name]
-        if math.isfinite(shift) and math.isfinite(scale) and scale > 0:
-            continue
-        magnitude = np.where(rows.valid & ~np.isnan(rows.scores[:, :, r]), np.abs(rows.scores[:, :, r]), -1.0)
-        q, c = np.unravel_index(int(np.argmax(magnitude)), magnitude.shape)
-        raise InputError(f"{name}: its scores are too large to {normalizer.kind}-normalise (shift {shift:g}, scale "
-                         f"{scale:g}; e.g. {rows.scores[q, c, r]:g} on question {rows.questions[q].id!r}); "
-                         "rescale that RM's scores")
-
-
-def _check_finite_embeddings(vectors: np.ndarray, questions: Sequence[PoolQuestion], embedder: str) -> None:
-    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1)) if vectors.size else []
-    if len(bad):
-        raise InputError(f"embedder {embedder!r} gave a non-finite vector for question {questions[bad[0]].id!r}")
-
-
-def _check_finite_header(header: Mapping[str, Any]) -> None:
-    """Every number a pool stores must be finite, but global PRR and index figures (NaN = undefined, stored
-    as null): a pool that is saved always loads."""
-    def walk(value: Any, where: str) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"cannot save the pool: {where} is {value} (derived values must be finite numbers)")
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(v, f"{where}.{k}" if where else str(k))
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                walk(v, f"{where}[{i}]")
-
-    walk({k: v for k, v in header.items() if k not in ("global_prr", "index")}, "")
 
 
 def embed_and_index(questions: Sequence[PoolQuestion], embedder: SentenceEmbedder, config: IndexConfig,
@@ -262,7 +227,7 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     timings["prr_s"] = time.perf_counter() - started
     started = time.perf_counter()
     vectors, index, index_info = embed_and_index(rows.questions, embedder, config.index, progress)
-    _check_finite_embeddings(vectors, rows.questions, embedder.name)
+    validity.check_embeddings(vectors, rows.questions, embedder.name)
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = {
@@ -296,7 +261,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
                                     pool.ensembles, progress=progress, ids=[q.id for q in rows.questions])
     vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
-    _check_finite_embeddings(vectors, rows.questions, embedder.name)
+    validity.check_embeddings(vectors, rows.questions, embedder.name)
     import faiss
 
     index = faiss.clone_index(pool.index)
@@ -341,7 +306,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         global_prr = {k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()}
         ensembles = tuple(Ensemble.from_json(e) for e in header["ensembles"])
         config = PoolConfig.from_json(header["config"])
-        _check_loaded(rm_names, normalizer, global_prr, ensembles, header.get("stacker"))
+        validity.check_loaded(rm_names, normalizer, global_prr, ensembles, header.get("stacker"))
         return QuestionPool(
             questions=files.questions,
             rm_names=rm_names,
@@ -365,41 +330,3 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         raise InputError(f"malformed pool header: {exc}", path=header_path) from exc
     except SHAPE_ERRORS as exc:
         raise InputError(f"malformed pool header ({type(exc).__name__}: {exc})", path=header_path) from exc
-
-
-def _check_loaded(rm_names: Sequence[str], normalizer: Normalizer, global_prr: Mapping[str, float],
-                  ensembles: Sequence[Ensemble], stacker: Any) -> None:
-    """What selection and ranking rely on: finite normalisers and weights over the pool's RMs, singles first."""
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    names = set(rm_names)
-    if normalizer.kind not in NORMALIZERS:
-        raise InputError(f"unknown normaliser {normalizer.kind!r}")
-    for name in rm_names:
-        shift, scale = normalizer.shift.get(name), normalizer.scale.get(name)
-        if not (number(shift) and number(scale) and scale > 0):
-            raise InputError(f"normaliser of {name!r}: shift {shift!r} and scale {scale!r} must be finite, scale > 0")
-    if set(global_prr) != names or not all(math.isnan(v) or 0.0 <= v <= 1.0 for v in global_prr.values()):
-        raise InputError("global_prr must give every pool RM a PRR in [0, 1] or null")
-    for e, ensemble in enumerate(ensembles):
-        if not (ensemble.members and len(ensemble.members) == len(ensemble.weights)
-                and len(set(ensemble.members)) == len(ensemble.members)
-                and all(isinstance(m, str) and m in names for m in ensemble.members)
-                and all(number(w) for w in ensemble.weights) and isinstance(ensemble.weighting, str)):
-            raise InputError(f"ensemble {e} {ensemble.to_json()}: members must be distinct pool RMs (rm_names), "
-                             "with one finite weight each")
-    if [e.members for e in ensembles[: len(rm_names)]] != [(name,) for name in rm_names]:
-        raise InputError("the first ensembles must be the single RMs in rm_names' order")
-    if stacker is None:
-        return
-    members, weights, table = stacker.get("members"), stacker.get("weights"), stacker.get("cv_table")
-    ok = (isinstance(members, list) and members and all(isinstance(m, str) and m in names for m in members)
-          and isinstance(weights, list) and len(weights) == len(members) and all(number(w) for w in weights)
-          and isinstance(stacker.get("transform"), str) and isinstance(stacker.get("weighting", ""), str)
-          and number(stacker.get("penalty")) and number(stacker.get("cv_best_of_n"))
-          and isinstance(table, list) and all(isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
-                                              and number(row[1]) and number(row[2]) for row in table))
-    if not ok:
-        raise InputError("malformed stacker: members must be pool RMs with one finite weight each, and its "
-                         "transform, penalty and CV table well-formed")

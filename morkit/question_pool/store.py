@@ -28,7 +28,7 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data import staging
-from morkit.data.jsonl import read_jsonl
+from morkit.data.jsonl import json_safe, read_jsonl
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.rows import PoolQuestion
@@ -40,8 +40,6 @@ ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
 HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
                "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
 SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
-"""How long a pool writer waits for another writer of the same pool before it gives up. Writers hold the
-lock only while they merge and write (seconds, also for large pools), never while they score."""
 
 ANY_REVISION = object()
 """`write_pool_files(replaces=...)`: replace whatever pool is there (a fresh build)."""
@@ -89,7 +87,7 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
         try:
             header = {**files.header, "format_version": FORMAT_VERSION,
                       "shapes": {name: list(files.arrays[name].shape) for name in ARRAYS}}
-            text = json.dumps(_json_safe(header), indent=1, allow_nan=False)
+            text = json.dumps(json_safe(header), indent=1, allow_nan=False)
             (staging_dir / "pool.json").write_text(text + "\n", encoding="utf-8")
             with open(staging_dir / "questions.jsonl", "w", encoding="utf-8") as out:
                 for q in files.questions:
@@ -103,18 +101,6 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
         finally:
             staging.remove(staging_dir)
     return target
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities become null, so pool.json stays standard JSON (only global PRR and CV figures may be
-    NaN: the builder rejects non-finite normalisers and weights before they get here)."""
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # ---- reading --------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import threading
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from morkit.core.errors import InputError
+from morkit.core.errors import InputError, MorkitError
 from morkit.core.types import Score
+from morkit.data.jsonl import output_file_problem
 
 
 def text_hash(text: str) -> str:
@@ -32,18 +33,15 @@ def cache_problem(path: str | os.PathLike) -> str | None:
     target = Path(path)
     if target.is_dir():
         return "is a directory; the score cache is a SQLite file"
-    if target.exists():
-        try:
-            with open(target, "rb") as handle:
-                head = handle.read(len(SQLITE_HEADER))
-        except OSError as exc:
-            return f"cannot read: {exc.strerror or exc}"
-        if head and head != SQLITE_HEADER:  # SQLite takes an empty file as a new database
-            return "is not a SQLite score cache"
-        return None
-    for folder in target.parents:
-        if folder.exists():
-            return None if folder.is_dir() else f"cannot be created: {folder} is a file, not a directory"
+    if not target.exists():
+        return output_file_problem(target)
+    try:
+        with open(target, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if head and head != SQLITE_HEADER:  # SQLite takes an empty file as a new database
+        return "is not a SQLite score cache"
     return None
 
 
@@ -75,7 +73,8 @@ class ScoreCache:
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if "locked" in str(exc):  # another process holds it: a runtime condition, not bad input
-                raise
+                raise MorkitError(f"{self.path}: the score cache stayed locked by another process for 30 s; "
+                                  "try again") from exc
             raise InputError(f"unusable score cache: {exc}", path=str(self.path)) from exc
         if columns != COLUMNS:
             self._db.close()

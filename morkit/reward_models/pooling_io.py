@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence, Union
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Score
 from morkit.reward_models.base import reduce_steps
@@ -75,7 +76,7 @@ def _number(x: Any) -> float:
     try:
         return float(x)
     except OverflowError:  # a JSON integer too large for a float
-        raise MalformedOutput(f"expected a number a float can hold, got an integer of about {int(x.bit_length() * 0.30103) + 1} digits") from None
+        raise MalformedOutput(f"expected a number a float can hold, got {checks.shown(x)}") from None
 
 
 def row_of(x: Any, width: int | None) -> list[float]:

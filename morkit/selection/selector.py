@@ -128,11 +128,17 @@ class Selector:
     def rank_selected(self, query: Query, selection: Selection) -> Ranking:
         """MoR scores of the query's candidates under a selection; member scores must be cached on them."""
         choice = selection.choice
-        scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer, self.pool.config.reduction)
-        if np.isnan(scores).any():
+        with np.errstate(all="ignore"):
+            scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer,
+                                self.pool.config.reduction)
+        if not np.isfinite(scores).all():
             lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
-            raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
-                             "score them first (morkit score) or let rank run the registered RMs")
+            if lacking:
+                raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
+                                 "score them first (morkit score) or let rank run the registered RMs")
+            raise InputError(f"query {query.id!r}: the ensemble {', '.join(choice.ensemble.members)} gives "
+                             "non-finite scores; its candidates' scores of these RMs are too large for the pool's "
+                             "normaliser")
         picked = pick_best(query.id, scores)
         return Ranking(selection, picked.scores, picked.best_index, picked.tied)
 

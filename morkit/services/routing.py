@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.pool import QuestionPool
@@ -19,7 +16,6 @@ from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rm_set import RewardModelSet
 from morkit.reward_models.scoring import fill_missing_scores
 from morkit.selection.methods import SelectOptions
-from morkit.selection.mor import mor_scores
 from morkit.selection.selector import Ranking, Selection, Selector
 from morkit.services.scoring import cache_scope
 
@@ -56,21 +52,5 @@ def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = 
     finally:
         if owned:
             models.release()
-    for query, selection in zip(scored, selections):
-        check_finite_mor(query, selection, pool)
     return [selector.rank_selected(q, s) for q, s in zip(scored, selections)]
-
-
-def check_finite_mor(query: Query, selection: Selection, pool: QuestionPool) -> None:
-    """A query whose candidates have every member score but whose ensemble scores overflow (member scores far
-    outside the pool's range, such as 1e308) is an InputError naming it, never a ranking with NaN or infinities."""
-    choice = selection.choice
-    members = choice.ensemble.members
-    if any(m not in c.scores for m in members for c in query.candidates):
-        return  # rank_selected names the missing scores
-    with np.errstate(all="ignore"):
-        scores = mor_scores(query, choice.ensemble, choice.transform, pool.normalizer, pool.config.reduction)
-    if not np.isfinite(scores).all():
-        raise InputError(f"query {query.id!r}: the ensemble {', '.join(members)} gives non-finite scores; its "
-                         "candidates' scores of these RMs are too large for the pool's normaliser")
 
