@@ -130,10 +130,10 @@ def test_pool_info_json_is_standard_json():
 
     import numpy as np
 
-    from morkit.cli.pool import _json_safe
+    from morkit.data.jsonl import json_safe
 
     info = {"rms": {"a": {"mean_prr": float("nan"), "best_of_n": np.float32(0.5)}},
             "best": [{"weights": (np.float64("inf"), 1.0)}], "questions": np.int64(3)}
-    text = json.dumps(_json_safe(info), allow_nan=False)
+    text = json.dumps(json_safe(info), allow_nan=False)
     assert json.loads(text) == {"rms": {"a": {"mean_prr": None, "best_of_n": 0.5}},
                                 "best": [{"weights": [None, 1.0]}], "questions": 3}
