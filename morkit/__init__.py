@@ -33,7 +33,7 @@ _EXPORTS = {
     # question pools
     "QuestionPool": "morkit.question_pool.pool", "PoolConfig": "morkit.question_pool.pool",
     "load_pool": "morkit.question_pool.pool", "build_pool": "morkit.services.pools",
-    "add_to_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
+    "add_to_pool": "morkit.services.pools", "add_to_saved_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
     "Selector": "morkit.selection.selector", "SELECTION_METHODS": "morkit.selection.methods",
     "SelectOptions": "morkit.selection.methods", "select": "morkit.services.routing", "rank": "morkit.services.routing",
@@ -44,7 +44,8 @@ _EXPORTS = {
     # LLMs and agents
     "LLM": "morkit.llm.base", "SamplingParams": "morkit.llm.base", "LocalLLM": "morkit.llm.local",
     "OpenAIChatLLM": "morkit.llm.openai_compat", "load_agents": "morkit.llm.agents",
-    "LLM_BACKENDS": "morkit.llm.backends",
+    "LLM_BACKENDS": "morkit.llm.backends", "generate": "morkit.services.generating",
+    "GenerateOptions": "morkit.services.generating",
     # search
     "run_search": "morkit.services.searching", "SearchOptions": "morkit.search.methods",
     "SEARCH_METHODS": "morkit.search.methods", "ACS": "morkit.search.acs",

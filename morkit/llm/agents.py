@@ -128,14 +128,18 @@ class AgentAnswer:
     text: str
 
 
+def agent_conversation(spec: AgentSpec, question: str) -> list[dict[str, str]]:
+    """The conversation an agent is asked: its system prompt, if any, then the question."""
+    return ([{"role": "system", "content": spec.system}] if spec.system else []) + [
+        {"role": "user", "content": question}]
+
+
 def generate_answers(config: AgentsConfig, question: str, llms: LLMPool) -> tuple[list[AgentAnswer], list[str]]:
     """Every agent's samples for the question; an agent that fails is reported, and the others go on."""
     answers, failures = [], []
     for spec in config.agents:
-        conversation = ([{"role": "system", "content": spec.system}] if spec.system else []) + [
-            {"role": "user", "content": question}]
         try:
-            completion = llms.llm(spec).chat([conversation], spec.params)[0]
+            completion = llms.llm(spec).chat([agent_conversation(spec, question)], spec.params)[0]
         except (LLMError, OSError, RuntimeError) as exc:
             failures.append(f"{spec.name}: {exc}")
             continue

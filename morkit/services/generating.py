@@ -1,0 +1,147 @@
+"""Candidates from agents: every agent answers every question, `n` samples each, resumably.
+
+The first step of the CTTS-MM flow (validation questions -> candidates -> labels -> scores -> pool).
+Each agent's questions go to its LLM in chunks of conversations, so its backend batches them (local
+model) or runs them concurrently within the agent's `concurrency` and `timeout` (OpenAI-compatible
+servers). Each finished chunk is appended to `OUT.partial` at once; a rerun reads it and asks only
+for the (question, agent) pairs it lacks, and the output is written atomically at the end. A request
+that fails becomes a candidate with empty text and an `error`, never losing the rest of its chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from morkit.core import checks
+from morkit.core.errors import InputError, LLMError
+from morkit.core.types import Candidate, Query
+from morkit.llm.agents import AgentsConfig, AgentSpec, LLMPool, agent_conversation
+from morkit.llm.base import Completion, SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """`n` samples per agent and question (default: each agent's own `n` from agents.toml); `chunk`
+    conversations per call to an agent's LLM (also the resume granularity)."""
+
+    n: int | None = None
+    chunk: int = 16
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        checks.optional(checks.positive_int, self.n, "GenerateOptions.n")
+        checks.positive_int(self.chunk, "GenerateOptions.chunk")
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    """What a run did: questions and agents, candidates made now and found in the resume log, failures, tokens."""
+
+    questions: int
+    agents: int
+    generated: int
+    resumed: int
+    failed: int
+    tokens: int
+    seconds: float
+
+
+def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.PathLike,
+             options: GenerateOptions = GenerateOptions(), llms: LLMPool | None = None) -> GenerateReport:
+    """Write `queries` to `output` with every agent's new candidates appended after their own (see the module doc)."""
+    from tqdm import tqdm
+
+    from morkit.data.contract import save_queries
+    from morkit.data.jsonl import encoded_line, output_file_problem
+
+    problem = output_file_problem(output)
+    if problem:
+        raise InputError(problem, path=str(output))
+    llms = llms or LLMPool()
+    log = Path(str(output) + ".partial")
+    done = _resumed(log)
+    resumed = sum(len(c) for c in done.values())
+    jobs = [(spec, [q for q in queries if (q.id, spec.name) not in done]) for spec in agents.agents]
+    total = sum(len(todo) for _, todo in jobs)
+    generated = failed = tokens = 0
+    start = time.perf_counter()
+    with open(log, "ab") as out, tqdm(total=total, desc="generate", unit="question", disable=not options.progress,
+                                       leave=False) as bar:
+        for spec, todo in jobs:
+            params = spec.params if options.n is None else replace(spec.params, n=options.n)
+            for chunk in _chunks(todo, options.chunk):
+                for query, candidates, used in _ask(llms, spec, params, chunk):
+                    out.write(encoded_line({"id": query.id, "agent": spec.name, "candidates": candidates},
+                                           str(log), len(done) + 1))
+                    done[(query.id, spec.name)] = candidates
+                    generated += len(candidates)
+                    failed += sum("error" in c for c in candidates)
+                    tokens += used
+                out.flush()
+                bar.update(len(chunk))
+                bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):.0f} tok/s")
+    finished = [replace(q, candidates=q.candidates + tuple(
+        _candidate(c) for spec in agents.agents for c in done.get((q.id, spec.name), ()))) for q in queries]
+    save_queries(output, finished)
+    log.unlink(missing_ok=True)
+    return GenerateReport(len(queries), len(agents.agents), generated, resumed, failed, tokens,
+                          time.perf_counter() - start)
+
+
+def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence[Query]
+         ) -> Iterator[tuple[Query, list[dict[str, Any]], int]]:
+    """Each question of the chunk with its candidates (as contract records) and the tokens they used."""
+    conversations = [agent_conversation(spec, q.question) for q in chunk]
+    started = time.perf_counter()
+    try:
+        results: Sequence[Any] = llms.llm(spec).chat(conversations, params)
+    except LLMError as exc:  # a partial failure keeps its successes; anything else fails the whole chunk
+        results = getattr(exc, "results", None) or [exc] * len(chunk)
+    except (OSError, RuntimeError) as exc:
+        results = [exc] * len(chunk)
+    seconds = round(time.perf_counter() - started, 3)
+    sampling = {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
+                "max_tokens": params.max_tokens, "seed": params.seed}
+    for query, result in zip(chunk, results):
+        if isinstance(result, Completion):
+            per_sample = round(result.completion_tokens / max(len(result.texts), 1), 1)
+            candidates = [{"text": text, "agent": spec.name, "generation": {
+                "sampling": sampling, "finish_reason": reason, "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": per_sample, "seconds": seconds}}
+                for text, reason in zip(result.texts, result.finish_reasons)]
+            yield query, candidates, result.prompt_tokens + result.completion_tokens
+        else:
+            reason = getattr(result, "reason", None) or f"{type(result).__name__}: {result}"
+            yield query, [{"text": "", "agent": spec.name, "error": " ".join(str(reason).split())[:500],
+                           "generation": {"sampling": sampling, "seconds": seconds}}] * params.n, 0
+
+
+def _candidate(record: dict[str, Any]) -> Candidate:
+    extra = {k: v for k, v in record.items() if k not in ("text", "agent")}
+    return Candidate(text=record["text"], agent=record["agent"], extra=extra)
+
+
+def _resumed(log: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(question id, agent) -> candidate records from a resume log; a torn last line (a killed run) is dropped."""
+    done: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    if not log.exists():
+        return done
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+                done[(str(record["id"]), str(record["agent"]))] = list(record["candidates"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return done
+
+
+def _chunks(items: Sequence[Query], size: int) -> Iterator[Sequence[Query]]:
+    for start in range(0, len(items), size):
+        yield items[start: start + size]
+
