@@ -25,8 +25,9 @@ def _print_labels(pool: Any) -> None:
     """How the last revision's missing labels were filled, when any were."""
     labels = pool.meta["history"][-1]["provenance"].get("labels") or {}
     if any(labels.values()):
-        print(f"labels: {labels['by_reference']} candidates by reference answer, {labels['by_tests']} by tests, "
-              f"{labels['no_source']} left unlabelled (no reference or tests)", file=sys.stderr)
+        print(f"labels: {labels['by_reference']} candidates by reference answer, {labels['by_tests']} by tests "
+              f"({labels.get('undecided', 0)} undecided: false), {labels['no_source']} left unlabelled "
+              "(no reference or tests)", file=sys.stderr)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:

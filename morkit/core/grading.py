@@ -33,9 +33,10 @@ _FRAC_SHORT = re.compile(r"^([-+]?)\\frac(\d)(\d)$")
 _COSTLY = re.compile(r"\^\s*\{[^{}]*\^|(?:\^|\*\*)\s*\{?\s*\(?\s*\d{4,}|\d{4,}\s*!")
 
 
-def extract_answer(text: str | None) -> str | None:
+def extract_answer(text: str | None, strict: bool = False) -> str | None:
     """The final answer in a solution: last \\boxed{}, GSM8K '#### x', a final 'A: x' line,
-    'The answer is x', else the last number in the text; None when there is none."""
+    'The answer is x', else (unless `strict`: only a stated answer counts) the last number in the
+    text; None when there is none."""
     if text is None or not text.strip():
         return None
     boxed = _last_boxed(text)
@@ -47,6 +48,8 @@ def extract_answer(text: str | None) -> str | None:
             answer = re.split(r"\.\s", matches[-1].strip(), maxsplit=1)[0].strip().rstrip(".").strip()
             if answer:
                 return answer
+    if strict:
+        return None
     numbers = _NUMBER.findall(_CALC.sub(" ", text))
     return numbers[-1] if numbers else None
 

@@ -1,6 +1,8 @@
-"""Labels for unlabelled candidates: math answer equivalence with `reference`, or sandboxed `tests`.
+"""Labels for unlabelled candidates, by the query's grader (morkit.question_pool.graders).
 
-Only candidates whose `correct` is missing are labelled; given labels are never overwritten.
+Only candidates whose `correct` is missing are labelled; given labels are never overwritten. A grader
+that cannot decide (no stated final answer, say) labels the candidate false and records why under
+`label_reason`; the report counts those.
 """
 
 from __future__ import annotations
@@ -8,47 +10,47 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from morkit.core.grading import is_correct
 from morkit.core.types import Query
+from morkit.question_pool.graders import GRADERS, grader_name
 
 
 @dataclass(frozen=True)
 class LabelReport:
-    by_reference: int = 0
-    by_tests: int = 0
-    no_source: int = 0  # candidates left unlabelled: the query has neither reference nor tests
+    by_reference: int = 0  # graded against a reference answer (math, choice)
+    by_tests: int = 0  # graded by running tests (code)
+    no_source: int = 0  # candidates left unlabelled: nothing can grade their query
+    undecided: int = 0  # labelled false because the grader could not decide (see `label_reason`)
+
+    def __add__(self, other: "LabelReport") -> "LabelReport":
+        return LabelReport(self.by_reference + other.by_reference, self.by_tests + other.by_tests,
+                           self.no_source + other.no_source, self.undecided + other.undecided)
 
 
 def _label_query(query: Query) -> tuple[Query, LabelReport]:
     todo = [i for i, c in enumerate(query.candidates) if c.correct is None]
     if not todo:
         return query, LabelReport()
-    labels: dict[int, bool] = {}
-    if query.reference is not None:
-        for i in todo:
-            text = query.candidates[i].text
-            labels[i] = bool(is_correct(text, query.reference))
-        report = LabelReport(by_reference=len(todo))
-    elif query.tests:
-        from morkit.reward_models.rules import CodeTests
-
-        results = CodeTests().run_tests(replace(query, candidates=tuple(query.candidates[i] for i in todo)))
-        labels = {i: r.passed for i, r in zip(todo, results)}
-        report = LabelReport(by_tests=len(todo))
-    else:
+    name = grader_name(query)
+    if name is None:
         return query, LabelReport(no_source=len(todo))
-    candidates = tuple(replace(c, correct=labels[i]) if i in labels else c for i, c in enumerate(query.candidates))
-    return replace(query, candidates=candidates), report
+    grades = GRADERS.load(name)().grade(query, [query.candidates[i].text for i in todo])
+    candidates = list(query.candidates)
+    for i, grade in zip(todo, grades):
+        extra = {**candidates[i].extra, "label_reason": grade.reason} if grade.reason else candidates[i].extra
+        candidates[i] = replace(candidates[i], correct=grade.correct, extra=extra)
+    undecided = sum(g.reason is not None for g in grades)
+    report = (LabelReport(by_tests=len(todo), undecided=undecided) if name == "code"
+              else LabelReport(by_reference=len(todo), undecided=undecided))
+    return replace(query, candidates=tuple(candidates)), report
 
 
 def fill_labels(queries: Sequence[Query], progress: bool = False) -> tuple[list[Query], LabelReport]:
-    """Label what can be labelled; the report counts candidates per source and those left unlabelled."""
+    """Label what can be labelled; the report counts candidates per source, undecided and left unlabelled."""
     from tqdm import tqdm
 
     out, totals = [], LabelReport()
     for query in tqdm(queries, desc="labels", unit="query", disable=not progress, leave=False):
         labelled, report = _label_query(query)
         out.append(labelled)
-        totals = LabelReport(totals.by_reference + report.by_reference, totals.by_tests + report.by_tests,
-                             totals.no_source + report.no_source)
+        totals = totals + report
     return out, totals

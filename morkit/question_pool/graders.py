@@ -1,0 +1,119 @@
+"""Graders by domain: whether each candidate answers its query correctly, and why not when it cannot tell.
+
+One registry (`GRADERS`, name -> lazy target) serves `morkit label`, `pool build` and `pool add`:
+
+- `math`: the stated final answer (\\boxed{}, '#### x', 'The answer is x', a final 'A: x' line) is
+  equivalent to the reference's (exact rationals, then math-verify). Strict by default: an answer
+  that states none is `correct: false` with the reason, never graded on its last number.
+- `choice`: the letter the answer states ('The answer is (C)', 'Answer: C', \\boxed{C}) is the
+  reference letter; none stated is false with a reason.
+- `code`: the candidate program followed by the query's `tests` runs to its end in the sandbox.
+
+A query's grader is its `domain` when one is registered under that name (aliases: `mcq`, `gpqa`,
+`mmlu` -> choice; `python` -> code), else `code` when it has `tests`, else `math` when it has a
+`reference`; with none of these it is left unlabelled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from morkit.core.grading import answers_equivalent, extract_answer, reference_answer
+from morkit.core.registry import Registry
+from morkit.core.types import Query
+
+
+@dataclass(frozen=True)
+class Grade:
+    """One candidate's grade: `correct`, and `reason` only when the grader could not decide (then it is False)."""
+
+    correct: bool
+    reason: str | None = None
+
+
+class Grader(Protocol):
+    name: str
+
+    def grade(self, query: Query, texts: Sequence[str | None]) -> list[Grade]: ...
+
+
+GRADERS = Registry("grader")
+GRADERS.register("math", "morkit.question_pool.graders:MathGrader", "stated final answer == reference (strict)")
+GRADERS.register("choice", "morkit.question_pool.graders:ChoiceGrader", "stated option letter == reference")
+GRADERS.register("code", "morkit.question_pool.graders:CodeGrader", "candidate + tests run to their end in the sandbox")
+_ALIASES = {"mcq": "choice", "gpqa": "choice", "mmlu": "choice", "python": "code"}
+
+
+def grader_name(query: Query) -> str | None:
+    """The grader a query gets (see the module doc), or None when nothing can grade it."""
+    domain = _ALIASES.get((query.domain or "").lower(), (query.domain or "").lower())
+    if domain in GRADERS.names():
+        return domain
+    if query.tests:
+        return "code"
+    if query.reference is not None:
+        return "math"
+    return None
+
+
+@dataclass(frozen=True)
+class MathGrader:
+    name: str = "math"
+    strict: bool = True
+
+    def grade(self, query: Query, texts: Sequence[str | None]) -> list[Grade]:
+        reference = reference_answer(query.reference)
+        if reference is None:
+            return [Grade(False, "the query has no reference answer")] * len(texts)
+        grades = []
+        for text in texts:
+            answer = extract_answer(text, strict=self.strict)
+            grades.append(Grade(False, "no stated final answer") if answer is None
+                          else Grade(answers_equivalent(answer, reference)))
+        return grades
+
+
+_LETTER = r"\(?([A-J])\)?"
+_STATED_LETTER = (re.compile(r"\\boxed\s*\{\s*\(?([A-J])\)?\s*\}"),
+                  re.compile(r"(?i)(?:final answer|the answer|correct answer|answer)\s*(?:is|:)\s*(?:option\s*)?"
+                             + _LETTER + r"(?![A-Za-z])"))
+
+
+def stated_letter(text: str | None) -> str | None:
+    """The option letter an answer states last, or None."""
+    if not text:
+        return None
+    found = [(m.start(), m.group(1)) for pattern in _STATED_LETTER for m in pattern.finditer(text)]
+    return max(found)[1].upper() if found else None
+
+
+@dataclass(frozen=True)
+class ChoiceGrader:
+    name: str = "choice"
+
+    def grade(self, query: Query, texts: Sequence[str | None]) -> list[Grade]:
+        reference = (query.reference or "").strip().strip("()").upper()
+        if not re.fullmatch(r"[A-J]", reference):
+            return [Grade(False, f"the reference {query.reference!r} is not an option letter")] * len(texts)
+        letters = [stated_letter(t) for t in texts]
+        return [Grade(False, "no stated option letter") if letter is None else Grade(letter == reference)
+                for letter in letters]
+
+
+@dataclass(frozen=True)
+class CodeGrader:
+    name: str = "code"
+
+    def grade(self, query: Query, texts: Sequence[str | None]) -> list[Grade]:
+        from dataclasses import replace
+
+        from morkit.core.types import Candidate
+        from morkit.reward_models.rules import CodeTests
+
+        if not query.tests:
+            return [Grade(False, "the query has no tests")] * len(texts)
+        results = CodeTests().run_tests(replace(query, candidates=tuple(Candidate(t) for t in texts)))
+        return [Grade(r.passed) if r.status != "error" else Grade(False, "the sandbox could not run it")
+                for r in results]

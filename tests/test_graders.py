@@ -1,0 +1,92 @@
+"""Graders by domain, `morkit label`, and agreement with labels the data sets' authors recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from morkit.cli.main import main
+from morkit.core.types import Candidate, Query
+from morkit.data.contract import load_queries
+from morkit.question_pool.graders import GRADERS, grader_name, stated_letter
+
+DATA = Path(os.environ.get("MORKIT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+def _query(**kw) -> Query:
+    return Query(id="q", question="?", candidates=(), **kw)
+
+
+def test_a_query_gets_the_grader_of_its_domain_else_of_what_it_carries():
+    assert grader_name(_query(domain="gpqa", reference="B")) == "choice"
+    assert grader_name(_query(domain="math", reference="3")) == "math"
+    assert grader_name(_query(tests="assert True")) == "code"
+    assert grader_name(_query(reference="7")) == "math"
+    assert grader_name(_query(domain="chat")) is None
+
+
+def test_strict_math_needs_a_stated_answer_and_lenient_takes_the_last_number():
+    q = _query(reference="#### 18")
+    texts = ["So she makes 18 dollars.", "The answer is 18.", "\\boxed{18}", "#### 17", ""]
+    strict = GRADERS.load("math")().grade(q, texts)
+    assert [g.correct for g in strict] == [False, True, True, False, False]
+    assert [g.reason for g in strict] == ["no stated final answer", None, None, None, "no stated final answer"]
+    assert GRADERS.load("math")(strict=False).grade(q, texts[:1])[0].correct is True
+
+
+def test_choice_reads_the_stated_letter():
+    assert [stated_letter(t) for t in ["The answer is (C).", "Answer: b", "so \\boxed{D}", "A or B?"]] == \
+        ["C", "B", "D", None]
+    grades = GRADERS.load("choice")().grade(_query(domain="mcq", reference="(C)"), ["The answer is C", "It is A"])
+    assert [(g.correct, g.reason) for g in grades] == [(True, None), (False, "no stated option letter")]
+
+
+def test_label_verb_grades_only_what_lacks_a_label_and_records_why_it_could_not(tmp_path, capsys):
+    rows = [{"id": "m", "question": "2*9?", "reference": "18", "candidates": [
+                {"text": "The answer is 18."}, {"text": "I think 18"}, {"text": "The answer is 3", "correct": True}]},
+            {"id": "c", "question": "add", "tests": "assert add(1, 2) == 3", "candidates": [
+                {"text": "def add(a, b):\n    return a + b"}, {"text": "def add(a, b):\n    return 0"}]},
+            {"id": "x", "question": "chat", "candidates": [{"text": "hi"}]}]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["label", str(inp), "-o", str(out), "-q"]) == 0
+    got = {q.id: q for q in load_queries(out)}
+    assert [c.correct for c in got["m"].candidates] == [True, False, True]  # the given label is kept
+    assert got["m"].candidates[1].extra["label_reason"] == "no stated final answer"
+    assert [c.correct for c in got["c"].candidates] == [True, False] and got["x"].candidates[0].correct is None
+    assert "2 candidates graded by reference answer, 2 by tests (1 undecided" in capsys.readouterr().err
+
+
+def test_math_grader_agrees_with_the_recorded_gsm8k_labels():
+    from morkit.data.datasets import load_spec
+
+    if not (DATA / "gsm8k_model_solutions").exists():
+        pytest.skip("shared data missing")
+    queries = load_spec("gsm8k_model_solutions:300", str(DATA))
+    grader = GRADERS.load("math")()
+    pairs = [(g.correct, c.correct) for q in queries
+             for c, g in zip(q.candidates, grader.grade(q, [c.text for c in q.candidates]))]
+    assert len(pairs) == 1200 and all(mine == recorded for mine, recorded in pairs)
+
+
+def test_code_grader_agrees_with_recorded_humaneval_verdicts():
+    from morkit.data.datasets import load_spec
+
+    if not (DATA / "humaneval_davinci_samples").exists():
+        pytest.skip("shared data missing")
+    queries = load_spec("humaneval_davinci_samples:6", str(DATA))
+    grader = GRADERS.load("code")()
+    pairs = [(g.correct, c.correct) for q in queries
+             for c, g in zip(q.candidates[:10], grader.grade(q, [c.text for c in q.candidates[:10]]))]
+    assert len(pairs) == 60 and all(mine == recorded for mine, recorded in pairs)
+    assert any(recorded for _, recorded in pairs) and not all(recorded for _, recorded in pairs)
+
+
+def test_an_unknown_query_keeps_its_candidates_unlabelled():
+    from morkit.question_pool.labels import fill_labels
+
+    labelled, report = fill_labels([Query(id="z", question="?", candidates=(Candidate("x"),))])
+    assert labelled[0].candidates[0].correct is None and report.no_source == 1
