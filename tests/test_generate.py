@@ -78,6 +78,18 @@ def test_a_folder_as_output_is_one_line_and_nothing_runs(tmp_path, server, capsy
     assert server.requests == before
 
 
+def test_a_reply_with_a_lone_surrogate_is_kept_as_valid_unicode(tmp_path):
+    odd = FakeServer(chat=lambda messages: "half a pair \ud800 here")
+    try:
+        out = tmp_path / "out.jsonl"
+        assert main(["generate", str(_inputs(tmp_path, ["q"])), "-o", str(out), "--agents",
+                     str(_agents(tmp_path, odd, names=("solo",))), "-q"]) == 0
+    finally:
+        odd.close()
+    (query,) = load_queries(out)
+    assert query.candidates[0].text.startswith("half a pair \ufffd")
+
+
 @pytest.mark.slow
 def test_local_agents_answer_a_shared_benchmark(tmp_path):
     agents = tmp_path / "agents.toml"

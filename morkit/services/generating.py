@@ -110,15 +110,20 @@ def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence
     for query, result in zip(chunk, results):
         if isinstance(result, Completion):
             per_sample = round(result.completion_tokens / max(len(result.texts), 1), 1)
-            candidates = [{"text": text, "agent": spec.name, "generation": {
+            candidates = [{"text": _unicode(text), "agent": spec.name, "generation": {
                 "sampling": sampling, "finish_reason": reason, "prompt_tokens": result.prompt_tokens,
                 "completion_tokens": per_sample, "seconds": seconds}}
                 for text, reason in zip(result.texts, result.finish_reasons)]
             yield query, candidates, result.prompt_tokens + result.completion_tokens
         else:
             reason = getattr(result, "reason", None) or f"{type(result).__name__}: {result}"
-            yield query, [{"text": "", "agent": spec.name, "error": " ".join(str(reason).split())[:500],
+            yield query, [{"text": "", "agent": spec.name, "error": _unicode(" ".join(str(reason).split())[:500]),
                            "generation": {"sampling": sampling, "seconds": seconds}}] * params.n, 0
+
+
+def _unicode(text: str) -> str:
+    """`text` as UTF-8 can hold it: a lone surrogate (a server may send "\\ud800") becomes U+FFFD."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _candidate(record: dict[str, Any]) -> Candidate:
