@@ -69,6 +69,17 @@ def test_a_rerun_asks_only_for_what_the_resume_log_lacks(tmp_path, server):
     assert [c.agent for c in queries["q1"].candidates] == ["alpha", "beta"] and not log.exists()
 
 
+def test_agents_are_asked_a_querys_prompt_when_it_has_one(tmp_path, server):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "p", "question": "bare question", "prompt": "templated ask",
+                               "candidates": []}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["generate", str(inp), "-o", str(out), "--agents", str(_agents(tmp_path, server, ("one",))),
+                 "-q"]) == 0
+    (query,) = load_queries(out)
+    assert query.candidates[0].text.startswith("reply to templated ask") and query.extra["prompt"] == "templated ask"
+
+
 def test_a_folder_as_output_is_one_line_and_nothing_runs(tmp_path, server, capsys):
     inp = _inputs(tmp_path, ["q"])
     before = server.requests

@@ -90,3 +90,39 @@ def test_an_unknown_query_keeps_its_candidates_unlabelled():
 
     labelled, report = fill_labels([Query(id="z", question="?", candidates=(Candidate("x"),))])
     assert labelled[0].candidates[0].correct is None and report.no_source == 1
+
+
+@pytest.mark.parametrize("name, count", [("math500", 500), ("aime24", 30), ("amc23", 40), ("humaneval", 164),
+                                         ("mbpp", 427)])
+def test_benchmark_loaders_give_bare_questions_with_a_prompt_and_a_grader(name, count):
+    from morkit.data.datasets import load_spec
+
+    if not DATA.exists():
+        pytest.skip("shared data missing")
+    queries = load_spec(name, str(DATA))
+    assert len(queries) == count and len({q.id for q in queries}) == count
+    assert all(not q.candidates and q.extra["prompt"] and grader_name(q) in ("math", "code") for q in queries)
+
+
+def test_reference_solutions_pass_their_graders():
+    """The benchmarks' own solutions, answered the way an agent would (fenced code, a boxed answer)."""
+    import gzip
+
+    from morkit.data.datasets import load_spec
+
+    if not DATA.exists():
+        pytest.skip("shared data missing")
+    with gzip.open(DATA / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as f:
+        canonical = {row["task_id"]: row["prompt"] + row["canonical_solution"] for row in map(json.loads, f)}
+    mbpp = {f"mbpp-{row['task_id']}": row["code"]
+            for row in json.loads((DATA / "mbpp_sanitized" / "sanitized-mbpp.json").read_text(encoding="utf-8"))}
+    code = load_spec("humaneval:4", str(DATA)) + load_spec("mbpp:4", str(DATA))
+    grader = GRADERS.load("code")()
+    for query in code:
+        solution = canonical.get(query.id) or mbpp[query.id]
+        answers = [f"Here it is:\n```python\n{solution}\n```\n", "```python\ndef nothing():\n    pass\n```"]
+        assert [g.correct for g in grader.grade(query, answers)] == [True, False], query.id
+    math = load_spec("math500:5", str(DATA)) + load_spec("amc23:3", str(DATA))
+    grades = [GRADERS.load("math")().grade(q, [f"... so the answer is \\boxed{{{q.reference}}}.", "no idea"])
+              for q in math]
+    assert [[g.correct for g in pair] for pair in grades] == [[True, False]] * len(math)

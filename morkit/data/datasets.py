@@ -109,6 +109,61 @@ def humaneval_davinci(data_dir: Path, per_task: int = 20) -> list[Query]:
     return _queries(data_dir / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl", parse)
 
 
+MATH_PROMPT = "{problem}\n\nSolve the problem step by step, then give the final answer as \\boxed{{answer}}."
+CODE_PROMPT = ("Complete the following Python code. Reply with the complete program (imports, the function and "
+               "anything it needs) in one ```python block.\n\n{code}")
+MBPP_PROMPT = ("{task}\nYour code should pass these tests:\n{tests}\n\nReply with the complete Python program in "
+               "one ```python block.")
+
+
+def _math_benchmark(folder: str, prefix: str) -> Callable[[Path], list[Query]]:
+    """A math benchmark's test.jsonl (problem, answer) as bare questions with their references and prompt."""
+
+    def load(data_dir: Path) -> list[Query]:
+        def parse(number: int, row: dict[str, Any]) -> Query:
+            answer = row["answer"]
+            reference = str(int(answer)) if isinstance(answer, float) and answer.is_integer() else str(answer)
+            qid = f"{prefix}-{row.get('unique_id') or row.get('id', number - 1)}"
+            return Query(qid, row["problem"], (), domain="math", reference=reference,
+                         extra={"prompt": MATH_PROMPT.format(problem=row["problem"])})
+
+        return _queries(data_dir / folder / "test.jsonl", parse)
+
+    return load
+
+
+def humaneval(data_dir: Path) -> list[Query]:
+    """The 164 HumanEval problems (MIT, openai/human-eval): signature and docstring, tests calling check()."""
+
+    def parse(number: int, row: dict[str, Any]) -> Query:
+        tests = f"{row['test']}\n\ncheck({row['entry_point']})\n"
+        return Query(row["task_id"], row["prompt"], (), domain="code", tests=tests,
+                     extra={"prompt": CODE_PROMPT.format(code=row["prompt"])})
+
+    return _queries(data_dir / "humaneval" / "HumanEval.jsonl.gz", parse)
+
+
+def mbpp(data_dir: Path) -> list[Query]:
+    """The 427 sanitized MBPP problems (CC-BY-4.0, google-research/mbpp) with their assert tests."""
+    import json
+
+    path = data_dir / "mbpp_sanitized" / "sanitized-mbpp.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        queries = []
+        for row in rows:
+            tests = "\n".join([*row["test_imports"], *row["test_list"]]) + "\n"
+            queries.append(Query(f"mbpp-{row['task_id']}", row["prompt"], (), domain="code", tests=tests,
+                                 extra={"prompt": MBPP_PROMPT.format(task=row["prompt"],
+                                                                     tests="\n".join(row["test_list"]))}))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"unexpected shape ({type(exc).__name__}: {exc}); is this the public file?",
+                         path=str(path)) from exc
+    return queries
+
+
 DATASETS = Registry("data set", [
     Entry("gsm8k_test", "morkit.data.datasets:gsm8k_test",
           "1,319 GSM8K test questions with reference answers, no candidates", {"domain": "math", "scores": False}),
@@ -120,6 +175,16 @@ DATASETS = Registry("data set", [
     Entry("rewardmath_rm_scores", "morkit.data.datasets:rewardmath_rm_scores",
           "383 MATH problems x 10 solutions (one correct) with the scores of 22 RMs and judges; no texts",
           {"domain": "math", "scores": True}),
+    Entry("math500", _math_benchmark("math500", "math500"),
+          "MATH-500 (500 problems, reference answers, no candidates)", {"domain": "math", "scores": False}),
+    Entry("aime24", _math_benchmark("aime24", "aime24"),
+          "AIME 2024 (30 problems, reference answers, no candidates)", {"domain": "math", "scores": False}),
+    Entry("amc23", _math_benchmark("amc23", "amc23"),
+          "AMC 2023 (40 problems, reference answers, no candidates)", {"domain": "math", "scores": False}),
+    Entry("humaneval", "morkit.data.datasets:humaneval",
+          "HumanEval (164 problems with tests, no candidates)", {"domain": "code", "scores": False}),
+    Entry("mbpp", "morkit.data.datasets:mbpp",
+          "sanitized MBPP (427 problems with assert tests, no candidates)", {"domain": "code", "scores": False}),
     Entry("humaneval_davinci_samples", "morkit.data.datasets:humaneval_davinci",
           "127 HumanEval tasks x 20 labelled code-davinci-002 completions, with tests",
           {"domain": "code", "scores": False}),

@@ -7,7 +7,8 @@ One registry (`GRADERS`, name -> lazy target) serves `morkit label`, `pool build
   that states none is `correct: false` with the reason, never graded on its last number.
 - `choice`: the letter the answer states ('The answer is (C)', 'Answer: C', \\boxed{C}) is the
   reference letter; none stated is false with a reason.
-- `code`: the candidate program followed by the query's `tests` runs to its end in the sandbox.
+- `code`: the candidate program (its last fenced code block, when it has one) followed by the query's
+  `tests` runs to its end in the sandbox.
 
 A query's grader is its `domain` when one is registered under that name (aliases: `mcq`, `gpqa`,
 `mmlu` -> choice; `python` -> code), else `code` when it has `tests`, else `math` when it has a
@@ -102,6 +103,17 @@ class ChoiceGrader:
                 for letter in letters]
 
 
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def program_text(text: str | None) -> str | None:
+    """The program in an answer: its last fenced code block when it has one, else the whole text."""
+    if not text:
+        return text
+    blocks = _FENCE.findall(text)
+    return blocks[-1] if blocks else text
+
+
 @dataclass(frozen=True)
 class CodeGrader:
     name: str = "code"
@@ -114,6 +126,7 @@ class CodeGrader:
 
         if not query.tests:
             return [Grade(False, "the query has no tests")] * len(texts)
-        results = CodeTests().run_tests(replace(query, candidates=tuple(Candidate(t) for t in texts)))
+        programs = tuple(Candidate(program_text(t)) for t in texts)
+        results = CodeTests().run_tests(replace(query, candidates=programs))
         return [Grade(r.passed) if r.status != "error" else Grade(False, "the sandbox could not run it")
                 for r in results]

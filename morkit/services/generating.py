@@ -1,6 +1,8 @@
 """Candidates from agents: every agent answers every question, `n` samples each, resumably.
 
 The first step of the CTTS-MM flow (validation questions -> candidates -> labels -> scores -> pool).
+An agent is asked the query's `prompt` (a benchmark's template filled in, from its loader) or else
+its `question`.
 Each agent's questions go to its LLM in chunks of conversations, so its backend batches them (local
 model) or runs them concurrently within the agent's `concurrency` and `timeout` (OpenAI-compatible
 servers). Each finished chunk is appended to `OUT.partial` at once; a rerun reads it and asks only
@@ -96,7 +98,7 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
 def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence[Query]
          ) -> Iterator[tuple[Query, list[dict[str, Any]], int]]:
     """Each question of the chunk with its candidates (as contract records) and the tokens they used."""
-    conversations = [agent_conversation(spec, q.question) for q in chunk]
+    conversations = [agent_conversation(spec, str(q.extra.get("prompt") or q.question)) for q in chunk]
     started = time.perf_counter()
     try:
         results: Sequence[Any] = llms.llm(spec).chat(conversations, params)
