@@ -8,7 +8,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -125,6 +124,21 @@ def _structure_problem(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def logged_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The objects of a resume log (`OUT.partial`, appended to line by line); a torn last line from a killed
+    run, or any line that is not a JSON object, is skipped. Nothing when the log does not exist."""
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
 def json_safe(value: Any) -> Any:
     """`value` as standard JSON can hold it: NaN and infinities (undefined PRR, CV figures) become null, numpy
     scalars plain numbers, tuples lists."""
@@ -160,10 +174,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging.sweep(target)
-    fd, tmp = tempfile.mkstemp(prefix=staging.temp_prefix(target), suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = staging.make_temp(target)
     try:
         yield tmp_path
         umask = os.umask(0)

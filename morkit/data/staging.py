@@ -108,16 +108,11 @@ def sweep(target: str | os.PathLike) -> int:
     return removed
 
 
-def temp_prefix(target: str | os.PathLike) -> str:
-    """The name prefix of this process's temps for `target` (tempfile adds a random part and the suffix)."""
-    return f".{Path(target).name}.{_host()}-{os.getpid()}."
-
-
 def make_temp(target: str | os.PathLike, *, directory: bool = False, suffix: str = ".tmp") -> Path:
     """A new empty temp file (or directory) beside `target`, after sweeping its stale temps."""
     target = Path(target)
     sweep(target)
-    prefix = temp_prefix(target)
+    prefix = f".{target.name}.{_host()}-{os.getpid()}."  # tempfile adds a random part and the suffix
     if directory:
         return Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=target.parent))
     fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)

@@ -6,7 +6,6 @@ it stopped; the final output is written atomically from it.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -73,15 +72,9 @@ class QueryRun:
 
 def completed(path: Path) -> dict[str, dict]:
     """Records already in a work file (a torn last line from a crash is ignored)."""
-    done: dict[str, dict] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[record["id"]] = record
-    return done
+    from morkit.data.jsonl import logged_records
+
+    return {record["id"]: record for record in logged_records(path)}
 
 
 def run_all(runner: SearchRunner, queries: Sequence[Query], methods: Sequence[str], output: str | os.PathLike,

@@ -12,7 +12,6 @@ that fails becomes a candidate with empty text and an `error`, never losing the 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -134,17 +133,15 @@ def _candidate(record: dict[str, Any]) -> Candidate:
 
 
 def _resumed(log: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(question id, agent) -> candidate records from a resume log; a torn last line (a killed run) is dropped."""
+    """(question id, agent) -> candidate records from a resume log (torn or malformed lines are dropped)."""
+    from morkit.data.jsonl import logged_records
+
     done: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    if not log.exists():
-        return done
-    with open(log, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-                done[(str(record["id"]), str(record["agent"]))] = list(record["candidates"])
-            except (ValueError, KeyError, TypeError):
-                continue
+    for record in logged_records(log):
+        try:
+            done[(str(record["id"]), str(record["agent"]))] = list(record["candidates"])
+        except (KeyError, TypeError):
+            continue
     return done
 
 
