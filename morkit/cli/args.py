@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from morkit.core import checks
@@ -139,16 +138,9 @@ def output_file(path: str | None, flag: str = "-o/--output") -> None:
 
 def output_dir(path: str, flag: str = "-o/--output") -> None:
     """Before any work: `path` must be a pool directory to write (absent, empty, or an older pool, never a file)."""
-    from morkit.data.jsonl import output_file_problem
+    from morkit.question_pool.store import pool_target_problem
 
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise InputError(f"{flag} {path}: is a file; a pool is a directory")
-    if target.is_dir():
-        if not (target / "pool.json").is_file() and any(target.iterdir()):
-            raise InputError(f"{flag} {path}: exists and is not a pool directory; refusing to replace it")
-        return
-    problem = output_file_problem(target)
+    problem = pool_target_problem(path)
     if problem:
         raise InputError(f"{flag} {path}: {problem}")
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data import staging
-from morkit.data.jsonl import json_safe, read_jsonl
+from morkit.data.jsonl import json_safe, output_file_problem, read_jsonl
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.rows import PoolQuestion
@@ -67,6 +67,17 @@ def _disk_token(target: Path) -> Any:
     return header.get("token") if isinstance(header, dict) else ANY_REVISION
 
 
+def pool_target_problem(path: str | os.PathLike) -> str | None:
+    """Why a pool cannot be written at `path` (a file or link, a directory that is neither empty nor a pool,
+    a file where a folder should be), or None; looks without creating anything."""
+    target = Path(path)
+    if not os.path.lexists(target):
+        return output_file_problem(target)
+    if target.is_dir() and ((target / "pool.json").is_file() or not any(target.iterdir())):
+        return None
+    return "exists and is not a pool directory; refusing to replace it"
+
+
 def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any = ANY_REVISION) -> Path:
     """Write a pool directory at `path` atomically (replacing an older pool there, never another directory).
 
@@ -75,9 +86,9 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
     target = Path(path)
     with pool_lock(target):
         staging.recover(target)
-        if os.path.lexists(target) and not (target.is_dir() and ((target / "pool.json").is_file()
-                                                                  or not any(target.iterdir()))):
-            raise InputError("exists and is not a pool directory; refusing to replace it", path=str(target))
+        problem = pool_target_problem(target)
+        if problem:
+            raise InputError(problem, path=str(target))
         if replaces is not ANY_REVISION and (target / "pool.json").is_file() and _disk_token(target) != replaces:
             raise InputError("another process saved this pool after it was loaded here; nothing was written, "
                              "so no questions were lost: run again to apply the change to the new revision",
