@@ -18,8 +18,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
@@ -69,13 +67,6 @@ def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str]
     return queries, provenance
 
 
-def _with_stacker(pool: QuestionPool) -> QuestionPool:
-    """The pool with its stacker fit stored; scores near the float limit overflow in its per-query z-scores
-    quietly (those features become 0), and non-finite weights are refused when the pool is saved."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return with_stored_stacker(pool)
-
-
 def _prepared(queries: Sequence[Query], names: Sequence[str], options: ScoringOptions
               ) -> tuple[list[Query], dict[str, int]]:
     """Labels filled where a reference or tests allow, and every named RM's scores present."""
@@ -100,7 +91,7 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     queries, labels = _prepared(labelled_queries, names, options)
     pool = build_question_pool(queries, model, rm_names=names, config=config,
                                provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
-    return _with_stacker(pool)
+    return with_stored_stacker(pool)
 
 
 def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, options: ScoringOptions = ScoringOptions(),
@@ -139,4 +130,4 @@ def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, in
     model = load_embedder(pool.embedder, options.device)
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
                           progress=options.progress)
-    return _with_stacker(grown)
+    return with_stored_stacker(grown)
