@@ -60,27 +60,24 @@ def test_label_verb_grades_only_what_lacks_a_label_and_records_why_it_could_not(
     assert "2 candidates graded by reference answer, 2 by tests (1 undecided" in capsys.readouterr().err
 
 
-def test_math_grader_agrees_with_the_recorded_gsm8k_labels():
+def _graded_against_recorded(spec: str, grader: str, per_query: int | None = None) -> list[tuple[bool, bool]]:
+    """(the grader's verdict, the recorded label) for the first `per_query` candidates of each query."""
     from morkit.data.datasets import load_spec
 
-    if not (DATA / "gsm8k_model_solutions").exists():
+    if not (DATA / spec.partition(":")[0]).exists():
         pytest.skip("shared data missing")
-    queries = load_spec("gsm8k_model_solutions:300", str(DATA))
-    grader = GRADERS.load("math")()
-    pairs = [(g.correct, c.correct) for q in queries
-             for c, g in zip(q.candidates, grader.grade(q, [c.text for c in q.candidates]))]
+    grade = GRADERS.load(grader)().grade
+    return [(g.correct, c.correct) for q in load_spec(spec, str(DATA))
+            for c, g in zip(q.candidates[:per_query], grade(q, [c.text for c in q.candidates[:per_query]]))]
+
+
+def test_math_grader_agrees_with_the_recorded_gsm8k_labels():
+    pairs = _graded_against_recorded("gsm8k_model_solutions:300", "math")
     assert len(pairs) == 1200 and all(mine == recorded for mine, recorded in pairs)
 
 
 def test_code_grader_agrees_with_recorded_humaneval_verdicts():
-    from morkit.data.datasets import load_spec
-
-    if not (DATA / "humaneval_davinci_samples").exists():
-        pytest.skip("shared data missing")
-    queries = load_spec("humaneval_davinci_samples:6", str(DATA))
-    grader = GRADERS.load("code")()
-    pairs = [(g.correct, c.correct) for q in queries
-             for c, g in zip(q.candidates[:10], grader.grade(q, [c.text for c in q.candidates[:10]]))]
+    pairs = _graded_against_recorded("humaneval_davinci_samples:6", "code", per_query=10)
     assert len(pairs) == 60 and all(mine == recorded for mine, recorded in pairs)
     assert any(recorded for _, recorded in pairs) and not all(recorded for _, recorded in pairs)
 
