@@ -236,14 +236,19 @@ def test_add_questions_appends_without_touching_old_rows(hash_embedder):
         add_questions(pool, extra, Other())
 
 
-def test_index_auto_threshold_and_hnsw_recall():
+def test_index_auto_threshold_ivf_and_hnsw_recall():
     rng = np.random.default_rng(0)
     centers = rng.standard_normal((20, 32))
     x = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.standard_normal((3000, 32))
     x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
     flat, kind = build_index(x, IndexConfig())
     assert kind == "flat" and recall_at_k(flat, x, k=50, sample=100) == 1.0
-    hnsw, kind = build_index(x, IndexConfig(threshold=1000))
+    ivf, kind = build_index(x, IndexConfig(threshold=1000))
+    assert kind == "ivf" and ivf.nlist == 3000 // 39 and ivf.nprobe == IndexConfig().nprobe
+    assert 0.9 <= recall_at_k(ivf, x, k=50, sample=100) <= 1.0
+    few, _ = build_index(x, IndexConfig(kind="ivf", nprobe=1))  # 76 lists: capped at 39 training points each
+    assert recall_at_k(few, x, k=50, sample=100) < recall_at_k(ivf, x, k=50, sample=100)  # nprobe trades recall
+    hnsw, kind = build_index(x, IndexConfig(kind="hnsw"))
     assert kind == "hnsw"
     assert 0.9 <= recall_at_k(hnsw, x, k=50, sample=100) <= 1.0
 

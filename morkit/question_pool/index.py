@@ -1,4 +1,4 @@
-"""Nearest-question search in FAISS: exact inner product for small pools, HNSW above a threshold.
+"""Nearest-question search in FAISS: exact inner product for small pools, IVF (or HNSW) above a threshold.
 
 Vectors are unit length, so inner product is cosine similarity. An approximate index is only
 trusted with its recall@k measured against exact search, which `recall_at_k` provides.
@@ -15,12 +15,15 @@ import numpy as np
 from morkit.core import checks
 from morkit.core.errors import InputError
 
-INDEX_KINDS = ("auto", "flat", "hnsw")
+INDEX_KINDS = ("auto", "flat", "ivf", "hnsw")
 APPROXIMATE_ABOVE = 100_000
-"""Pools with more questions than this get an HNSW index under kind "auto". Exact single-query
+"""Pools with more questions than this get an IVF index under kind "auto". Exact single-query
 search on 384-dim vectors measured about 1 ms at 10k and 10 ms at 100k questions (one thread,
-bench/knn.py); HNSW answers in about 0.5 ms but takes minutes to build at 100k, so it only pays
-off for large pools queried often."""
+bench/knn.py). HNSW answers in about 0.5 ms but took 118-307 s to build at 100k on 2 cores, so a
+million questions would take most of an hour; IVF trains its coarse centroids on a sample and adds a
+million vectors in about a minute (bench/pool_build.py --million), and `nprobe` trades speed for recall."""
+TRAIN_PER_LIST = 64
+"""IVF trains its coarse quantizer on this many sampled vectors per list (FAISS warns below 39)."""
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,19 @@ class IndexConfig:
     ef_construction: int = 200
     ef_search: int = 128
     threshold: int = APPROXIMATE_ABOVE
+    nlist: int = 0  # IVF lists; 0: 4 * sqrt(questions)
+    nprobe: int = 48  # IVF lists searched per query
 
     def resolved(self, size: int) -> str:
         checks.one_of(self.kind, INDEX_KINDS, "index kind")
         if self.kind == "auto":
-            return "hnsw" if size > self.threshold else "flat"
+            return "ivf" if size > self.threshold else "flat"
         return self.kind
+
+    def lists(self, size: int) -> int:
+        """IVF lists for `size` vectors: `nlist`, else 4 * sqrt(size), at least 1 and at most size / 39."""
+        wanted = self.nlist or int(4 * size ** 0.5)
+        return max(1, min(wanted, size // 39 or 1))
 
 
 def _faiss() -> Any:
@@ -44,11 +54,16 @@ def _faiss() -> Any:
     return faiss
 
 
-def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig()) -> Any:
-    """An empty inner-product index of the given concrete kind ("flat" or "hnsw")."""
+def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig(), size: int = 0) -> Any:
+    """An empty inner-product index of the given concrete kind ("flat", "ivf" for `size` vectors, or "hnsw");
+    an IVF index still has to be trained (`build_index` does)."""
     faiss = _faiss()
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
+    if kind == "ivf":
+        index = faiss.index_factory(dim, f"IVF{config.lists(size)},Flat", faiss.METRIC_INNER_PRODUCT)
+        faiss.extract_index_ivf(index).nprobe = config.nprobe
+        return index
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = config.ef_construction
@@ -61,9 +76,14 @@ def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tup
     """Index all vectors; returns (index, concrete kind)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     kind = config.resolved(len(vectors))
-    index = new_index(vectors.shape[1], kind, config)
+    index = new_index(vectors.shape[1], kind, config, len(vectors))
+    if kind == "ivf":
+        sample = min(len(vectors), TRAIN_PER_LIST * index.nlist)
+        rows = np.sort(np.random.default_rng(0).choice(len(vectors), size=sample, replace=False))
+        index.train(vectors[rows] if len(vectors) else np.zeros((1, vectors.shape[1]), np.float32))
     if len(vectors):
-        index.add(vectors)
+        for start in range(0, len(vectors), 1 << 16):  # chunks: no second copy of a million vectors
+            index.add(vectors[start : start + (1 << 16)])
     return index, kind
 
 
@@ -93,9 +113,8 @@ def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500
     k = min(k, len(vectors))
     rng = np.random.default_rng(seed)
     picks = rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False)
-    exact = _faiss().IndexFlatIP(vectors.shape[1])
-    exact.add(vectors)
-    _, truth = exact.search(vectors[picks], k)
+    faiss = _faiss()
+    _, truth = faiss.knn(vectors[picks], vectors, k, metric=faiss.METRIC_INNER_PRODUCT)  # brute force, no copy
     _, found = index.search(vectors[picks], k)
     hits = sum(len(set(t) & set(f)) for t, f in zip(truth, found))
     return hits / (len(picks) * k)

@@ -4,6 +4,11 @@ A pool is built from labelled queries whose candidates carry cached `scores` (ru
 first, or let the CLI do it). Ensembles are evaluated from the stored member scores, never by
 re-running a model, and `add_questions` extends a pool with the normaliser and ensemble weights it
 was built with, so old rows never change.
+
+PRR and best-of-n of every ensemble are stored as dense (questions x ensembles) tables while they fit
+(`PoolConfig.dense_cells`); above that (a million questions x 5,335 ensembles would be 43 GB) a pool
+keeps only member scores and computes the statistics of the rows selection reads on the fly
+(`QuestionPool.statistics`), with per-ensemble means estimated on a seeded sample at build time.
 """
 
 from __future__ import annotations
@@ -53,6 +58,12 @@ from morkit.reward_models.base import REDUCTIONS
 log = logging.getLogger(__name__)
 
 RECALL_K = 100
+STATISTICS = ("auto", "dense", "on-the-fly")
+DENSE_CELLS = 250_000_000
+"""Under statistics "auto", pools up to this many (question, ensemble) cells store dense PRR and best-of-n
+tables (2 GB of float32 at the limit); larger ones compute them on the fly."""
+MEANS_SAMPLE = 20_000
+"""Questions sampled (seeded) to estimate each ensemble's mean PRR and best-of-n in an on-the-fly pool."""
 _STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version", "token")
 
 
@@ -66,8 +77,10 @@ class PoolConfig:
     temperature: float = 1.0
     reduction: str = "min"
     index: IndexConfig = IndexConfig()
+    statistics: str = "auto"  # dense tables, on the fly, or by size (DENSE_CELLS)
 
     def __post_init__(self) -> None:
+        checks.one_of(self.statistics, STATISTICS, "statistics")
         checks.one_of(self.normalizer, NORMALIZERS, "normalizer")
         checks.positive_int(self.max_members, "max_members")
         if not self.weightings:
@@ -79,12 +92,19 @@ class PoolConfig:
 
     def to_json(self) -> dict[str, Any]:
         return {"normalizer": self.normalizer, "max_members": self.max_members, "weightings": list(self.weightings),
-                "temperature": self.temperature, "reduction": self.reduction, "index": vars(self.index).copy()}
+                "temperature": self.temperature, "reduction": self.reduction, "index": vars(self.index).copy(),
+                "statistics": self.statistics}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "PoolConfig":
         return cls(obj["normalizer"], int(obj["max_members"]), tuple(obj["weightings"]), float(obj["temperature"]),
-                   obj["reduction"], IndexConfig(**obj["index"]))
+                   obj["reduction"], IndexConfig(**obj["index"]), obj.get("statistics", "auto"))
+
+    def dense(self, questions: int, ensembles: int) -> bool:
+        """Whether a pool of this size stores dense PRR and best-of-n tables."""
+        if self.statistics == "auto":
+            return questions * ensembles <= DENSE_CELLS
+        return self.statistics == "dense"
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,8 +119,8 @@ class QuestionPool:
     normalizer: Normalizer
     global_prr: Mapping[str, float]  # mean single-RM PRR at build time; ensemble weights come from it
     ensembles: tuple[Ensemble, ...]
-    prr: np.ndarray  # (Q, E) float32, NaN = no mixed pair or a member score missing
-    top1: np.ndarray  # (Q, E) float32, expected best-of-n correctness
+    prr: np.ndarray | None  # (Q, E) float32, NaN = no mixed pair or a member score missing; None: on the fly
+    top1: np.ndarray | None  # (Q, E) float32, expected best-of-n correctness; None: on the fly
     embeddings: np.ndarray  # (Q, d) float32 unit vectors
     index: Any  # FAISS index over `embeddings`
     config: PoolConfig
@@ -116,6 +136,29 @@ class QuestionPool:
     def embedder(self) -> str:
         return self.meta["embedder"]["name"]
 
+    @property
+    def dense(self) -> bool:
+        """Whether PRR and best-of-n are stored tables (else computed for the rows asked, on the fly)."""
+        return self.prr is not None
+
+    def statistics(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(PRR, best-of-n) of every ensemble on the pool rows `rows`, each (len(rows), E) float32."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.dense:
+            return np.asarray(self.prr[rows]), np.asarray(self.top1[rows])
+        return ensemble_statistics(np.asarray(self.scores[rows]), np.asarray(self.correct[rows]),
+                                   np.asarray(self.valid[rows]), self.normalizer, self.rm_names, self.ensembles,
+                                   ids=[self.questions[r].id for r in rows])
+
+    def ensemble_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per ensemble: mean PRR, mean best-of-n, and the questions where each is defined; an on-the-fly pool's
+        come from the seeded sample taken at build time (`meta["statistics"]`)."""
+        if self.dense:
+            return nanmean_columns(self.prr), nanmean_columns(self.top1), (~np.isnan(self.prr)).sum(axis=0)
+        stored = self.meta["statistics"]
+        as_array = lambda key: np.array([np.nan if v is None else v for v in stored[key]], dtype=np.float64)  # noqa: E731
+        return as_array("mean_prr"), as_array("mean_top1"), as_array("questions").astype(np.int64)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Write the pool directory atomically under the pool's lock (see morkit.question_pool.store).
 
@@ -128,7 +171,7 @@ class QuestionPool:
                   "normalizer": self.normalizer.to_json(), "global_prr": dict(self.global_prr),
                   "ensembles": [e.to_json() for e in self.ensembles], "token": token}
         validity.check_header(header)
-        arrays = {name: getattr(self, name) for name in ARRAYS}
+        arrays = {name: getattr(self, name) for name in ARRAYS}  # prr and top1 are None when on the fly
         target = str(canonical(path))
         replaces = self.origin[1] if self.origin is not None and self.origin[0] == target else ANY_REVISION
         written = write_pool_files(PoolFiles(header, self.questions, arrays, self.index), path, replaces=replaces)
@@ -146,9 +189,9 @@ class QuestionPool:
         return add_questions(self, queries, embedder or load_embedder(self.embedder), progress=progress)
 
     def ensemble_table(self) -> list[dict[str, Any]]:
-        """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count."""
-        mean_prr, mean_top1 = nanmean_columns(self.prr), nanmean_columns(self.top1)
-        counts = (~np.isnan(self.prr)).sum(axis=0)
+        """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count (over the
+        build-time sample in an on-the-fly pool)."""
+        mean_prr, mean_top1, counts = self.ensemble_means()
         return [{"ensemble": e, "mean_prr": float(p), "best_of_n": float(t), "questions": int(c)}
                 for e, p, t, c in zip(self.ensembles, mean_prr, mean_top1, counts)]
 
@@ -168,6 +211,8 @@ class QuestionPool:
             "domains": dict(Counter(q.domain for q in self.questions).most_common()),
             "max_candidates": int(self.scores.shape[1]), "embedder": meta["embedder"], "index": meta["index"],
             "normalizer": self.normalizer.kind, "reduction": self.config.reduction, "ensembles": len(self.ensembles),
+            "statistics": "dense" if self.dense else f"on the fly (means over {meta['statistics']['sample']:,} "
+                                                     "sampled questions)",
             "skipped": meta["skipped"], "missing_scores": meta["missing_scores"],
             "rms": {r["ensemble"].name: {"mean_prr": r["mean_prr"], "best_of_n": r["best_of_n"],
                                          "questions": r["questions"]} for r in singles},
@@ -191,13 +236,6 @@ def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
     return normalizer, global_prr, ensembles
 
 
-def embed_and_index(questions: Sequence[PoolQuestion], embedder: SentenceEmbedder, config: IndexConfig,
-                    progress: bool = False) -> tuple[np.ndarray, Any, dict[str, Any]]:
-    """Build phase 4 (after `ensemble_statistics`): question embeddings, their FAISS index, its recall."""
-    vectors = embedder.encode([q.question for q in questions], progress=progress)
-    return (vectors, *index_vectors(vectors, config))
-
-
 def index_vectors(vectors: np.ndarray, config: IndexConfig) -> tuple[Any, dict[str, Any]]:
     """The FAISS index over unit vectors, and its description (kind; recall@100 when approximate)."""
     index, kind = build_index(vectors, config)
@@ -213,21 +251,57 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     """Build a pool from labelled queries with cached member scores (`rm_names`: default all cached RMs)."""
     from morkit.reward_models.table import table_names
 
-    timings: dict[str, float] = {}
     rm_names = tuple(rm_names or table_names(queries))
     if not rm_names:
         raise InputError("no RM scores in the input: score the candidates first (morkit score, or pool build --rm)")
-    started = time.perf_counter()
     rows = pool_rows(queries, rm_names, config.reduction)
     if not rows.questions:
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
+    return pool_from_rows(rows, rm_names, embedder, config=config, provenance=provenance, progress=progress)
+
+
+def sample_rows(size: int, sample: int, seed: int = 0) -> np.ndarray:
+    """A seeded sample of `sample` of `size` rows, in row order (all rows when there are no more)."""
+    if size <= sample:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(seed).choice(size, size=sample, replace=False))
+
+
+def sampled_means(rows: PoolRows, rm_names: Sequence[str], normalizer: Normalizer, ensembles: Sequence[Ensemble],
+                  sample: int = MEANS_SAMPLE, progress: bool = False) -> dict[str, Any]:
+    """Each ensemble's mean PRR and best-of-n (and the questions defining them) over a seeded sample of rows:
+    what an on-the-fly pool stores instead of its dense tables."""
+    picks = sample_rows(len(rows.questions), sample)
+    prr, top1 = ensemble_statistics(np.asarray(rows.scores[picks]), np.asarray(rows.correct[picks]),
+                                    np.asarray(rows.valid[picks]), normalizer, rm_names, ensembles,
+                                    progress=progress, ids=[rows.questions[i].id for i in picks])
+    finite_or_none = lambda values: [float(v) if np.isfinite(v) else None for v in values]  # noqa: E731 - JSON
+    return {"sample": int(len(picks)), "mean_prr": finite_or_none(nanmean_columns(prr)),
+            "mean_top1": finite_or_none(nanmean_columns(top1)),
+            "questions": [int(c) for c in (~np.isnan(prr)).sum(axis=0)]}
+
+
+def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEmbedder, *,
+                   config: PoolConfig = PoolConfig(), provenance: Mapping[str, Any] | None = None,
+                   progress: bool = False) -> QuestionPool:
+    """Build phases 2-4 on arrays: the ensembles, their statistics (dense tables, or sampled means for an
+    on-the-fly pool), then the questions' embeddings and their index. Anything with the embedder's `name` and
+    `encode(texts)` serves, e.g. vectors computed elsewhere."""
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
     normalizer, global_prr, ensembles = fit_ensembles(rows, rm_names, config)
-    prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
-                                    progress=progress, ids=[q.id for q in rows.questions])
+    extra: dict[str, Any] = {}
+    prr = top1 = None
+    if config.dense(len(rows.questions), len(ensembles)):
+        prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
+                                        progress=progress, ids=[q.id for q in rows.questions])
+    else:
+        extra["statistics"] = sampled_means(rows, rm_names, normalizer, ensembles, progress=progress)
     timings["prr_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    vectors, index, index_info = embed_and_index(rows.questions, embedder, config.index, progress)
+    vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
     validity.check_embeddings(vectors, rows.questions, embedder.name)
+    index, index_info = index_vectors(vectors, config.index)
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta = {
@@ -241,9 +315,10 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
         "missing_scores": dict(rows.missing),
         "history": [{"revision": 1, "action": "build", "time": now, "questions": len(rows.questions),
                      "provenance": dict(provenance or {}), "timings": timings}],
+        **extra,
     }
-    return QuestionPool(rows.questions, rm_names, rows.scores, rows.correct, rows.valid, normalizer, global_prr,
-                        tuple(ensembles), prr, top1, vectors, index, config, meta)
+    return QuestionPool(rows.questions, tuple(rm_names), rows.scores, rows.correct, rows.valid, normalizer,
+                        global_prr, tuple(ensembles), prr, top1, vectors, index, config, meta)
 
 
 def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: SentenceEmbedder, *,
@@ -258,8 +333,10 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1])
     if not rows.questions:
         raise InputError("nothing to add: no labelled query with at least two candidates")
-    prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
-                                    pool.ensembles, progress=progress, ids=[q.id for q in rows.questions])
+    prr = top1 = None
+    if pool.dense:
+        prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
+                                        pool.ensembles, progress=progress, ids=[q.id for q in rows.questions])
     vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
     validity.check_embeddings(vectors, rows.questions, embedder.name)
     import faiss
@@ -291,7 +368,8 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
                    scores=np.concatenate([widen(pool.scores, np.nan), rows.scores]),
                    correct=np.concatenate([widen(pool.correct, False), rows.correct]),
                    valid=np.concatenate([widen(pool.valid, False), rows.valid]),
-                   prr=np.concatenate([pool.prr, prr]), top1=np.concatenate([pool.top1, top1]),
+                   prr=np.concatenate([pool.prr, prr]) if pool.dense else None,
+                   top1=np.concatenate([pool.top1, top1]) if pool.dense else None,
                    embeddings=embeddings, index=index, meta=meta)
 
 
@@ -316,8 +394,8 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
             normalizer=normalizer,
             global_prr=global_prr,
             ensembles=ensembles,
-            prr=arrays["prr"],
-            top1=arrays["top1"],
+            prr=arrays.get("prr"),
+            top1=arrays.get("top1"),
             embeddings=arrays["embeddings"],
             index=files.index,
             config=config,

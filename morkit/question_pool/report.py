@@ -19,16 +19,25 @@ from morkit.data.html import fmt as _fmt
 from morkit.data.html import img as _img
 from morkit.data.html import table as _table
 from morkit.data.html import write_page
-from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.pool import QuestionPool, sample_rows
 from morkit.question_pool.rows import nanmean_columns
+
+
+def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, PRR of each single RM on them): every question of a dense pool; a seeded sample of an on-the-fly
+    pool's, the same one its stored means come from."""
+    if pool.dense:
+        return np.arange(len(pool)), np.asarray(pool.prr[:, : len(pool.rm_names)])
+    rows = sample_rows(len(pool), pool.meta["statistics"]["sample"])
+    return rows, pool.statistics(rows)[0][:, : len(pool.rm_names)]
 
 
 def _domain_prr(pool: QuestionPool) -> tuple[list[str], np.ndarray]:
     """Domains (largest first) and the (R, D) mean single-RM PRR per domain."""
-    domains = np.array([q.domain for q in pool.questions])
+    rows, single = _single_prr(pool)
+    domains = np.array([pool.questions[r].domain for r in rows])
     names, counts = np.unique(domains, return_counts=True)
     order = [str(n) for _, n in sorted(zip(-counts, names))]
-    single = pool.prr[:, : len(pool.rm_names)]
     return order, np.stack([nanmean_columns(single[domains == d]) for d in order], axis=1)
 
 
@@ -148,7 +157,7 @@ def _distribution(pool: QuestionPool) -> str:
     """Box plot of per-question PRR per RM, sorted by median (best on top)."""
     from matplotlib.figure import Figure
 
-    values = [col[np.isfinite(col)] for col in pool.prr[:, : len(pool.rm_names)].T.astype(np.float64)]
+    values = [col[np.isfinite(col)] for col in _single_prr(pool)[1].T.astype(np.float64)]
     medians = [np.median(v) if v.size else -np.inf for v in values]
     means = [v.mean() if v.size else -np.inf for v in values]
     order = sorted(range(len(values)), key=lambda r: (medians[r], means[r]))

@@ -12,7 +12,12 @@ other's questions.
 
 Reading (`read_pool_files`) checks the format version, every header key's type, every array's dtype and
 shape, the questions and the index, naming the file that is wrong; it reads again when the pool was
-replaced while being read.
+replaced while being read. Arrays are memory-mapped, not read: opening a million-question pool touches
+only what selection reads. Their values are checked at opening up to `VALUE_CHECK_BYTES` per array;
+larger arrays are checked where they are read (`morkit.question_pool.neighbours` checks the rows it uses).
+
+Format version 1 stores the dense PRR and best-of-n tables (prr.npy, top1.npy); version 2, written for
+pools too large for them, leaves both out and keeps sampled per-ensemble means under "statistics".
 """
 
 from __future__ import annotations
@@ -35,8 +40,14 @@ from morkit.question_pool.rows import PoolQuestion
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # dense statistics
+FORMAT_ON_THE_FLY = 2  # no prr.npy / top1.npy: statistics computed for the rows selection reads
+READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_ON_THE_FLY)
+DENSE_ARRAYS = ("prr", "top1")
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
+VALUE_CHECK_BYTES = 256 << 20
+"""Arrays up to this size have every value checked when a pool is opened; larger ones (a million-question
+pool's scores and embeddings) are mapped unread, and checked where read."""
 HEADER_KEYS = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "embedder", "shapes", "index",
                "revision", "created", "updated", "morkit_version", "skipped", "missing_scores", "history")
 SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
@@ -96,15 +107,17 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
         target.parent.mkdir(parents=True, exist_ok=True)
         staging_dir = staging.make_temp(target, directory=True)
         try:
-            header = {**files.header, "format_version": FORMAT_VERSION,
-                      "shapes": {name: list(files.arrays[name].shape) for name in ARRAYS}}
+            names = stored_arrays(files.arrays)
+            version = FORMAT_VERSION if "prr" in names else FORMAT_ON_THE_FLY
+            header = {**files.header, "format_version": version,
+                      "shapes": {name: list(files.arrays[name].shape) for name in names}}
             text = json.dumps(json_safe(header), indent=1, allow_nan=False)
             (staging_dir / "pool.json").write_text(text + "\n", encoding="utf-8")
             with open(staging_dir / "questions.jsonl", "w", encoding="utf-8") as out:
                 for q in files.questions:
                     out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
                                           "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
-            for name in ARRAYS:
+            for name in names:
                 np.save(staging_dir / f"{name}.npy", files.arrays[name], allow_pickle=False)
             write_index(files.index, staging_dir / "index.faiss")
             os.chmod(staging_dir, 0o755)
@@ -112,6 +125,11 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
         finally:
             staging.remove(staging_dir)
     return target
+
+
+def stored_arrays(arrays: Mapping[str, Any]) -> tuple[str, ...]:
+    """The array files a pool writes: every array, less the dense statistics when it has none (None)."""
+    return tuple(n for n in ARRAYS if arrays.get(n) is not None)
 
 
 # ---- reading --------------------------------------------------------------------------------------------
@@ -136,8 +154,8 @@ def _header(path: Path) -> dict[str, Any]:
         raise InputError(f"unreadable: {_first_line(exc)}", path=str(path)) from exc
     _check(isinstance(header, dict), path, "not a JSON object")
     version = header.get("format_version")
-    _check(version == FORMAT_VERSION, path,
-           f"pool format version {version!r}; this morkit reads version {FORMAT_VERSION}: rebuild the pool")
+    _check(version in READABLE_VERSIONS, path, f"pool format version {version!r}; this morkit reads versions "
+           f"{', '.join(map(str, READABLE_VERSIONS))}: rebuild the pool")
     for key in HEADER_KEYS:
         _check(key in header, path, f"missing key {key!r}")
 
@@ -149,8 +167,14 @@ def _header(path: Path) -> dict[str, Any]:
            and len(set(names)) == len(names), "a list of distinct RM names")
     shapes = header["shapes"]
     expect("shapes", isinstance(shapes, dict) and all(
-        isinstance(shapes.get(a), list) and all(_is_int(s) and s >= 0 for s in shapes[a]) for a in ARRAYS),
+        isinstance(shapes.get(a), list) and all(_is_int(s) and s >= 0 for s in shapes[a]) for a in _arrays_of(header)),
         "the shape of every array")
+    if version == FORMAT_ON_THE_FLY:
+        statistics = header.get("statistics")
+        expect("statistics", isinstance(statistics, dict) and isinstance(statistics.get("sample"), int) and all(
+            isinstance(statistics.get(key), list) and len(statistics[key]) == len(header["ensembles"])
+            and all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in statistics[key])
+            for key in ("mean_prr", "mean_top1", "questions")), "sampled means of every ensemble")
     embedder = header["embedder"]
     expect("embedder", isinstance(embedder, dict) and isinstance(embedder.get("name"), str) and embedder["name"]
            and _is_int(embedder.get("dim")) and embedder["dim"] >= 1, "{name, dim}")
@@ -173,6 +197,12 @@ def _header(path: Path) -> dict[str, Any]:
     return header
 
 
+def _arrays_of(header: Mapping[str, Any]) -> tuple[str, ...]:
+    """The arrays a pool of this header's format version stores."""
+    dense = header.get("format_version") == FORMAT_VERSION
+    return tuple(n for n in ARRAYS if dense or n not in DENSE_ARRAYS)
+
+
 def _questions(path: Path) -> tuple[PoolQuestion, ...]:
     out = []
     for line, o in read_jsonl(path):
@@ -191,7 +221,8 @@ def _questions(path: Path) -> tuple[PoolQuestion, ...]:
 
 
 def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
-    """The array, its header checked against pool.json before its data is read (memory-mapped, then copied)."""
+    """The array, memory-mapped read-only, its header checked against pool.json; values checked up to
+    VALUE_CHECK_BYTES."""
     file = root / f"{name}.npy"
     _check(file.is_file(), file, "missing pool array")
     try:
@@ -202,20 +233,20 @@ def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
     _check(mapped.shape == expected, file, f"shape {mapped.shape}, pool.json says {expected}")
     kinds = "f" if name in _FLOAT_ARRAYS else "bui"
     _check(mapped.dtype.kind in kinds and mapped.dtype.fields is None, file, f"unexpected dtype {mapped.dtype}")
-    try:
-        array = np.array(mapped)
-    except (OSError, ValueError, MemoryError) as exc:  # pragma: no cover - the file shrank under us
-        raise InputError(f"unreadable array: {_first_line(exc)}", path=str(file)) from exc
-    del mapped
     if name == "embeddings":
-        array = array.astype(np.float32, copy=False)
+        array = mapped.astype(np.float32, copy=False)
+    elif name in ("correct", "valid"):
+        array = mapped.astype(bool, copy=False)
+    else:
+        array = mapped
+    if array.nbytes > VALUE_CHECK_BYTES:
+        return array
+    if name == "embeddings":
         _check(bool(np.isfinite(array).all()), file, "non-finite embedding values")
     elif name == "scores":
         _check(not np.isinf(array).any(), file, "infinite scores")
-    elif name in ("prr", "top1"):
+    elif name in DENSE_ARRAYS:
         _check(bool(((array >= 0) & (array <= 1) | np.isnan(array)).all()), file, "values outside [0, 1]")
-    else:
-        array = array.astype(bool, copy=False)
     return array
 
 
@@ -227,14 +258,35 @@ def _index(file: Path, n_q: int, dim: int) -> Any:
         index = read_index(file)
     except (RuntimeError, MemoryError, ValueError, OverflowError) as exc:  # faiss reports a corrupt file as RuntimeError
         raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(file)) from exc
-    _check(isinstance(index, (faiss.IndexFlat, faiss.IndexHNSWFlat)), file,
+    _check(isinstance(index, (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)), file,
            f"unexpected index type {type(index).__name__}")
     _check(index.metric_type == faiss.METRIC_INNER_PRODUCT, file, "not an inner-product index")
     _check(index.ntotal == n_q and index.d == dim, file,
            f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
     if isinstance(index, faiss.IndexHNSWFlat):
         _check_hnsw(index, file)
+    if isinstance(index, faiss.IndexIVFFlat):
+        _check_ivf(index, file)
     return index
+
+
+def _check_ivf(index: Any, file: Path) -> None:
+    """Lists, codes and ids inside an IVF index (a search trusts them)."""
+    import faiss
+
+    quantizer, lists = index.quantizer, index.invlists
+    ok = (quantizer is not None and quantizer.d == index.d and quantizer.ntotal == index.nlist
+          and index.is_trained and lists is not None and lists.nlist == index.nlist
+          and lists.code_size == index.code_size == 4 * index.d)
+    _check(ok, file, "corrupt IVF index (quantizer or lists)")
+    total = 0
+    for number in range(index.nlist):
+        size = lists.list_size(number)
+        if size:
+            ids = faiss.rev_swig_ptr(lists.get_ids(number), size)
+            _check(bool(((ids >= 0) & (ids < index.ntotal)).all()), file, "corrupt IVF index (ids out of range)")
+        total += size
+    _check(total == index.ntotal, file, f"corrupt IVF index: its lists hold {total} vectors, not {index.ntotal}")
 
 
 def _check_hnsw(index: Any, file: Path) -> None:
@@ -291,10 +343,12 @@ def _read(root: Path) -> PoolFiles:
     questions = _questions(root / "questions.jsonl")
     n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
     dim = header["embedder"]["dim"]
-    arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in ARRAYS}
+    arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in _arrays_of(header)}
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
               "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
     for name, shape in expect.items():
+        if name not in arrays:
+            continue
         actual = arrays[name].shape
         ok = len(actual) == len(shape) and all(s is None or s == a for s, a in zip(shape, actual))
         _check(ok, root / f"{name}.npy", f"shape {actual} does not fit {n_q} questions, {n_rm} RMs, "

@@ -3,7 +3,8 @@
 score(e) = sum over the top-k pool neighbours i of sim(query, i) * PRR(i, e), where a NaN PRR
 (question with one label, or a missing member score) contributes nothing. Ensembles whose members
 cannot score this query are skipped. `criterion="top1"` uses each neighbour's best-of-n hit instead
-of PRR: a top-1 criterion for a top-1 task.
+of PRR: a top-1 criterion for a top-1 task. A pool without dense tables (`QuestionPool.dense` False)
+gives the neighbours' values from their member scores, per query (morkit.question_pool.neighbour_prr).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from morkit.core import checks
+from morkit.question_pool.neighbour_prr import EnsembleMatrix, prr_evidence
 from morkit.question_pool.pool import QuestionPool
-from morkit.question_pool.rows import nanmean_columns
 from morkit.selection.base import Choice, Neighbours
 
 CRITERIA = ("prr", "top1")
@@ -29,7 +30,8 @@ class PRES:
     singles_only: bool = False
     runner_ups: int = 5
     name: str = "pres"
-    _table: np.ndarray = field(init=False, repr=False)
+    _table: np.ndarray | None = field(init=False, repr=False)
+    _matrix: EnsembleMatrix | None = field(init=False, repr=False)
     _uses: np.ndarray = field(init=False, repr=False)
     _eligible: np.ndarray = field(init=False, repr=False)
     _overall: np.ndarray = field(init=False, repr=False)
@@ -37,9 +39,15 @@ class PRES:
 
     def __post_init__(self) -> None:
         checks.one_of(self.criterion, CRITERIA, "PRES criterion")
-        values = self.pool.prr if self.criterion == "prr" else self.pool.top1
-        self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
-        self._overall = np.nan_to_num(nanmean_columns(values), nan=-1.0)  # tie-break: the pool-wide mean
+        self._table = self._matrix = None
+        if self.pool.dense:
+            values = self.pool.prr if self.criterion == "prr" else self.pool.top1
+            self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
+        elif self.criterion == "prr":
+            self._matrix = EnsembleMatrix.of(self.pool.ensembles, self.pool.rm_names)
+        mean_prr, mean_top1, _ = self.pool.ensemble_means()
+        overall = mean_prr if self.criterion == "prr" else mean_top1
+        self._overall = np.nan_to_num(overall, nan=-1.0)  # tie-break: the pool-wide mean
         rm_index = {name: r for r, name in enumerate(self.pool.rm_names)}
         self._uses = np.zeros((len(self.pool.ensembles), len(rm_index)), dtype=bool)
         for e, ens in enumerate(self.pool.ensembles):
@@ -57,7 +65,16 @@ class PRES:
 
     def scores(self, neighbours: Neighbours) -> np.ndarray:
         """PRES evidence for every pool ensemble, (E,)."""
-        return neighbours.similarities.astype(np.float32) @ self._table[neighbours.rows]
+        sims = neighbours.similarities.astype(np.float32)
+        if self._table is not None:
+            return sims @ self._table[neighbours.rows]
+        pool, rows = self.pool, np.sort(neighbours.rows)  # sorted: a memory-mapped pool reads forward
+        sims = sims[np.argsort(neighbours.rows)]
+        ids = [pool.questions[r].id for r in rows]
+        if self._matrix is not None:
+            return prr_evidence(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,
+                                pool.rm_names, self._matrix, sims, ids).astype(np.float32)
+        return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         mask = self.allowed(available)

@@ -4,7 +4,9 @@ Per pool question, P(candidate) = softmax over the question's candidates of w . 
 weights maximise the probability mass on correct answers (an L2-penalised top-1 objective; PRR's
 pairwise view does not reward putting the correct answer above *all* others). The feature transform
 and the penalty are chosen by k-fold cross-validation over pool questions, scoring expected best-of-n
-accuracy with ties shared; test answers are never seen.
+accuracy with ties shared; test answers are never seen. A pool larger than `FIT_SAMPLE` questions is
+fitted on a seeded sample of that many (a million-question pool's features would not fit in memory, and
+22 weights do not need them).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import numpy as np
 from scipy.optimize import minimize
 
 from morkit.question_pool.ensembles import Ensemble
-from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.pool import QuestionPool, sample_rows
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.mor import TRANSFORMS, transform
 
 PENALTIES = (0.1, 1.0, 10.0, 100.0)
+FIT_SAMPLE = 50_000
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,14 @@ def _fit_weights(x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty:
     return minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
 
 
-def _features(pool: QuestionPool, members: Sequence[str], kind: str) -> np.ndarray:
+def _features(pool: QuestionPool, members: Sequence[str], kind: str, rows: np.ndarray) -> np.ndarray:
     cols = [pool.rm_names.index(m) for m in members]
-    x = transform(pool.scores[:, :, cols], kind, pool.normalizer, members, pool.valid)
-    return np.where(pool.valid[:, :, None] & ~np.isnan(x), x, 0.0)
+    valid = np.asarray(pool.valid[rows])
+    x = transform(np.asarray(pool.scores[rows])[:, :, cols], kind, pool.normalizer, members, valid)
+    return np.where(valid[:, :, None] & ~np.isnan(x), x, 0.0)
+
+
+
 
 
 def _expected_top1(x: np.ndarray, w: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -82,20 +89,22 @@ def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
                 transforms: Sequence[str] = TRANSFORMS, penalties: Sequence[float] = PENALTIES) -> StackerFit:
     """Choose transform and penalty by CV over pool questions, then fit on the whole pool."""
     members = tuple(members or pool.rm_names)
-    n = len(pool)
+    rows = sample_rows(len(pool), FIT_SAMPLE, seed)
+    correct, valid = np.asarray(pool.correct[rows]), np.asarray(pool.valid[rows])
+    n = len(rows)
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
     table = []
     for kind in transforms:
-        x = _features(pool, members, kind)
+        x = _features(pool, members, kind, rows)
         for penalty in penalties:
             hits = np.full(n, np.nan)
             for f in np.unique(fold_of):
                 train, test = fold_of != f, fold_of == f
-                w = _fit_weights(x[train], pool.correct[train], pool.valid[train], penalty)
-                hits[test] = _expected_top1(x[test], w, pool.correct[test], pool.valid[test])
+                w = _fit_weights(x[train], correct[train], valid[train], penalty)
+                hits[test] = _expected_top1(x[test], w, correct[test], valid[test])
             table.append((kind, penalty, float(np.nanmean(hits))))
     kind, penalty, score = max(table, key=lambda row: row[2])
-    w = _fit_weights(_features(pool, members, kind), pool.correct, pool.valid, penalty)
+    w = _fit_weights(_features(pool, members, kind, rows), correct, valid, penalty)
     ensemble = Ensemble(members, tuple(float(v) for v in w), "stacked")
     return StackerFit(ensemble, kind, penalty, score, tuple(table))
 

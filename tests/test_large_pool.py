@@ -1,0 +1,151 @@
+"""Pools past a dense PRR table: memory-mapped arrays, PRR of the neighbours on the fly, IVF search.
+
+Each on-the-fly figure is checked against the dense table of the same pool, built from the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from morkit.core.errors import InputError
+from morkit.core.types import Candidate, Query
+from morkit.question_pool import store
+from morkit.question_pool.index import IndexConfig
+from morkit.question_pool.neighbour_prr import (
+    EnsembleMatrix,
+    neighbour_prr,
+    prr_evidence,
+)
+from morkit.question_pool.pool import PoolConfig, build_pool, load_pool
+from morkit.selection.base import Neighbours
+from morkit.selection.pres import PRES, pres_top1
+from morkit.selection.selector import Selector
+
+
+def _tied_queries(n=60, seed=0):
+    """Discrete scores (many exact ties, within and across RMs), mixed and one-label questions, a missing score."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        size = int(rng.integers(2, 8))
+        labels = rng.random(size) < 0.4
+        candidates = []
+        for c in range(size):
+            scores = {"half": float(rng.integers(0, 3)) / 2, "coarse": float(rng.integers(0, 2)),
+                      "fine": float(rng.normal()), "copy": 0.0}
+            scores["copy"] = scores["half"]  # identical to another RM: ensembles of the two tie everywhere
+            if i == 5 and c == 1:
+                del scores["fine"]
+            candidates.append(Candidate(f"answer {c}", correct=bool(labels[c]), scores=scores))
+        out.append(Query(f"q{i}", f"question {i} about topic {i % 4}", tuple(candidates), domain="math"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def rewardmath(data_dir):
+    from morkit.data.datasets import rewardmath_rm_scores
+
+    return rewardmath_rm_scores(data_dir)[:90]
+
+
+def _both(queries, embedder, **config):
+    dense = build_pool(queries, embedder, config=PoolConfig(statistics="dense", **config))
+    fly = build_pool(queries, embedder, config=PoolConfig(statistics="on-the-fly", **config))
+    return dense, fly
+
+
+def _same(a, b):
+    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return np.array_equal(np.isnan(a32), np.isnan(b32)) and np.array_equal(np.nan_to_num(a32), np.nan_to_num(b32))
+
+
+def test_neighbour_prr_equals_the_dense_table_with_ties_and_gaps(hash_embedder):
+    dense, fly = _both(_tied_queries(), hash_embedder, max_members=3)
+    assert dense.dense and not fly.dense and fly.prr is None
+    matrix = EnsembleMatrix.of(fly.ensembles, fly.rm_names)
+    rows = np.arange(len(fly))
+    got = neighbour_prr(fly.scores, fly.correct, fly.valid, fly.normalizer, fly.rm_names, matrix)
+    assert _same(got, dense.prr)
+    assert np.isnan(got[5]).any() and not np.isnan(got[5]).all()  # q5 lacks one score: only its ensembles are NaN
+    prr, top1 = fly.statistics(rows[::7])
+    assert _same(prr, dense.prr[::7]) and _same(top1, dense.top1[::7])
+    sims = np.random.default_rng(1).random(len(rows))
+    evidence = prr_evidence(fly.scores, fly.correct, fly.valid, fly.normalizer, fly.rm_names, matrix, sims)
+    np.testing.assert_allclose(evidence, sims @ np.nan_to_num(dense.prr.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+def test_on_the_fly_pres_picks_what_the_dense_table_picks(rewardmath, hash_embedder):
+    dense, fly = _both(rewardmath, hash_embedder)
+    assert len(fly.ensembles) == 5335  # 22 RMs, up to 3 members, 3 weightings
+    np.testing.assert_array_equal(dense.ensemble_means()[0], fly.ensemble_means()[0])  # sample = every question
+    for method in (PRES, pres_top1):
+        a, b = method(dense), method(fly)
+        everything = frozenset(dense.rm_names)
+        selector = Selector(dense, "pres", embedder=hash_embedder, k=20)
+        for row in range(0, len(dense), 9):
+            neighbours = selector.neighbours(dense.embeddings[[row]])[0]
+            evidence_a, evidence_b = a.scores(neighbours), b.scores(neighbours)
+            np.testing.assert_allclose(evidence_a, evidence_b, rtol=1e-5, atol=1e-5)
+            top_two = np.sort(evidence_a)[-2:]
+            if top_two[1] - top_two[0] > 1e-4:
+                assert a.choose(neighbours, everything).ensemble == b.choose(neighbours, everything).ensemble
+
+
+def test_on_the_fly_pool_saves_as_version_2_and_opens_memory_mapped(rewardmath, hash_embedder, tmp_path):
+    fly = build_pool(rewardmath, hash_embedder, config=PoolConfig(statistics="on-the-fly", max_members=2))
+    fly.save(tmp_path / "pool")
+    header = json.loads((tmp_path / "pool" / "pool.json").read_text())
+    assert header["format_version"] == store.FORMAT_ON_THE_FLY and header["statistics"]["sample"] == len(fly)
+    assert not (tmp_path / "pool" / "prr.npy").exists() and not (tmp_path / "pool" / "top1.npy").exists()
+    loaded = load_pool(tmp_path / "pool")
+    assert isinstance(loaded.scores, np.memmap) and not loaded.dense
+    assert loaded.summary()["statistics"].startswith("on the fly")
+    assert [r["mean_prr"] for r in loaded.ensemble_table()] == pytest.approx(
+        [r["mean_prr"] for r in fly.ensemble_table()], nan_ok=True)
+    query = replace(rewardmath[3], id="new")
+    for method in ("pres", "stacker"):
+        want = Selector(fly, method, embedder=hash_embedder, k=10).rank(query).to_json()
+        assert Selector(loaded, method, embedder=hash_embedder, k=10).rank(query).to_json() == want
+    grown = loaded.add([replace(q, id=q.id + "+") for q in rewardmath[:4]], embedder=hash_embedder)
+    assert len(grown) == len(loaded) + 4 and not grown.dense
+    (tmp_path / "pool" / "pool.json").write_text(json.dumps({**header, "statistics": {"sample": 3}}))
+    with pytest.raises(InputError, match="statistics"):
+        load_pool(tmp_path / "pool")
+
+
+def test_big_arrays_are_checked_where_read(rewardmath, hash_embedder, tmp_path, monkeypatch):
+    pool = build_pool(rewardmath[:20], hash_embedder, config=PoolConfig(statistics="on-the-fly", max_members=2))
+    pool.save(tmp_path / "pool")
+    scores = np.load(tmp_path / "pool" / "scores.npy")
+    scores[4, 0, 0] = np.inf
+    np.save(tmp_path / "pool" / "scores.npy", scores)
+    with pytest.raises(InputError, match="infinite scores"):
+        load_pool(tmp_path / "pool")
+    monkeypatch.setattr(store, "VALUE_CHECK_BYTES", 0)
+    loaded = load_pool(tmp_path / "pool")  # opened unread
+    pres = PRES(loaded)
+    rows = np.array([2, 4])
+    with pytest.raises(InputError, match=f"{loaded.questions[4].id}.*infinite"):
+        pres.scores(Neighbours(rows, tuple(loaded.questions[r].id for r in rows), np.ones(2)))
+
+
+def test_ivf_pool_round_trip_and_a_corrupt_ivf_index(rewardmath, hash_embedder, tmp_path):
+    import faiss
+
+    pool = build_pool(rewardmath, hash_embedder, config=PoolConfig(max_members=1, index=IndexConfig(kind="ivf")))
+    assert pool.meta["index"]["kind"] == "ivf" and 0 < pool.meta["index"]["recall@100"] <= 1
+    pool.save(tmp_path / "pool")
+    loaded = load_pool(tmp_path / "pool")
+    assert isinstance(loaded.index, faiss.IndexIVFFlat) and loaded.index.nprobe == IndexConfig().nprobe
+    query = replace(rewardmath[0], id="new")
+    assert Selector(loaded, "pres", embedder=hash_embedder).select(query).to_json() == \
+        Selector(pool, "pres", embedder=hash_embedder).select(query).to_json()
+    broken = faiss.clone_index(pool.index)
+    broken.invlists.resize(0, 0)  # a list emptied: the lists no longer hold every vector
+    faiss.write_index(broken, str(tmp_path / "pool" / "index.faiss"))
+    with pytest.raises(InputError, match="index.faiss.*corrupt IVF index"):
+        load_pool(tmp_path / "pool")
