@@ -144,23 +144,31 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     Each ensemble adds its members' weighted scores term by term in a fixed order, so candidates
     with identical member scores get bitwise identical ensemble scores: a tie stays a tie (a
     batched matrix product may round them one ulp apart, turning a tie into a win for PRR).
+    Each term is one matrix product with a single non-zero weight per column, which rounds exactly
+    like w * x (the other terms are exact zeros), so the speed of BLAS costs no exactness.
     NaN (a missing member score) makes exactly the ensembles that use that member NaN."""
     normalised = np.asarray(normalised, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
     used = weights != 0
     width = max(1, int(used.sum(axis=0).max(initial=0)))
-    members = np.zeros((width, weights.shape[1]), dtype=np.int64)  # k-th member of each ensemble
-    member_w = np.zeros((width, weights.shape[1]))
+    columns = np.arange(weights.shape[1])
+    slots = np.zeros((width,) + weights.shape)  # slots[k][r, e]: the weight of e's k-th member, if it is r
     for e in range(weights.shape[1]):
         rows = np.flatnonzero(used[:, e])
-        members[: len(rows), e] = rows
-        member_w[: len(rows), e] = weights[rows, e]
+        slots[np.arange(len(rows)), rows, e] = weights[rows, e]
     present = ~np.isnan(normalised)
     filled = np.where(present, normalised, 0.0)
-    out = np.zeros(normalised.shape[:-1] + (weights.shape[1],))
-    missing = np.zeros(out.shape, dtype=bool)
-    for k in range(width):
-        out += member_w[k] * filled[..., members[k]]
-        missing |= (member_w[k] != 0) & ~present[..., members[k]]
-    out[missing] = np.nan
+    flat = filled.reshape(-1, weights.shape[0])
+    shape = normalised.shape[:-1] + (weights.shape[1],)
+    if np.isfinite(flat).all():
+        out = np.zeros(shape)
+        for k in range(width):
+            out += (flat @ slots[k]).reshape(shape)
+    else:  # an infinity times a zero weight would be NaN: add the terms one gather at a time
+        out = np.zeros(shape)
+        for k in range(width):
+            member = np.argmax(slots[k] != 0, axis=0)
+            out += slots[k][member, columns] * filled[..., member]
+    lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ used.astype(np.float32)
+    out[lacking.reshape(shape) > 0] = np.nan
     return out
