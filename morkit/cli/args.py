@@ -122,6 +122,15 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=POSITIVE_INT, help="vLLM: context length (default: the model's limit)")
     g.add_argument("--gpu-memory-utilization", type=SHARE,
                    help="vLLM: share of device memory the engine may take (default 0.9 on GPU, 0.2 on CPU)")
+    g.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="spread each model RM's scoring over a Ray cluster (Ray Data, one RM replica per actor, "
+                        "a GPU share per replica from --backend/--tensor-parallel-size; rules and tables stay "
+                        "here); finished batches go to the score cache as they come back. ADDRESS: HOST:PORT or "
+                        "ray://HOST:PORT; without it (or `auto`), $RAY_ADDRESS, else a new local Ray instance. Before an "
+                        "input file, write --ray auto so the file is not read as the address")
+    g.add_argument("--ray-workers", type=POSITIVE_INT, metavar="N",
+                   help="Ray actors (RM replicas) per RM (default: as many as the cluster's GPUs hold, else one "
+                        "per node)")
     g.add_argument("--no-prefix-reuse", action="store_true",
                    help="score every candidate's full prompt (default: a question's shared prompt prefix is "
                         "computed once, by KV reuse or vLLM prefix caching)")
@@ -160,7 +169,8 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
                           cache=cache, progress=not args.quiet, backend=args.backend, urls=tuple(args.url),
                           dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
                           device_map=args.device_map, max_model_len=args.max_model_len,
-                          gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse)
+                          gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse,
+                          ray=args.ray, ray_workers=args.ray_workers)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

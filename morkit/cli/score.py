@@ -106,7 +106,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("score", parents=[parent], help="add RM scores to every candidate of a JSONL file",
                        description=f"Read queries ({CONTRACT}), score each candidate with each --rm, and write the "
                                    "same lines with `scores` filled in. Scored chunks go to the score cache as they "
-                                   "finish; the output is written atomically.")
+                                   "finish (with --ray, as each batch comes back from the cluster); the output is "
+                                   "written atomically.")
     p.add_argument("input", help="input JSONL")
     p.add_argument("-o", "--output", required=True, help="output JSONL")
     p.add_argument("--rm", action="append", metavar="NAME",

@@ -2,7 +2,8 @@
 
 The CLI's scoring flags map onto these fields one to one; the Python API takes the same object.
 Model RMs run on one backend: `transformers` (in this process), `vllm` (an offline engine), or the
-vLLM servers in `urls` (which then wins over `backend`).
+vLLM servers in `urls` (which then wins over `backend`). With `ray` set, each model RM's scoring is spread
+over a Ray cluster instead (`reward_models.ray_scoring`), one replica per actor, on that backend.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from morkit.reward_models.hf import TRUNCATION_POLICIES
 
 BACKENDS = ("transformers", "vllm")
 _BOUND_URL = re.compile(r"^([A-Za-z0-9_.\-]+)=(.+)$")
+RAY_ADDRESS = re.compile(r"^(?:ray://)?\[?([^\s/\]]+)\]?:(\d+)$")  # HOST:PORT or ray://HOST:PORT (Ray client)
 
 
 def split_url(text: str) -> tuple[str | None, str]:
@@ -53,6 +55,8 @@ class ScoringOptions:
     gpu_memory_utilization: float | None = None  # vLLM's share of device memory (default 0.9 GPU, 0.2 CPU)
     prefix_reuse: bool = True  # compute a query's shared prompt prefix once (KV reuse / prefix caching)
     check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
+    ray: str | None = None  # score model RMs on Ray: "auto" ($RAY_ADDRESS, else a local instance) or an address
+    ray_workers: int | None = None  # Ray actors (RM replicas) per RM; None: the cluster's GPUs, else one per node
 
     def __post_init__(self) -> None:
         checks.positive_int(self.batch_size, "batch_size")
@@ -64,6 +68,14 @@ class ScoringOptions:
         checks.positive_int(self.tensor_parallel_size, "tensor_parallel_size")
         checks.optional(checks.positive_int, self.max_model_len, "max_model_len")
         checks.optional(checks.share, self.gpu_memory_utilization, "gpu_memory_utilization")
+        checks.optional(checks.positive_int, self.ray_workers, "ray_workers")
+        if self.ray_workers is not None and self.ray is None:
+            raise InputError("ray_workers (--ray-workers) applies only with ray (--ray)")
+        if self.ray is not None and (not isinstance(self.ray, str)
+                                     or not (self.ray == "auto" or RAY_ADDRESS.match(self.ray))):
+            raise InputError(f"ray must be 'auto', HOST:PORT or ray://HOST:PORT, got {self.ray!r}")
+        if self.ray is not None and self.urls:
+            raise InputError("ray and urls (vLLM servers) are two ways to spread scoring: give one")
         if isinstance(self.urls, str):
             object.__setattr__(self, "urls", (self.urls,))
         for url in self.urls:

@@ -3,7 +3,8 @@
 A model RM (transformers or vLLM) is a handle until it must score: then the set loads it on the
 backend the ScoringOptions pick, after releasing whichever model was resident before, so two 70B
 RMs in one run are never in memory together. Rules and tables are built once and kept. A handle
-knows its cache key without loading, so pairs already in the score cache never load a model.
+knows its cache key without loading, so pairs already in the score cache never load a model. With
+`options.ray` set, a model RM is a `ray_scoring.RayRM` instead: it loads only in the cluster's actors.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class ResidentRM:
 
 
 class RewardModelSet:
-    """name -> RM for one run: model RMs as ResidentRM handles (one loaded at a time), others built once."""
+    """name -> RM for one run: model RMs as ResidentRM handles (one loaded at a time) or, with `options.ray`,
+    RayRM handles (loaded in Ray actors only); others built once."""
 
     def __init__(self, options: ScoringOptions = ScoringOptions(), given: Mapping[str, Any] | None = None):
         self.options = options
@@ -62,7 +64,14 @@ class RewardModelSet:
             from morkit.reward_models.backends import build, is_model_rm
 
             entry = REWARD_MODELS.get(name)
-            self._handles[name] = ResidentRM(self, name) if is_model_rm(entry) else build(name, self.options)
+            if not is_model_rm(entry):
+                self._handles[name] = build(name, self.options)
+            elif self.options.ray is not None:
+                from morkit.reward_models.ray_scoring import ray_rm
+
+                self._handles[name] = ray_rm(name, self.options)
+            else:
+                self._handles[name] = ResidentRM(self, name)
         return self._handles[name]
 
     __getitem__ = get

@@ -1,17 +1,18 @@
 """Score every candidate of many queries with many RMs: cache first, then batched model calls.
 
 Pair RMs see each distinct (question, answer) once, in chunks that keep a question's candidates
-together, with a progress bar;
-query RMs (rules, tables) see whole queries. Every chunk is written to the cache as soon as it is
-scored, so an error later in the run loses nothing already computed.
+together, with a progress bar (an RM with `score_batches`, such as one on a Ray cluster, streams its
+own batches instead); query RMs (rules, tables) see whole queries. Every chunk is written to the cache
+as soon as it is scored, so an error later in the run, or a killed run, loses nothing already computed.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from contextlib import closing
 from dataclasses import replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
@@ -38,6 +39,23 @@ def _bar(enabled: bool, desc: str, **kwargs: Any) -> Any:
     return tqdm(desc=desc, disable=not enabled, leave=False, **kwargs)
 
 
+def _batches(rm: Any, todo: list[tuple[str, str]], chunk: int) -> Iterator[tuple[list, list]]:
+    """(pairs, scores) per finished batch: the RM's own stream where it has one (`score_batches`, e.g. on a
+    Ray cluster, in any order), else one `rm.score` call per chunk. A PartialScoreError leaves here with
+    the `pairs` its `scores` are aligned with."""
+    if hasattr(rm, "score_batches"):
+        yield from rm.score_batches(todo, chunk)
+        return
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        try:
+            raw = rm.score(part)
+        except PartialScoreError as err:
+            err.pairs = part
+            raise
+        yield part, raw
+
+
 def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, chunk: int,
                  progress: bool) -> dict[tuple[str, str], Score]:
     owner: dict[tuple[str, str], str] = {}
@@ -57,22 +75,22 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
     todo = sorted((p for p in pairs if p not in known), key=lambda p: (p[0], len(p[1])))
     with _bar(progress, rm.name, total=len(pairs), unit="pair") as bar:
         bar.update(len(known))
-        for start in range(0, len(todo), chunk):
-            part = todo[start : start + chunk]
-            try:
-                raw = rm.score(part)
-            except PartialScoreError as err:  # keep what was scored before failing the run
-                done = [(p, s) for p, s in zip(part, err.scores) if s is not None]
-                if cache is not None and done:
-                    cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done])
-                raise
-            if len(raw) != len(part):
-                raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for {len(part)} pairs")
-            scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]
-            if cache is not None:
-                cache.put_many(_rm_key(rm), part, scores)
-            known.update(zip(part, scores))
-            bar.update(len(part))
+        try:
+            with closing(_batches(rm, todo, chunk)) as stream:  # closed at once on failure: stops a Ray run
+                for part, raw in stream:
+                    if len(raw) != len(part):
+                        raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for "
+                                         f"{len(part)} pairs")
+                    scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]
+                    if cache is not None:
+                        cache.put_many(_rm_key(rm), part, scores)
+                    known.update(zip(part, scores))
+                    bar.update(len(part))
+        except PartialScoreError as err:  # keep what was scored before failing the run
+            done = [(p, s) for p, s in zip(getattr(err, "pairs", ()), err.scores) if s is not None]
+            if cache is not None and done:
+                cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done])
+            raise
     return known
 
 

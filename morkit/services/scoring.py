@@ -78,7 +78,8 @@ def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, o
     Options come as a ScoringOptions or as its fields (`device="cpu"`, `backend="vllm"`, `urls=[...]`, ...).
     `cache` is an open ScoreCache, a path to one, or None for `options.cache`; scored chunks are stored as
     they finish. Model RMs run one at a time: each loads when it has pairs the cache lacks, scores them
-    all, and is released before the next one loads."""
+    all, and is released before the next one loads. With `ray="auto"` (or a Ray address) each model RM is
+    scored by Ray actors instead, and its batches are stored as they come back."""
     options = replace(options or ScoringOptions(), **option_fields)
     models = RewardModelSet(options)
     built = resolve_rms(rms, queries, options, models)

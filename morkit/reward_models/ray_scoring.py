@@ -1,0 +1,242 @@
+"""Model RMs scored on a Ray cluster: Ray Data spreads the pairs over an actor pool, one RM replica per actor.
+
+The driver never loads the model. `RayRM.score_batches` sends the pairs the cache lacks (each with its
+index) through `map_batches` over actors that build the RM once, and yields every batch as it finishes,
+so `reward_models.scoring` writes it to the score cache at once and a killed run resumes from there.
+Ray places the actors, restarts a dead one and retries its batches (up to `RESTARTS` times, where Ray Data's
+default is forever); the driver checks that every index comes back exactly once.
+`ray` is imported only when a run uses it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence
+
+from morkit.core.errors import (
+    InputError,
+    MorkitError,
+    PartialScoreError,
+    ScoreError,
+    UnavailableError,
+)
+from morkit.core.types import Score
+from morkit.reward_models.options import RAY_ADDRESS, ScoringOptions
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"  # RAY_ADDRESS when set, else a new local instance
+RESTARTS = 3
+"""How often an actor is restarted and its batch retried (Ray Data's own default is forever, so a batch that
+kills its worker every time, e.g. out of memory, would never end the run)."""
+RAY_INSTALL = "--ray needs Ray Data, which is not installed here: pip install 'morkit[ray]' (ray[data])"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise UnavailableError(RAY_INSTALL) from None
+    return ray
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, in one line naming the address, where nothing listens (ray.init would wait for minutes)."""
+    match = RAY_ADDRESS.match(address)
+    if not match:
+        raise InputError(f"Ray address must be auto, HOST:PORT or ray://HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((match.group(1), int(match.group(2))), timeout=timeout_s).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise UnavailableError(f"cannot reach the Ray cluster at {address}: {reason.lower()}") from None
+
+
+def connect(address: str | None = AUTO, **local: Any) -> Any:
+    """Attach this process to Ray once: `address` ("auto": $RAY_ADDRESS, else a new local instance), or reuse
+    the connection already made. `local` goes to ray.init when it starts a local instance (e.g. num_cpus).
+    Returns the ray module."""
+    ray = _import_ray()
+    if address not in (None, AUTO):
+        _probe(address)  # even when attached already: an address that cannot be reached is a mistake to report
+    if ray.is_initialized():
+        _quiet_data(ray)
+        return ray
+    target = os.environ.get("RAY_ADDRESS") if address in (None, AUTO) else address
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
+             "ignore_reinit_error": True}
+    if target:
+        if address in (None, AUTO) and RAY_ADDRESS.match(target):  # else ("auto", ...) Ray resolves it
+            _probe(target)
+        try:
+            ray.init(address=target, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
+        except Exception as err:  # noqa: BLE001 - one line naming the address, whatever Ray raised
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UnavailableError(f"cannot attach to the Ray cluster at {target}: {first}") from None
+    else:
+        ray.init(**quiet, **local)
+    _quiet_data(ray)
+    return ray
+
+
+def _quiet_data(ray: Any) -> None:
+    """No Ray Data progress bars or execution banners on morkit's stderr."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    ctx.enable_auto_log_stats = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+
+
+def replica_resources(options: ScoringOptions, cluster: dict[str, float], workers: int | None = None
+                      ) -> tuple[int, dict[str, float]]:
+    """(actors, per-actor resources) for one RM on a cluster with `cluster` resources.
+
+    On GPUs a replica takes what one model needs: `tensor_parallel_size` GPUs on vLLM, else one GPU (a
+    transformers `device_map` spreads over the GPUs its actor is given); actors default to as many as
+    the cluster's GPUs hold. Without GPUs (or with `device="cpu"`) a replica takes no GPU and the
+    cluster's CPUs are split evenly between the actors (default: one actor per node)."""
+    gpus = cluster.get("GPU", 0.0)
+    cpus = max(1.0, cluster.get("CPU", 1.0))
+    if gpus >= 1 and options.device != "cpu":
+        per = options.tensor_parallel_size if options.backend == "vllm" else 1
+        if per > gpus:
+            raise UnavailableError(f"a replica needs {per} GPUs (tensor_parallel_size) but the Ray cluster has "
+                                   f"{gpus:g}")
+        count = workers or max(1, int(gpus // per))
+        return count, {"num_gpus": float(per), "num_cpus": 1.0}
+    count = workers or max(1, int(cluster.get("nodes", 1)))
+    return count, {"num_gpus": 0.0, "num_cpus": max(1.0, float(int(cpus // count)))}
+
+
+class _Replica:
+    """One actor's RM: built once from the shipped factory, then scores each batch of (index, q, a) rows."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.rm = factory()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        pairs = list(zip(batch["q"].tolist(), batch["a"].tolist()))
+        error = ""
+        try:
+            scores = list(self.rm.score(pairs))
+        except PartialScoreError as err:  # keep the successes: the driver caches them, then fails the run
+            scores, error = list(err.scores), str(err) or "partial failure"
+        if len(scores) != len(pairs):
+            raise ScoreError(f"reward model returned {len(scores)} scores for {len(pairs)} pairs")
+        column = np.empty(len(scores), dtype=object)
+        column[:] = scores
+        return {"i": batch["i"], "score": column, "error": np.array([error] * len(scores), dtype=object)}
+
+
+def _morkit_cause(err: BaseException) -> MorkitError | None:
+    """The morkit error an actor raised, found in the chain Ray wraps it in."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MorkitError):
+            return err
+        err = err.__cause__ or getattr(err, "cause", None) or err.__context__
+    return None
+
+
+class RayRM:
+    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor.
+
+    `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
+    collects them in the pairs' order (for callers that want one list). `pairs_sent` counts what it sent."""
+
+    def __init__(self, name: str, factory: Callable[[], Any], options: ScoringOptions, *, kind: str = "orm",
+                 cache_key: str | None = None):
+        self.name = name
+        self.kind = kind
+        self.cache_key = cache_key or name
+        self.factory = factory
+        self.options = options
+        self.pairs_sent = 0
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        out: dict[tuple[str, str], Score] = {}
+        for part, scores in self.score_batches(pairs, self.options.chunk):
+            out.update(zip(part, scores))
+        return [out[tuple(p)] for p in pairs]
+
+    def score_batches(self, pairs: Sequence[tuple[str, str]], batch: int) -> Iterator[tuple[list, list]]:
+        pairs = [tuple(p) for p in pairs]
+        if not pairs:
+            return
+        ray = connect(self.options.ray)
+        count, resources = replica_resources(self.options, _cluster(ray), self.options.ray_workers)
+        rows = [{"i": i, "q": q, "a": a} for i, (q, a) in enumerate(pairs)]
+        # One input block per batch, so each batch is one output block that streams back when it is done.
+        blocks = max(1, -(-len(rows) // batch))
+        data = ray.data.from_items(rows, override_num_blocks=blocks)
+        scored = data.map_batches(_Replica, fn_constructor_args=(self.factory,), batch_size=batch, batch_format="numpy",
+                                  compute=ray.data.ActorPoolStrategy(size=min(count, blocks)),
+                                  max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)
+        self.pairs_sent += len(pairs)
+        seen: set[int] = set()
+        batches = scored.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0)
+        try:
+            for block in _unwrapped(self.name, batches):
+                index = [int(i) for i in block["i"]]
+                if seen.intersection(index) or len(set(index)) != len(index):
+                    raise ScoreError(f"reward model {self.name!r}: Ray returned a pair twice")
+                seen.update(index)
+                part, scores = [pairs[i] for i in index], list(block["score"])
+                errors = [e for e in block["error"] if e]
+                if errors:
+                    err = PartialScoreError(f"reward model {self.name!r} on Ray: {errors[0]}", scores)
+                    err.pairs = part
+                    raise err
+                yield part, scores
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        if len(seen) != len(pairs):
+            raise ScoreError(f"reward model {self.name!r}: Ray returned {len(seen)} of {len(pairs)} pairs")
+
+
+def _unwrapped(name: str, batches: Any) -> Iterator[Any]:
+    """The batches, with an actor's morkit error re-raised as itself and any other failure in one line."""
+    iterator = iter(batches)
+    while True:
+        try:
+            block = next(iterator)
+        except StopIteration:
+            return
+        except MorkitError:
+            raise
+        except Exception as err:  # noqa: BLE001 - Ray wraps the actor's error
+            cause = _morkit_cause(err)
+            if cause is not None:
+                raise cause from None
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ScoreError(f"reward model {name!r} failed on Ray: {first}") from err
+        yield block
+
+
+def _cluster(ray: Any) -> dict[str, float]:
+    resources = dict(ray.cluster_resources())
+    resources["nodes"] = float(sum(1 for n in ray.nodes() if n.get("Alive")))
+    return resources
+
+
+def ray_rm(name: str, options: ScoringOptions) -> RayRM:
+    """The registered model RM `name` on Ray: each actor builds it with `backends.build` and these options
+    (without `ray`, so it loads in the actor, on the backend they pick)."""
+    from morkit.reward_models import backends
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.rm_set import cache_key
+
+    local = replace(options, ray=None, progress=False, cache=None)
+    return RayRM(name, functools.partial(backends.build, name, local), options,
+                 kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name))

@@ -1,0 +1,187 @@
+"""Scoring on a Ray cluster: one local Ray (127.0.0.1, 2 CPUs) for the module, the real minilm-probe RM.
+
+Ray output equals single-process output (API, `morkit score --ray`, `pool build --ray`); an actor that
+dies mid-run loses no batch and duplicates none; a driver killed mid-run resumes from the score cache;
+an address where nothing listens is a one-line error naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+
+import pytest
+
+from morkit.reward_models.cache import ScoreCache
+
+pytestmark = pytest.mark.slow
+
+RM = "minilm-probe"
+CHUNK = 4
+
+
+class DriverKilled(BaseException):
+    """Stands for the driver process dying (not an Exception: nothing on the way catches it)."""
+
+
+class DiesOnce:
+    """minilm-probe that kills its own Ray worker process (os._exit) on its first batch while `marker` is
+    absent; shipped to the actors by value."""
+
+    def __init__(self, marker: str):
+        from morkit.reward_models.backends import build
+        from morkit.reward_models.options import ScoringOptions
+
+        self.marker = marker
+        self.rm = build(RM, ScoringOptions())
+
+    def score(self, pairs):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return self.rm.score(pairs)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    from morkit.reward_models.ray_scoring import connect
+
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
+    connect("auto", num_cpus=2, _node_ip_address="127.0.0.1")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DiesOnce travels to the actors
+    yield ray
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def queries(data_dir):
+    from morkit.data.datasets import gsm8k_model_solutions
+
+    return gsm8k_model_solutions(data_dir)[700:704]
+
+
+@pytest.fixture(scope="module")
+def local_scores(queries):
+    """Single-process scores of every candidate, in order (the reference)."""
+    import morkit
+
+    return _values(morkit.score(queries, [RM], chunk=CHUNK))
+
+
+def _values(queries):
+    return [c.scores[RM] for q in queries for c in q.candidates]
+
+
+def _pairs(queries):
+    return list(dict.fromkeys((q.question, c.text) for q in queries for c in q.candidates))
+
+
+class CountingCache(ScoreCache):
+    """A ScoreCache that records every pair written, and raises DriverKilled after `die_after` batches."""
+
+    def __init__(self, path, die_after=None):
+        super().__init__(path)
+        self.written, self.batches, self.die_after = [], 0, die_after
+
+    def put_many(self, rm, pairs, scores):
+        pairs = list(pairs)
+        super().put_many(rm, pairs, scores)
+        self.written.extend(pairs)
+        self.batches += 1
+        if self.batches == self.die_after:
+            raise DriverKilled
+
+
+def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_scores, tmp_path):
+    import morkit
+    from morkit.cli.main import main
+    from morkit.reward_models.rm_set import cache_key
+
+    assert _values(morkit.score(queries, [RM], ray="auto", chunk=CHUNK)) == local_scores
+
+    morkit.save_queries(tmp_path / "in.jsonl", queries)
+    assert main(["score", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--rm", RM, "-q",
+                 "--chunk", str(CHUNK), "--cache", str(tmp_path / "score.sqlite"), "--ray"]) == 0
+    assert _values(morkit.load_queries(tmp_path / "out.jsonl")) == local_scores
+
+    # pool build: the scores it computed on Ray are the ones in its cache, under the single-process key
+    assert main(["pool", "build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "pool"), "--rm", RM, "-q",
+                 "--chunk", str(CHUNK), "--cache", str(tmp_path / "pool.sqlite"), "--ray", "--ray-workers", "2"]) == 0
+    pairs = _pairs(queries)
+    by_pair = dict(zip(((q.question, c.text) for q in queries for c in q.candidates), local_scores))
+    with ScoreCache(tmp_path / "pool.sqlite") as cache:
+        cached = cache.get_many(cache_key(RM), pairs)
+    assert [s.value for s in cached] == [by_pair[p] for p in pairs]
+
+
+def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, local_scores, tmp_path):
+    import morkit
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.ray_scoring import RayRM
+    from morkit.reward_models.rm_set import cache_key
+
+    marker = tmp_path / "died"
+    rm = RayRM(RM, functools.partial(DiesOnce, str(marker)), ScoringOptions(ray="auto", chunk=CHUNK, ray_workers=2),
+               cache_key=cache_key(RM))
+    cache = CountingCache(tmp_path / "score.sqlite")
+    try:
+        scored = morkit.score(queries, [rm], cache=cache, chunk=CHUNK)
+    finally:
+        cache.close()
+    assert marker.exists()  # an actor process did die
+    assert sorted(cache.written) == sorted(_pairs(queries))  # every pair written once: none lost, none twice
+    assert _values(scored) == local_scores
+
+
+def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):
+    import morkit
+    from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.ray_scoring import ray_rm
+
+    total = len(_pairs(queries))
+    first = ray_rm(RM, ScoringOptions(ray="auto", chunk=CHUNK, ray_workers=1))
+    cache = CountingCache(tmp_path / "score.sqlite", die_after=2)
+    with pytest.raises(DriverKilled):
+        morkit.score(queries, [first], cache=cache, chunk=CHUNK)
+    cache.close()
+    stored = cache.written
+    assert 0 < len(stored) < total
+
+    again = ray_rm(RM, ScoringOptions(ray="auto", chunk=CHUNK))
+    cache = CountingCache(tmp_path / "score.sqlite")
+    try:
+        scored = morkit.score(queries, [again], cache=cache, chunk=CHUNK)
+    finally:
+        cache.close()
+    assert again.pairs_sent == total - len(stored)  # the batches stored before the kill were not scored again
+    assert set(cache.written).isdisjoint(stored) and len(cache.written) + len(stored) == total
+    assert _values(scored) == local_scores
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_cluster_is_one_line_naming_it(ray_local, queries, tmp_path, capsys):
+    import morkit
+    from morkit.cli.main import main
+    from morkit.core.errors import UnavailableError
+
+    address = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(UnavailableError, match=f"Ray cluster at {address}"):
+        morkit.score(queries, [RM], ray=address)
+    morkit.save_queries(tmp_path / "in.jsonl", queries)
+    code = main(["score", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--rm", RM, "-q",
+                 "--no-cache", "--ray", f"ray://{address}"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1
+    assert err.startswith("morkit: error:") and f"ray://{address}" in err
+    assert not (tmp_path / "out.jsonl").exists()
