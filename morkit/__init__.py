@@ -55,6 +55,10 @@ _EXPORTS = {
     "run_loop": "morkit.services.looping", "LOOPS": "morkit.loops.registry", "LoopOptions": "morkit.loops.registry",
     "Loop": "morkit.loops.base", "Budget": "morkit.loops.base", "TMAS": "morkit.loops.tmas",
     "StreamMA": "morkit.loops.streamma", "ATLAS": "morkit.loops.atlas",
+    # serving rewards
+    "RoutingEngine": "morkit.services.serving.engine", "ServeLimits": "morkit.services.serving.app",
+    "create_app": "morkit.services.serving.app", "serve": "morkit.services.serving.server",
+    "routed_reward": "morkit.integrations.trl",
     # resident models
     "release_models": "morkit.runtime.models",
 }

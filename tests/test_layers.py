@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "morkit"
 # Lower numbers are lower layers; pairs at the same level may not import each other.
 LEVELS = {
     "core": 0, "runtime": 1, "data": 2, "llm": 3, "reward_models": 3, "question_pool": 4, "selection": 5,
-    "verify": 6, "search": 7, "loops": 7, "services": 8, "demo": 9, "cli": 10,
+    "verify": 6, "search": 7, "loops": 7, "services": 8, "demo": 9, "integrations": 9, "cli": 10,
 }
 
 

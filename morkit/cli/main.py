@@ -24,11 +24,12 @@ from morkit.cli import (
     score,
     search,
     select,
+    serve,
 )
 from morkit.cli.args import Parser
 from morkit.core.errors import MorkitError
 
-VERBS = (generate, label, score, pool, select, search, loop, pipeline, demo)  # each adds its parsers, in the order --help lists them
+VERBS = (generate, label, score, pool, select, search, loop, pipeline, serve, demo)  # each adds its parsers, in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,136 @@
+"""A TRL reward function backed by a pool's routed RM ensemble: `GRPOTrainer(reward_funcs=routed_reward(...))`.
+
+TRL's GRPOTrainer calls each reward function as `f(prompts=..., completions=..., completion_ids=..., **columns)`
+(dataset columns repeated per generation, newer versions add `trainer_state`) and expects one float (or
+None) per completion. Prompts and completions are strings, or conversations (lists of
+{"role", "content"} messages): the question is the prompt's last user message, the answer the completion's
+text. A prompt's completions are scored together as one query, as GRPO groups them. The scores come from
+the same engine as `morkit serve`, either in this process or from a running server (`url=`), so both give
+the same rewards. TRL itself is not needed to build or call the function.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from morkit.core.errors import InputError, MorkitError
+
+
+def message_text(value: Any, *, role: str | None = None) -> str:
+    """A prompt or completion as text: a string as it is; a conversation's last `role` message (any role when
+    None), or all its messages' contents joined when none has that role."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(m, dict) for m in value):
+        chosen = [m for m in value if role is None or m.get("role") == role] or list(value)
+        if role is not None:
+            chosen = chosen[-1:]
+        return "\n".join(_content(m.get("content", "")) for m in chosen)
+    raise InputError(f"expected a string or a list of {{'role', 'content'}} messages, got {type(value).__name__}")
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+class RoutedReward:
+    """A GRPO reward function: each completion's score under its prompt's routed ensemble.
+
+    Backed by an in-process `RoutingEngine` (built on first call from `pool` and the options) or by a
+    `morkit serve` URL (an httpx client built on first call; every request has `timeout_s` and is retried
+    `retries` times on connection errors and 503/504). `reference_column` names a dataset column whose value
+    becomes the query's reference answer (default: none)."""
+
+    def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
+                 select: Any = None, scoring: Any = None, rms: Sequence[str] = (),
+                 reference_column: str | None = None, timeout_s: float = 300.0, retries: int = 3,
+                 name: str = "morkit_routed_reward"):
+        if sum(x is not None for x in (pool, url, engine)) != 1:
+            raise InputError("give exactly one of pool= (score in this process), url= (a morkit serve server) "
+                             "or engine=")
+        self._pool, self._engine, self._client = pool, engine, None
+        self.url = url.rstrip("/") if url else None
+        self._select, self._scoring, self._rms = select, scoring, tuple(rms)
+        self.reference_column = reference_column
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.__name__ = name  # TRL logs each reward function under its __name__
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
+                 **columns: Any) -> list[float | None]:
+        if len(prompts) != len(completions):
+            raise InputError(f"{len(prompts)} prompts for {len(completions)} completions")
+        questions = [message_text(p, role="user") for p in prompts]
+        answers = [message_text(c, role="assistant") for c in completions]
+        references = None
+        if self.reference_column is not None:
+            if self.reference_column not in columns:
+                raise InputError(f"the data set has no column {self.reference_column!r} (reference_column); "
+                                 f"its columns: {', '.join(sorted(columns)) or 'none'}")
+            references = [None if v is None else str(v) for v in columns[self.reference_column]]
+        if self.url is not None:
+            return self._remote(questions, answers, references)["rewards"]
+        return self._local_engine().rewards(questions, answers, references)["rewards"]
+
+    def _local_engine(self) -> Any:
+        if self._engine is None:
+            from morkit.question_pool.pool import QuestionPool, load_pool
+            from morkit.reward_models.options import ScoringOptions
+            from morkit.selection.methods import SelectOptions
+            from morkit.services.serving.engine import RoutingEngine
+
+            pool = self._pool if isinstance(self._pool, QuestionPool) else load_pool(self._pool)
+            self._engine = RoutingEngine(pool, self._select or SelectOptions(), self._scoring or ScoringOptions(),
+                                         rms=self._rms)
+        return self._engine
+
+    def _remote(self, questions: list[str], answers: list[str], references: list[str | None] | None) -> dict:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(timeout=self.timeout_s)
+        body = {"query": [q + a for q, a in zip(questions, answers)], "prompts": questions, "labels": references}
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                reply = self._client.post(f"{self.url}/get_reward", json=body)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if reply.status_code == 200:
+                    return reply.json()
+                reason = _reason(reply)
+                if reply.status_code not in (503, 504):
+                    raise MorkitError(f"{self.url}/get_reward answered {reply.status_code}: {reason}")
+                last = f"{reply.status_code}: {reason}"
+            if attempt < self.retries:
+                time.sleep(min(2.0**attempt, 10.0))
+        raise MorkitError(f"{self.url}/get_reward failed after {self.retries + 1} tries: {last}")
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._engine is not None and self._pool is not None:  # built here: ours to close
+            self._engine.close()
+            self._engine = None
+
+
+def _reason(reply: Any) -> str:
+    try:
+        return str(reply.json().get("error", reply.text))
+    except ValueError:
+        return reply.text[:200]
+
+
+def routed_reward(pool: Any = None, *, url: str | None = None, **options: Any) -> RoutedReward:
+    """The reward function for `GRPOTrainer(reward_funcs=...)`: `routed_reward("pool/")` scores in this process,
+    `routed_reward(url="http://127.0.0.1:8000")` through `morkit serve`. Options: see RoutedReward."""
+    return RoutedReward(pool=pool, url=url, **options)

@@ -1,0 +1,169 @@
+"""The scoring service behind `morkit serve`: route each query to its ensemble, fill scores, rank.
+
+One `RoutingEngine` holds a Selector over the pool (or a fixed ensemble of the pool's RMs), every RM the
+pool may run, built once and resident for the engine's life, and one shared score cache. `run(jobs)`
+scores a whole micro-batch at once (one embedding call, one scoring pass per RM) while keeping jobs apart:
+a bad query fails only its own job. The server calls it from a single thread; the TRL integration calls
+`rank`/`rewards` in process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from typing import Any, Sequence
+
+from morkit.core.errors import InputError
+from morkit.core.types import Query
+from morkit.question_pool.pool import QuestionPool
+from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.scoring import fill_missing_scores
+from morkit.selection.base import Choice, Neighbours
+from morkit.selection.methods import SelectOptions
+from morkit.selection.selector import Ranking, Selection, Selector
+from morkit.services.routing import make_selector, runnable_rms
+from morkit.services.serving.protocol import group_responses, reward_reply
+from morkit.services.serving.resident import (
+    build_resident,
+    check_fit_together,
+    close_all,
+)
+
+log = logging.getLogger(__name__)
+
+Job = tuple[Query, ...]
+
+
+class FixedEnsemble:
+    """A 'selection method' that always picks one ensemble of the pool: `--rm A [--rm B ...]`.
+
+    Of the pool's ensembles with exactly these members, the one with the best pool-wide mean PRR (the
+    weighting the pool found best for them); its weights apply to pool-normalised scores, as in routing."""
+
+    name = "fixed"
+
+    def __init__(self, pool: QuestionPool, members: Sequence[str]):
+        unknown = [m for m in members if m not in pool.rm_names]
+        if unknown:
+            raise InputError(f"--rm {unknown[0]}: not an RM of this pool; its RMs: {', '.join(pool.rm_names)}")
+        wanted = set(members)
+        rows = [r for r in pool.ensemble_table() if set(r["ensemble"].members) == wanted]
+        if not rows:
+            raise InputError(f"the pool has no ensemble of exactly {', '.join(members)} (it combines up to "
+                             f"{pool.config.max_members} of its RMs)")
+        best = max(rows, key=lambda r: r["mean_prr"] if math.isfinite(r["mean_prr"]) else -math.inf)
+        self.ensemble = best["ensemble"]
+        self.score = float(best["mean_prr"]) if math.isfinite(best["mean_prr"]) else 0.0
+
+    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+        lacking = [m for m in self.ensemble.members if m not in available]
+        if lacking:
+            raise LookupError(f"the fixed ensemble needs {', '.join(lacking)}, which this query's candidates "
+                              "neither carry under 'scores' nor can be scored by here")
+        return Choice(self.ensemble, "pool-zscore", self.score, (), {"criterion": "fixed (pool mean PRR)"})
+
+
+class RoutingEngine:
+    """Routed (or fixed-ensemble) MoR scoring with resident RMs and one shared score cache."""
+
+    def __init__(self, pool: QuestionPool, select: SelectOptions = SelectOptions(),
+                 scoring: ScoringOptions = ScoringOptions(), *, rms: Sequence[str] = (), embedder: Any = None):
+        self.pool = pool
+        self.scoring = scoring
+        self.fixed = tuple(rms)
+        fixed = FixedEnsemble(pool, self.fixed) if self.fixed else None
+        runnable = runnable_rms(pool) if select.allow_run else []
+        names = [n for n in runnable if not self.fixed or n in self.fixed]
+        check_fit_together(names, scoring)  # before the embedder or any RM loads
+        if embedder is None:
+            self.selector = make_selector(pool, select, scoring.device)
+        else:  # a caller's own embedder (it must be the pool's)
+            self.selector = Selector(pool, select.method, embedder=embedder, k=select.k,
+                                     singles_only=select.singles_only, runnable=runnable)
+        if fixed is not None:
+            self.selector.method, self.selector.method_name = fixed, fixed.name
+        self.models = build_resident(names, scoring)  # each built once, resident for the engine's life
+        self.cache = scoring.open_cache()
+
+    @property
+    def method(self) -> str:
+        return self.selector.method_name
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "questions": len(self.pool), "method": self.method,
+                "fixed_ensemble": list(self.fixed) or None, "resident_rms": list(self.models),
+                "pool_rms": list(self.pool.rm_names)}
+
+    # ------------------------------------------------------------------------------------------ batches
+    def run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
+        """Rankings for every job of a micro-batch, or the exception that failed that job alone."""
+        flat = [(j, q) for j, job in enumerate(jobs) for q in job]
+        failed: dict[int, Exception] = {}
+        selections: list[Selection | None] = [None] * len(flat)
+        try:  # one question per call: a padded batch would round a query's vector by its batch-mates
+            vectors = [self.selector.embedder.encode([q.question]) for _, q in flat]
+        except Exception as exc:  # noqa: BLE001 - nothing can be routed without embeddings
+            return [exc] * len(jobs)
+        for i, (j, query) in enumerate(flat):
+            if j not in failed:
+                try:
+                    selections[i] = self.selector.select_many([query], vectors=vectors[i])[0]
+                except Exception as exc:  # noqa: BLE001 - fails this job only
+                    failed[j] = exc
+        live = [i for i, (j, _) in enumerate(flat) if j not in failed]
+        scored = self._fill([flat[i][1] for i in live], [selections[i] for i in live],
+                            [flat[i][0] for i in live], failed)
+        out: dict[int, list[Ranking]] = defaultdict(list)
+        for i, query in zip(live, scored):
+            j = flat[i][0]
+            if j in failed or query is None:
+                continue
+            try:
+                out[j].append(self.selector.rank_selected(query, selections[i]))
+            except Exception as exc:  # noqa: BLE001
+                failed[j] = exc
+        return [failed[j] if j in failed else out[j] for j in range(len(jobs))]
+
+    def _fill(self, queries: list[Query], selections: list[Any], owners: list[int],
+              failed: dict[int, Exception]) -> list[Query | None]:
+        """Queries with their chosen members' scores filled; on a failure, retried job by job to isolate it."""
+        wanted = [s.choice.ensemble.members for s in selections]
+        try:
+            return fill_missing_scores(queries, wanted, self.models, cache=self.cache, chunk=self.scoring.chunk)
+        except Exception as exc:  # noqa: BLE001 - find the job(s) at fault
+            if len(set(owners)) <= 1:
+                failed.update((o, exc) for o in owners)
+                return [None] * len(queries)
+        out: list[Query | None] = [None] * len(queries)
+        for job in dict.fromkeys(owners):
+            rows = [i for i, o in enumerate(owners) if o == job]
+            try:
+                done = fill_missing_scores([queries[i] for i in rows], [wanted[i] for i in rows], self.models,
+                                           cache=self.cache, chunk=self.scoring.chunk)
+            except Exception as exc:  # noqa: BLE001
+                failed[job] = exc
+                continue
+            for i, query in zip(rows, done):
+                out[i] = query
+        return out
+
+    # ---------------------------------------------------------------------------------------- in process
+    def rank(self, queries: Sequence[Query]) -> list[Ranking]:
+        """Rankings of `queries` (one job); the same JSON as `morkit rank` gives, line by line."""
+        result = self.run([tuple(queries)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def rewards(self, prompts: Sequence[str], responses: Sequence[str],
+                references: Sequence[str | None] | None = None) -> dict[str, list[float]]:
+        """OpenRLHF's reply for (prompt, response) items: responses grouped by prompt, routed and scored."""
+        job = group_responses(prompts, responses, references)
+        rankings = self.rank(job.queries)
+        return reward_reply(job, [r.scores for r in rankings])
+
+    def close(self) -> None:
+        close_all(self.models)
+        if self.cache is not None:
+            self.cache.close()

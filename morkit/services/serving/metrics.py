@@ -1,0 +1,68 @@
+"""The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash).
+
+Requests by route and status, request latency, engine batch sizes and times, queued requests dropped
+before scoring, queue depth, and the shared score cache's hits and misses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from morkit.services.serving.batcher import BatchStats
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class _CacheCollector:
+    """Reads the score cache's own counters at scrape time."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily("morkit_score_cache_hits", "score cache lookups that found a score",
+                                  value=getattr(self.cache, "hits", 0))
+        yield CounterMetricFamily("morkit_score_cache_misses", "score cache lookups that found none (the RM ran)",
+                                  value=getattr(self.cache, "misses", 0))
+
+
+class ServerMetrics:
+    """Counters, histograms and gauges of one server app; `render()` gives the Prometheus text."""
+
+    def __init__(self, cache: Any, queue_depth: Callable[[], int]):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("morkit_requests", "HTTP requests by route and status code", ["route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("morkit_request_seconds", "request latency, body read to reply", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.batch_size = Histogram("morkit_batch_size", "requests per engine call (micro-batch size)",
+                                    buckets=BATCH_BUCKETS, registry=self.registry)
+        self.batch_seconds = Histogram("morkit_batch_seconds", "seconds per engine call", buckets=LATENCY_BUCKETS,
+                                       registry=self.registry)
+        self.skipped = Counter("morkit_skipped_requests",
+                               "queued requests dropped before scoring (client gone or timed out)",
+                               registry=self.registry)
+        depth = Gauge("morkit_queue_depth", "requests waiting for the engine", registry=self.registry)
+        depth.set_function(queue_depth)
+        self.registry.register(_CacheCollector(cache))
+
+    def observe_batch(self, stats: BatchStats) -> None:
+        if stats.size:
+            self.batch_size.observe(stats.size)
+            self.batch_seconds.observe(stats.seconds)
+        if stats.skipped:
+            self.skipped.inc(stats.skipped)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,168 @@
+"""The server's request and reply bodies: contract queries for /v1/rank, OpenRLHF's remote-RM protocol.
+
+Bodies are decoded with the JSONL contract's own reader and queries with its own parser, so a bad body
+gets the same one-line reasons as a bad input file (naming the query's index and id). OpenRLHF sends
+`{"query": [prompt + response, ...], "prompts": [...], "labels": [...]}`; each text is split into its
+prompt and response, responses are grouped by prompt into one contract query per prompt (labels become
+the query's `reference`), and the reply gives each item its routed ensemble's score.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from morkit.core.errors import InputError
+from morkit.core.types import Candidate, Query
+from morkit.data.contract import parse_query
+from morkit.data.jsonl import (
+    _parsed,  # the contract reader's decoder: same checks, same messages
+)
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object; InputError (one line) for bytes, JSON or numbers the contract refuses."""
+    text = raw.decode("utf-8", errors="surrogateescape")
+    try:
+        for _, obj in _parsed(text, "request body", None):
+            return obj
+    except InputError as exc:
+        raise InputError(str(exc)) from None
+    raise InputError("request body: empty; send a JSON object")
+
+
+def _list(body: dict[str, Any], key: str, limit: int, *, required: bool = True) -> list[Any] | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, list):
+        raise InputError(f"request body: {key!r} must be a list")
+    if len(value) > limit:
+        raise InputError(f"request body: {key!r} has {len(value)} items; this server takes at most {limit} "
+                         "per request (split it)")
+    return value
+
+
+def rank_queries(body: dict[str, Any], max_queries: int) -> tuple[Query, ...]:
+    """The contract queries of a /v1/rank body `{"queries": [...]}`; every problem names the index and id."""
+    items = _list(body, "queries", max_queries)
+    if not items:
+        raise InputError("request body: 'queries' is empty")
+    out: list[Query] = []
+    seen: dict[str, int] = {}
+    for i, obj in enumerate(items):
+        if not isinstance(obj, dict):
+            raise InputError(f"queries[{i}]: expected a JSON object, got {type(obj).__name__}")
+        try:
+            query = parse_query(obj)
+        except InputError as exc:
+            raise InputError(f"queries[{i}]: {exc}") from None
+        if query.id in seen:
+            raise InputError(f"queries[{i}]: duplicate id {query.id!r} (first at queries[{seen[query.id]}])")
+        seen[query.id] = i
+        out.append(query)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RewardJob:
+    """Responses grouped by prompt: one query per distinct prompt, and where each input item landed."""
+
+    queries: tuple[Query, ...]
+    positions: tuple[tuple[int, int], ...]  # item i -> (query index, candidate index)
+
+
+def group_responses(prompts: Sequence[str], responses: Sequence[str],
+                    references: Sequence[str | None] | None = None) -> RewardJob:
+    """One contract query per distinct prompt (in first-seen order) holding its responses as candidates.
+
+    A prompt's responses are scored together, as GRPO groups are: rules such as math-consensus and the
+    per-query transforms look at the whole group."""
+    groups: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(prompt, []).append(i)
+    queries, positions = [], [(0, 0)] * len(prompts)
+    for q, (prompt, items) in enumerate(groups.items()):
+        reference = next((references[i] for i in items if references and references[i] is not None), None)
+        for c, i in enumerate(items):
+            positions[i] = (q, c)
+        queries.append(Query(f"prompt-{q}", prompt, tuple(Candidate(text=responses[i]) for i in items),
+                             reference=reference))
+    return RewardJob(tuple(queries), tuple(positions))
+
+
+def _label(value: Any, i: int) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(f"labels[{i}]: must be a string, a number or null")
+
+
+_SPECIAL = r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</?s>|<pad>|<eos>|<bos>|\[PAD\]|\[CLS\]|\[SEP\])"
+_LEADING_SPECIAL = re.compile(rf"^(?:{_SPECIAL})+")
+_TRAILING_SPECIAL = re.compile(rf"(?:{_SPECIAL})+\s*$")
+"""Special tokens as decoded text: OpenRLHF decodes with skip_special_tokens=False, so a query text may start
+with left padding or BOS and end with EOS and padding; they are not part of the prompt or the response."""
+
+
+def split_response(text: str, prompt: str) -> str | None:
+    """The response of an OpenRLHF query text: what follows its prompt, special tokens around it removed;
+    None where the text (less leading special tokens) does not start with the prompt."""
+    for candidate in (text, _LEADING_SPECIAL.sub("", text)):
+        for head in (prompt, _LEADING_SPECIAL.sub("", prompt)):
+            if candidate.startswith(head):
+                return _TRAILING_SPECIAL.sub("", candidate[len(head):])
+    return None
+
+
+def reward_job(body: dict[str, Any], max_items: int) -> RewardJob:
+    """The RewardJob of an OpenRLHF body; each text must start with its prompt (after any leading special
+    tokens; a mismatch names the item)."""
+    texts = _list(body, "query", max_items)
+    prompts = _list(body, "prompts", max_items, required=False)
+    labels = _list(body, "labels", max_items, required=False)
+    if not texts:
+        raise InputError("request body: 'query' is empty")
+    if prompts is None:
+        raise InputError("request body: 'prompts' is missing; morkit routes by prompt, so send each item's prompt "
+                         "(OpenRLHF does)")
+    for key, values in (("prompts", prompts), ("labels", labels)):
+        if values is not None and len(values) != len(texts):
+            raise InputError(f"request body: {len(values)} {key} for {len(texts)} items in 'query'")
+    responses = []
+    for i, (text, prompt) in enumerate(zip(texts, prompts)):
+        if not isinstance(text, str) or not isinstance(prompt, str):
+            raise InputError(f"item {i}: 'query' and 'prompts' items must be strings")
+        response = split_response(text, prompt)
+        if response is None:
+            raise InputError(f"item {i}: query[{i}] does not start with prompts[{i}]; send prompt + response as "
+                             "the query text")
+        responses.append(response)
+    references = [_label(v, i) for i, v in enumerate(labels)] if labels is not None else None
+    return group_responses(prompts, responses, references)
+
+
+def item_rewards(job: RewardJob, scores: Sequence[Sequence[float]]) -> list[float]:
+    """Each item's score from its query's per-candidate scores."""
+    return [float(scores[q][c]) for q, c in job.positions]
+
+
+def group_scaled(job: RewardJob, scores: Sequence[Sequence[float]]) -> list[float]:
+    """Each item's score min-max scaled within its prompt's group to [0, 1] (all 0 where the group is flat).
+
+    OpenRLHF reads `scores` as 0-1 values for dynamic filtering (it drops prompts whose mean score falls
+    outside --dynamic_filtering_reward_range); scaled this way a group without signal averages 0."""
+    out = []
+    for q, c in job.positions:
+        row = scores[q]
+        low, high = min(row), max(row)
+        out.append(0.0 if not math.isfinite(high - low) or high <= low else (row[c] - low) / (high - low))
+    return out
+
+
+def reward_reply(job: RewardJob, scores: Sequence[Sequence[float]]) -> dict[str, list[float]]:
+    """OpenRLHF's reply: `rewards` (for advantages) and `scores` (0-1, for dynamic filtering)."""
+    return {"rewards": item_rewards(job, scores), "scores": group_scaled(job, scores)}
