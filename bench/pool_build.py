@@ -22,6 +22,18 @@ does), against a plain per-question, per-ensemble Python loop over `morkit.quest
 sample, extrapolated to the same size; both are measured in this run and the sample's values must agree.
 
     .venv/bin/python bench/pool_build.py [--sizes 1000 10000] [--ensembles 1000] [--no-embed]
+
+`--large N` (e.g. 1000000) measures instead a pool past its dense PRR table, with all 5335 ensembles:
+  rows     the 383 problems' arrays tiled to N questions (ids and texts get " [copy k]"); no Query objects
+  vectors  SYNTHETIC clustered unit vectors (bench/knn.py's mixture, 384 dims), since MiniLM on CPU would
+           need about 18 hours for a million texts; embedding is excluded from the build time
+  build    `pool_from_rows` (normaliser, single-RM PRR, enumeration, per-ensemble means over the sampled
+           questions, the FAISS index with its recall@100), then the stacker fit (sampled) and the save
+Then a FRESH process opens the saved pool (memory-mapped) and selects for `--queries` new query vectors
+from the same distribution, one at a time, with the stacker (the default method) and PRES (the
+neighbours' PRR computed from member scores per query): p50 and p99 of `Selector.select_many` given
+the query's vector (neighbour search + choice), its RSS after opening and its peak RSS, measured with
+the MiniLM query embedding (p50 of one real question at a time) timed separately at the end.
 """
 
 from __future__ import annotations
@@ -143,6 +155,181 @@ def tied_members(normalised, valid, ensembles, rm_names, question_rows, ensemble
     return out
 
 
+def tiled_rows(base, size: int):
+    """PoolRows of `size` questions: `base`'s arrays tiled, copy k > 0 of a question with " [copy k]" on its id
+    and text (what `replicated` does to queries, without a million Query objects)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from morkit.question_pool.rows import PoolQuestion
+
+    n = len(base.questions)
+    order = np.arange(size) % n
+    questions = tuple(PoolQuestion(q.id + (f" [copy {j // n}]" if j >= n else ""),
+                                   q.question + (f" [copy {j // n}]" if j >= n else ""), q.domain, q.n_candidates)
+                      for j, q in ((j, base.questions[j % n]) for j in range(size)))
+    return replace(base, questions=questions, scores=base.scores[order], correct=base.correct[order],
+                   valid=base.valid[order], skipped={}, missing={k: 0 for k in base.missing})
+
+
+def clustered_vectors(count: int, dim: int, seed: int, chunk: int = 100_000):
+    """bench/knn.py's clustered unit vectors (200 topics x 10 subtopics, the same for every seed), made in
+    chunks so a million of them need no more memory than their own 1.5 GB."""
+    import numpy as np
+    from knn import unit  # bench/knn.py, beside this script
+
+    topic_rng = np.random.default_rng(0)
+    topics = unit(topic_rng.standard_normal((200, dim), dtype=np.float32))
+    subtopics = unit(np.repeat(topics, 10, axis=0)
+                     + topic_rng.standard_normal((2000, dim), dtype=np.float32) / np.sqrt(dim))
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, dim), dtype=np.float32)
+    for start in range(0, count, chunk):
+        n = min(chunk, count - start)
+        members = rng.integers(0, len(subtopics), n)
+        noise = 0.75 * rng.standard_normal((n, dim), dtype=np.float32) / np.sqrt(dim)
+        out[start : start + n] = unit(subtopics[members] + noise)
+    return out
+
+
+class Vectors:
+    """An embedder stand-in that hands back vectors made elsewhere (morkit only calls `name` and `encode`)."""
+
+    name = "synthetic-clustered-384"
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def encode(self, texts, progress: bool = False):
+        assert len(texts) == len(self.vectors)
+        return self.vectors
+
+
+def _status_gib(key: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def rss_gib() -> float:
+    return _status_gib("VmRSS")
+
+
+def peak_rss_gib() -> float:
+    """This process's high-water RSS (VmHWM: unlike ru_maxrss, not inherited from the parent across exec)."""
+    return _status_gib("VmHWM")
+
+
+def build_large(base_queries, rm_names, size: int, out: str) -> dict:
+    """Build and save a `size`-question pool from tiled rows and synthetic vectors; phase times and peak RSS."""
+    from morkit.question_pool.pool import PoolConfig, pool_from_rows
+    from morkit.question_pool.rows import pool_rows
+    from morkit.selection.stacker import with_stored_stacker
+
+    t: dict[str, float] = {}
+    base = pool_rows(base_queries, rm_names, "min")
+    rows, t["rows"] = timed(tiled_rows, base, size)
+    vectors = clustered_vectors(size, 384, seed=1)
+    pool, t["pool_from_rows"] = timed(pool_from_rows, rows, rm_names, Vectors(vectors), config=PoolConfig())
+    del vectors, rows
+    history = pool.meta["history"][0]["timings"]
+    t["statistics"], t["index"] = history["prr_s"], history["embed_index_s"]
+    pool, t["stacker"] = timed(with_stored_stacker, pool)
+    _, t["save"] = timed(pool.save, out)
+    return {"times": t, "ensembles": len(pool.ensembles), "dense": pool.dense, "index": pool.meta["index"],
+            "sample": pool.meta["statistics"]["sample"] if not pool.dense else None, "peak_rss_gib": peak_rss_gib()}
+
+
+def select_child(path: str, queries: int, k: int, data_dir) -> None:
+    """In a fresh process: open the pool, time one-at-a-time selection from query vectors; print JSON."""
+    import json
+
+    import numpy as np
+
+    from morkit.data.datasets import rewardmath_rm_scores
+    from morkit.question_pool.pool import load_pool
+    from morkit.selection.selector import Selector
+
+    before = rss_gib()
+    pool, open_s = timed(load_pool, path)
+    opened = rss_gib()
+    base = rewardmath_rm_scores(data_dir)
+    vectors = clustered_vectors(queries, 384, seed=2)
+    out = {"open_s": open_s, "rss_before_open_gib": before, "rss_after_open_gib": opened, "methods": {}}
+    for method in ("stacker", "pres"):
+        selector = Selector(pool, method, embedder=Vectors(vectors), k=k)
+        selector.select_many([base[0]], vectors=vectors[:1])  # warm-up: the method's tables
+        times = []
+        for i in range(queries):
+            started = time.perf_counter()
+            selector.select_many([base[i % len(base)]], vectors=vectors[i : i + 1])
+            times.append(time.perf_counter() - started)
+        ms = np.array(times) * 1000
+        out["methods"][method] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+                                  "rss_gib": rss_gib()}
+    out["peak_rss_select_gib"] = peak_rss_gib()
+    from morkit.question_pool.embed import load_embedder
+
+    embedder = load_embedder()
+    texts = [q.question for q in base[:50]]
+    embedder.encode(texts[:2])
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        embedder.encode([text])
+        times.append(time.perf_counter() - started)
+    out["embed_p50_ms"] = float(np.percentile(np.array(times) * 1000, 50))
+    out["peak_rss_with_embedder_gib"] = peak_rss_gib()
+    print(json.dumps(out))
+
+
+def run_large(args, base, rm_names, data_dir) -> None:
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="morkit-pool-scale-", dir=args.large_dir)
+    path = os.path.join(folder, "pool")
+    try:
+        print(f"building a {args.large:,}-question pool (tiled rewardmath rows, synthetic vectors) in {path}",
+              flush=True)
+        built = build_large(base, rm_names, args.large, path)
+        size_gb = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / 1e9
+        child = subprocess.run([sys.executable, __file__, "--select-child", path, "--queries", str(args.queries),
+                                "--k", str(args.k), "--data-dir", str(data_dir)],
+                               capture_output=True, text=True)
+        if child.returncode:
+            raise SystemExit(f"the selecting process failed:\n{child.stderr}")
+        selected = json.loads(child.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    t = built["times"]
+    print(f"\n{args.large:,} questions x {built['ensembles']:,} ensembles; dense tables: {built['dense']} "
+          f"(means over {built['sample']:,} sampled questions); index {built['index']['kind']}, "
+          f"recall@100 {built['index'].get('recall@100', 1.0):.3f}; on disk {size_gb:.1f} GB")
+    labels = [("rows", "rows: tile the 383 problems' arrays"),
+              ("statistics", "normaliser, single-RM PRR, enumeration, sampled means"),
+              ("index", "FAISS index + recall (embedding excluded)"),
+              ("stacker", "stacker fit (50k-question sample)"), ("save", "save (atomic directory swap)")]
+    for key, label in labels:
+        print(f"  {label:<58}{t[key]:>9.1f}s")
+    total = t["rows"] + t["pool_from_rows"] + t["stacker"] + t["save"]
+    print(f"  {'build total':<58}{total:>9.1f}s   peak RSS {built['peak_rss_gib']:.2f} GiB")
+    print(f"fresh process: open {selected['open_s']:.2f}s, RSS {selected['rss_before_open_gib']:.2f} -> "
+          f"{selected['rss_after_open_gib']:.2f} GiB after opening")
+    print(f"{'select (query vector given), k=' + str(args.k):<40}{'p50':>10}{'p99':>10}{'RSS after':>12}")
+    for method, m in selected["methods"].items():
+        print(f"  {method:<38}{m['p50_ms']:>8.2f}ms{m['p99_ms']:>8.2f}ms{m['rss_gib']:>9.2f} GiB")
+    print(f"peak RSS of the selecting process: {selected['peak_rss_select_gib']:.2f} GiB; with MiniLM loaded "
+          f"{selected['peak_rss_with_embedder_gib']:.2f} GiB; MiniLM query embedding p50 "
+          f"{selected['embed_p50_ms']:.1f} ms (CPU)")
+    print(f"targets: select p50 <= 5 ms, RSS <= 4 GB; load average at the end {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="pool sizes (questions)")
@@ -158,7 +345,19 @@ def main() -> None:
                         help="embed GSM8K question texts in rotation with the MATH ones")
     parser.add_argument("--loop-questions", type=int, default=200, help="sample size of the plain-loop baseline")
     parser.add_argument("--loop-ensembles", type=int, default=50, help="sample size of the plain-loop baseline")
+    parser.add_argument("--large", type=int, default=0,
+                        help="instead: build a pool of this many questions (e.g. 1000000), open it in a fresh "
+                             "process and time selection (see above)")
+    parser.add_argument("--large-dir", help="where the large pool is written, then removed (default: the temp dir)")
+    parser.add_argument("--queries", type=int, default=1000, help="--large: queries selected one at a time")
+    parser.add_argument("--k", type=int, default=100, help="--large: neighbours per query")
+    parser.add_argument("--select-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.select_child:
+        from morkit.core import settings
+
+        select_child(args.select_child, args.queries, args.k, settings.data_dir(args.data_dir))
+        return
 
     import numpy as np
 
@@ -176,6 +375,9 @@ def main() -> None:
     texts = [q.question for q in base]
     if args.gsm8k_texts:
         texts += [q.question for q in gsm8k_model_solutions(data_dir)]
+    if args.large:
+        run_large(args, base, rm_names, data_dir)
+        return
     embedder = None
     if not args.no_embed:
         from morkit.question_pool.embed import load_embedder

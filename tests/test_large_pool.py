@@ -149,3 +149,17 @@ def test_ivf_pool_round_trip_and_a_corrupt_ivf_index(rewardmath, hash_embedder, 
     faiss.write_index(broken, str(tmp_path / "pool" / "index.faiss"))
     with pytest.raises(InputError, match="index.faiss.*corrupt IVF index"):
         load_pool(tmp_path / "pool")
+
+
+def test_a_pool_written_before_large_pools_still_opens(rewardmath, hash_embedder, tmp_path):
+    """Version-1 headers have no statistics setting and no IVF fields in their config."""
+    pool = build_pool(rewardmath[:30], hash_embedder, config=PoolConfig(max_members=2))
+    pool.save(tmp_path / "pool")
+    header = json.loads((tmp_path / "pool" / "pool.json").read_text())
+    del header["config"]["statistics"]
+    for key in ("nlist", "nprobe"):
+        del header["config"]["index"][key]
+    (tmp_path / "pool" / "pool.json").write_text(json.dumps(header))
+    old = load_pool(tmp_path / "pool")
+    assert old.dense and old.config == pool.config
+    np.testing.assert_array_equal(old.prr, pool.prr)

@@ -44,7 +44,7 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
 
     config = PoolConfig(normalizer=args.normalizer, max_members=args.max_members,
                         weightings=tuple(args.weighting or PoolConfig().weightings), temperature=args.temperature,
-                        reduction=args.reduction, index=IndexConfig(kind=args.index))
+                        reduction=args.reduction, index=IndexConfig(kind=args.index), statistics=args.statistics)
     options = scoring_options(args)
     output_dir(args.output)
     started = time.perf_counter()
@@ -88,7 +88,7 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
     print(f"  {info['questions']} questions ({domains}), up to {info['max_candidates']} candidates each")
     print(f"  embedder {info['embedder']['name']} (dim {info['embedder']['dim']}), index {info['index']}")
     print(f"  {len(info['rms'])} RMs, {info['ensembles']} ensembles, normaliser {info['normalizer']}, "
-          f"PRM steps reduced by {info['reduction']}")
+          f"PRM steps reduced by {info['reduction']}; statistics {info['statistics']}")
     skipped = {k: v for k, v in info["skipped"].items() if v}
     missing = {k: v for k, v in info["missing_scores"].items() if v}
     if skipped or missing:
@@ -115,7 +115,8 @@ def cmd_pool_report(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     from morkit.question_pool.ensembles import NORMALIZERS, WEIGHTINGS
-    from morkit.question_pool.index import INDEX_KINDS
+    from morkit.question_pool.index import APPROXIMATE_ABOVE, INDEX_KINDS
+    from morkit.question_pool.pool import DENSE_CELLS, STATISTICS
     from morkit.services.scoring import DEFAULT_RMS
 
     pool = sub.add_parser("pool", parents=[parent], help="build, extend and inspect question pools",
@@ -127,7 +128,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                          description="Label candidates that lack `correct` (reference answer or sandboxed tests), "
                                      "score them with each pool RM (cached input scores are used as they are), "
                                      "compute PRR for every RM and every 2..N-member ensemble, embed the questions "
-                                     "and index them. Writes the pool directory atomically.")
+                                     "and index them (--ray scores model RMs on a Ray cluster). Writes the pool "
+                                     "directory atomically.")
     p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
     add_input_options(p)
     p.add_argument("-o", "--output", required=True, help="pool directory to write (replaced atomically)")
@@ -143,7 +145,12 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=POSITIVE, default=1.0, help="softmax weighting temperature (default 1.0)")
     p.add_argument("--max-members", type=POSITIVE_INT, default=3, help="largest ensemble size (default 3)")
     p.add_argument("--index", choices=INDEX_KINDS, default="auto",
-                   help="FAISS index: exact (flat), approximate (hnsw), or auto by pool size (default)")
+                   help="FAISS index: exact (flat), approximate (ivf or hnsw), or auto: flat up to "
+                        f"{APPROXIMATE_ABOVE:,} questions, ivf above (default)")
+    p.add_argument("--statistics", choices=STATISTICS, default="auto",
+                   help="store PRR and best-of-n of every ensemble as dense tables, or keep only member scores and "
+                        "compute the neighbours' values per query (on-the-fly); auto: dense up to "
+                        f"{DENSE_CELLS:,} (question, ensemble) cells (default)")
     add_scoring_options(p)
     p.set_defaults(func=cmd_pool_build)
 

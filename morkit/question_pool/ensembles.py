@@ -138,6 +138,21 @@ def weight_matrix(ensembles: Sequence[Ensemble], rm_names: Sequence[str]) -> np.
     return w
 
 
+def member_slots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each ensemble's members in the order `combine` adds them: (slots, E) RM columns and their weights
+    (weight 0, RM 0 past an ensemble's last member), from W (R, E)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    used = weights != 0
+    width = max(1, int(used.sum(axis=0).max(initial=0)))
+    members = np.zeros((width, weights.shape[1]), dtype=np.int64)
+    member_weights = np.zeros((width, weights.shape[1]))
+    for e in range(weights.shape[1]):
+        rows = np.flatnonzero(used[:, e])
+        members[: len(rows), e] = rows
+        member_weights[: len(rows), e] = weights[rows, e]
+    return members, member_weights
+
+
 def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E).
 
@@ -149,13 +164,11 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     NaN (a missing member score) makes exactly the ensembles that use that member NaN."""
     normalised = np.asarray(normalised, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
-    used = weights != 0
-    width = max(1, int(used.sum(axis=0).max(initial=0)))
-    columns = np.arange(weights.shape[1])
+    members, member_weights = member_slots(weights)
+    width, columns = len(members), np.arange(weights.shape[1])
     slots = np.zeros((width,) + weights.shape)  # slots[k][r, e]: the weight of e's k-th member, if it is r
-    for e in range(weights.shape[1]):
-        rows = np.flatnonzero(used[:, e])
-        slots[np.arange(len(rows)), rows, e] = weights[rows, e]
+    for k in range(width):
+        slots[k][members[k], columns] = member_weights[k]
     present = ~np.isnan(normalised)
     filled = np.where(present, normalised, 0.0)
     flat = filled.reshape(-1, weights.shape[0])
@@ -164,11 +177,10 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
         out = np.zeros(shape)
         for k in range(width):
             out += (flat @ slots[k]).reshape(shape)
-    else:  # an infinity times a zero weight would be NaN: add the terms one gather at a time
+    else:  # an infinity times another member's zero weight would be NaN: add the terms one gather at a time
         out = np.zeros(shape)
         for k in range(width):
-            member = np.argmax(slots[k] != 0, axis=0)
-            out += slots[k][member, columns] * filled[..., member]
-    lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ used.astype(np.float32)
+            out += member_weights[k] * filled[..., members[k]]
+    lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ (weights != 0).astype(np.float32)
     out[lacking.reshape(shape) > 0] = np.nan
     return out

@@ -21,7 +21,7 @@ APPROXIMATE_ABOVE = 100_000
 search on 384-dim vectors measured about 1 ms at 10k and 10 ms at 100k questions (one thread,
 bench/knn.py). HNSW answers in about 0.5 ms but took 118-307 s to build at 100k on 2 cores, so a
 million questions would take most of an hour; IVF trains its coarse centroids on a sample and adds a
-million vectors in about a minute (bench/pool_build.py --million), and `nprobe` trades speed for recall."""
+million vectors in about a minute (bench/pool_build.py --large), and `nprobe` trades speed for recall."""
 TRAIN_PER_LIST = 64
 """IVF trains its coarse quantizer on this many sampled vectors per list (FAISS warns below 39)."""
 

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from morkit.core.errors import InputError
-from morkit.question_pool.ensembles import Ensemble, weight_matrix
+from morkit.question_pool.ensembles import Ensemble, member_slots, weight_matrix
 
 _ROUNDING = 1e-6
 """Relative bound on the float32 product's error: an ensemble's column has at most `slots` non-zero weights,
@@ -39,15 +39,8 @@ class EnsembleMatrix:
     @classmethod
     def of(cls, ensembles: Sequence[Ensemble], rm_names: Sequence[str]) -> "EnsembleMatrix":
         weights = weight_matrix(ensembles, rm_names)
-        used = weights != 0
-        slots = max(1, int(used.sum(axis=0).max(initial=0)))
-        members = np.zeros((slots, weights.shape[1]), dtype=np.int64)
-        member_weights = np.zeros((slots, weights.shape[1]))
-        for e in range(weights.shape[1]):  # members in the order the builder's `combine` adds them
-            rows = np.flatnonzero(used[:, e])
-            members[: len(rows), e] = rows
-            member_weights[: len(rows), e] = weights[rows, e]
-        return cls(weights.astype(np.float32), members, member_weights, used.astype(np.float32),
+        members, member_weights = member_slots(weights)  # in the order the builder's `combine` adds them
+        return cls(weights.astype(np.float32), members, member_weights, (weights != 0).astype(np.float32),
                    float(np.abs(weights).max(initial=0.0)))
 
 
@@ -90,11 +83,12 @@ def _pair_wins(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, norma
                                       + 1e-12 * np.nan_to_num(np.abs(z_good) + np.abs(z_bad)).sum(axis=1))
              ).astype(np.float32)[:, None]
     wins = product > bound
-    magnitude = np.abs(product)
-    near = np.flatnonzero(magnitude.min(axis=1, initial=np.inf) <= bound[:, 0])  # pairs with a sign in doubt
-    if len(near):
-        sub, ens = np.nonzero(magnitude[near] <= bound[near])
-        pair = near[sub]
+    doubt = (product <= bound) & (product >= -bound)  # signs the rounding could have flipped
+    if doubt.any():
+        # Members that all score the two answers alike make an exact tie (a product of exact zeros): no win, and
+        # nothing to recheck. Discrete RMs (judges' grades, rules) make many of those.
+        doubt &= ((delta != 0).astype(np.float32) @ matrix.uses) > 0
+        pair, ens = np.nonzero(doubt)
         wins[pair, ens] = _exact_scores(z_good[pair], matrix, ens) > _exact_scores(z_bad[pair], matrix, ens)
     return _PairWins(wins, q, good.sum(axis=1) * bad.sum(axis=1), (np.isnan(scores) & valid[:, :, None]).any(axis=1))
 

@@ -44,6 +44,7 @@ from morkit.question_pool.rows import (
     ensemble_statistics,
     nanmean_columns,
     pool_rows,
+    sampled_means,
 )
 from morkit.question_pool.store import (
     ANY_REVISION,
@@ -62,8 +63,6 @@ STATISTICS = ("auto", "dense", "on-the-fly")
 DENSE_CELLS = 250_000_000
 """Under statistics "auto", pools up to this many (question, ensemble) cells store dense PRR and best-of-n
 tables (2 GB of float32 at the limit); larger ones compute them on the fly."""
-MEANS_SAMPLE = 20_000
-"""Questions sampled (seeded) to estimate each ensemble's mean PRR and best-of-n in an on-the-fly pool."""
 _STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version", "token")
 
 
@@ -258,27 +257,6 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     if not rows.questions:
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
     return pool_from_rows(rows, rm_names, embedder, config=config, provenance=provenance, progress=progress)
-
-
-def sample_rows(size: int, sample: int, seed: int = 0) -> np.ndarray:
-    """A seeded sample of `sample` of `size` rows, in row order (all rows when there are no more)."""
-    if size <= sample:
-        return np.arange(size)
-    return np.sort(np.random.default_rng(seed).choice(size, size=sample, replace=False))
-
-
-def sampled_means(rows: PoolRows, rm_names: Sequence[str], normalizer: Normalizer, ensembles: Sequence[Ensemble],
-                  sample: int = MEANS_SAMPLE, progress: bool = False) -> dict[str, Any]:
-    """Each ensemble's mean PRR and best-of-n (and the questions defining them) over a seeded sample of rows:
-    what an on-the-fly pool stores instead of its dense tables."""
-    picks = sample_rows(len(rows.questions), sample)
-    prr, top1 = ensemble_statistics(np.asarray(rows.scores[picks]), np.asarray(rows.correct[picks]),
-                                    np.asarray(rows.valid[picks]), normalizer, rm_names, ensembles,
-                                    progress=progress, ids=[rows.questions[i].id for i in picks])
-    finite_or_none = lambda values: [float(v) if np.isfinite(v) else None for v in values]  # noqa: E731 - JSON
-    return {"sample": int(len(picks)), "mean_prr": finite_or_none(nanmean_columns(prr)),
-            "mean_top1": finite_or_none(nanmean_columns(top1)),
-            "questions": [int(c) for c in (~np.isnan(prr)).sum(axis=0)]}
 
 
 def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEmbedder, *,

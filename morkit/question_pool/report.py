@@ -19,8 +19,8 @@ from morkit.data.html import fmt as _fmt
 from morkit.data.html import img as _img
 from morkit.data.html import table as _table
 from morkit.data.html import write_page
-from morkit.question_pool.pool import QuestionPool, sample_rows
-from morkit.question_pool.rows import nanmean_columns
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import nanmean_columns, sample_rows
 
 
 def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -121,3 +121,28 @@ def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarr
         prr[part] = prr_matrix(combined, correct[part], valid[part])
         top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
     return prr, top1
+
+
+MEANS_SAMPLE = 20_000
+"""Questions sampled (seeded) to estimate each ensemble's mean PRR and best-of-n in an on-the-fly pool."""
+
+
+def sample_rows(size: int, sample: int, seed: int = 0) -> np.ndarray:
+    """A seeded sample of `sample` of `size` rows, in row order (all rows when there are no more)."""
+    if size <= sample:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(seed).choice(size, size=sample, replace=False))
+
+
+def sampled_means(rows: PoolRows, rm_names: Sequence[str], normalizer: Normalizer, ensembles: Sequence[Ensemble],
+                  sample: int = MEANS_SAMPLE, progress: bool = False) -> dict[str, Any]:
+    """Each ensemble's mean PRR and best-of-n (and the questions defining them) over a seeded sample of rows:
+    what an on-the-fly pool stores instead of its dense tables."""
+    picks = sample_rows(len(rows.questions), sample)
+    prr, top1 = ensemble_statistics(np.asarray(rows.scores[picks]), np.asarray(rows.correct[picks]),
+                                    np.asarray(rows.valid[picks]), normalizer, rm_names, ensembles,
+                                    progress=progress, ids=[rows.questions[i].id for i in picks])
+    finite_or_none = lambda values: [float(v) if np.isfinite(v) else None for v in values]  # noqa: E731 - JSON
+    return {"sample": int(len(picks)), "mean_prr": finite_or_none(nanmean_columns(prr)),
+            "mean_top1": finite_or_none(nanmean_columns(top1)),
+            "questions": [int(c) for c in (~np.isnan(prr)).sum(axis=0)]}

@@ -14,7 +14,7 @@ Reading (`read_pool_files`) checks the format version, every header key's type, 
 shape, the questions and the index, naming the file that is wrong; it reads again when the pool was
 replaced while being read. Arrays are memory-mapped, not read: opening a million-question pool touches
 only what selection reads. Their values are checked at opening up to `VALUE_CHECK_BYTES` per array;
-larger arrays are checked where they are read (`morkit.question_pool.neighbours` checks the rows it uses).
+larger arrays are checked where they are read (`morkit.question_pool.neighbour_prr` checks the rows it uses).
 
 Format version 1 stores the dense PRR and best-of-n tables (prr.npy, top1.npy); version 2, written for
 pools too large for them, leaves both out and keeps sampled per-ensemble means under "statistics".

@@ -18,8 +18,9 @@ import numpy as np
 from scipy.optimize import minimize
 
 from morkit.question_pool.ensembles import Ensemble
-from morkit.question_pool.pool import QuestionPool, sample_rows
+from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
+from morkit.question_pool.rows import sample_rows
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.mor import TRANSFORMS, transform
 
@@ -69,9 +70,6 @@ def _features(pool: QuestionPool, members: Sequence[str], kind: str, rows: np.nd
     valid = np.asarray(pool.valid[rows])
     x = transform(np.asarray(pool.scores[rows])[:, :, cols], kind, pool.normalizer, members, valid)
     return np.where(valid[:, :, None] & ~np.isnan(x), x, 0.0)
-
-
-
 
 
 def _expected_top1(x: np.ndarray, w: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
