@@ -3,6 +3,7 @@
 Same real GSM8K (question, answer) pairs, same RM, same chunk, in one run; no score cache. Each row is a
 whole scoring run as a user sees it: the single-process row builds the RM in this process, the Ray rows
 start their actors (each loads its own RM replica), score and stream every batch back to the driver.
+An untimed warm-up run first reads the weights into the page cache, so no row pays the first disk read.
 The local Ray instance is started once, before the rows (its start time is printed apart). On this
 2-core machine a second actor adds no compute: the ratio shows Ray's overhead, not its scaling.
 Scores must agree with single-process ones (largest difference printed).
@@ -57,6 +58,7 @@ def main() -> None:
     from morkit.reward_models.options import ScoringOptions
     from morkit.reward_models.ray_scoring import connect, ray_rm
     from morkit.reward_models.scoring import score_queries
+    from morkit.runtime.models import release as release_models
 
     _, started = timed(connect, "auto", num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1")
     print(f"local Ray: {os.cpu_count()} CPUs, started in {started:.1f}s (not counted below); chunk {args.chunk}")
@@ -69,6 +71,8 @@ def main() -> None:
         def single():
             return score_queries(queries, [build(name, options)], chunk=args.chunk)
 
+        score_queries(queries[:1], [build(name, options)], chunk=args.chunk)  # warm-up: weights in the page cache
+        release_models()  # so the timed row loads its model, as every Ray actor does
         base, base_s = timed(single)
         reference = values(base, name)
         print(f"{name:<14}{pairs:>6}  {'single process':<22}{base_s:8.1f}{pairs / base_s:9.1f}{1.0:10.2f}{0.0:12.1e}")

@@ -88,7 +88,7 @@ def _pair_wins(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, norma
         # Members that all score the two answers alike make an exact tie (a product of exact zeros): no win, and
         # nothing to recheck. Discrete RMs (judges' grades, rules) make many of those.
         doubt &= ((delta != 0).astype(np.float32) @ matrix.uses) > 0
-        pair, ens = np.nonzero(doubt)
+        pair, ens = np.divmod(np.flatnonzero(doubt), doubt.shape[1])  # 1-d: several times faster than nonzero
         wins[pair, ens] = _exact_scores(z_good[pair], matrix, ens) > _exact_scores(z_bad[pair], matrix, ens)
     return _PairWins(wins, q, good.sum(axis=1) * bad.sum(axis=1), (np.isnan(scores) & valid[:, :, None]).any(axis=1))
 

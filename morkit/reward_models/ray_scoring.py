@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import socket
+import warnings
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -178,9 +179,11 @@ class RayRM:
         # One input block per batch, so each batch is one output block that streams back when it is done.
         blocks = max(1, -(-len(rows) // batch))
         data = ray.data.from_items(rows, override_num_blocks=blocks)
-        scored = data.map_batches(_Replica, fn_constructor_args=(self.factory,), batch_size=batch, batch_format="numpy",
-                                  compute=ray.data.ActorPoolStrategy(size=min(count, blocks)),
-                                  max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)
+        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet (2.64 drops this form)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scored = data.map_batches(_Replica, fn_constructor_args=(self.factory,), batch_size=batch,
+                                      batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=min(count, blocks)),
+                                      max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)
         self.pairs_sent += len(pairs)
         seen: set[int] = set()
         batches = scored.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0)
@@ -237,6 +240,6 @@ def ray_rm(name: str, options: ScoringOptions) -> RayRM:
     from morkit.reward_models.catalog import REWARD_MODELS
     from morkit.reward_models.rm_set import cache_key
 
-    local = replace(options, ray=None, progress=False, cache=None)
+    local = replace(options, ray=None, ray_workers=None, progress=False, cache=None)
     return RayRM(name, functools.partial(backends.build, name, local), options,
                  kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name))
