@@ -18,8 +18,8 @@ from morkit.core.errors import InputError, MorkitError
 
 
 def message_text(value: Any, *, role: str | None = None) -> str:
-    """A prompt or completion as text: a string as it is; a conversation's last `role` message (any role when
-    None), or all its messages' contents joined when none has that role."""
+    """A prompt or completion as text: a string as it is; of a conversation, the last message with `role` (the
+    last message of all when none has it), or every message's content joined when `role` is None."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict):

@@ -25,7 +25,7 @@ from morkit.question_pool.rows import nanmean_columns, sample_rows
 
 def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:
     """(rows, PRR of each single RM on them): every question of a dense pool; a seeded sample of an on-the-fly
-    pool's, the same one its stored means come from."""
+    pool's, of the size its stored means were estimated on."""
     if pool.dense:
         return np.arange(len(pool)), np.asarray(pool.prr[:, : len(pool.rm_names)])
     rows = sample_rows(len(pool), pool.meta["statistics"]["sample"])
