@@ -170,6 +170,20 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def test_a_second_cluster_address_is_refused_not_ignored(ray_local, queries):
+    import morkit
+    from morkit.core.errors import InputError
+    from morkit.reward_models.ray_scoring import connect
+
+    assert connect(ray_local.get_runtime_context().gcs_address) is ray_local  # the cluster it is attached to
+    with socket.socket() as other:  # something listens there, but it is not this process's cluster
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        address = f"127.0.0.1:{other.getsockname()[1]}"
+        with pytest.raises(InputError, match=f"--ray {address}: this process is already attached"):
+            morkit.score(queries, [RM], ray=address)
+
+
 def test_unreachable_cluster_is_one_line_naming_it(ray_local, queries, tmp_path, capsys):
     import morkit
     from morkit.cli.main import main

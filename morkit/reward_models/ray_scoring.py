@@ -66,6 +66,10 @@ def connect(address: str | None = AUTO, **local: Any) -> Any:
     if address not in (None, AUTO):
         _probe(address)  # even when attached already: an address that cannot be reached is a mistake to report
     if ray.is_initialized():
+        current = ray.get_runtime_context().gcs_address
+        if address not in (None, AUTO) and not address.startswith("ray://") and address != current:
+            raise InputError(f"--ray {address}: this process is already attached to the Ray cluster at {current} "
+                             "and can attach to one only; run morkit in a new process")
         _quiet_data(ray)
         return ray
     target = os.environ.get("RAY_ADDRESS") if address in (None, AUTO) else address
