@@ -73,6 +73,10 @@ def test_neighbour_prr_equals_the_dense_table_with_ties_and_gaps(hash_embedder):
     assert np.isnan(got[5]).any() and not np.isnan(got[5]).all()  # q5 lacks one score: only its ensembles are NaN
     prr, top1 = fly.statistics(rows[::7])
     assert _same(prr, dense.prr[::7]) and _same(top1, dense.top1[::7])
+    singles = len(fly.rm_names)
+    for pool in (fly, dense):  # the single RMs' columns alone, as the report asks for them
+        prr, top1 = pool.statistics(rows[::7], singles_only=True)
+        assert _same(prr, dense.prr[::7, :singles]) and _same(top1, dense.top1[::7, :singles])
     sims = np.random.default_rng(1).random(len(rows))
     evidence = prr_evidence(fly.scores, fly.correct, fly.valid, fly.normalizer, fly.rm_names, matrix, sims)
     np.testing.assert_allclose(evidence, sims @ np.nan_to_num(dense.prr.astype(np.float64)), rtol=1e-5, atol=1e-5)

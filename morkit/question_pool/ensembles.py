@@ -181,6 +181,7 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
         out = np.zeros(shape)
         for k in range(width):
             out += member_weights[k] * filled[..., members[k]]
-    lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ (weights != 0).astype(np.float32)
-    out[lacking.reshape(shape) > 0] = np.nan
+    if not present.all():
+        lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ (weights != 0).astype(np.float32)
+        out[lacking.reshape(shape) > 0] = np.nan
     return out

@@ -140,14 +140,16 @@ class QuestionPool:
         """Whether PRR and best-of-n are stored tables (else computed for the rows asked, on the fly)."""
         return self.prr is not None
 
-    def statistics(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(PRR, best-of-n) of every ensemble on the pool rows `rows`, each (len(rows), E) float32."""
+    def statistics(self, rows: np.ndarray, *, singles_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(PRR, best-of-n) of every ensemble (or of the single RMs, the first columns) on the pool rows `rows`,
+        each (len(rows), E) float32."""
         rows = np.asarray(rows, dtype=np.int64)
+        columns = len(self.rm_names) if singles_only else len(self.ensembles)
         if self.dense:
-            return np.asarray(self.prr[rows]), np.asarray(self.top1[rows])
+            return np.asarray(self.prr[rows, :columns]), np.asarray(self.top1[rows, :columns])
         return ensemble_statistics(np.asarray(self.scores[rows]), np.asarray(self.correct[rows]),
-                                   np.asarray(self.valid[rows]), self.normalizer, self.rm_names, self.ensembles,
-                                   ids=[self.questions[r].id for r in rows])
+                                   np.asarray(self.valid[rows]), self.normalizer, self.rm_names,
+                                   self.ensembles[:columns], ids=[self.questions[r].id for r in rows])
 
     def ensemble_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per ensemble: mean PRR, mean best-of-n, and the questions where each is defined; an on-the-fly pool's

@@ -29,7 +29,7 @@ def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:
     if pool.dense:
         return np.arange(len(pool)), np.asarray(pool.prr[:, : len(pool.rm_names)])
     rows = sample_rows(len(pool), pool.meta["statistics"]["sample"])
-    return rows, pool.statistics(rows)[0][:, : len(pool.rm_names)]
+    return rows, pool.statistics(rows, singles_only=True)[0]
 
 
 def _domain_prr(pool: QuestionPool) -> tuple[list[str], np.ndarray]:

@@ -81,12 +81,16 @@ def connect(address: str | None = AUTO, **local: Any) -> Any:
         try:
             ray.init(address=target, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
         except Exception as err:  # noqa: BLE001 - one line naming the address, whatever Ray raised
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise UnavailableError(f"cannot attach to the Ray cluster at {target}: {first}") from None
+            raise UnavailableError(f"cannot attach to the Ray cluster at {target}: {_first_line(err)}") from None
     else:
         ray.init(**quiet, **local)
     _quiet_data(ray)
     return ray
+
+
+def _first_line(err: BaseException) -> str:
+    """What Ray raised, in one line (its messages run to many, with tracebacks inside)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _quiet_data(ray: Any) -> None:
@@ -226,8 +230,7 @@ def _unwrapped(name: str, batches: Any) -> Iterator[Any]:
             cause = _morkit_cause(err)
             if cause is not None:
                 raise cause from None
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise ScoreError(f"reward model {name!r} failed on Ray: {first}") from err
+            raise ScoreError(f"reward model {name!r} failed on Ray: {_first_line(err)}") from err
         yield block
 
 

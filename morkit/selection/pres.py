@@ -68,8 +68,8 @@ class PRES:
         sims = neighbours.similarities.astype(np.float32)
         if self._table is not None:
             return sims @ self._table[neighbours.rows]
-        pool, rows = self.pool, np.sort(neighbours.rows)  # sorted: a memory-mapped pool reads forward
-        sims = sims[np.argsort(neighbours.rows)]
+        order = np.argsort(neighbours.rows)  # in row order: a memory-mapped pool reads forward
+        pool, rows, sims = self.pool, neighbours.rows[order], sims[order]
         ids = [pool.questions[r].id for r in rows]
         if self._matrix is not None:
             return prr_evidence(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,

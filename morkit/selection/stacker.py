@@ -65,10 +65,11 @@ def _fit_weights(x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty:
     return minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
 
 
-def _features(pool: QuestionPool, members: Sequence[str], kind: str, rows: np.ndarray) -> np.ndarray:
+def _features(pool: QuestionPool, scores: np.ndarray, valid: np.ndarray, members: Sequence[str],
+              kind: str) -> np.ndarray:
+    """Transformed member scores of the fitted rows (`scores`, `valid`: those rows of the pool's arrays)."""
     cols = [pool.rm_names.index(m) for m in members]
-    valid = np.asarray(pool.valid[rows])
-    x = transform(np.asarray(pool.scores[rows])[:, :, cols], kind, pool.normalizer, members, valid)
+    x = transform(scores[:, :, cols], kind, pool.normalizer, members, valid)
     return np.where(valid[:, :, None] & ~np.isnan(x), x, 0.0)
 
 
@@ -88,12 +89,12 @@ def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     """Choose transform and penalty by CV over pool questions, then fit on the whole pool."""
     members = tuple(members or pool.rm_names)
     rows = sample_rows(len(pool), FIT_SAMPLE, seed)
-    correct, valid = np.asarray(pool.correct[rows]), np.asarray(pool.valid[rows])
+    scores, correct, valid = (np.asarray(a[rows]) for a in (pool.scores, pool.correct, pool.valid))  # read once
     n = len(rows)
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
     table = []
     for kind in transforms:
-        x = _features(pool, members, kind, rows)
+        x = _features(pool, scores, valid, members, kind)
         for penalty in penalties:
             hits = np.full(n, np.nan)
             for f in np.unique(fold_of):
@@ -102,7 +103,7 @@ def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
                 hits[test] = _expected_top1(x[test], w, correct[test], valid[test])
             table.append((kind, penalty, float(np.nanmean(hits))))
     kind, penalty, score = max(table, key=lambda row: row[2])
-    w = _fit_weights(_features(pool, members, kind, rows), correct, valid, penalty)
+    w = _fit_weights(_features(pool, scores, valid, members, kind), correct, valid, penalty)
     ensemble = Ensemble(members, tuple(float(v) for v in w), "stacked")
     return StackerFit(ensemble, kind, penalty, score, tuple(table))
 

@@ -134,17 +134,13 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits()) -> Any:
             except Overloaded as exc:
                 raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
             try:
-                result = await _outcome(request, future, limits.timeout_s)
+                body = reply(context, await _outcome(request, future, limits.timeout_s))
             except InputError as exc:
                 raise _Refused(400, str(exc)) from None
             except MorkitError as exc:
                 raise _Refused(500, str(exc)) from None
             except _Refused:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a bug: one line, the server goes on
-                raise _Refused(500, f"internal error: {type(exc).__name__}: {exc}") from None
-            try:
-                body = reply(context, result)
             except Exception as exc:  # noqa: BLE001 - a bug: one line, the server goes on
                 raise _Refused(500, f"internal error: {type(exc).__name__}: {exc}") from None
             status = 200
