@@ -194,4 +194,5 @@ def select_options(args: argparse.Namespace) -> Any:
     from morkit.selection.methods import SelectOptions
 
     return SelectOptions(method=args.selection, k=args.k, singles_only=getattr(args, "singles_only", False),
-                         allow_run=not getattr(args, "no_run", False))
+                         allow_run=not getattr(args, "no_run", False),
+                         abstain_below=getattr(args, "abstain_below", None))

@@ -9,6 +9,7 @@ from typing import Any
 
 from morkit.cli.args import (
     CONTRACT,
+    PROBABILITY,
     add_device_options,
     add_scoring_options,
     add_select_options,
@@ -46,8 +47,9 @@ def cmd_rank(args: argparse.Namespace) -> int:
     queries = load_queries(args.input)
     rankings = rank(queries, load_pool(args.pool), select_options(args), options)
     write_jsonl(args.output, (r.to_json() for r in rankings))
+    abstained = f"; {sum(bool(r.abstain) for r in rankings)} marked abstain" if args.abstain_below is not None else ""
     print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries ({args.selection}) "
-          f"in {time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
+          f"in {time.perf_counter() - started:.1f}s{abstained} -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -60,6 +62,10 @@ def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")
     if scoring:  # rank runs member RMs; select only embeds the question
+        p.add_argument("--abstain-below", type=PROBABILITY, metavar="P",
+                       help="mark a query \"abstain\": true when its pick's confidence (the calibrated probability "
+                            "that it is correct) is below P, for callers who spend more compute there; every "
+                            "line still carries its pick and confidence")
         add_scoring_options(p)
     else:
         add_device_options(p)
@@ -77,6 +83,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                        help="select an ensemble per query and pick the best candidate with it",
                        description="Like select, then score every candidate with the chosen ensemble (cached "
                                    "scores, or running registered RMs where missing) and write "
-                                   "{id, best_index, ensemble, scores, tied}; ties are broken by a seeded shuffle.")
+                                   "{id, best_index, ensemble, scores, tied, confidence}; ties are broken by a seeded "
+                                   "shuffle. confidence is the probability that the pick is correct, calibrated by "
+                                   "cross-validation on the pool.")
     _add_common(p, scoring=True)
     p.set_defaults(func=cmd_rank)

@@ -124,6 +124,7 @@ class QuestionPool:
     index: Any  # FAISS index over `embeddings`
     config: PoolConfig
     meta: Mapping[str, Any] = field(default_factory=dict)
+    steps: np.ndarray | None = None  # (Q, N, P, 3) step RMs' scores under STEP_REDUCTIONS; None: not stored
     origin: tuple[str, str | None] | None = field(default=None, repr=False)
     """(pool directory, revision token) this pool was loaded from or last saved to, and pools derived from it
     keep: saving there again checks that the directory still holds that revision. None: a fresh build."""
@@ -134,6 +135,11 @@ class QuestionPool:
     @property
     def embedder(self) -> str:
         return self.meta["embedder"]["name"]
+
+    @property
+    def step_rms(self) -> tuple[str, ...]:
+        """The process RMs whose step scores are kept under every STEP_REDUCTIONS rule (`steps`)."""
+        return tuple(self.meta.get("step_rms", ())) if self.steps is not None else ()
 
     @property
     def dense(self) -> bool:
@@ -295,10 +301,11 @@ def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEm
         "missing_scores": dict(rows.missing),
         "history": [{"revision": 1, "action": "build", "time": now, "questions": len(rows.questions),
                      "provenance": dict(provenance or {}), "timings": timings}],
+        "step_rms": list(rows.step_rms),
         **extra,
     }
     return QuestionPool(rows.questions, tuple(rm_names), rows.scores, rows.correct, rows.valid, normalizer,
-                        global_prr, tuple(ensembles), prr, top1, vectors, index, config, meta)
+                        global_prr, tuple(ensembles), prr, top1, vectors, index, config, meta, rows.steps)
 
 
 def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: SentenceEmbedder, *,
@@ -310,7 +317,8 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     clashes = [q.id for q in queries if q.id in known]
     if clashes:
         raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
-    rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1])
+    rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1],
+                     step_rms=pool.step_rms)
     if not rows.questions:
         raise InputError("nothing to add: no labelled query with at least two candidates")
     prr = top1 = None
@@ -333,7 +341,8 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    meta = {k: v for k, v in pool.meta.items() if k != "stacker"}  # a stacker fitted on the old rows is stale
+    stale = ("stacker", "learned")  # selectors fitted on the old rows
+    meta = {k: v for k, v in pool.meta.items() if k not in stale}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1
     meta["updated"] = now
@@ -350,6 +359,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
                    valid=np.concatenate([widen(pool.valid, False), rows.valid]),
                    prr=np.concatenate([pool.prr, prr]) if pool.dense else None,
                    top1=np.concatenate([pool.top1, top1]) if pool.dense else None,
+                   steps=None if pool.steps is None else np.concatenate([widen(pool.steps, np.nan), rows.steps]),
                    embeddings=embeddings, index=index, meta=meta)
 
 
@@ -380,6 +390,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
             index=files.index,
             config=config,
             meta={k: v for k, v in header.items() if k not in _STORED_APART},
+            steps=arrays.get("steps"),
             origin=(str(canonical(path)), header.get("token")),
         )
     except InputError as exc:

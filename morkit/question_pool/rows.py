@@ -47,10 +47,40 @@ class PoolRows:
     valid: np.ndarray
     skipped: Mapping[str, list[str]]
     missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
+    steps: np.ndarray | None = None  # (Q, N, P, len(STEP_REDUCTIONS)): the step RMs' scores under each reduction
+    step_rms: tuple[str, ...] = ()  # the RMs with per-step scores (process RMs), in rm_names order
 
 
-def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0) -> PoolRows:
-    """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped."""
+STEP_REDUCTIONS = ("min", "mean", "last")
+"""The reductions of a process RM's step scores kept beside the pool's own: the learned selector reads all three."""
+
+
+def step_members(queries: Sequence[Query], rm_names: Sequence[str]) -> tuple[str, ...]:
+    """The RMs that give some candidate per-step scores (a tuple), in rm_names order."""
+    found = {name for q in queries for c in q.candidates for name, v in c.scores.items() if isinstance(v, tuple)}
+    return tuple(name for name in rm_names if name in found)
+
+
+def step_matrix(query: Query, step_rms: Sequence[str]) -> np.ndarray:
+    """(N, P, len(STEP_REDUCTIONS)) reductions of each step RM's scores per candidate; a scalar score stands
+    for every reduction; NaN where a score is missing."""
+    out = np.full((len(query.candidates), len(step_rms), len(STEP_REDUCTIONS)), np.nan)
+    for i, cand in enumerate(query.candidates):
+        for p, name in enumerate(step_rms):
+            value = cand.scores.get(name)
+            if isinstance(value, tuple):
+                out[i, p] = [reduce_steps(value, rule) for rule in STEP_REDUCTIONS] if value else np.nan
+            elif value is not None:
+                out[i, p] = float(value)
+    return out
+
+
+def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0,
+              step_rms: Sequence[str] | None = None) -> PoolRows:
+    """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped.
+
+    `step_rms` (default: the RMs that give step scores here) also get (Q, N, P, 3) arrays of their step
+    scores under every STEP_REDUCTIONS rule."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
         if len(query.candidates) < 2:
@@ -81,8 +111,13 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
         if count:
             log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
                         name, count)
+    step_rms = tuple(step_members(kept, rm_names) if step_rms is None else step_rms)
+    steps = np.full((len(kept), n, len(step_rms), len(STEP_REDUCTIONS)), np.nan)
+    if step_rms:
+        for qi, query in enumerate(kept):
+            steps[qi, : len(query.candidates)] = step_matrix(query, step_rms)
     questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
-    return PoolRows(questions, scores, correct, valid, skipped, missing)
+    return PoolRows(questions, scores, correct, valid, skipped, missing, steps, step_rms)
 
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,

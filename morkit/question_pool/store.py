@@ -36,7 +36,7 @@ from morkit.data import staging
 from morkit.data.jsonl import json_safe, output_file_problem, read_jsonl
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import pool_lock
-from morkit.question_pool.rows import PoolQuestion
+from morkit.question_pool.rows import STEP_REDUCTIONS, PoolQuestion
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ FORMAT_VERSION = 1  # dense statistics
 FORMAT_ON_THE_FLY = 2  # no prr.npy / top1.npy: statistics computed for the rows selection reads
 READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_ON_THE_FLY)
 DENSE_ARRAYS = ("prr", "top1")
-ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings")
+ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings", "steps")
+OPTIONAL_ARRAYS = ("steps",)  # process RMs' step reductions: pools written before they were kept lack them
 VALUE_CHECK_BYTES = 256 << 20
 """Arrays up to this size have every value checked when a pool is opened; larger ones (a million-question
 pool's scores and embeddings) are mapped unread, and checked where read."""
@@ -55,7 +56,7 @@ SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, Ove
 ANY_REVISION = object()
 """`write_pool_files(replaces=...)`: replace whatever pool is there (a fresh build)."""
 
-_FLOAT_ARRAYS = ("scores", "prr", "top1", "embeddings")
+_FLOAT_ARRAYS = ("scores", "prr", "top1", "embeddings", "steps")
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,9 @@ def _header(path: Path) -> dict[str, Any]:
 def _arrays_of(header: Mapping[str, Any]) -> tuple[str, ...]:
     """The arrays a pool of this header's format version stores."""
     dense = header.get("format_version") == FORMAT_VERSION
-    return tuple(n for n in ARRAYS if dense or n not in DENSE_ARRAYS)
+    shapes = header.get("shapes")
+    present = lambda n: n not in OPTIONAL_ARRAYS or isinstance(shapes, dict) and n in shapes  # noqa: E731
+    return tuple(n for n in ARRAYS if (dense or n not in DENSE_ARRAYS) and present(n))
 
 
 def _questions(path: Path) -> tuple[PoolQuestion, ...]:
@@ -345,7 +348,8 @@ def _read(root: Path) -> PoolFiles:
     dim = header["embedder"]["dim"]
     arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in _arrays_of(header)}
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
-              "top1": (n_q, n_ens), "embeddings": (n_q, dim)}
+              "top1": (n_q, n_ens), "embeddings": (n_q, dim),
+              "steps": (n_q, None, len(header.get("step_rms", [])), len(STEP_REDUCTIONS))}
     for name, shape in expect.items():
         if name not in arrays:
             continue
@@ -354,7 +358,7 @@ def _read(root: Path) -> PoolFiles:
         _check(ok, root / f"{name}.npy", f"shape {actual} does not fit {n_q} questions, {n_rm} RMs, "
                                          f"{n_ens} ensembles, dim {dim}")
     width = arrays["scores"].shape[1]
-    for name in ("correct", "valid"):
+    for name in ("correct", "valid", "steps")[: 3 if "steps" in arrays else 2]:
         _check(arrays[name].shape[1] == width, root / f"{name}.npy",
                f"{arrays[name].shape[1]} candidate columns; scores.npy has {width}")
     counts = arrays["valid"].sum(axis=1)

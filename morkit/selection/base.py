@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -21,13 +21,26 @@ class Neighbours:
 
 @dataclass(frozen=True)
 class Choice:
-    """A method's pick: the ensemble, the feature transform its weights apply to, and its evidence."""
+    """A method's pick: the ensemble, the feature transform its weights apply to, and its evidence.
+
+    A learned ranker's pick carries its own `scorer` (the ensemble then names its members and their shares
+    of importance) and the `calibrator` its cross-validation fitted; others are scored by the weighted sum."""
 
     ensemble: Ensemble
-    transform: str  # "pool-zscore" (the pool's normaliser) or "query-zscore"
+    transform: str  # "pool-zscore" (the pool's normaliser), "query-zscore", or "features" (a scorer's own)
     score: float  # the method's own criterion for the pick (PRES evidence, CV best-of-n, ...)
     alternatives: tuple[tuple[str, float], ...] = ()  # runner-ups: (name, criterion)
     details: Mapping[str, Any] = field(default_factory=dict)
+    scorer: CandidateScorer | None = None
+    calibrator: Any = None  # morkit.selection.confidence.Calibrator; None: the Selector calibrates the method
+
+
+class CandidateScorer(Protocol):
+    """Scores candidates from their member and step scores: (Q, N, R) in `rm_names` order, (Q, N, P, 3) in
+    `step_rms` order, validity (Q, N) -> (Q, N)."""
+
+    def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
+               step_rms: Sequence[str]) -> np.ndarray: ...
 
 
 class SelectionMethod(Protocol):

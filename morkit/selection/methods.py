@@ -14,7 +14,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 
-DEFAULT_METHOD = "stacker"
+DEFAULT_METHOD = "learned"
 
 
 def check_method(method: str, singles_only: bool = False) -> Entry:
@@ -26,6 +26,10 @@ def check_method(method: str, singles_only: bool = False) -> Entry:
     return entry
 
 SELECTION_METHODS = Registry("selection method", [
+    Entry("learned", "morkit.selection.learned:Learned",
+          "a candidate ranker over rich RM features (per-query z-scores, ranks, top/tie flags, PRM step "
+          "reductions, agreement); learner and features chosen by cross-validation on the pool",
+          {"singles_only": False}),
     Entry("stacker", "morkit.selection.stacker:Stacker",
           "listwise weights over every usable RM, learned on the pool by cross-validation",
           {"singles_only": False}),
@@ -39,14 +43,18 @@ SELECTION_METHODS = Registry("selection method", [
 
 @dataclass(frozen=True)
 class SelectOptions:
-    """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, and whether
-    registered pool RMs may run on candidates that have text but no cached scores."""
+    """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, whether
+    registered pool RMs may run on candidates that have text but no cached scores, and the confidence below
+    which a ranking is marked `abstain` (None: no mark)."""
 
     method: str = DEFAULT_METHOD
     k: int = 100
     singles_only: bool = False
     allow_run: bool = True
+    abstain_below: float | None = None
 
     def __post_init__(self) -> None:
         check_method(self.method, self.singles_only)  # an unknown method names the known ones
         checks.positive_int(self.k, "k")
+        if self.abstain_below is not None and not 0.0 <= self.abstain_below <= 1.0:
+            raise InputError(f"abstain_below must be a probability in [0, 1], not {self.abstain_below!r}")

@@ -72,14 +72,19 @@ class ScoredQuery:
     tied: tuple[int, ...]  # every candidate sharing the top score (best_index is one of them)
 
 
+def ensemble_scores(raw: np.ndarray, ensemble: Ensemble, transform_kind: str, normalizer: Normalizer,
+                    valid: np.ndarray | None = None) -> np.ndarray:
+    """The ensemble's score (..., N) from its members' raw scores (..., N, M); NaN where a member score is missing."""
+    features = transform(raw, transform_kind, normalizer, ensemble.members, valid)
+    if transform_kind == "query-zscore":
+        features = np.where(np.isnan(raw), np.nan, features)
+    return combine(features, np.asarray(ensemble.weights, dtype=np.float64)[:, None])[..., 0]
+
+
 def mor_scores(query: Query, ensemble: Ensemble, transform_kind: str, normalizer: Normalizer,
                reduction: str = "min") -> np.ndarray:
     """The ensemble's score for each candidate (NaN if a member score is missing)."""
-    raw = member_matrix(query, ensemble.members, reduction)
-    features = transform(raw, transform_kind, normalizer, ensemble.members)
-    if transform_kind == "query-zscore":
-        features = np.where(np.isnan(raw), np.nan, features)
-    return combine(features, np.asarray(ensemble.weights, dtype=np.float64)[:, None])[:, 0]
+    return ensemble_scores(member_matrix(query, ensemble.members, reduction), ensemble, transform_kind, normalizer)
 
 
 def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:

@@ -16,9 +16,11 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import step_matrix
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.confidence import SIGNALS, Calibrator, signals
 from morkit.selection.methods import DEFAULT_METHOD, check_method
-from morkit.selection.mor import available_members, mor_scores, pick_best
+from morkit.selection.mor import available_members, member_matrix, mor_scores, pick_best
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,31 @@ class Selection:
 
 @dataclass(frozen=True)
 class Ranking:
+    """A query's best candidate under its selection, with the calibrated probability that it is correct;
+    `abstain` is set when the caller asked to flag picks below a confidence."""
+
     selection: Selection
     scores: tuple[float, ...]
     best_index: int
     tied: tuple[int, ...]
+    confidence: float = float("nan")
+    abstain: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         sel = self.selection.to_json()
-        return {"id": self.selection.query_id, "best_index": self.best_index, "ensemble": sel["ensemble"],
-                "scores": list(self.scores), "tied": list(self.tied), "method": self.selection.method}
+        out = {"id": self.selection.query_id, "best_index": self.best_index, "ensemble": sel["ensemble"],
+               "scores": list(self.scores), "tied": list(self.tied), "method": self.selection.method,
+               "confidence": round(self.confidence, 6)}
+        details = self.selection.choice.details
+        if "learner" in details:
+            out["learner"] = details["learner"]
+        if details.get("fallback"):
+            out["fallback"] = details["fallback"]
+        if self.selection.missing_rms:
+            out["missing_rms"] = list(self.selection.missing_rms)
+        if self.abstain is not None:
+            out["abstain"] = self.abstain
+        return out
 
 
 def _normalizer_name(pool: QuestionPool, transform: str) -> str:
@@ -83,6 +101,7 @@ class Selector:
         self.k = k
         self.runnable = frozenset(runnable) & set(pool.rm_names)
         self._embedder = embedder
+        self._calibrator: Calibrator | None = None
 
     @property
     def embedder(self) -> Any:
@@ -125,22 +144,88 @@ class Selector:
     def select(self, query: Query) -> Selection:
         return self.select_many([query])[0]
 
-    def rank_selected(self, query: Query, selection: Selection) -> Ranking:
-        """MoR scores of the query's candidates under a selection; member scores must be cached on them."""
-        choice = selection.choice
+    def candidate_scores(self, query: Query, choice: Choice) -> np.ndarray:
+        """The choice's score for each of the query's candidates; the member scores must be cached on them."""
+        lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
+        if lacking:
+            raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
+                             "score them first (morkit score) or let rank run the registered RMs")
+        reduction = self.pool.config.reduction
         with np.errstate(all="ignore"):
-            scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer,
-                                self.pool.config.reduction)
+            if choice.scorer is None:
+                scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer, reduction)
+            else:
+                raw = member_matrix(query, self.pool.rm_names, reduction)[None]
+                steps = step_matrix(query, self.pool.step_rms)[None]
+                valid = np.ones((1, len(query.candidates)), dtype=bool)
+                scores = choice.scorer.scores(raw, steps, valid, self.pool.rm_names, self.pool.step_rms)[0]
         if not np.isfinite(scores).all():
-            lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
-            if lacking:
-                raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
-                                 "score them first (morkit score) or let rank run the registered RMs")
             raise InputError(f"query {query.id!r}: the ensemble {', '.join(choice.ensemble.members)} gives "
                              "non-finite scores; its candidates' scores of these RMs are too large for the pool's "
                              "normaliser")
+        return scores
+
+    def confidence(self, query: Query, choice: Choice, scores: np.ndarray) -> float:
+        """The calibrated probability that the top-scored candidate is correct."""
+        calibrator = choice.calibrator or self.calibrator()
+        raw = member_matrix(query, choice.ensemble.members, self.pool.config.reduction)
+        valid = np.ones((1, len(scores)), dtype=bool)
+        return float(calibrator.predict(signals(np.asarray(scores)[None], raw[None], valid))[0])
+
+    def calibrator(self) -> Calibrator:
+        """For methods without their own: calibrated on leave-one-out picks over a seeded sample of pool
+        questions (each question's neighbours exclude itself), fitted once per Selector."""
+        if self._calibrator is None:
+            self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k)
+        return self._calibrator
+
+    def rank_selected(self, query: Query, selection: Selection, abstain_below: float | None = None) -> Ranking:
+        """MoR scores of the query's candidates under a selection, the pick and its confidence."""
+        scores = self.candidate_scores(query, selection.choice)
         picked = pick_best(query.id, scores)
-        return Ranking(selection, picked.scores, picked.best_index, picked.tied)
+        confidence = self.confidence(query, selection.choice, scores)
+        abstain = None if abstain_below is None else bool(confidence < abstain_below)
+        return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain)
 
     def rank(self, query: Query) -> Ranking:
         return self.rank_selected(query, self.select(query))
+
+
+LOO_SAMPLE = 1000
+"""Pool questions whose leave-one-out picks calibrate a method that has no cross-validation of its own."""
+
+
+def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1) -> Calibrator:
+    """Fit a Calibrator on the method's picks for sampled pool questions, each chosen from its neighbours
+    other than itself and scored from the pool's stored member scores."""
+    from morkit.question_pool.prr import best_of_n_matrix
+    from morkit.question_pool.rows import sample_rows
+    from morkit.selection.mor import ensemble_scores
+
+    rows = sample_rows(len(pool), LOO_SAMPLE, seed)
+    sims, found = search(pool.index, np.ascontiguousarray(pool.embeddings[rows]), k + 1)
+    features, hits = [], []
+    for row, s, r in zip(rows, sims, found):
+        keep = (r >= 0) & (r != row)
+        neighbours = Neighbours(r[keep][:k], tuple(pool.questions[i].id for i in r[keep][:k]), s[keep][:k])
+        scores, valid, correct = (np.asarray(a[row]) for a in (pool.scores, pool.valid, pool.correct))
+        available = frozenset(n for j, n in enumerate(pool.rm_names) if not np.isnan(scores[valid, j]).any())
+        if not available or not neighbours.rows.size:
+            continue
+        try:
+            choice = method.choose(neighbours, available)
+        except LookupError:
+            continue
+        members = scores[:, [pool.rm_names.index(m) for m in choice.ensemble.members]]
+        with np.errstate(all="ignore"):
+            if choice.scorer is None:
+                picked = ensemble_scores(members[None], choice.ensemble, choice.transform, pool.normalizer,
+                                         valid[None])
+            else:
+                steps = None if pool.steps is None else np.asarray(pool.steps[row])[None]
+                picked = choice.scorer.scores(scores[None], steps, valid[None], pool.rm_names, pool.step_rms)
+        picked = np.where(valid[None], picked, np.nan)
+        features.append(signals(picked, members[None], valid[None])[0])
+        hits.append(best_of_n_matrix(picked[:, :, None], correct[None], valid[None])[0, 0])
+    hits_array = np.nan_to_num(np.asarray(hits, dtype=np.float64), nan=0.0)
+    return Calibrator.fit(np.asarray(features).reshape(-1, len(SIGNALS)), hits_array)

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.question_pool.rows import sample_rows
 from morkit.selection.base import Choice, Neighbours
+from morkit.selection.learners import ConditionalLogit
 from morkit.selection.mor import TRANSFORMS, transform
 
 PENALTIES = (0.1, 1.0, 10.0, 100.0)
@@ -47,22 +47,8 @@ class StackerFit:
 
 
 def _fit_weights(x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float) -> np.ndarray:
-    """Conditional-logit weights: minimise -sum log P(correct) + penalty * |w|^2 with L-BFGS."""
-    use = (correct & valid).any(axis=1) & (~correct & valid).any(axis=1)  # only mixed questions teach
-    x, good, valid = x[use], (correct & valid)[use], valid[use]
-
-    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        u = np.where(valid, x @ w, -np.inf)
-        e = np.exp(u - u.max(axis=1, keepdims=True))
-        z_all, e_good = e.sum(axis=1), np.where(good, e, 0.0)
-        z_good = e_good.sum(axis=1)
-        value = -(np.log(z_good) - np.log(z_all)).sum() + penalty * w @ w
-        grad = -np.einsum("qn,qnr->r", e_good / z_good[:, None] - e / z_all[:, None], x) + 2 * penalty * w
-        return float(value), grad
-
-    if not use.any():
-        return np.full(x.shape[-1], 1.0 / x.shape[-1])
-    return minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
+    """Conditional-logit weights over the member features (morkit.selection.learners.ConditionalLogit)."""
+    return np.asarray(ConditionalLogit.fit(x, correct, valid, penalty).weights)
 
 
 def _features(pool: QuestionPool, scores: np.ndarray, valid: np.ndarray, members: Sequence[str],

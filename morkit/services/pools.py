@@ -27,6 +27,7 @@ from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, l
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.table import table_names
+from morkit.selection.learned import with_stored_learned
 from morkit.selection.stacker import with_stored_stacker
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
@@ -78,7 +79,7 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
                config: PoolConfig = PoolConfig(), embedder: str | None = None,
                options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None
                ) -> QuestionPool:
-    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the stacker fit.
+    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors.
 
     `rms`: pool RMs (default: every RM cached in the queries, else smollm2-orm); registered ones are run
     where scores are missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2).
@@ -91,13 +92,13 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     queries, labels = _prepared(labelled_queries, names, options)
     pool = build_question_pool(queries, model, rm_names=names, config=config,
                                provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
-    return with_stored_stacker(pool)
+    return with_stored_selectors(pool)
 
 
 def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, options: ScoringOptions = ScoringOptions(),
                 provenance: Mapping[str, Any] | None = None) -> QuestionPool:
     """A new pool revision with the queries appended (labelled, scored with the pool's RMs, embedded with its
-    embedder, normalised and weighted as the pool was built), and its stacker refitted."""
+    embedder, normalised and weighted as the pool was built), and its learned selectors refitted."""
     options = replace(options, reduction=pool.config.reduction)
     queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
     return _grown(pool, queries, labels, options, provenance)
@@ -130,4 +131,9 @@ def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, in
     model = load_embedder(pool.embedder, options.device)
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
                           progress=options.progress)
-    return with_stored_stacker(grown)
+    return with_stored_selectors(grown)
+
+
+def with_stored_selectors(pool: QuestionPool) -> QuestionPool:
+    """The pool with its learned selectors fitted on every RM and kept in pool.json, so selection starts at once."""
+    return with_stored_learned(with_stored_stacker(pool))

@@ -52,5 +52,5 @@ def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = 
     finally:
         if owned:
             models.release()
-    return [selector.rank_selected(q, s) for q, s in zip(scored, selections)]
+    return [selector.rank_selected(q, s, options.abstain_below) for q, s in zip(scored, selections)]
 

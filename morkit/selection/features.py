@@ -1,0 +1,165 @@
+"""Candidate features for the learned selector: what each RM says about a candidate, relative to its siblings.
+
+The evidence a selector sees matters more than the learner that reads it (a raw weighted sum of scores
+gives one number per RM; the same scores seen several ways give the learner the shape of each RM's
+opinion). Feature groups, per member RM r and candidate i of a query:
+
+  query-z    r's score standardised over the query's candidates (0 where r is constant there)
+  pool-z     r's score standardised with r's pool-wide mean and sd (fitted on the training rows)
+  rank       i's rank among the query's candidates under r, scaled to [-0.5, 0.5]; ties share a rank
+  top        1 where i has the query's top score under r
+  tie        1 where that top score is shared by several candidates
+  steps      process RMs only: query-z and pool-z of the step scores under every other reduction
+             (min, mean, last; the pool's own is already the member score)
+  agreement  the share of RMs whose top pick is i, and i's mean query-z over the RMs
+
+Every feature is 0 where r has no score for the candidate, and features are scaled by their sd over the
+training candidates so one L2 penalty suits them all. Only the order within a query matters downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from morkit.core import checks
+from morkit.question_pool.ensembles import Normalizer
+from morkit.question_pool.rows import STEP_REDUCTIONS
+from morkit.selection.mor import query_zscore
+
+FEATURE_GROUPS = ("query-z", "pool-z", "rank", "top", "tie", "steps", "agreement")
+FEATURE_SETS: Mapping[str, tuple[str, ...]] = {
+    "scores": ("query-z", "pool-z", "steps"),
+    "full": FEATURE_GROUPS,
+}
+"""Named feature sets the selector's cross-validation chooses between."""
+
+_RANK_CHUNK = 4096  # questions per pass of the (Q, N, N, R) rank comparison
+
+
+def _ranks(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Each candidate's rank within its query per column, scaled to [-0.5, 0.5] (ties share the mean rank)."""
+    out = np.zeros(values.shape)
+    for start in range(0, len(values), _RANK_CHUNK):
+        v, m = values[start:start + _RANK_CHUNK], present[start:start + _RANK_CHUNK]
+        both = m[:, :, None, :] & m[:, None, :, :]
+        below = ((v[:, :, None, :] > v[:, None, :, :]) & both).sum(axis=2)
+        equal = ((v[:, :, None, :] == v[:, None, :, :]) & both).sum(axis=2) - 1
+        count = m.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scaled = (below + 0.5 * equal) / (count - 1) - 0.5
+        out[start:start + _RANK_CHUNK] = np.where(m & (count > 1), scaled, 0.0)
+    return out
+
+
+def _tops(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(top, shared): where a candidate holds its query's top score per column, and how many hold it."""
+    filled = np.where(present, values, -np.inf)
+    top = present & (filled == filled.max(axis=1, keepdims=True))
+    return top, top.sum(axis=1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which features of which members, with the pool-wide statistics and scales fitted on training rows."""
+
+    members: tuple[str, ...]
+    step_members: tuple[str, ...]  # members with step scores, in `members` order
+    step_reductions: tuple[str, ...]  # the STEP_REDUCTIONS besides the pool's own reduction
+    groups: tuple[str, ...]
+    pool_z: Normalizer  # over members, then "<step member>@<reduction>" columns
+    scale: tuple[float, ...] = ()  # per feature column; () before fitting
+
+    def __post_init__(self) -> None:
+        for group in self.groups:
+            checks.one_of(group, FEATURE_GROUPS, "feature group")
+
+    @property
+    def step_columns(self) -> tuple[str, ...]:
+        return tuple(f"{m}@{r}" for m in self.step_members for r in self.step_reductions)
+
+    def names(self) -> list[str]:
+        """One name per feature column, "<group>:<member>", in column order."""
+        out: list[str] = []
+        for group in self.groups:
+            if group == "steps":
+                out += [f"{kind}:{c}" for kind in ("query-z", "pool-z") for c in self.step_columns]
+            elif group == "agreement":
+                out += ["agreement:votes", "agreement:mean-query-z"]
+            else:
+                out += [f"{group}:{m}" for m in self.members]
+        return out
+
+    def raw(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray) -> np.ndarray:
+        """Unscaled features (Q, N, F) from member scores (Q, N, len(members)) and step scores
+        (Q, N, len(step_members), len(STEP_REDUCTIONS)) of the same candidates."""
+        valid = np.asarray(valid, dtype=bool)
+        present = ~np.isnan(scores) & valid[:, :, None]
+        zq = query_zscore(scores, valid)
+        parts = []
+        for group in self.groups:
+            if group == "query-z":
+                parts.append(zq)
+            elif group == "pool-z":
+                parts.append(np.where(present, self.pool_z.apply(self.members, scores), 0.0))
+            elif group == "rank":
+                parts.append(_ranks(scores, present))
+            elif group in ("top", "tie"):
+                top, shared = _tops(scores, present)
+                parts.append((top if group == "top" else top & (shared > 1)).astype(np.float64))
+            elif group == "steps":
+                parts += self._step_features(steps, valid)
+            else:  # agreement
+                top, shared = _tops(scores, present)
+                voters = np.maximum(present.any(axis=1).sum(axis=-1, keepdims=True), 1)
+                votes = (top / np.maximum(shared, 1)).sum(axis=-1, keepdims=True) / voters[:, None, :]
+                parts += [votes, zq.sum(axis=-1, keepdims=True) / voters[:, None, :]]
+        x = np.concatenate(parts, axis=-1) if parts else np.zeros(scores.shape[:2] + (0,))
+        return np.where(valid[:, :, None] & np.isfinite(x), x, 0.0)
+
+    def _step_features(self, steps: np.ndarray | None, valid: np.ndarray) -> list[np.ndarray]:
+        if not self.step_columns:
+            return []
+        picks = [STEP_REDUCTIONS.index(r) for r in self.step_reductions]
+        values = np.asarray(steps, dtype=np.float64)[:, :, :, picks].reshape(steps.shape[:2] + (-1,))
+        present = ~np.isnan(values) & valid[:, :, None]
+        return [query_zscore(values, valid), np.where(present, self.pool_z.apply(self.step_columns, values), 0.0)]
+
+    def apply(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray) -> np.ndarray:
+        """Scaled features (Q, N, F): what a fitted learner reads."""
+        return self.raw(scores, steps, valid) / np.asarray(self.scale)
+
+    def fitted(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray) -> "FeatureSpec":
+        """This spec with each column's scale set to its sd over the valid training candidates (1 if constant)."""
+        x = self.raw(scores, steps, valid)[np.asarray(valid, dtype=bool)]
+        sd = x.std(axis=0) if len(x) else np.ones(x.shape[-1])
+        return FeatureSpec(self.members, self.step_members, self.step_reductions, self.groups, self.pool_z,
+                           tuple(float(s) if s > 1e-12 else 1.0 for s in sd))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": list(self.members), "step_members": list(self.step_members),
+                "step_reductions": list(self.step_reductions), "groups": list(self.groups),
+                "pool_z": self.pool_z.to_json(), "scale": list(self.scale)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "FeatureSpec":
+        return cls(tuple(obj["members"]), tuple(obj["step_members"]), tuple(obj["step_reductions"]),
+                   tuple(obj["groups"]), Normalizer.from_json(obj["pool_z"]), tuple(float(s) for s in obj["scale"]))
+
+
+def feature_spec(groups: Sequence[str], members: Sequence[str], step_members: Sequence[str], reduction: str,
+                 scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray) -> FeatureSpec:
+    """A spec fitted on training rows: `scores` (Q, N, len(members)), `steps` (Q, N, len(step_members), 3)."""
+    step_members = tuple(m for m in members if m in set(step_members)) if "steps" in groups else ()
+    reductions = tuple(r for r in STEP_REDUCTIONS if r != reduction) if step_members else ()
+    spec = FeatureSpec(tuple(members), step_members, reductions, tuple(groups), Normalizer())
+    columns = list(spec.members)
+    values = [np.asarray(scores, dtype=np.float64)]
+    if spec.step_columns:
+        picks = [STEP_REDUCTIONS.index(r) for r in reductions]
+        values.append(np.asarray(steps, dtype=np.float64)[:, :, :, picks].reshape(scores.shape[:2] + (-1,)))
+        columns += spec.step_columns
+    pool_z = Normalizer.fit("zscore", columns, np.concatenate(values, axis=-1), np.asarray(valid, dtype=bool))
+    return FeatureSpec(spec.members, step_members, reductions, spec.groups, pool_z).fitted(scores, steps, valid)

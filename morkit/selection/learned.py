@@ -1,0 +1,284 @@
+"""The learned selector, morkit's default: a candidate ranker over rich RM features, chosen by CV on the pool.
+
+Each setting in SETTINGS (a learner from LEARNERS, a feature set from FEATURE_SETS, the learner's
+parameters) is scored by grouped k-fold cross-validation over pool questions (a question's candidates
+never straddle folds; features' pool statistics and scales are refitted on each training part), as
+expected best-of-n accuracy with ties shared. The best setting is refitted on the whole pool. Its
+out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
+and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
+is too small to learn from: the method falls back to PRES and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from morkit.question_pool.ensembles import Ensemble
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.prr import best_of_n_matrix
+from morkit.question_pool.rows import sample_rows
+from morkit.selection import confidence as conf
+from morkit.selection.base import Choice, Neighbours
+from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
+from morkit.selection.learners import LEARNERS, mixed
+
+log = logging.getLogger(__name__)
+
+MIN_MIXED = 20
+LEARN_SAMPLE = 20_000
+"""Pools larger than this many questions learn from a seeded sample of them (features are ~100 per RM-candidate)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One learner configuration the cross-validation weighs."""
+
+    learner: str
+    features: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.params.items())
+        return f"{self.learner} [{self.features}]" + (f" ({shown})" if shown else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"learner": self.learner, "features": self.features, "params": dict(self.params)}
+
+
+SETTINGS = (
+    *(Setting("logit", "scores", {"penalty": p}) for p in (0.3, 1.0, 3.0, 10.0, 30.0)),
+    *(Setting("logit", "full", {"penalty": p}) for p in (1.0, 3.0, 10.0, 30.0)),
+    Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7}),
+    Setting("lambdarank", "full", {"rounds": 200, "learning_rate": 0.03, "leaves": 4}),
+)
+
+
+class TooFewMixed(LookupError):
+    """The pool has too few questions with both a right and a wrong answer to learn a ranker from."""
+
+
+@dataclass(frozen=True)
+class PoolSlice:
+    """The arrays of some pool rows for some members: what features are computed from."""
+
+    scores: np.ndarray  # (Q, N, len(members))
+    steps: np.ndarray | None  # (Q, N, len(step members), 3)
+    correct: np.ndarray
+    valid: np.ndarray
+    domains: tuple[str, ...]
+
+    @classmethod
+    def of(cls, pool: QuestionPool, rows: np.ndarray, members: Sequence[str]) -> "PoolSlice":
+        cols = [pool.rm_names.index(m) for m in members]
+        steps = None
+        if pool.steps is not None:
+            steps = np.asarray(pool.steps[rows])[:, :, [pool.step_rms.index(m) for m in members
+                                                        if m in pool.step_rms]]
+        return cls(np.asarray(pool.scores[rows])[:, :, cols], steps, np.asarray(pool.correct[rows]),
+                   np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows))
+
+    def part(self, keep: np.ndarray) -> "PoolSlice":
+        return PoolSlice(self.scores[keep], None if self.steps is None else self.steps[keep], self.correct[keep],
+                         self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]))
+
+
+@dataclass(frozen=True)
+class LearnedFit:
+    """The chosen setting fitted on the pool, with its CV evidence and its confidence calibrator."""
+
+    setting: Setting
+    spec: FeatureSpec
+    model: Any  # a fitted LEARNERS model
+    cv_best_of_n: float
+    cv_table: tuple[tuple[str, float, float], ...]  # (setting label, CV best-of-n, sd over folds)
+    calibrator: conf.Calibrator
+    report: Mapping[str, Any]  # reliability of the out-of-fold confidence, importances, per-domain gains
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.spec.members
+
+    def ensemble(self) -> Ensemble:
+        """The members with each one's share of the model's absolute importance, for the output contract."""
+        names = self.spec.names()
+        weight = dict.fromkeys(self.members, 0.0)
+        for name, value in zip(names, np.abs(self.model.importances())):
+            member = name.split(":", 1)[1].split("@")[0]
+            if member in weight:
+                weight[member] += float(value)
+        total = sum(weight.values()) or 1.0
+        return Ensemble(self.members, tuple(weight[m] / total for m in self.members), "learned")
+
+    def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
+               step_rms: Sequence[str]) -> np.ndarray:
+        """(Q, N) candidate scores from member scores in `rm_names` order and step scores in `step_rms` order."""
+        x_scores = np.asarray(scores)[:, :, [list(rm_names).index(m) for m in self.members]]
+        x_steps = None
+        if self.spec.step_members:
+            x_steps = np.asarray(steps)[:, :, [list(step_rms).index(m) for m in self.spec.step_members]]
+        out = self.model.scores(self.spec.apply(x_scores, x_steps, valid))
+        return np.where(valid, out, np.nan)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting.to_json(), "spec": self.spec.to_json(), "model": self.model.to_json(),
+                "cv_best_of_n": self.cv_best_of_n, "cv_table": [list(row) for row in self.cv_table],
+                "calibrator": self.calibrator.to_json(), "report": dict(self.report)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "LearnedFit":
+        setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"])
+        model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
+        return cls(setting, FeatureSpec.from_json(obj["spec"]), model, float(obj["cv_best_of_n"]),
+                   tuple((str(a), float(b), float(c)) for a, b, c in obj["cv_table"]),
+                   conf.Calibrator.from_json(obj["calibrator"]), obj["report"])
+
+
+def _fit_model(setting: Setting, x: np.ndarray, data: PoolSlice) -> Any:
+    return LEARNERS.get(setting.learner).load().fit(x, data.correct, data.valid, **setting.params)
+
+
+def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
+    return best_of_n_matrix(np.where(data.valid, scores, np.nan)[:, :, None], data.correct, data.valid)[:, 0]
+
+
+def _spec(features: str, data: PoolSlice, members: Sequence[str], step_members: Sequence[str],
+          reduction: str) -> FeatureSpec:
+    return feature_spec(FEATURE_SETS[features], members, step_members, reduction, data.scores, data.steps, data.valid)
+
+
+def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
+                settings: Sequence[Any] = SETTINGS) -> LearnedFit:
+    """Cross-validate every setting on the pool (or its LEARN_SAMPLE), then fit the best on all of it.
+
+    TooFewMixed when fewer than MIN_MIXED questions have both a right and a wrong answer."""
+    members = tuple(members or pool.rm_names)
+    step_members = tuple(m for m in members if m in pool.step_rms)
+    data = PoolSlice.of(pool, sample_rows(len(pool), LEARN_SAMPLE, seed), members)
+    n_mixed = int(mixed(data.correct, data.valid).sum())
+    if n_mixed < MIN_MIXED:
+        raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
+                          f"selector needs {MIN_MIXED}")
+    n = len(data.correct)
+    fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
+    reduction = pool.config.reduction
+    parts = []  # per fold: train and test slices, and each feature set's spec fitted on train
+    for f in np.unique(fold_of):
+        train, test = data.part(fold_of != f), data.part(fold_of == f)
+        specs = {name: _spec(name, train, members, step_members, reduction) for name in {s.features for s in settings}}
+        x = {name: (spec.apply(train.scores, train.steps, train.valid), spec.apply(test.scores, test.steps, test.valid))
+             for name, spec in specs.items()}
+        parts.append((fold_of == f, train, test, x))
+    table, oof = [], {}
+    for setting in settings:
+        scores = np.full(data.valid.shape, np.nan)
+        for where, train, test, x in parts:
+            scores[where] = _fit_model(setting, x[setting.features][0], train).scores(x[setting.features][1])
+        hits = _hits(scores, data)
+        per_fold = [float(np.nanmean(hits[fold_of == f])) for f in np.unique(fold_of)]
+        table.append((setting.label, float(np.nanmean(hits)), float(np.std(per_fold, ddof=1))))
+        oof[setting.label] = (scores, hits)
+    best = max(range(len(settings)), key=lambda i: table[i][1])  # the first (simplest) of equal settings
+    setting = settings[best]
+    scores, hits = oof[setting.label]
+    signals = conf.signals(scores, data.scores, data.valid)
+    calibrator = conf.Calibrator.fit(signals, hits)
+    spec = _spec(setting.features, data, members, step_members, reduction)
+    model = _fit_model(setting, spec.apply(data.scores, data.steps, data.valid), data)
+    report = {
+        "reliability": conf.reliability(conf.cross_fitted(signals, hits, fold_of), hits),
+        "importances": dict(zip(spec.names(), (float(v) for v in model.importances()))),
+        "domains": _domain_gains(data, hits, members),
+        "questions": n, "mixed": n_mixed, "folds": int(len(parts)),
+    }
+    return LearnedFit(setting, spec, model, table[best][1], tuple(table), calibrator, report)
+
+
+def _domain_gains(data: PoolSlice, hits: np.ndarray, members: Sequence[str]) -> dict[str, Any]:
+    """Per domain: questions, the learned selector's CV best-of-n, and the best single RM's there (the RM
+    chosen on the same questions, so the gain is if anything understated)."""
+    from morkit.question_pool.rows import nanmean_columns
+
+    singles = best_of_n_matrix(data.scores, data.correct, data.valid)
+    domains = np.asarray(data.domains, dtype=object)
+    out = {}
+    for domain in sorted(set(data.domains)):
+        inside = domains == domain
+        means = np.nan_to_num(nanmean_columns(singles[inside]), nan=-1.0)
+        best = int(np.argmax(means))
+        out[domain] = {"questions": int(inside.sum()), "learned": float(np.nanmean(hits[inside])),
+                       "best_single": float(means[best]), "best_single_rm": members[best]}
+    return out
+
+
+def _stored(obj: Mapping[str, Any]) -> LearnedFit:
+    """The fit kept in pool.json; a damaged one is an InputError, not a traceback."""
+    from morkit.core.errors import InputError
+    from morkit.question_pool.store import SHAPE_ERRORS
+
+    try:
+        return LearnedFit.from_json(obj)
+    except (*SHAPE_ERRORS, LookupError) as exc:
+        raise InputError(f"malformed learned selector in pool.json ({type(exc).__name__}: {exc}); rebuild the "
+                         "pool, or refit with `morkit pool add`") from exc
+
+
+def with_stored_learned(pool: QuestionPool) -> QuestionPool:
+    """The pool with its full-set learned fit kept in its metadata (saved in pool.json); a pool too small to
+    learn from is returned as it is (selection then falls back to PRES)."""
+    from dataclasses import replace
+
+    try:
+        fit = fit_learned(pool)
+    except TooFewMixed as exc:
+        log.warning("%s; selection will fall back to PRES", exc)
+        return pool
+    return replace(pool, meta={**pool.meta, "learned": fit.to_json()})
+
+
+@dataclass
+class Learned:
+    """Selection method: the pool-learned candidate ranker over every available RM (refitted per availability
+    set); PRES when the pool is too small to learn from."""
+
+    pool: QuestionPool
+    folds: int = 5
+    name: str = "learned"
+    _fits: dict = field(init=False, repr=False, default_factory=dict)
+    _fallback: Any = field(init=False, repr=False, default=None)
+
+    def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
+        """The fit over the available RMs (stored with the pool for the full set); None when too few questions."""
+        if available not in self._fits:
+            members = tuple(m for m in self.pool.rm_names if m in available)
+            if not members:
+                raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
+            stored = self.pool.meta.get("learned")
+            if stored is not None and tuple(stored.get("spec", {}).get("members", ())) == members:
+                self._fits[available] = _stored(stored)
+            else:
+                try:
+                    self._fits[available] = fit_learned(self.pool, members, folds=self.folds)
+                except TooFewMixed as exc:
+                    log.warning("%s; falling back to PRES", exc)
+                    self._fits[available] = None
+        return self._fits[available]
+
+    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+        fit = self.fit_for(available)
+        if fit is None:
+            from morkit.selection.pres import PRES
+
+            self._fallback = self._fallback or PRES(self.pool)
+            choice = self._fallback.choose(neighbours, available)
+            return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
+                          {**choice.details, "fallback": f"pres: fewer than {MIN_MIXED} mixed pool questions"})
+        alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.setting.label)
+        skipped = [m for m in self.pool.rm_names if m not in available]
+        return Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
+                      {"criterion": "cv_best_of_n", "learner": fit.setting.label, "skipped_members": skipped},
+                      scorer=fit, calibrator=fit.calibrator)

@@ -1,0 +1,122 @@
+"""Learners that rank a query's candidates from their features, in LEARNERS: name -> model class.
+
+A model class has `fit(x, correct, valid, **params)` on (Q, N, F) features and `from_json(obj)`; a fitted
+model has `scores(x) -> (Q, N)`, `importances() -> (F,)` and `to_json()`. Only questions with both a
+correct and a wrong candidate teach (the others carry no ranking signal). Add one with
+
+    LEARNERS.register("mine", "mypkg.rank:MyModel", "what it learns")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from morkit.core.registry import Entry, Registry
+
+
+def mixed(correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """(Q,) questions with both a correct and a wrong valid candidate."""
+    good = correct & valid
+    return good.any(axis=1) & (~correct & valid).any(axis=1)
+
+
+@dataclass(frozen=True)
+class ConditionalLogit:
+    """P(candidate) = softmax over the query's candidates of w . x; w maximises the probability mass on the
+    correct candidates, L2-penalised (a listwise top-1 objective, fitted with L-BFGS)."""
+
+    weights: tuple[float, ...]
+
+    @classmethod
+    def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float = 1.0,
+            sample_weight: np.ndarray | None = None) -> "ConditionalLogit":
+        from scipy.optimize import minimize
+
+        use = mixed(correct, valid)
+        if not use.any():
+            return cls(tuple(np.full(x.shape[-1], 1.0 / max(1, x.shape[-1]))))
+        x, good, valid = x[use], (correct & valid)[use], valid[use]
+        weight = np.ones(len(x)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[use]
+
+        def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+            u = np.where(valid, x @ w, -np.inf)
+            e = np.exp(u - u.max(axis=1, keepdims=True))
+            z_all, e_good = e.sum(axis=1), np.where(good, e, 0.0)
+            z_good = e_good.sum(axis=1)
+            value = -(weight * (np.log(z_good) - np.log(z_all))).sum() + penalty * w @ w
+            grad = -np.einsum("q,qn,qnf->f", weight, e_good / z_good[:, None] - e / z_all[:, None], x)
+            return float(value), grad + 2 * penalty * w
+
+        w = minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
+        return cls(tuple(float(v) for v in w))
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) @ np.asarray(self.weights)
+
+    def importances(self) -> np.ndarray:
+        return np.asarray(self.weights)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"weights": list(self.weights)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "ConditionalLogit":
+        return cls(tuple(float(v) for v in obj["weights"]))
+
+
+@dataclass(frozen=True)
+class LambdaRank:
+    """Gradient-boosted trees with LightGBM's lambdarank objective over each query's candidates; single-
+    threaded and deterministic, so a pool refits to the same model on any machine."""
+
+    model: str  # LightGBM's text dump of the booster
+
+    @classmethod
+    def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, rounds: int = 100,
+            learning_rate: float = 0.05, leaves: int = 7, min_leaf: int = 20, feature_fraction: float = 0.5,
+            seed: int = 0) -> "LambdaRank":
+        import lightgbm
+
+        use = mixed(correct, valid)
+        x, correct, valid = x[use], correct[use], valid[use]
+        params = {"objective": "lambdarank", "learning_rate": learning_rate, "num_leaves": leaves,
+                  "min_data_in_leaf": min_leaf, "feature_fraction": feature_fraction, "seed": seed,
+                  "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbosity": -1}
+        data = lightgbm.Dataset(x[valid], correct[valid].astype(int), group=valid.sum(axis=1))
+        return cls(lightgbm.train(params, data, num_boost_round=rounds).model_to_string())
+
+    def _booster(self) -> Any:
+        booster = self.__dict__.get("_loaded")
+        if booster is None:
+            import lightgbm
+
+            booster = lightgbm.Booster(model_str=self.model)
+            object.__setattr__(self, "_loaded", booster)  # a cache, not state: frozen otherwise
+        return booster
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        flat = x.reshape(-1, x.shape[-1])
+        return self._booster().predict(flat, num_threads=1).reshape(x.shape[:-1])
+
+    def importances(self) -> np.ndarray:
+        gain = np.asarray(self._booster().feature_importance("gain"), dtype=np.float64)
+        return gain / gain.sum() if gain.sum() > 0 else gain
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "LambdaRank":
+        return cls(str(obj["model"]))
+
+
+LEARNERS = Registry("learner", [
+    Entry("logit", "morkit.selection.learners:ConditionalLogit",
+          "conditional logit: listwise softmax weights over the features, L2-penalised"),
+    Entry("lambdarank", "morkit.selection.learners:LambdaRank",
+          "gradient-boosted ranking trees (LightGBM lambdarank)"),
+])
