@@ -10,7 +10,11 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
      - "PRES singles" / "PRES (paper, with combinations)" / "PRES top-1 criterion":
        Selector(pool, "pres", singles_only=True) / Selector(pool, "pres") / Selector(pool, "pres-top1"),
        with --k neighbours, on a z-score pool (morkit's default) and on a raw pool (the paper's setting),
-     - "morkit default": Selector(pool), the pool-learned stacker,
+     - "morkit default": Selector(pool), the learned selector (morkit.selection.learned: learner and features
+       chosen by an inner CV on the fold's pool), and "stacker": the previous default,
+     - "learned: <learner> [<features>]": the learned selector restricted to one learner and feature set
+       (its inner CV still picks the parameters), and the blend of those three, always (the default
+       chooses between these and every single setting by its inner CV),
      - "per-query oracle": per question, the best single RM's hit (an upper bound for picking one RM).
    A method's hit on a question is its EXPECTED best-of-n correctness: the share of correct answers
    among the candidates tied for its top score (never the first by position). Scores come from
@@ -20,6 +24,8 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
    single chosen on train, and on how many questions a method beats / loses to it.
 
    Data: rewardmath_rm_scores (383 MATH problems x 10 answers, one correct, cached scores of 22 RMs);
+   humaneval_davinci_samples (127 tasks x the first --humaneval-per-task completions, labelled by the data
+   set's own pass/fail, scored by --humaneval-rms: minilm-probe and smollm2-orm, neither trained on code);
    qwen25_math_rm8 (70 MATH problems x 8 answers; cached Qwen2.5-Math-RM-72B + math-consensus +
    minilm-probe) and gsm8k_model_solutions (1000 x 4; minilm-probe + math-consensus). minilm-probe and
    math-consensus are computed with morkit.reward_models.scoring.score_queries through the score cache
@@ -34,7 +40,7 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
 B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (vectors are given),
    at a pool of --speed-questions x --speed-ensembles: a real rewardmath pool REPLICATED (copies get
    suffixed ids and the real embedding plus gaussian noise, re-normalised; exact flat FAISS index) with
-   its first ensembles kept. Timed: PRES (k=--k), the default stacker after its one-time fit (fit time
+   its first ensembles kept. Timed: PRES (k=--k), the default learned selector after its one-time fit (fit time
    shown apart) and a plain numpy PRES (brute-force emb @ v, argpartition top-k, nansum of sim-weighted
    PRR, argmax), whose pick must equal morkit's on every timed query. Each is timed under every
    --threads limit (threadpoolctl over FAISS's OpenMP and BLAS; 0 = as loaded): on a busy machine
@@ -54,7 +60,14 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DATASETS = ("rewardmath", "qwen", "gsm8k")
+DATASETS = ("rewardmath", "qwen", "gsm8k", "humaneval")
+DEFAULT_LABEL = "morkit default (learned) [zscore]"
+LEARNER_ROWS = (  # (label, settings of morkit.selection.learned.SETTINGS it may choose between)
+    ("learned: logit [scores] (CV penalty)", ("logit", "scores")),
+    ("learned: logit [full] (CV penalty)", ("logit", "full")),
+    ("learned: lambdarank [full] (CV params)", ("lambdarank", "full")),
+)
+BLEND_ROW = "learned: blend of the three above (always)"
 BEST_TRAIN = "best single (chosen on train)"
 ORACLE = "per-query oracle (best single per question)"
 RANDOM = "random pick (expected)"
@@ -144,6 +157,15 @@ def load_dataset(key: str, args) -> Dataset:
                  f"{sorted({sum(bool(c.correct) for c in q.candidates) for q in queries})}"]
         return Dataset("rewardmath_rm_scores", queries, rms, notes)
 
+    if key == "humaneval":
+        per_task = args.humaneval_per_task
+        loaded = datasets.humaneval_davinci(data_dir, per_task=per_task)
+        rms = tuple(args.humaneval_rms)
+        chosen, seconds, cache = _score(loaded, rms)
+        notes = [f"{len(loaded)} HumanEval tasks x the first {per_task} of 200 code-davinci-002 completions (labels: "
+                 "the data set's own pass/fail); RMs " + ", ".join(rms) + " (none was trained on code)",
+                 f"scored in {seconds:.1f}s (cache {cache.path}: {cache.hits} hits, {cache.misses} misses)"]
+        return Dataset("humaneval_davinci_samples", chosen, rms, notes)
     trained, where = head_training_ids("minilm-probe")
     if key == "qwen":
         start, stop = _parse_range(args.qwen_range)
@@ -195,6 +217,33 @@ def single_hits(queries, rm_names, reduction: str = "min"):
     return out
 
 
+def learner_rows(pool, test, rms) -> dict:
+    """Expected best-of-n of each LEARNER_ROWS restriction of the learned selector on the fold's test questions:
+    fitted (with its own inner CV over the learner's parameters) on the fold's pool, one fit over every RM
+    (a test question missing an RM's score reads 0 for its features)."""
+    import numpy as np
+
+    from morkit.question_pool.prr import best_of_n_matrix
+    from morkit.question_pool.rows import pool_rows
+    from morkit.selection.learned import SETTINGS, TooFewMixed, blended, fit_learned
+
+    rows = pool_rows(test, rms, pool.config.reduction, step_rms=pool.step_rms)
+    out, parts = {}, []
+    for label, (learner, features) in LEARNER_ROWS:
+        try:
+            fit = fit_learned(pool, settings=[s for s in SETTINGS if (s.learner, s.features) == (learner, features)])
+        except TooFewMixed:
+            continue
+        with np.errstate(all="ignore"):
+            scores = fit.scores(rows.scores, rows.steps, rows.valid, rms, pool.step_rms)
+        out[label] = best_of_n_matrix(scores[:, :, None], rows.correct, rows.valid)[:, 0]
+        parts.append(scores)
+    if len(parts) == len(LEARNER_ROWS):
+        scores = blended(parts, rows.valid)
+        out[BLEND_ROW] = best_of_n_matrix(scores[:, :, None], rows.correct, rows.valid)[:, 0]
+    return out
+
+
 def run_accuracy(ds: Dataset, args, embedder) -> None:
     import numpy as np
 
@@ -231,7 +280,9 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     for label, _, _ in PRES_METHODS:
         for norm in NORMALIZERS:
             labels.append(f"{label} [{norm}]")
-    labels.append("morkit default (stacker) [zscore]")
+    labels.append(DEFAULT_LABEL)
+    labels.append("stacker (previous default) [zscore]")
+    labels += [label for label, _ in LEARNER_ROWS] + [BLEND_ROW]
     for label in labels:
         hits[label] = np.full(n, np.nan)
 
@@ -256,7 +307,12 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
             methods = [(f"{label} [{norm}]", Selector(pool, method, k=args.k, singles_only=singles_only))
                        for label, method, singles_only in PRES_METHODS]
             if norm == "zscore":
-                methods.append(("morkit default (stacker) [zscore]", Selector(pool, k=args.k)))
+                methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
+                methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
+                t0 = time.perf_counter()
+                for label, values in learner_rows(pool, test, rms).items():
+                    hits[label][test_rows] = values
+                timing["select"] += time.perf_counter() - t0
             for label, selector in methods:
                 t0 = time.perf_counter()
                 selections = selector.select_many(test, vectors=tvec)
@@ -265,11 +321,10 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
                     hits[label][row] = expected_hit(ranking.scores, correct[row])
                     pres_picks[label].append(selection.choice.ensemble.name)
                 timing["select"] += time.perf_counter() - t0
-                if label.startswith("morkit default"):
+                if label == DEFAULT_LABEL:
                     fit = selector.method.fit_for(frozenset(rms))
-                    weights = ", ".join(f"{m}={w:+.2f}" for m, w in zip(fit.ensemble.members, fit.ensemble.weights))
-                    stacker_info.append(f"fold {f}: {fit.transform}, penalty {fit.penalty:g}, CV best-of-n "
-                                        f"{fit.cv_best_of_n:.3f}; weights {weights}")
+                    stacker_info.append(f"fold {f}: " + ("PRES fallback (too few mixed questions)" if fit is None else
+                                        f"CV chose {fit.label}, CV best-of-n {fit.cv_best_of_n:.3f}"))
 
     def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
         folds = [np.nanmean(values[fold_of == f]) for f in range(args.folds)]
@@ -301,11 +356,13 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     print(f"\nbest single chosen on train per fold: {chosen_single}")
     for label in labels:
         picks = pres_picks[label]
+        if not picks:
+            continue
         counts = sorted(((picks.count(p), p) for p in set(picks)), reverse=True)
         shown = ", ".join(f"{p} x{c}" for c, p in counts[:4])
         print(f"picks of {label}: {len(set(picks))} distinct; top: {shown}")
     for line in stacker_info:
-        print(f"stacker {line}")
+        print(f"learned default, {line}")
     print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds)")
 
 
@@ -330,7 +387,8 @@ def replicated_pool(base, size: int, ensembles: int, noise: float, seed: int):
     index, kind = build_index(emb, base.config.index)
     meta = {**base.meta, "index": {"kind": kind}}
     return replace(base, questions=questions, scores=base.scores[take], correct=base.correct[take],
-                   valid=base.valid[take], ensembles=base.ensembles[:ensembles],
+                   valid=base.valid[take], steps=None if base.steps is None else base.steps[take],
+                   ensembles=base.ensembles[:ensembles],
                    prr=np.ascontiguousarray(base.prr[take][:, :ensembles]),
                    top1=np.ascontiguousarray(base.top1[take][:, :ensembles]),
                    embeddings=emb, index=index, meta=meta), kind
@@ -349,6 +407,7 @@ def run_speed(args, embedder) -> None:
     from morkit.core import settings
     from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.pool import build_pool
+    from morkit.selection.learned import LEARN_SAMPLE
     from morkit.selection.selector import Selector
 
     queries = rewardmath_rm_scores(settings.data_dir(args.data_dir))
@@ -399,9 +458,9 @@ def run_speed(args, embedder) -> None:
     from threadpoolctl import threadpool_info, threadpool_limits
 
     pres = Selector(pool, "pres", k=args.k)
-    stacker = Selector(pool, k=args.k)
+    default = Selector(pool, k=args.k)
     t0 = time.perf_counter()
-    fit = stacker.method.fit_for(frozenset(pool.rm_names))
+    fit = default.method.fit_for(frozenset(pool.rm_names))
     fit_s = time.perf_counter() - t0
     pools = ", ".join(sorted({f"{i['prefix']} {i['num_threads']}" for i in threadpool_info()}))
     print(f"machine: {os.cpu_count()} cores shared with other jobs; thread pools as loaded: {pools} "
@@ -412,7 +471,7 @@ def run_speed(args, embedder) -> None:
             pres_t, pres_sel = timed_loop(lambda i: pres.select_many([tq[i]], vectors=vec[i : i + 1])[0])
             search_t, _ = timed_loop(lambda i: pres.neighbours(vec[i : i + 1]))
             np_t, np_out = timed_loop(lambda i: numpy_pres(vec[i]))
-            st_t, _ = timed_loop(lambda i: stacker.select_many([tq[i]], vectors=vec[i : i + 1]))
+            st_t, _ = timed_loop(lambda i: default.select_many([tq[i]], vectors=vec[i : i + 1]))
         finally:
             if limit is not None:
                 limit.restore_original_limits()
@@ -425,15 +484,15 @@ def run_speed(args, embedder) -> None:
         print(f"{'morkit PRES: Selector(pool, pres).select_many([q], vectors=v)':<60} {_pct(pres_t)}")
         print(f"{'  of which kNN search (Selector.neighbours, FAISS flat)':<60} {_pct(search_t)}")
         print(f"{'plain numpy PRES (emb @ v, argpartition, nansum, argmax)':<60} {_pct(np_t)}")
-        print(f"{'morkit default stacker: Selector(pool).select_many, fitted':<60} {_pct(st_t)}")
+        print(f"{'morkit default learned: Selector(pool).select_many, fitted':<60} {_pct(st_t)}")
         print(f"ratio morkit PRES / numpy PRES: p50 {np.percentile(pres_t, 50) / np.percentile(np_t, 50):.2f}x, "
               f"p99 {np.percentile(pres_t, 99) / np.percentile(np_t, 99):.2f}x")
         print(f"PRES pick equals the numpy pick on {same} of {len(tq)} timed queries"
               + ("" if not gaps else f"; numpy-evidence gaps where they differ: {sorted(gaps)[:5]}")
               + f"; {len(set(pres_pick))} distinct picks")
-    print(f"\nstacker one-time fit (CV over {len(fit.cv_table)} settings x {stacker.method.folds} folds + final fit "
-          f"on {len(pool)} replicated questions x {len(pool.rm_names)} RMs, library default threads): {fit_s:.1f}s "
-          f"-> {fit.transform}, penalty {fit.penalty:g}")
+    print(f"\nlearned default one-time fit (CV over {len(fit.cv_table)} settings x {default.method.folds} folds + "
+          f"final fit on {min(len(pool), LEARN_SAMPLE)} of {len(pool)} replicated questions x {len(pool.rm_names)} RMs, "
+          f"library default threads): {fit_s:.1f}s -> {fit.label}")
 
 
 def main() -> None:
@@ -448,6 +507,10 @@ def main() -> None:
                         help="START:STOP of qwen25_math_rm8 questions (before dropping head-training ones)")
     parser.add_argument("--gsm8k-range", default="0:1000",
                         help="START:STOP of gsm8k_model_solutions questions (before dropping head-training ones)")
+    parser.add_argument("--humaneval-per-task", type=int, default=8,
+                        help="completions per HumanEval task (the first N of the 200)")
+    parser.add_argument("--humaneval-rms", nargs="+", default=["minilm-probe", "smollm2-orm"],
+                        help="RMs scoring the HumanEval completions (code-tests would be the label itself)")
     parser.add_argument("--keep-head-train", action="store_true",
                         help="keep questions the packaged minilm-probe head was trained on")
     speed = parser.add_mutually_exclusive_group()

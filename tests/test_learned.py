@@ -92,7 +92,7 @@ def test_features_of_a_query_do_not_depend_on_its_batch(step_pool):
 def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     fit = fit_learned(step_pool, folds=4)
     table = {label: score for label, score, _ in fit.cv_table}
-    assert fit.setting.features in ("scores", "full")  # both carry the step reductions
+    assert all(c.setting.features in ("scores", "full") for c in fit.components)  # both read the steps
     assert fit.cv_best_of_n == max(table.values()) > 0.8
     only_min = fit_learned(step_pool, folds=4, settings=[Setting("logit", "scores", {"penalty": 1.0})])
     from morkit.selection.stacker import fit_stacker
@@ -102,16 +102,24 @@ def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     rel = fit.report["reliability"]
     assert sum(b["count"] for b in rel["bins"]) == rel["picks"] == 80 and 0 <= rel["ece"] <= 1
     assert fit.report["domains"]["math"]["questions"] == 80
-    assert set(fit.report["importances"]) == set(fit.spec.names())
+    assert set(fit.report["importances"]) == set().union(*(c.spec.names() for c in fit.components))
+    blend = [row for row in fit.cv_table if row[0].startswith("blend of")]
+    assert len(blend) == 1 and blend[0][0].count(" + ") == 2  # logit x2 feature sets, lambdarank
 
 
 def test_fit_round_trips_through_json_with_identical_scores(step_pool):
-    for setting in (Setting("logit", "full", {"penalty": 3.0}), Setting("lambdarank", "full", {"rounds": 20})):
-        fit = fit_learned(step_pool, folds=3, settings=[setting])
+    blend = [Setting("logit", "scores", {"penalty": 3.0}), Setting("lambdarank", "full", {"rounds": 20})]
+    for settings in ([Setting("logit", "full", {"penalty": 3.0})], [blend[1]], blend):
+        fit = fit_learned(step_pool, folds=3, settings=settings)
+        if len(settings) == 2:  # make the blend the pick, to round-trip a two-model fit
+            fit = replace(fit, components=fit_learned(step_pool, folds=3, settings=blend[:1]).components
+                          + fit_learned(step_pool, folds=3, settings=blend[1:]).components)
+        setting = settings[0]
         again = LearnedFit.from_json(json.loads(json.dumps(fit.to_json())))
         args = (step_pool.scores, step_pool.steps, step_pool.valid, step_pool.rm_names, step_pool.step_rms)
         assert np.array_equal(fit.scores(*args), again.scores(*args), equal_nan=True)
-        assert isinstance(again.model, ConditionalLogit if setting.learner == "logit" else LambdaRank)
+        assert isinstance(again.components[0].model, ConditionalLogit if setting.learner == "logit" else LambdaRank)
+        assert len(again.components) == len(fit.components) and again.label == fit.label
 
 
 def test_calibrator_tracks_the_hit_rate():
@@ -181,6 +189,6 @@ def test_small_pool_falls_back_to_pres_with_a_warning(caplog):
 
 def test_damaged_stored_fit_is_an_input_error(step_pool):
     pool = with_stored_learned(step_pool)
-    damaged = replace(pool, meta={**pool.meta, "learned": {**pool.meta["learned"], "model": {}}})
+    damaged = replace(pool, meta={**pool.meta, "learned": {**pool.meta["learned"], "components": []}})
     with pytest.raises(InputError, match="malformed learned selector"):
         Selector(damaged, embedder=HashEmbedder()).rank(_step_queries(1, seed=3)[0])

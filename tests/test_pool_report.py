@@ -1,4 +1,5 @@
-"""The pool HTML report: one self-contained file, escaped user text, atomic writes, renders in a browser."""
+"""The pool HTML report: one self-contained file, escaped user text, atomic writes, renders in a browser; and
+its Selection section (morkit.selection.report): method accuracy, reliability, learned weights, domain gains."""
 
 from __future__ import annotations
 
@@ -6,17 +7,22 @@ import base64
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HashEmbedder
 
+from morkit.cli import main
 from morkit.core.types import Candidate, Query
 from morkit.question_pool import report
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.report import write_report
+from morkit.selection.learned import with_stored_learned
+from morkit.selection.report import selection_section
+from morkit.selection.stacker import with_stored_stacker
 
 CHROMIUM = Path("/usr/bin/chromium")
 EVIL_RM = "<script>alert(1)</script>"
@@ -155,7 +161,8 @@ def test_failure_leaves_no_partial_file(tmp_path, monkeypatch):
 
 
 def test_import_does_no_plotting_work():
-    code = "import sys, morkit.question_pool.report; print(any(m.startswith('matplotlib') for m in sys.modules))"
+    code = ("import sys, morkit.question_pool.report, morkit.selection.report; "
+            "print(any(m.startswith('matplotlib') for m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -175,3 +182,87 @@ def test_renders_in_headless_chromium(tmp_path):
     assert pixels.shape[:2] == (3000, 1400)
     assert pixels.std() > 0.05  # not a blank page
     assert (pixels.mean(axis=2) < 0.5).mean() > 0.005  # some dark text and plot ink
+
+
+@pytest.fixture(scope="module")
+def learned_pool():
+    """24 questions, all with a right and a wrong answer: enough for the learned selector; RM and domain names
+    that must be escaped."""
+    queries = synthetic_queries(("rm_a", EVIL_RM, "rm_c"), ("math", EVIL_DOMAIN))
+    pool = with_stored_learned(with_stored_stacker(build_pool(queries, HashEmbedder())))
+    assert "learned" in pool.meta and "stacker" in pool.meta
+    return pool
+
+
+def _selection_text(checker: _Checker) -> str:
+    text = " ".join(checker.text)
+    return text[text.index("Selection"):]
+
+
+def test_selection_section_shows_its_four_parts(learned_pool, tmp_path):
+    out = write_report(learned_pool, tmp_path / "report.html", sections=[selection_section(learned_pool)])
+    checker = parse(out)
+    for heading in ("Selection", "Accuracy by selection method", "Confidence reliability (learned selector)",
+                    "Gain over the best single RM per domain"):
+        assert heading in checker.headings
+    assert any(h.startswith("Learned feature weights (top ") for h in checker.headings)
+    assert len(checker.images) == 3 + 2  # the pool's plots, then method bars and the reliability diagram
+    for src in checker.images:
+        assert png_bytes(src).startswith(b"\x89PNG")
+    text = _selection_text(checker)
+    learned = learned_pool.meta["learned"]
+    chosen = learned["label"]
+    assert f"learned: {chosen} (chosen)" in text and text.count("(chosen)") == 1
+    assert text.count("learned: ") == len(learned["cv_table"])
+    for fact in ("stacker: ", "PRES (k = 100)", "PRES top-1 (k = 100)", "best single RM: ", "leave-one-out, 24 "
+                 "questions", f"ECE): {learned['report']['reliability']['ece']:.3f}", "query-z", "gain (points)"):
+        assert fact in text
+    for domain, d in learned["report"]["domains"].items():
+        assert f"{100 * (d['learned'] - d['best_single']):+.1f}" in text
+
+
+def test_selection_section_falls_back_to_pres_on_a_small_pool(tmp_path):
+    pool = with_stored_learned(build_pool(synthetic_queries(("rm_a", "rm_b"), ("math",), per_domain=8),
+                                          HashEmbedder()))
+    assert "learned" not in pool.meta and "stacker" not in pool.meta
+    checker = parse(write_report(pool, tmp_path / "report.html", sections=[selection_section(pool, k=5)]))
+    text = _selection_text(checker)
+    assert "falls back to PRES" in text and "PRES (k = 5)" in text and "learned: " not in text
+    assert "Confidence reliability (learned selector)" not in checker.headings
+    assert len(checker.images) == 3 + 1  # the pool's plots, then the method bars
+
+
+def test_selection_section_escapes_user_text(learned_pool, tmp_path):
+    out = write_report(learned_pool, tmp_path / "report.html", sections=[selection_section(learned_pool)])
+    page = out.read_text(encoding="utf-8")
+    section = page[page.index("<h2>Selection</h2>"):]
+    assert "<script" not in page and "<b>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section  # in the feature-weight table's RM column
+    text = _selection_text(parse(out))
+    assert EVIL_RM in text and EVIL_DOMAIN in text
+
+
+def test_selection_section_survives_nan_and_missing_values(learned_pool, tmp_path):
+    learned = learned_pool.meta["learned"]
+    nan = float("nan")
+    damaged = {**learned, "label": "retired", "components": [{"setting": {"learner": "retired"}}], "cv_table": [["old label", nan, nan], ["other", 0.5, nan]],
+               "report": {"reliability": {"bins": [{"low": 0.0, "high": 0.1, "count": 3, "confidence": nan,
+                                                    "accuracy": 0.5}], "ece": nan, "picks": 3},
+                          "importances": {"query-z:rm_a": nan, "agreement:votes": -0.2, "pool-z:prm@last": 0.1},
+                          "domains": {"math": {"questions": 4, "learned": nan, "best_single": -1.0,
+                                               "best_single_rm": "rm_a"}}}}
+    pool = replace(learned_pool, meta={**learned_pool.meta, "learned": damaged,
+                                       "stacker": {"cv_best_of_n": nan}})
+    checker = parse(write_report(pool, tmp_path / "report.html", sections=[selection_section(pool)]))
+    text = _selection_text(checker)
+    assert "learned: other (chosen)" in text  # the stored setting names no row: the best row is marked
+    assert "No out-of-fold picks" in text and "agreement (votes)" in text and "pool-z, steps last" in text
+    assert "–" in text and "nan" not in text.lower()
+
+
+def test_pool_report_cli_adds_the_selection_section(learned_pool, tmp_path):
+    learned_pool.save(tmp_path / "pool")
+    out = tmp_path / "report.html"
+    assert main(["pool", "report", str(tmp_path / "pool"), "-o", str(out)]) == 0
+    checker = parse(out)
+    assert "Selection" in checker.headings and len(checker.images) == 5

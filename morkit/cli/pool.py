@@ -106,9 +106,11 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
 def cmd_pool_report(args: argparse.Namespace) -> int:
     from morkit.question_pool.pool import load_pool
     from morkit.question_pool.report import write_report
+    from morkit.selection.report import selection_section
 
     output_file(args.output)
-    path = write_report(load_pool(args.pool), args.output)
+    pool = load_pool(args.pool)
+    path = write_report(pool, args.output, sections=[selection_section(pool)])
     print(f"report -> {path}", file=sys.stderr)
     return 0
 
@@ -169,7 +171,11 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.set_defaults(func=cmd_pool_info)
 
-    p = verbs.add_parser("report", parents=[parent], help="write an HTML report with plots")
+    p = verbs.add_parser("report", parents=[parent], help="write an HTML report with plots",
+                         description="One self-contained HTML file: PRR by RM and domain, the best ensembles, "
+                                     "PRR distributions, and how the selection methods do on the pool (CV and "
+                                     "leave-one-out accuracy, the learned selector's calibration, weights and "
+                                     "per-domain gains).")
     p.add_argument("pool", help="pool directory")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.set_defaults(func=cmd_pool_report)

@@ -1,7 +1,8 @@
 """One-file HTML reports: inline CSS, plots as PNG data URIs, escaped text, tables, written atomically.
 
-Shared by the pool report and the pipeline report. Plots use matplotlib's Agg canvas directly, never
-pyplot, so no global backend is touched; matplotlib is imported only when a figure is drawn.
+Shared by the pool report (and its selection section, morkit.selection.report) and the pipeline report.
+Plots use matplotlib's Agg canvas directly, never pyplot, so no global backend is touched; matplotlib is
+imported only when a figure is drawn, in `plot_style()` so user text is never read as mathtext.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import io
 import os
 from html import escape
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -49,9 +50,41 @@ def fmt(value: float, digits: int = 3) -> str:
     return "–" if not np.isfinite(value) else f"{value:.{digits}f}"
 
 
+def plot_style() -> Any:
+    """The context every report plot is drawn in: literal text (an RM named "$x$" is not mathtext), 10pt."""
+    from matplotlib import rc_context
+
+    return rc_context({"text.parse_math": False, "font.size": 10})
+
+
+def hbars(ax: Any, labels: Sequence[str], values: Sequence[float], colors: Sequence[str],
+          reference: float | None = None, title: str = "") -> None:
+    """Horizontal bars, first on top, each value printed at its end; the value axis is zoomed to the finite
+    values (differences of a point matter); `reference` (e.g. the best single RM) is drawn as a dashed line."""
+    values = np.asarray(values, dtype=np.float64)
+    y = np.arange(len(values))
+    ax.barh(y, np.nan_to_num(values, nan=0.0), color=colors)
+    ax.set_yticks(y, labels, fontsize=9)
+    ax.invert_yaxis()
+    finite = values[np.isfinite(values)]
+    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    span = max(high - low, 0.02)
+    ax.set_xlim(max(0.0, low - 0.6 * span), min(1.0, high + 0.25 * span) + 0.02 * span)
+    if reference is not None and np.isfinite(reference):
+        ax.axvline(reference, color="#555", linestyle="--", linewidth=1)
+    for yi, v in zip(y, values):
+        if np.isfinite(v):
+            ax.text(v, yi, f" {fmt(v)}", va="center", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], best_cols: Sequence[int] = (),
-          ref_rows: Sequence[int] = ()) -> str:
-    """An HTML table; numbers are formatted, and the max of each column in `best_cols` is highlighted."""
+          ref_rows: Sequence[int] = (), formats: Mapping[int, str] | None = None) -> str:
+    """An HTML table; numbers are formatted (3 decimals, or the column's format spec in `formats`, e.g. "+.1f"),
+    and the max of each column in `best_cols` is highlighted."""
+    formats = formats or {}
     best = {}
     for c in best_cols:
         values = [r[c] for i, r in enumerate(rows) if i not in ref_rows and np.isfinite(r[c])]
@@ -65,7 +98,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], best_cols: Seque
             if isinstance(v, str):
                 cells.append(f'<td class="name{" ref" if i in ref_rows else ""}">{escape(v)}</td>')
             else:
-                text = str(v) if isinstance(v, (int, np.integer)) else fmt(v)
+                if isinstance(v, (int, np.integer)):
+                    text = str(v)
+                else:
+                    text = format(v, formats[c]) if c in formats and np.isfinite(v) else fmt(v)
                 cls = "best" if best.get(c) is not None and v == best[c] else ""
                 cells.append(f'<td class="{cls}">{text}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -16,9 +16,9 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data.html import fmt as _fmt
+from morkit.data.html import hbars, plot_style, write_page
 from morkit.data.html import img as _img
 from morkit.data.html import table as _table
-from morkit.data.html import write_page
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import nanmean_columns, sample_rows
 
@@ -107,24 +107,9 @@ def _ranked(stats: Sequence[dict[str, Any]], key: str, other: str) -> list[dict[
 
 def _bars(ax: Any, stats: Sequence[dict[str, Any]], best_single: dict[str, Any], key: str, title: str) -> None:
     """Horizontal bars of the top ensembles, the best single RM as a grey reference bar."""
-    rows = list(stats) + [best_single]
-    values = np.array([s[key] for s in rows])
-    labels = [s["ensemble"].name for s in stats] + [f"best single: {best_single['ensemble'].name}"]
-    colors = ["#3b7dd8"] * len(stats) + ["#9a9a9a"]
-    y = np.arange(len(rows))
-    ax.barh(y, values, color=colors)
-    ax.set_yticks(y, labels, fontsize=9)
-    ax.invert_yaxis()
-    finite = values[np.isfinite(values)]
-    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
-    span = max(high - low, 0.02)
-    ax.set_xlim(max(0.0, low - 0.6 * span), min(1.0, high + 0.25 * span) + 0.02 * span)
-    if np.isfinite(best_single[key]):
-        ax.axvline(best_single[key], color="#555", linestyle="--", linewidth=1)
-    for yi, v in zip(y, values):
-        ax.text(v, yi, f" {_fmt(v)}", va="center", fontsize=8)
-    ax.set_title(title, fontsize=11)
-    ax.grid(axis="x", alpha=0.3)
+    hbars(ax, [s["ensemble"].name for s in stats] + [f"best single: {best_single['ensemble'].name}"],
+          [s[key] for s in list(stats) + [best_single]], ["#3b7dd8"] * len(stats) + ["#9a9a9a"],
+          reference=best_single[key], title=title)
 
 
 def _best_ensembles(pool: QuestionPool, table: Sequence[dict[str, Any]], top: int) -> str:
@@ -176,13 +161,14 @@ def _distribution(pool: QuestionPool) -> str:
     return _img(fig, "distribution of per-question PRR per reward model")
 
 
-def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15) -> Path:
-    """Write the pool report to `path` (one HTML file, written atomically); returns the path."""
-    from matplotlib import rc_context
+def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, sections: Sequence[str] = ()) -> Path:
+    """Write the pool report to `path` (one HTML file, written atomically); returns the path.
 
+    `sections` are HTML fragments from higher layers (e.g. morkit.selection.report's selection section),
+    appended after the pool's own sections: this layer may not import them."""
     if top < 1:
         raise InputError("top must be at least 1")
-    with rc_context({"text.parse_math": False, "font.size": 10}):
+    with plot_style():
         table = pool.ensemble_table()
         n_rm = len(pool.rm_names)
         domains, per_domain = _domain_prr(pool)
@@ -209,5 +195,6 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15) 
             _best_ensembles(pool, table, top),
             "<h2>PRR distribution per reward model</h2>",
             _distribution(pool),
+            *sections,
         ]
     return write_page(path, "Question pool report", body)

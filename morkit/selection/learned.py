@@ -3,7 +3,9 @@
 Each setting in SETTINGS (a learner from LEARNERS, a feature set from FEATURE_SETS, the learner's
 parameters) is scored by grouped k-fold cross-validation over pool questions (a question's candidates
 never straddle folds; features' pool statistics and scales are refitted on each training part), as
-expected best-of-n accuracy with ties shared. The best setting is refitted on the whole pool. Its
+expected best-of-n accuracy with ties shared; so is a blend of the best setting of each (learner,
+feature set) family, their scores standardised per query and summed (averaging diverse rankers
+lowers their variance). The best candidate is refitted on the whole pool. Its
 out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
 and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
 is too small to learn from: the method falls back to PRES and says so.
@@ -12,7 +14,7 @@ is too small to learn from: the method falls back to PRES and says so.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -25,6 +27,7 @@ from morkit.selection import confidence as conf
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
 from morkit.selection.learners import LEARNERS, mixed
+from morkit.selection.mor import query_zscore
 
 log = logging.getLogger(__name__)
 
@@ -88,52 +91,100 @@ class PoolSlice:
 
 
 @dataclass(frozen=True)
-class LearnedFit:
-    """The chosen setting fitted on the pool, with its CV evidence and its confidence calibrator."""
+class Component:
+    """One fitted setting: its features (with the statistics fitted on the training rows) and its model."""
 
     setting: Setting
     spec: FeatureSpec
     model: Any  # a fitted LEARNERS model
+
+    def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
+               step_rms: Sequence[str]) -> np.ndarray:
+        """(Q, N) from member scores in `rm_names` order and step scores in `step_rms` order."""
+        x_scores = np.asarray(scores)[:, :, [list(rm_names).index(m) for m in self.spec.members]]
+        x_steps = None
+        if self.spec.step_members:
+            x_steps = np.asarray(steps)[:, :, [list(step_rms).index(m) for m in self.spec.step_members]]
+        return self.model.scores(self.spec.apply(x_scores, x_steps, valid))
+
+    def importances(self) -> dict[str, float]:
+        return dict(zip(self.spec.names(), (float(v) for v in self.model.importances())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting.to_json(), "spec": self.spec.to_json(), "model": self.model.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Component":
+        setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"])
+        model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
+        return cls(setting, FeatureSpec.from_json(obj["spec"]), model)
+
+
+def blended(parts: Sequence[np.ndarray], valid: np.ndarray) -> np.ndarray:
+    """One component's scores as they are; several, as the sum of each standardised within its query (so
+    learners with different score scales weigh alike)."""
+    if len(parts) == 1:
+        return parts[0]
+    return sum(query_zscore(np.where(valid, p, np.nan)[..., None], valid)[..., 0] for p in parts)
+
+
+@dataclass(frozen=True)
+class LearnedFit:
+    """The setting (or blend of settings) CV chose, fitted on the pool, with its CV evidence and its confidence
+    calibrator."""
+
+    label: str
+    components: tuple[Component, ...]
     cv_best_of_n: float
-    cv_table: tuple[tuple[str, float, float], ...]  # (setting label, CV best-of-n, sd over folds)
+    cv_table: tuple[tuple[str, float, float], ...]  # (label, CV best-of-n, sd over folds)
     calibrator: conf.Calibrator
     report: Mapping[str, Any]  # reliability of the out-of-fold confidence, importances, per-domain gains
 
     @property
     def members(self) -> tuple[str, ...]:
-        return self.spec.members
+        return self.components[0].spec.members
+
+    def importances(self) -> dict[str, float]:
+        """Feature -> weight: one model's own (logit coefficients, or lambdarank gain shares); for a blend, the
+        mean over its components of each one's scaled to a total absolute value of 1."""
+        if len(self.components) == 1:
+            return self.components[0].importances()
+        out: dict[str, float] = {}
+        for component in self.components:
+            values = component.importances()
+            total = sum(abs(v) for v in values.values()) or 1.0
+            for name, value in values.items():
+                out[name] = out.get(name, 0.0) + value / total / len(self.components)
+        return out
 
     def ensemble(self) -> Ensemble:
-        """The members with each one's share of the model's absolute importance, for the output contract."""
-        names = self.spec.names()
+        """The members with each one's share of the absolute importance, for the output contract."""
         weight = dict.fromkeys(self.members, 0.0)
-        for name, value in zip(names, np.abs(self.model.importances())):
+        for name, value in self.importances().items():
             member = name.split(":", 1)[1].split("@")[0]
             if member in weight:
-                weight[member] += float(value)
+                weight[member] += abs(value)
         total = sum(weight.values()) or 1.0
         return Ensemble(self.members, tuple(weight[m] / total for m in self.members), "learned")
 
     def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
                step_rms: Sequence[str]) -> np.ndarray:
         """(Q, N) candidate scores from member scores in `rm_names` order and step scores in `step_rms` order."""
-        x_scores = np.asarray(scores)[:, :, [list(rm_names).index(m) for m in self.members]]
-        x_steps = None
-        if self.spec.step_members:
-            x_steps = np.asarray(steps)[:, :, [list(step_rms).index(m) for m in self.spec.step_members]]
-        out = self.model.scores(self.spec.apply(x_scores, x_steps, valid))
-        return np.where(valid, out, np.nan)
+        valid = np.asarray(valid, dtype=bool)
+        parts = [c.scores(scores, steps, valid, rm_names, step_rms) for c in self.components]
+        return np.where(valid, blended(parts, valid), np.nan)
 
     def to_json(self) -> dict[str, Any]:
-        return {"setting": self.setting.to_json(), "spec": self.spec.to_json(), "model": self.model.to_json(),
+        return {"label": self.label, "components": [c.to_json() for c in self.components],
                 "cv_best_of_n": self.cv_best_of_n, "cv_table": [list(row) for row in self.cv_table],
                 "calibrator": self.calibrator.to_json(), "report": dict(self.report)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LearnedFit":
-        setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"])
-        model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
-        return cls(setting, FeatureSpec.from_json(obj["spec"]), model, float(obj["cv_best_of_n"]),
+        components = tuple(Component.from_json(c) for c in obj["components"])
+        if not components:
+            raise ValueError("no components")
+        return cls(str(obj["label"]), components, float(obj["cv_best_of_n"]),
                    tuple((str(a), float(b), float(c)) for a, b, c in obj["cv_table"]),
                    conf.Calibrator.from_json(obj["calibrator"]), obj["report"])
 
@@ -178,24 +229,47 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
         scores = np.full(data.valid.shape, np.nan)
         for where, train, test, x in parts:
             scores[where] = _fit_model(setting, x[setting.features][0], train).scores(x[setting.features][1])
-        hits = _hits(scores, data)
-        per_fold = [float(np.nanmean(hits[fold_of == f])) for f in np.unique(fold_of)]
-        table.append((setting.label, float(np.nanmean(hits)), float(np.std(per_fold, ddof=1))))
-        oof[setting.label] = (scores, hits)
-    best = max(range(len(settings)), key=lambda i: table[i][1])  # the first (simplest) of equal settings
-    setting = settings[best]
-    scores, hits = oof[setting.label]
+        table.append(_cv_row(setting.label, scores, data, fold_of))
+        oof[setting.label] = scores
+    # A blend of the best setting of each (learner, features) family: diverse rankers averaged vary less.
+    family_best: dict[tuple[str, str], int] = {}
+    for i, setting in enumerate(settings):
+        key = (setting.learner, setting.features)
+        if key not in family_best or table[i][1] > table[family_best[key]][1]:
+            family_best[key] = i
+    candidates = [[setting] for setting in settings]
+    if len(family_best) > 1:
+        blend = [settings[i] for i in sorted(family_best.values())]
+        label = "blend of " + " + ".join(s.label for s in blend)
+        table.append(_cv_row(label, blended([oof[s.label] for s in blend], data.valid), data, fold_of))
+        oof[label] = blended([oof[s.label] for s in blend], data.valid)
+        candidates.append(blend)
+    best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
+    label, chosen = table[best][0], candidates[best]
+    scores = oof[label]
+    hits = _hits(scores, data)
     signals = conf.signals(scores, data.scores, data.valid)
     calibrator = conf.Calibrator.fit(signals, hits)
-    spec = _spec(setting.features, data, members, step_members, reduction)
-    model = _fit_model(setting, spec.apply(data.scores, data.steps, data.valid), data)
+    components = []
+    for setting in chosen:
+        spec = _spec(setting.features, data, members, step_members, reduction)
+        components.append(Component(setting, spec, _fit_model(setting, spec.apply(data.scores, data.steps,
+                                                                                   data.valid), data)))
+    fit = LearnedFit(label, tuple(components), table[best][1], tuple(table), calibrator, {})
     report = {
         "reliability": conf.reliability(conf.cross_fitted(signals, hits, fold_of), hits),
-        "importances": dict(zip(spec.names(), (float(v) for v in model.importances()))),
+        "importances": fit.importances(),
         "domains": _domain_gains(data, hits, members),
         "questions": n, "mixed": n_mixed, "folds": int(len(parts)),
     }
-    return LearnedFit(setting, spec, model, table[best][1], tuple(table), calibrator, report)
+    return replace(fit, report=report)
+
+
+def _cv_row(label: str, scores: np.ndarray, data: PoolSlice, fold_of: np.ndarray) -> tuple[str, float, float]:
+    """(label, mean out-of-fold best-of-n, its sd over the folds)."""
+    hits = _hits(scores, data)
+    per_fold = [float(np.nanmean(hits[fold_of == f])) for f in np.unique(fold_of)]
+    return label, float(np.nanmean(hits)), float(np.std(per_fold, ddof=1))
 
 
 def _domain_gains(data: PoolSlice, hits: np.ndarray, members: Sequence[str]) -> dict[str, Any]:
@@ -215,6 +289,14 @@ def _domain_gains(data: PoolSlice, hits: np.ndarray, members: Sequence[str]) -> 
     return out
 
 
+def _stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The members of a stored fit; None when it is too damaged to tell."""
+    try:
+        return tuple(obj["components"][0]["spec"]["members"])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 def _stored(obj: Mapping[str, Any]) -> LearnedFit:
     """The fit kept in pool.json; a damaged one is an InputError, not a traceback."""
     from morkit.core.errors import InputError
@@ -230,8 +312,6 @@ def _stored(obj: Mapping[str, Any]) -> LearnedFit:
 def with_stored_learned(pool: QuestionPool) -> QuestionPool:
     """The pool with its full-set learned fit kept in its metadata (saved in pool.json); a pool too small to
     learn from is returned as it is (selection then falls back to PRES)."""
-    from dataclasses import replace
-
     try:
         fit = fit_learned(pool)
     except TooFewMixed as exc:
@@ -249,6 +329,7 @@ class Learned:
     folds: int = 5
     name: str = "learned"
     _fits: dict = field(init=False, repr=False, default_factory=dict)
+    _choices: dict = field(init=False, repr=False, default_factory=dict)
     _fallback: Any = field(init=False, repr=False, default=None)
 
     def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
@@ -258,7 +339,7 @@ class Learned:
             if not members:
                 raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
             stored = self.pool.meta.get("learned")
-            if stored is not None and tuple(stored.get("spec", {}).get("members", ())) == members:
+            if stored is not None and _stored_members(stored) in (members, None):  # None: damaged, say so
                 self._fits[available] = _stored(stored)
             else:
                 try:
@@ -277,8 +358,12 @@ class Learned:
             choice = self._fallback.choose(neighbours, available)
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
                           {**choice.details, "fallback": f"pres: fewer than {MIN_MIXED} mixed pool questions"})
-        alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.setting.label)
-        skipped = [m for m in self.pool.rm_names if m not in available]
-        return Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
-                      {"criterion": "cv_best_of_n", "learner": fit.setting.label, "skipped_members": skipped},
-                      scorer=fit, calibrator=fit.calibrator)
+        choice = self._choices.get(available)
+        if choice is None:  # the same for every query with these RMs: built once
+            alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
+            skipped = [m for m in self.pool.rm_names if m not in available]
+            choice = Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
+                            {"criterion": "cv_best_of_n", "learner": fit.label, "skipped_members": skipped},
+                            scorer=fit, calibrator=fit.calibrator)
+            self._choices[available] = choice
+        return choice

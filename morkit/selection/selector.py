@@ -196,8 +196,15 @@ LOO_SAMPLE = 1000
 
 
 def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1) -> Calibrator:
-    """Fit a Calibrator on the method's picks for sampled pool questions, each chosen from its neighbours
-    other than itself and scored from the pool's stored member scores."""
+    """A Calibrator fitted on the method's leave-one-out picks (`leave_one_out_picks`)."""
+    return Calibrator.fit(*leave_one_out_picks(pool, method, k, seed))
+
+
+def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(signals, hits) of the method's picks for a seeded sample of LOO_SAMPLE pool questions, each chosen from
+    its neighbours other than itself and scored from the pool's stored member scores; a hit is the expected
+    best-of-n correctness of the pick (ties shared)."""
     from morkit.question_pool.prr import best_of_n_matrix
     from morkit.question_pool.rows import sample_rows
     from morkit.selection.mor import ensemble_scores
@@ -228,4 +235,4 @@ def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int
         features.append(signals(picked, members[None], valid[None])[0])
         hits.append(best_of_n_matrix(picked[:, :, None], correct[None], valid[None])[0, 0])
     hits_array = np.nan_to_num(np.asarray(hits, dtype=np.float64), nan=0.0)
-    return Calibrator.fit(np.asarray(features).reshape(-1, len(SIGNALS)), hits_array)
+    return np.asarray(features).reshape(-1, len(SIGNALS)), hits_array

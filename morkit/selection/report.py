@@ -1,0 +1,225 @@
+"""The "Selection" section of the pool report: how the selection methods would do on this pool.
+
+It lives in the selection layer because it reads the learned selector's and the stacker's fits stored in
+pool.json and runs PRES leave-one-out; the pool report (morkit.question_pool.report) may not import this
+layer, so the CLI passes the fragment to `write_report(sections=...)`. Four parts:
+
+1. best-of-n accuracy per method: each cross-validated learned setting (the chosen one marked), the
+   stacker's CV, PRES and PRES top-1 leave-one-out, and the best single RM for reference;
+2. a reliability diagram of the learned selector's cross-fitted out-of-fold confidence;
+3. its feature weights (logit) or gain shares (lambdarank), top TOP_FEATURES by magnitude;
+4. its CV gain over the best single RM per domain.
+
+Every number is read from the pool or computed from it; all user text (RM names, domains) is escaped.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Mapping
+
+import numpy as np
+
+from morkit.data.html import fmt, hbars, img, plot_style, table
+from morkit.question_pool.pool import QuestionPool
+
+TOP_FEATURES = 20
+LEARNED, CHOSEN, OTHER, REFERENCE = "#a9c6ee", "#1f5fbf", "#e39b3b", "#9a9a9a"
+
+
+def _num(value: Any) -> float:
+    """A stored number as a float; missing or malformed values are NaN (the tables show "–")."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _chosen_label(learned: Mapping[str, Any]) -> str:
+    """The label of the setting (or blend) the CV chose, as its cv_table row names it."""
+    return str(learned.get("label", "?"))
+
+
+def _mixed_questions(pool: QuestionPool) -> int:
+    """Questions with both a right and a wrong answer in the sample the learned selector would learn from."""
+    from morkit.question_pool.rows import sample_rows
+    from morkit.selection.learned import LEARN_SAMPLE
+    from morkit.selection.learners import mixed
+
+    rows = sample_rows(len(pool), LEARN_SAMPLE, 0)
+    return int(mixed(np.asarray(pool.correct[rows]), np.asarray(pool.valid[rows])).sum())
+
+
+def _loo(pool: QuestionPool, method: str, k: int) -> tuple[float, int]:
+    """(mean leave-one-out best-of-n, picks) of a registered selection method over the pool's LOO sample."""
+    from morkit.selection.methods import SELECTION_METHODS
+    from morkit.selection.selector import leave_one_out_picks
+
+    hits = leave_one_out_picks(pool, SELECTION_METHODS.get(method).load()(pool), k)[1]
+    return (float(np.mean(hits)) if len(hits) else float("nan")), int(len(hits))
+
+
+def _accuracy_rows(pool: QuestionPool, k: int) -> tuple[list[list[Any]], list[str]]:
+    """Table rows [method, best-of-n, sd over folds, measured by] and one bar colour per row; the best single
+    RM is the last row."""
+    rows, colors = [], []
+    learned = pool.meta.get("learned")
+    if learned:
+        chosen = _chosen_label(learned)
+        labels = [str(row[0]) for row in learned.get("cv_table", [])]
+        values = [np.nan_to_num(_num(row[1]), nan=-1.0) for row in learned.get("cv_table", [])]
+        if chosen not in labels and labels:  # a label format changed since the pool was built: mark the best
+            chosen = labels[int(np.argmax(values))]
+        report = learned.get("report", {})
+        how = f"{report.get('folds', '?')}-fold CV, {report.get('questions', '?')} questions"
+        for label, value, sd in ((*row, None, None)[:3] for row in learned.get("cv_table", [])):
+            mark = str(label) == chosen
+            rows.append([f"learned: {label}" + (" (chosen)" if mark else ""), _num(value), _num(sd), how])
+            colors.append(CHOSEN if mark else LEARNED)
+    stacker = pool.meta.get("stacker")
+    if stacker:
+        penalty = _num(stacker.get("penalty"))
+        label = f"stacker: {stacker.get('transform', '?')}" + (f", penalty {penalty:g}" if penalty == penalty else "")
+        rows.append([label, _num(stacker.get("cv_best_of_n")), float("nan"), "CV"])
+        colors.append(OTHER)
+    for method, label in (("pres", "PRES"), ("pres-top1", "PRES top-1")):
+        value, picks = _loo(pool, method, k)
+        rows.append([f"{label} (k = {k})", value, float("nan"), f"leave-one-out, {picks} questions"])
+        colors.append(OTHER)
+    singles = pool.ensemble_table()[: len(pool.rm_names)]
+    finite = [s for s in singles if np.isfinite(s["best_of_n"])]
+    best = max(finite, key=lambda s: s["best_of_n"]) if finite else singles[0]
+    rows.append([f"best single RM: {best['ensemble'].name}", float(best["best_of_n"]), float("nan"),
+                 "pool mean (in-sample)"])
+    colors.append(REFERENCE)
+    return rows, colors
+
+
+def _accuracy(pool: QuestionPool, k: int) -> str:
+    """Part 1: the methods' best-of-n as a table and as bars against the best single RM."""
+    from matplotlib.figure import Figure
+
+    rows, colors = _accuracy_rows(pool, k)
+    fig = Figure(figsize=(9, 0.9 + 0.27 * len(rows)), layout="constrained")
+    hbars(fig.add_subplot(), [r[0] for r in rows], [r[1] for r in rows], colors, reference=rows[-1][1],
+          title="Best-of-n accuracy by selection method")
+    return ("<h3>Accuracy by selection method</h3>"
+            + table(["method", "best-of-n", "sd over folds", "measured by"], rows, best_cols=[1],
+                    ref_rows=[len(rows) - 1])
+            + img(fig, "best-of-n accuracy by selection method")
+            + '<p class="note">Best-of-n: expected correctness of the top-ranked answer (ties shared). Learned '
+              "settings and the stacker are scored by cross-validation over pool questions; PRES by leave-one-out "
+              "(each question routed by its neighbours other than itself). Dark blue: the setting the learned "
+              "selector uses; grey bar and dashed line: the best single RM (its mean over the pool, chosen "
+              "in-sample, so an optimistic reference). The value axis is zoomed.</p>")
+
+
+def _reliability(reliability: Mapping[str, Any]) -> str:
+    """Part 2: accuracy against mean confidence per bin (marker area: picks), the diagonal for perfect
+    calibration, and the ECE; bins with a NaN mean are left out."""
+    from matplotlib.figure import Figure
+
+    bins = [b for b in reliability.get("bins", []) if np.isfinite(_num(b.get("confidence")))
+            and np.isfinite(_num(b.get("accuracy")))]
+    ece, picks = _num(reliability.get("ece")), reliability.get("picks", 0)
+    head = "<h3>Confidence reliability (learned selector)</h3>"
+    if not bins:
+        return head + '<p class="note">No out-of-fold picks to draw a reliability diagram from.</p>'
+    conf = np.array([_num(b["confidence"]) for b in bins])
+    acc = np.array([_num(b["accuracy"]) for b in bins])
+    count = np.nan_to_num(np.array([_num(b.get("count")) for b in bins]))
+    fig = Figure(figsize=(4.8, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], color="#888", linestyle="--", linewidth=1, label="perfect calibration")
+    ax.plot(conf, acc, color=CHOSEN, linewidth=1, alpha=0.6)
+    ax.scatter(conf, acc, s=20 + 280 * count / max(1.0, count.max()), color=CHOSEN,
+               alpha=0.8, zorder=3, label="bin (area: picks)")
+    for x, y, n in zip(conf, acc, count):
+        ax.annotate(f"{n:.0f}", (x, y), textcoords="offset points", xytext=(6, -10), fontsize=8)
+    ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="mean confidence", ylabel="accuracy (best-of-n hit)",
+           title=f"ECE {fmt(ece)} over {picks} picks")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, markerscale=0.5)
+    rows = [[f"{_num(b.get('low')):.1f}–{_num(b.get('high')):.1f}", int(n), _num(b["confidence"]),
+             _num(b["accuracy"])] for b, n in zip(bins, count)]
+    return (head + f'<div class="row">{img(fig, "reliability diagram of the learned selector confidence")}'
+            f"<div>{table(['confidence bin', 'picks', 'mean confidence', 'accuracy'], rows)}"
+            f'<p class="note">Expected calibration error (ECE): {escape(fmt(ece))} over {escape(str(picks))} '
+            "out-of-fold picks. Each pick's confidence comes from a calibrator fitted on the other folds, so "
+            "this is how the confidence reported with each ranking holds up on unseen questions.</p>"
+            "</div></div>")
+
+
+def _feature_parts(name: str) -> tuple[str, str]:
+    """(feature group, RM) of a feature name like "query-z:ArmoRM", "pool-z:PRM@mean", "agreement:votes"."""
+    group, _, rest = name.partition(":")
+    if group == "agreement":
+        return f"agreement ({rest})", "all RMs"
+    member, _, reduction = rest.partition("@")
+    return (f"{group}, steps {reduction}" if reduction else group), member
+
+
+def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> str:
+    """Part 3: the TOP_FEATURES largest weights by magnitude, with what the learner's numbers mean."""
+    label = _chosen_label(learned)
+    learners = {c.get("setting", {}).get("learner") for c in learned.get("components") or [] if isinstance(c, dict)}
+    learner = learners.pop() if len(learners) == 1 else "blend" if learners else None
+    what = {"logit": "signed coefficient on the scaled feature (positive: raises a candidate's score)",
+            "lambdarank": "share of the boosted trees' split gain",
+            "blend": "the mean over the blended models of each one's weights, scaled to a total magnitude of 1 "
+                     "(logit coefficients signed, lambdarank gain shares)"}.get(learner, "importance")
+    values = sorted(((str(n), _num(v)) for n, v in importances.items()),
+                    key=lambda item: -np.nan_to_num(abs(item[1]), nan=-1.0))[:TOP_FEATURES]
+    head = f"<h3>Learned feature weights (top {len(values)} by magnitude)</h3>"
+    if not values:
+        return head + '<p class="note">The learned model reports no feature weights.</p>'
+    rows = [[*_feature_parts(name), value] for name, value in values]
+    return (head + f'<p class="note">Learner: {escape(label)}; value: {escape(what)}. Of '
+            f"{len(importances)} features.</p>"
+            + table(["feature group", "RM", "value"], rows, formats={2: ".3f" if learner == "lambdarank" else "+.3f"}))
+
+
+def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
+    """Part 4: per domain (largest first), the learned CV best-of-n, the best single RM's, and the gain."""
+    head = "<h3>Gain over the best single RM per domain</h3>"
+    if not domains:
+        return head + '<p class="note">No per-domain results stored.</p>'
+    rows = []
+    for domain, d in sorted(domains.items(), key=lambda item: (-_num(item[1].get("questions")), item[0])):
+        best = _num(d.get("best_single"))
+        best = best if best >= 0 else float("nan")  # the fit stores -1 where no single RM is defined
+        learned = _num(d.get("learned"))
+        rows.append([str(domain), int(np.nan_to_num(_num(d.get("questions")))), learned,
+                     str(d.get("best_single_rm", "–")) if np.isfinite(best) else "–", best,
+                     100 * (learned - best)])
+    return (head + table(["domain", "questions", "learned (CV)", "best single RM", "its best-of-n",
+                          "gain (points)"], rows, formats={5: "+.1f"})
+            + '<p class="note">Learned: the chosen setting\'s out-of-fold best-of-n on the domain\'s questions; '
+              "best single RM: the RM with the highest best-of-n on those same questions (chosen in-sample, so "
+              "the gain is if anything understated).</p>")
+
+
+def selection_section(pool: QuestionPool, k: int = 100) -> str:
+    """The HTML fragment of the pool report's "Selection" section (see the module docstring); `k` is the
+    neighbours per question for the PRES leave-one-out estimates."""
+    from morkit.selection.learned import MIN_MIXED
+
+    with plot_style():
+        parts = ["<h2>Selection</h2>"]
+        learned = pool.meta.get("learned")
+        if not learned:
+            mixed = _mixed_questions(pool)
+            if mixed < MIN_MIXED:
+                why = (f"The pool has {mixed} questions with both a right and a wrong answer; the learned "
+                       f"selector needs {MIN_MIXED}, so selection falls back to PRES.")
+            else:
+                why = ("No learned selector is stored with this pool; selection fits one when it first runs "
+                       "(pools built or extended with the morkit pool commands store it).")
+            parts += [f'<p class="note">{escape(why)}</p>', _accuracy(pool, k)]
+        else:
+            report = learned.get("report") or {}
+            parts += [_accuracy(pool, k), _reliability(report.get("reliability") or {}),
+                      _importances(learned, report.get("importances") or {}),
+                      _domains(report.get("domains") or {})]
+    return "".join(parts)
+
