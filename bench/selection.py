@@ -249,6 +249,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
 
     from morkit.question_pool.pool import PoolConfig, build_pool
     from morkit.question_pool.rows import nanmean_columns
+    from morkit.selection.learned import MIN_MIXED
     from morkit.selection.selector import Selector
 
     queries, rms = ds.queries, ds.rm_names
@@ -327,6 +328,8 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
                                         f"CV chose {fit.label}, CV best-of-n {fit.cv_best_of_n:.3f}"))
 
     def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
+        if np.isnan(values).all():
+            return f"{label:<52} n/a: fewer than {MIN_MIXED} mixed pool questions to learn from"
         folds = [np.nanmean(values[fold_of == f]) for f in range(args.folds)]
         mean = np.nanmean(values)
         mix = np.nanmean(values[mixed]) if mixed.any() else float("nan")

@@ -217,33 +217,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     n = len(data.correct)
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
     reduction = pool.config.reduction
-    parts = []  # per fold: train and test slices, and each feature set's spec fitted on train
-    for f in np.unique(fold_of):
-        train, test = data.part(fold_of != f), data.part(fold_of == f)
-        specs = {name: _spec(name, train, members, step_members, reduction) for name in {s.features for s in settings}}
-        x = {name: (spec.apply(train.scores, train.steps, train.valid), spec.apply(test.scores, test.steps, test.valid))
-             for name, spec in specs.items()}
-        parts.append((fold_of == f, train, test, x))
-    table, oof = [], {}
-    for setting in settings:
-        scores = np.full(data.valid.shape, np.nan)
-        for where, train, test, x in parts:
-            scores[where] = _fit_model(setting, x[setting.features][0], train).scores(x[setting.features][1])
-        table.append(_cv_row(setting.label, scores, data, fold_of))
-        oof[setting.label] = scores
-    # A blend of the best setting of each (learner, features) family: diverse rankers averaged vary less.
-    family_best: dict[tuple[str, str], int] = {}
-    for i, setting in enumerate(settings):
-        key = (setting.learner, setting.features)
-        if key not in family_best or table[i][1] > table[family_best[key]][1]:
-            family_best[key] = i
-    candidates = [[setting] for setting in settings]
-    if len(family_best) > 1:
-        blend = [settings[i] for i in sorted(family_best.values())]
-        label = "blend of " + " + ".join(s.label for s in blend)
-        table.append(_cv_row(label, blended([oof[s.label] for s in blend], data.valid), data, fold_of))
-        oof[label] = blended([oof[s.label] for s in blend], data.valid)
-        candidates.append(blend)
+    spec_of = lambda name, rows: _spec(name, rows, members, step_members, reduction)  # noqa: E731
+    table, oof, candidates = _cross_validate(settings, data, fold_of, spec_of)
     best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
     label, chosen = table[best][0], candidates[best]
     scores = oof[label]
@@ -252,7 +227,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     calibrator = conf.Calibrator.fit(signals, hits)
     components = []
     for setting in chosen:
-        spec = _spec(setting.features, data, members, step_members, reduction)
+        spec = spec_of(setting.features, data)
         components.append(Component(setting, spec, _fit_model(setting, spec.apply(data.scores, data.steps,
                                                                                    data.valid), data)))
     fit = LearnedFit(label, tuple(components), table[best][1], tuple(table), calibrator, {})
@@ -260,9 +235,42 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
         "reliability": conf.reliability(conf.cross_fitted(signals, hits, fold_of), hits),
         "importances": fit.importances(),
         "domains": _domain_gains(data, hits, members),
-        "questions": n, "mixed": n_mixed, "folds": int(len(parts)),
+        "questions": n, "mixed": n_mixed, "folds": int(len(np.unique(fold_of))),
     }
     return replace(fit, report=report)
+
+
+def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.ndarray, spec_of: Any
+                    ) -> tuple[list[tuple[str, float, float]], dict[str, np.ndarray], list[list[Setting]]]:
+    """Out-of-fold scores of every setting and of the blend of each family's best: the CV table, the scores
+    by label, and the settings behind each row (a blend has several)."""
+    parts = []  # per fold: where its test rows are, its training slice, and each feature set's (train, test) x
+    for f in np.unique(fold_of):
+        train, test = data.part(fold_of != f), data.part(fold_of == f)
+        specs = {name: spec_of(name, train) for name in {s.features for s in settings}}
+        x = {name: (spec.apply(train.scores, train.steps, train.valid), spec.apply(test.scores, test.steps, test.valid))
+             for name, spec in specs.items()}
+        parts.append((fold_of == f, train, x))
+    table, oof = [], {}
+    for setting in settings:
+        scores = np.full(data.valid.shape, np.nan)
+        for where, train, x in parts:
+            scores[where] = _fit_model(setting, x[setting.features][0], train).scores(x[setting.features][1])
+        table.append(_cv_row(setting.label, scores, data, fold_of))
+        oof[setting.label] = scores
+    candidates = [[setting] for setting in settings]
+    family_best: dict[tuple[str, str], int] = {}  # diverse rankers averaged vary less than any one of them
+    for i, setting in enumerate(settings):
+        key = (setting.learner, setting.features)
+        if key not in family_best or table[i][1] > table[family_best[key]][1]:
+            family_best[key] = i
+    if len(family_best) > 1:
+        blend = [settings[i] for i in sorted(family_best.values())]
+        label = "blend of " + " + ".join(s.label for s in blend)
+        oof[label] = blended([oof[s.label] for s in blend], data.valid)
+        table.append(_cv_row(label, oof[label], data, fold_of))
+        candidates.append(blend)
+    return table, oof, candidates
 
 
 def _cv_row(label: str, scores: np.ndarray, data: PoolSlice, fold_of: np.ndarray) -> tuple[str, float, float]:
