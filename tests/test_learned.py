@@ -192,3 +192,36 @@ def test_damaged_stored_fit_is_an_input_error(step_pool):
     damaged = replace(pool, meta={**pool.meta, "learned": {**pool.meta["learned"], "components": []}})
     with pytest.raises(InputError, match="malformed learned selector"):
         Selector(damaged, embedder=HashEmbedder()).rank(_step_queries(1, seed=3)[0])
+
+
+class _LookupRM:
+    """A pair RM that returns the scores the step queries cached for each answer text (steps included)."""
+
+    kind = "orm"
+
+    def __init__(self, name, queries):
+        self.name = name
+        self.table = {c.text: c.scores[name] for q in queries for c in q.candidates}
+
+    def score(self, pairs):
+        from morkit.core.types import Score
+
+        out = []
+        for _, answer in pairs:
+            value = self.table[answer]
+            out.append(Score(min(value), steps=value) if isinstance(value, tuple) else Score(float(value)))
+        return out
+
+
+def test_mor_verifier_scores_with_the_learned_ranker(step_pool):
+    from morkit.verify.mor import query_verifier
+
+    pool = with_stored_learned(step_pool)
+    selector = Selector(pool, embedder=HashEmbedder())
+    query = _step_queries(1, seed=4)[0]
+    rms = {name: _LookupRM(name, [query]) for name in pool.rm_names}
+    selection, verifier = query_verifier(selector, query, rms)
+    texts = [c.text for c in query.candidates]
+    verdicts = verifier.verify(query.question, texts, context=texts)
+    want = selector.rank_selected(query, selection).scores
+    assert [v.score for v in verdicts] == pytest.approx(want) and verdicts[0].feedback.startswith("learned")

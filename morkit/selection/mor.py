@@ -10,7 +10,7 @@ which is what the learned stacker uses (only the order within a query matters fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -85,6 +85,21 @@ def mor_scores(query: Query, ensemble: Ensemble, transform_kind: str, normalizer
                reduction: str = "min") -> np.ndarray:
     """The ensemble's score for each candidate (NaN if a member score is missing)."""
     return ensemble_scores(member_matrix(query, ensemble.members, reduction), ensemble, transform_kind, normalizer)
+
+
+def choice_scores(query: Query, choice: Any, normalizer: Normalizer, reduction: str, rm_names: Sequence[str],
+                  step_rms: Sequence[str]) -> np.ndarray:
+    """A selection Choice's score for each of the query's candidates: its own scorer (a learned ranker) over the
+    pool RMs' (`rm_names`) and step RMs' (`step_rms`) scores, else its ensemble's weighted sum."""
+    from morkit.question_pool.rows import step_matrix
+
+    with np.errstate(all="ignore"):
+        if choice.scorer is None:
+            return mor_scores(query, choice.ensemble, choice.transform, normalizer, reduction)
+        raw = member_matrix(query, rm_names, reduction)[None]
+        steps = step_matrix(query, step_rms)[None]
+        valid = np.ones((1, len(query.candidates)), dtype=bool)
+        return choice.scorer.scores(raw, steps, valid, rm_names, step_rms)[0]
 
 
 def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:

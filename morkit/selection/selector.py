@@ -16,11 +16,15 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
-from morkit.question_pool.rows import step_matrix
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
 from morkit.selection.confidence import SIGNALS, Calibrator, signals
 from morkit.selection.methods import DEFAULT_METHOD, check_method
-from morkit.selection.mor import available_members, member_matrix, mor_scores, pick_best
+from morkit.selection.mor import (
+    available_members,
+    choice_scores,
+    member_matrix,
+    pick_best,
+)
 
 
 @dataclass(frozen=True)
@@ -150,15 +154,8 @@ class Selector:
         if lacking:
             raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
                              "score them first (morkit score) or let rank run the registered RMs")
-        reduction = self.pool.config.reduction
-        with np.errstate(all="ignore"):
-            if choice.scorer is None:
-                scores = mor_scores(query, choice.ensemble, choice.transform, self.pool.normalizer, reduction)
-            else:
-                raw = member_matrix(query, self.pool.rm_names, reduction)[None]
-                steps = step_matrix(query, self.pool.step_rms)[None]
-                valid = np.ones((1, len(query.candidates)), dtype=bool)
-                scores = choice.scorer.scores(raw, steps, valid, self.pool.rm_names, self.pool.step_rms)[0]
+        pool = self.pool
+        scores = choice_scores(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names, pool.step_rms)
         if not np.isfinite(scores).all():
             raise InputError(f"query {query.id!r}: the ensemble {', '.join(choice.ensemble.members)} gives "
                              "non-finite scores; its candidates' scores of these RMs are too large for the pool's "

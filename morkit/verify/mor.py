@@ -7,6 +7,7 @@ score cache) and combining them exactly as the pool did.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -14,12 +15,13 @@ from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query, Verdict
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.reward_models.base import reduce_steps
-from morkit.selection.mor import mor_scores
+from morkit.selection.base import Choice
+from morkit.selection.mor import choice_scores
 
 
 @dataclass
 class MoRVerifier:
-    """A weighted RM ensemble as a verifier; `rms` maps each member name to a built RM."""
+    """A query's chosen RM ensemble (or learned ranker) as a verifier; `rms` maps each member name to a built RM."""
 
     ensemble: Ensemble
     transform: str
@@ -27,6 +29,9 @@ class MoRVerifier:
     rms: Mapping[str, Any]
     reduction: str = "min"
     cache: Any = None
+    scorer: Any = None  # a learned ranker's (morkit.selection.base.CandidateScorer); None: the weighted sum
+    rm_names: Sequence[str] = ()  # the pool's RMs and step RMs, in its order: what a learned ranker reads
+    step_rms: Sequence[str] = ()
     rm_calls: int = 0  # (member, answer) pairs that reached a model, cache misses included
     verify_calls: int = 0
     name: str = field(default="")
@@ -40,7 +45,7 @@ class MoRVerifier:
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
         from morkit.reward_models.scoring import score_queries
 
-        texts = list(answers) + [c for c in context if c not in answers]
+        texts = list(answers) + _rest(context, answers)
         if not answers:
             return []
         qid = "verify-" + hashlib.sha256(question.encode()).hexdigest()[:12]
@@ -54,13 +59,29 @@ class MoRVerifier:
         else:
             self.rm_calls += len(self.ensemble.members) * len(texts)
         self.verify_calls += 1
-        values = mor_scores(scored, self.ensemble, self.transform, self.normalizer, self.reduction)
+        choice = Choice(self.ensemble, self.transform, 0.0, scorer=self.scorer)
+        values = choice_scores(scored, choice, self.normalizer, self.reduction, self.rm_names or self.ensemble.members,
+                               self.step_rms)
         out = []
         for i in range(len(answers)):
             members = ", ".join(f"{m} {_value(scored.candidates[i].scores[m], self.reduction):.3f}"
                                 for m in self.ensemble.members)
-            out.append(Verdict(float(values[i]), f"ensemble score {values[i]:.3f} ({members})"))
+            out.append(Verdict(float(values[i]), f"{'learned' if self.scorer else 'ensemble'} score "
+                                                 f"{values[i]:.3f} ({members})"))
         return out
+
+
+def _rest(context: Sequence[str], answers: Sequence[str]) -> list[str]:
+    """The context less one copy of each answer, so the answers and the rest are the context's multiset when
+    the answers come from it (set-level members such as consensus count each copy as a vote)."""
+    left = Counter(answers)
+    rest = []
+    for text in context:
+        if left[text] > 0:
+            left[text] -= 1
+        else:
+            rest.append(text)
+    return rest
 
 
 def _value(score: float | tuple[float, ...], reduction: str) -> float:
@@ -69,8 +90,9 @@ def _value(score: float | tuple[float, ...], reduction: str) -> float:
 
 def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None) -> MoRVerifier:
     """The verifier for one query's Selection (see morkit.selection.selector)."""
-    return MoRVerifier(selection.choice.ensemble, selection.choice.transform, pool.normalizer, rms,
-                       pool.config.reduction, cache)
+    choice = selection.choice
+    return MoRVerifier(choice.ensemble, choice.transform, pool.normalizer, rms, pool.config.reduction, cache,
+                       choice.scorer, pool.rm_names, pool.step_rms)
 
 
 def query_verifier(selector: Any, query: Query, rms: Any, cache: Any = None) -> tuple[Any, MoRVerifier]:
