@@ -31,6 +31,7 @@ from morkit.selection.mor import query_zscore
 
 FEATURE_GROUPS = ("query-z", "pool-z", "rank", "top", "tie", "steps", "agreement")
 FEATURE_SETS: Mapping[str, tuple[str, ...]] = {
+    "query-z": ("query-z",),  # one column per RM: what the single-RM baselines read
     "scores": ("query-z", "pool-z", "steps"),
     "full": FEATURE_GROUPS,
 }

@@ -5,7 +5,8 @@ parameters) is scored by grouped k-fold cross-validation over pool questions (a 
 never straddle folds; features' pool statistics and scales are refitted on each training part), as
 expected best-of-n accuracy with ties shared; so is a blend of the best setting of each (learner,
 feature set) family, their scores standardised per query and summed (averaging diverse rankers
-lowers their variance). The best candidate is refitted on the whole pool. Its
+lowers their variance); and so is every single RM on its own, so that a pool whose evidence does not
+support learning keeps its best RM. The best candidate is refitted on the whole pool. Its
 out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
 and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
 is too small to learn from: the method falls back to PRES and says so.
@@ -43,14 +44,17 @@ class Setting:
     learner: str
     features: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""  # shown instead of the generated label (a single RM's baseline is named by its RM)
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.params.items())
         return f"{self.learner} [{self.features}]" + (f" ({shown})" if shown else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"learner": self.learner, "features": self.features, "params": dict(self.params)}
+        return {"learner": self.learner, "features": self.features, "params": dict(self.params), "name": self.name}
 
 
 SETTINGS = (
@@ -115,7 +119,8 @@ class Component:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "Component":
-        setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"])
+        setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"],
+                          obj["setting"].get("name", ""))
         model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
         return cls(setting, FeatureSpec.from_json(obj["spec"]), model)
 
@@ -218,7 +223,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
     reduction = pool.config.reduction
     spec_of = lambda name, rows: _spec(name, rows, members, step_members, reduction)  # noqa: E731
-    table, oof, candidates = _cross_validate(settings, data, fold_of, spec_of)
+    singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
+    table, oof, candidates = _cross_validate([*settings, *singles], data, fold_of, spec_of)
     best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
     label, chosen = table[best][0], candidates[best]
     scores = oof[label]
@@ -262,6 +268,8 @@ def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.nd
     family_best: dict[tuple[str, str], int] = {}  # diverse rankers averaged vary less than any one of them
     for i, setting in enumerate(settings):
         key = (setting.learner, setting.features)
+        if setting.learner == "single":
+            continue  # baselines, not learners
         if key not in family_best or table[i][1] > table[family_best[key]][1]:
             family_best[key] = i
     if len(family_best) > 1:

@@ -114,9 +114,36 @@ class LambdaRank:
         return cls(str(obj["model"]))
 
 
+@dataclass(frozen=True)
+class SingleColumn:
+    """One feature column as the score, nothing learned: with the query-z features, one RM on its own. The
+    cross-validation weighs every RM this way, so a pool too small to learn from keeps its best single RM."""
+
+    column: int
+    width: int
+
+    @classmethod
+    def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, column: int = 0) -> "SingleColumn":
+        return cls(int(column), int(np.shape(x)[-1]))
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x)[..., self.column]
+
+    def importances(self) -> np.ndarray:
+        return np.eye(self.width)[self.column]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"column": self.column, "width": self.width}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "SingleColumn":
+        return cls(int(obj["column"]), int(obj["width"]))
+
+
 LEARNERS = Registry("learner", [
     Entry("logit", "morkit.selection.learners:ConditionalLogit",
           "conditional logit: listwise softmax weights over the features, L2-penalised"),
     Entry("lambdarank", "morkit.selection.learners:LambdaRank",
           "gradient-boosted ranking trees (LightGBM lambdarank)"),
+    Entry("single", "morkit.selection.learners:SingleColumn", "one RM's own score, nothing learned (a baseline)"),
 ])
