@@ -5,8 +5,9 @@ parameters) is scored by grouped k-fold cross-validation over pool questions (a 
 never straddle folds; features' pool statistics and scales are refitted on each training part), as
 expected best-of-n accuracy with ties shared; so is a blend of the best setting of each (learner,
 feature set) family, their scores standardised per query and summed (averaging diverse rankers
-lowers their variance); and so is every single RM on its own, so that a pool whose evidence does not
-support learning keeps its best RM. The best candidate is refitted on the whole pool. Its
+lowers their variance); and so is every single RM on its own. A learned model is kept only when it
+beats the best single RM by more than one standard error of their paired difference, so a pool whose
+evidence does not support learning keeps its best RM. The pick is refitted on the whole pool. Its
 out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
 and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
 is too small to learn from: the method falls back to PRES and says so.
@@ -225,7 +226,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     spec_of = lambda name, rows: _spec(name, rows, members, step_members, reduction)  # noqa: E731
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     table, oof, candidates = _cross_validate([*settings, *singles], data, fold_of, spec_of)
-    best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
+    best = _one_standard_error(table, oof, candidates, data)
     label, chosen = table[best][0], candidates[best]
     scores = oof[label]
     hits = _hits(scores, data)
@@ -279,6 +280,23 @@ def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.nd
         table.append(_cv_row(label, oof[label], data, fold_of))
         candidates.append(blend)
     return table, oof, candidates
+
+
+def _one_standard_error(table: Sequence[tuple[str, float, float]], oof: Mapping[str, np.ndarray],
+                        candidates: Sequence[Sequence[Setting]], data: PoolSlice) -> int:
+    """The row CV picks: the best, unless it is a learned model that beats the best single RM by no more than
+    one standard error of their paired per-question difference (the one-standard-error rule): where the pool
+    cannot tell them apart, the single RM, which has nothing to overfit."""
+    best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
+    singles = [i for i, c in enumerate(candidates) if c[0].learner == "single"]
+    if not singles or candidates[best][0].learner == "single":
+        return best
+    single = max(singles, key=lambda i: table[i][1])
+    diff = _hits(oof[table[best][0]], data) - _hits(oof[table[single][0]], data)
+    diff = diff[~np.isnan(diff)]
+    if len(diff) < 2:
+        return single
+    return best if diff.mean() > diff.std(ddof=1) / np.sqrt(len(diff)) else single
 
 
 def _cv_row(label: str, scores: np.ndarray, data: PoolSlice, fold_of: np.ndarray) -> tuple[str, float, float]:
