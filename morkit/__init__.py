@@ -50,7 +50,7 @@ _EXPORTS = {
     "load_pipeline_config": "morkit.services.pipeline.config", "run_pipeline": "morkit.services.pipeline.stages",
     # search
     "run_search": "morkit.services.searching", "SearchOptions": "morkit.search.methods",
-    "SEARCH_METHODS": "morkit.search.methods", "ACS": "morkit.search.acs",
+    "SEARCH_METHODS": "morkit.search.methods", "ACS": "morkit.search.acs", "AGGREGATORS": "morkit.search.aggregators",
     # loops
     "run_loop": "morkit.services.looping", "LOOPS": "morkit.loops.registry", "LoopOptions": "morkit.loops.registry",
     "Loop": "morkit.loops.base", "Budget": "morkit.loops.base", "TMAS": "morkit.loops.tmas",

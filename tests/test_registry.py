@@ -13,7 +13,9 @@ from morkit.core.registry import Entry, Registry
 REGISTRIES = {
     "reward model": "morkit.reward_models.catalog:REWARD_MODELS",
     "selection method": "morkit.selection.methods:SELECTION_METHODS",
+    "learner": "morkit.selection.learners:LEARNERS",
     "search method": "morkit.search.methods:SEARCH_METHODS",
+    "aggregator": "morkit.search.aggregators:AGGREGATORS",
     "loop": "morkit.loops.registry:LOOPS",
     "verifier": "morkit.verify.kinds:VERIFIERS",
     "LLM backend": "morkit.llm.backends:LLM_BACKENDS",

@@ -31,17 +31,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     output_file(args.output)
     records = run_search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
                          options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
-                                               sc_agent=args.sc_agent),
+                                               sc_agent=args.sc_agent, aggregator=args.aggregator,
+                                               strict_grading=args.strict_grading),
                          selection=select_options(args), scoring=scoring, output=args.output)
     for name in methods:
         graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
-        accuracy = f", accuracy {sum(graded) / len(graded):.3f} on {len(graded)} with a reference" if graded else ""
+        how = "strict: stated final answers only" if args.strict_grading else "last number counts"
+        accuracy = (f", accuracy {sum(graded) / len(graded):.3f} on {len(graded)} with a reference ({how})"
+                    if graded else "")
         print(f"{name}: {len(records)} queries{accuracy}", file=sys.stderr)
     print(f"searched {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
     return 0
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
     from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS
 
     p = sub.add_parser("search", parents=[parent],
@@ -60,6 +64,13 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                         + choices_help(SEARCH_METHODS, DEFAULT_SEARCH))
     p.add_argument("--top-k", type=POSITIVE_INT, default=2, help="ACS initial set size (default 2, as in the paper)")
     p.add_argument("--no-residual", action="store_true", help="skip ACS's final residual aggregation")
+    p.add_argument("--aggregator", choices=AGGREGATORS.names(), default=DEFAULT_AGGREGATOR,
+                   help="how ACS turns a set of answers into one (moa always uses the LLM): "
+                        + choices_help(AGGREGATORS, DEFAULT_AGGREGATOR))
+    p.add_argument("--strict-grading", action="store_true",
+                   help="grade `correct` (against a query's reference) on a stated final answer only: \\boxed{X}, "
+                        "'#### X', 'The answer is X', 'Final answer: X' or a last 'A: X' line; an answer that "
+                        "states none is wrong (default: its last number counts as its answer)")
     p.add_argument("--sc-agent", help="agent whose samples self-consistency votes over (default: the first)")
     add_select_options(p, flag="--selection")
     add_scoring_options(p)

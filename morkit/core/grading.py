@@ -12,6 +12,7 @@ import re
 import threading
 from fractions import Fraction
 from functools import lru_cache
+from typing import Sequence
 
 VERIFY_SECONDS = 5
 """Time guard for one math_verify parse or comparison; past it the answers count as different."""
@@ -126,13 +127,38 @@ def reference_answer(reference: str | None) -> str | None:
     return extract_answer(text) if worked else (text or None)
 
 
-def is_correct(answer: str | None, reference: str | None) -> bool | None:
+def is_correct(answer: str | None, reference: str | None, strict: bool = False) -> bool | None:
     """The one grading rule: whether the answer's final value is equivalent to the reference's.
 
-    None when there is no reference to grade against; an empty answer is never correct."""
+    With `strict` the answer must state its final answer (\\boxed{x}, '#### x', 'The answer is x',
+    'Final answer: x', a final 'A: x' line); otherwise its last number counts as the answer. None when
+    there is no reference to grade against; an empty answer is never correct."""
     if reference is None:
         return None
-    return answers_equivalent(extract_answer(answer), reference_answer(reference))
+    return answers_equivalent(extract_answer(answer, strict=strict), reference_answer(reference))
+
+
+def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
+    """Group final answers by value: each answer's class index (0, 1, ... in order of first appearance),
+    None for a missing answer. Each answer is compared with one representative per class; identical
+    normalised answers skip the comparison."""
+    reps: list[str] = []
+    by_norm: dict[str, int] = {}
+    classes: list[int | None] = []
+    for answer in answers:
+        if answer is None:
+            classes.append(None)
+            continue
+        norm = normalize_answer(answer)
+        index = by_norm.get(norm)
+        if index is None:
+            index = next((i for i, rep in enumerate(reps) if answers_equivalent(rep, answer)), None)
+            if index is None:
+                index = len(reps)
+                reps.append(answer)
+            by_norm[norm] = index
+        classes.append(index)
+    return classes
 
 
 def answers_equivalent(a: str | None, b: str | None) -> bool:

@@ -8,15 +8,15 @@ assert-style test code (`tests`), stdin/stdout tests (`extra["stdio_tests"]`), o
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Mapping, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.grading import (
-    answers_equivalent,
+    equivalence_classes,
     extract_answer,
-    normalize_answer,
     program_text,
 )
 from morkit.core.types import Query, Score
@@ -33,25 +33,8 @@ def consensus_scores(texts: Sequence[str | None]) -> list[float]:
     """
     n = len(texts)
     answers = [None if is_empty_answer(t) else extract_answer(t) for t in texts]
-    reps: list[str] = []  # one answer per class
-    sizes: list[int] = []
-    by_norm: dict[str, int] = {}  # normalised answer -> class index
-    cls: list[int | None] = []
-    for answer in answers:
-        if answer is None:
-            cls.append(None)
-            continue
-        norm = normalize_answer(answer)
-        index = by_norm.get(norm)
-        if index is None:
-            index = next((i for i, rep in enumerate(reps) if answers_equivalent(rep, answer)), None)
-            if index is None:
-                index = len(reps)
-                reps.append(answer)
-                sizes.append(0)
-            by_norm[norm] = index
-        sizes[index] += 1
-        cls.append(index)
+    cls = equivalence_classes(answers)
+    sizes = Counter(c for c in cls if c is not None)
     scores = []
     for text, index in zip(texts, cls):
         if is_empty_answer(text):

@@ -1,13 +1,17 @@
 """Agent Collaboration Search (CTTS-MM Algorithm A): reward-guided greedy aggregation of agents' answers.
 
 1. Score every agent answer with the query's MoR verifier; the top-k (default 2) form the set S.
-2. Aggregate S with the LLM aggregator; that is the current answer.
+2. Aggregate S; that is the current answer. The aggregator is a role (morkit.search.aggregators): an LLM
+   writes one refined answer (`llm`, the paper's), or one of S's answers is picked by the verifier's
+   scores (`vote`, `best`; no LLM call).
 3. Greedy: for every answer not in S, aggregate S plus it (all of one step in one batched call),
    score them together with the current answer, and keep the best if it scores strictly higher;
    stop when none does or nothing is left.
 4. Residual: aggregate all answers plus the current one; keep it only if it scores higher.
 Scores are compared only within one verify call, with every agent answer passed as context, so
-set-level RMs see the same siblings each time. Every step lands in the trace.
+set-level RMs see the same siblings each time; identical texts are scored once per call. The aggregator
+gets each set's scores from the first call (all agent answers together); the current answer, when it is
+no agent's (an LLM's aggregate), carries its latest score. Every step lands in the trace.
 """
 
 from __future__ import annotations
@@ -19,8 +23,7 @@ import numpy as np
 
 from morkit.core.errors import LLMError
 from morkit.llm.agents import AgentAnswer
-from morkit.search.aggregate import Aggregator
-from morkit.search.base import Meter, SearchResult, TraceStep
+from morkit.search.base import AnswerAggregator, Meter, SearchResult, TraceStep
 from morkit.verify.base import Verifier
 
 
@@ -32,7 +35,7 @@ def ranked(scores: Sequence[float]) -> list[int]:
 @dataclass
 class ACS:
     verifier: Verifier
-    aggregator: Aggregator
+    aggregator: AnswerAggregator
     k: int = 2
     residual: bool = True
     max_steps: int | None = None
@@ -52,7 +55,8 @@ class ACS:
         best = members[0]
         current, current_score = texts[best], scores[best]
         try:
-            aggregate = self.aggregator.aggregate(question, [texts[i] for i in members])
+            aggregate = self.aggregator.aggregate(question, [texts[i] for i in members],
+                                                  [scores[i] for i in members])
         except LLMError as exc:
             trace.append(TraceStep("error", tuple(members), note=f"initial aggregation failed: {exc}", **meter.mark()))
             return meter.result(self.name, current, current_score, trace, fallback="best agent answer")
@@ -67,8 +71,9 @@ class ACS:
                 trace.append(TraceStep("stop", tuple(members), note="every answer is in the set", **meter.mark()))
                 break
             try:
-                candidates = self.aggregator.aggregate_many(question, [[texts[i] for i in members + [j]]
-                                                                       for j in remaining])
+                sets = [members + [j] for j in remaining]
+                candidates = self.aggregator.aggregate_many(question, [[texts[i] for i in s] for s in sets],
+                                                            [[scores[i] for i in s] for s in sets])
             except LLMError as exc:
                 trace.append(TraceStep("error", tuple(members), note=f"greedy aggregation failed: {exc}",
                                        **meter.mark()))
@@ -89,7 +94,8 @@ class ACS:
 
         if self.residual:
             try:
-                residual = self.aggregator.aggregate(question, texts + [current])
+                given = scores[texts.index(current)] if current in texts else current_score
+                residual = self.aggregator.aggregate(question, texts + [current], scores + [given])
                 res_score, current_score = self._scores(question, [residual, current], texts)
                 keep = res_score > current_score
                 note = "kept" if keep else f"discarded: the current answer scores {current_score:.3f} in this call"
@@ -99,7 +105,12 @@ class ACS:
                     current, current_score = residual, res_score
             except LLMError as exc:
                 trace.append(TraceStep("error", note=f"residual aggregation failed: {exc}", **meter.mark()))
-        return meter.result(self.name, current, current_score, trace, members=list(members))
+        return meter.result(self.name, current, current_score, trace, members=list(members),
+                            aggregator=getattr(self.aggregator, "name", "llm"))
 
     def _scores(self, question: str, candidates: list[str], texts: list[str]) -> list[float]:
-        return [v.score for v in self.verifier.verify(question, candidates, context=texts)]
+        """Scores of the candidates in one verify call; a text given twice is scored once, so duplicates
+        (picking aggregators return agent answers) cannot tilt set-level members."""
+        unique = list(dict.fromkeys(candidates))
+        by_text = {t: v.score for t, v in zip(unique, self.verifier.verify(question, unique, context=texts))}
+        return [by_text[c] for c in candidates]

@@ -1,4 +1,8 @@
-"""MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer."""
+"""MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer.
+
+This is the `llm` entry of AGGREGATORS (morkit.search.aggregators); `vote` and `best` pick among the
+answers instead (morkit.search.voting).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ def aggregation_conversation(question: str, responses: Sequence[str], system: st
 
 @dataclass
 class Aggregator:
-    """Synthesises one answer from many; `aggregate_many` sends all sets of one search step at once."""
+    """Synthesises one answer from many; `aggregate_many` sends all sets of one search step at once.
+
+    The verifier's scores of the answers, which the AnswerAggregator protocol passes, are not shown to the LLM."""
 
     llm: LLM
     params: SamplingParams = SamplingParams(temperature=0.3, max_tokens=256)
@@ -31,8 +37,10 @@ class Aggregator:
     shown_question: str | None = None  # what the aggregator is shown as the question (default: the question)
     calls: int = 0
     tokens: int = 0  # prompt and completion tokens of every call, as the backend reports them
+    name: str = "llm"
 
-    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]]) -> list[str]:
+    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
+                       scores: Sequence[Sequence[float]] | None = None) -> list[str]:
         if not response_sets:
             return []
         shown = self.shown_question or question
@@ -44,5 +52,5 @@ class Aggregator:
         self.tokens += sum(c.prompt_tokens + c.completion_tokens for c in completions)
         return [c.texts[0].strip() if c.texts else "" for c in completions]
 
-    def aggregate(self, question: str, responses: Sequence[str]) -> str:
+    def aggregate(self, question: str, responses: Sequence[str], scores: Sequence[float] | None = None) -> str:
         return self.aggregate_many(question, [responses])[0]

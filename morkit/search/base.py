@@ -52,6 +52,22 @@ class SearchMethod(Protocol):
     def run(self, question: str, answers: Sequence[AgentAnswer]) -> SearchResult: ...
 
 
+class AnswerAggregator(Protocol):
+    """Turns each set of answers into one answer (ACS's aggregation step; see morkit.search.aggregators).
+
+    `scores[i][j]` is the verifier's score of set i's answer j, all from one verify call so they compare;
+    an LLM aggregator may ignore them. `calls` and `tokens` count LLM work, which the Meter reads."""
+
+    name: str
+    calls: int
+    tokens: int
+
+    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
+                       scores: Sequence[Sequence[float]] | None = None) -> list[str]: ...
+
+    def aggregate(self, question: str, responses: Sequence[str], scores: Sequence[float] | None = None) -> str: ...
+
+
 class Meter:
     """Counts LLM calls and tokens, RM calls and wall time between marks, for trace steps."""
 

@@ -1,7 +1,8 @@
 """The answer-search methods, in SEARCH_METHODS: name -> factory(SearchSetup) -> SearchMethod.
 
 A method implements `run(question, answers) -> SearchResult` (see morkit.search.base). Its factory
-gets the query's verifier, the aggregator, the agents and the typed SearchOptions. Add one with
+gets the query's verifier, the LLM aggregator, the agents, the query's kind and the typed SearchOptions
+(ACS takes its aggregator from AGGREGATORS by `SearchOptions.aggregator`). Add one with
 
     SEARCH_METHODS.register("mine", "mypkg.search:make_mine", "what it does")
 """
@@ -12,21 +13,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
+from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
 
 DEFAULT_SEARCH = "acs"
 
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """Knobs of the search methods: ACS's initial set size and residual step, the self-consistency agent."""
+    """Knobs of the search methods: ACS's initial set size, residual step and aggregator, the
+    self-consistency agent, and how `correct` is graded in the output."""
 
     top_k: int = 2
     residual: bool = True
     sc_agent: str | None = None  # None: the first agent
+    aggregator: str = DEFAULT_AGGREGATOR  # a name in AGGREGATORS: llm, vote, best
+    strict_grading: bool = False  # True: only a stated final answer counts, never the last number in the text
 
     def __post_init__(self) -> None:
         checks.positive_int(self.top_k, "top_k")
+        AGGREGATORS.get(self.aggregator)  # an unknown name lists the known ones
+        if not isinstance(self.strict_grading, bool):
+            raise InputError(f"strict_grading must be True or False, got {self.strict_grading!r}")
 
 
 @dataclass(frozen=True)
@@ -34,15 +43,17 @@ class SearchSetup:
     """What a search method's factory may use for one query."""
 
     verifier: Any  # morkit.verify.base.Verifier
-    aggregator: Any  # morkit.search.aggregate.Aggregator
+    aggregator: Any  # the LLM aggregator (morkit.search.aggregate.Aggregator), or None where none is needed
     agents: Any  # morkit.llm.agents.AgentsConfig
     options: SearchOptions = SearchOptions()
+    kind: str | None = None  # the query's kind (a grader name: math, code, choice, ...), for grouping answers
 
 
 def acs(setup: SearchSetup) -> Any:
     from morkit.search.acs import ACS
 
-    return ACS(setup.verifier, setup.aggregator, k=setup.options.top_k, residual=setup.options.residual)
+    aggregator = AGGREGATORS.load(setup.options.aggregator)(setup)
+    return ACS(setup.verifier, aggregator, k=setup.options.top_k, residual=setup.options.residual)
 
 
 def best_of_n(setup: SearchSetup) -> Any:

@@ -20,6 +20,7 @@ from morkit.llm.agents import (
     generate_answers,
     question_asked,
 )
+from morkit.question_pool.graders import grader_name
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import SearchResult
 from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup
@@ -52,14 +53,16 @@ class SearchRunner:
         spec = self.config.aggregator
         aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}),
                                 shown_question=question_asked(query))
-        setup = SearchSetup(verifier, aggregator, self.config, self.options)
+        setup = SearchSetup(verifier, aggregator, self.config, self.options, kind=grader_name(query))
         results = {name: SEARCH_METHODS.load(name)(setup).run(query.question, answers) for name in methods}
-        return QueryRun(query, selection, tuple(answers), agent_calls, tuple(failures), results)
+        return QueryRun(query, selection, tuple(answers), agent_calls, tuple(failures), results,
+                        self.options.strict_grading)
 
 
 @dataclass(frozen=True)
 class QueryRun:
-    """One query's search: the agents' answers, the chosen ensemble, and each method's result."""
+    """One query's search: the agents' answers, the chosen ensemble, and each method's result; `correct`
+    in the output is graded against the reference, with `strict`: on a stated final answer only."""
 
     query: Query
     selection: Any
@@ -67,11 +70,13 @@ class QueryRun:
     agent_calls: int
     agent_failures: tuple[str, ...]
     results: Mapping[str, SearchResult]
+    strict: bool = False
 
     def to_json(self) -> dict[str, Any]:
         results = {}
         for name, result in self.results.items():
-            results[name] = {**result.to_json(), "correct": is_correct(result.answer, self.query.reference)}
+            correct = is_correct(result.answer, self.query.reference, strict=self.strict)
+            results[name] = {**result.to_json(), "correct": correct}
         return {"id": self.query.id, "ensemble": self.selection.to_json()["ensemble"],
                 "answers": [{"agent": a.agent, "text": a.text} for a in self.answers],
                 "agent_calls": self.agent_calls, "agent_failures": list(self.agent_failures), "results": results}

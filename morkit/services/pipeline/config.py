@@ -5,6 +5,8 @@
     n = 1                           # samples per agent and question (default: each agent's own n)
     rms = ["smollm2-orm", "math-consensus"]
     search = ["acs"]                # search methods on the test split ([] for none)
+    aggregator = "llm"              # how ACS aggregates a set of answers: llm, vote or best
+    strict_grading = true           # a math answer must state its final answer (false: its last number counts)
     [scoring]                       # ScoringOptions fields (backend, device, dtype, urls, ...)
     [pool]                          # PoolConfig fields (normalizer, max_members, ...) and embedder
     [[benchmark]]
@@ -29,7 +31,7 @@ from morkit.core.errors import InputError
 from morkit.data.toml import read_toml
 from morkit.question_pool.pool import PoolConfig
 from morkit.reward_models.options import ScoringOptions
-from morkit.search.methods import SEARCH_METHODS
+from morkit.search.methods import SEARCH_METHODS, SearchOptions
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class PipelineConfig:
     n: int | None = None  # None: each agent's own n from agents.toml
     rms: tuple[str, ...] = ("smollm2-orm",)
     search: tuple[str, ...] = ("acs",)
+    search_options: SearchOptions = SearchOptions(strict_grading=True)
     seed: int = 0
     embedder: str | None = None
     scoring: ScoringOptions = ScoringOptions()
@@ -60,7 +63,8 @@ class PipelineConfig:
     raw: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
-_TOP_KEYS = {"workdir", "agents", "n", "rms", "search", "seed", "scoring", "pool", "benchmark"}
+_TOP_KEYS = {"workdir", "agents", "n", "rms", "search", "aggregator", "strict_grading", "seed", "scoring", "pool",
+             "benchmark"}
 _BENCHMARK_KEYS = {f for f in Benchmark.__dataclass_fields__}
 _POOL_KEYS = {f for f in PoolConfig.__dataclass_fields__} - {"index"} | {"embedder"}
 _SCORING_KEYS = {f for f in ScoringOptions.__dataclass_fields__} - {"progress"}
@@ -141,6 +145,16 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         if method not in SEARCH_METHODS:
             raise InputError(f"search: unknown method {method!r}; choose from {', '.join(SEARCH_METHODS.names())}",
                              path=path)
+    strict = raw.get("strict_grading", True)
+    if not isinstance(strict, bool):
+        raise InputError(f"strict_grading must be true or false, got {strict!r}", path=path)
+    aggregator = raw.get("aggregator", SearchOptions.aggregator)
+    if not isinstance(aggregator, str):
+        raise InputError(f"aggregator must be a name, got {aggregator!r}", path=path)
+    try:
+        search_options = SearchOptions(aggregator=aggregator, strict_grading=strict)
+    except InputError as exc:
+        raise InputError(str(exc), path=path) from None
     pool_table = dict(_keys(raw.get("pool", {}), _POOL_KEYS, "[pool]", path))
     embedder = pool_table.pop("embedder", None)
     try:
@@ -158,5 +172,6 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         raise InputError(f"seed must be a whole number, got {seed!r}", path=path)
     return PipelineConfig(
         source=path, workdir=(base / workdir).resolve(), benchmarks=benchmarks,
-        agents=str(base / agents) if agents else None, n=_count(raw.get("n"), "n", path), rms=rms, search=search, seed=seed, embedder=embedder,
+        agents=str(base / agents) if agents else None, n=_count(raw.get("n"), "n", path), rms=rms, search=search,
+        search_options=search_options, seed=seed, embedder=embedder,
         scoring=scoring, pool=pool, raw={**raw, "benchmark": [asdict(b) for b in benchmarks]})

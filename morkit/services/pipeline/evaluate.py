@@ -7,7 +7,10 @@
 - MoR rank: the pool's per-query ensemble picks (morkit rank);
 - each search method (ACS, ...): its final answer, graded by the benchmark's grader.
 
-Choices made on validation (which agent, which RM) never look at test labels. Costs count the test
+Grading is strict by default (`strict_grading` in the config): a math answer must state its final
+answer, as the label stage's math grader demands. With `strict_grading = false` an answer's last number
+counts too, and the math candidates of both splits are regraded that way here, so every method is
+graded alike. Choices made on validation (which agent, which RM) never look at test labels. Costs count the test
 split only: generation tokens, LLM calls and seconds of the agents a method uses (the best agent: one
 sample's share), plus the RM seconds of the RMs it uses (each RM's scoring time split evenly over
 the test questions) and its own LLM and RM work.
@@ -16,7 +19,7 @@ the test questions) and its own LLM and RM work.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -116,9 +119,33 @@ def best_rm(queries: Sequence[Query], rms: Sequence[str], reduction: str) -> str
     return max(rms, key=lambda rm: accuracy(rm)) if rms else None
 
 
-def grade_text(query: Query, text: str | None) -> bool:
+def grader(name: str, strict: bool = True) -> Any:
+    """The registered grader `name`, strict or not where it has the mode (math); others as they are."""
+    made = GRADERS.load(name)()
+    has_mode = is_dataclass(made) and "strict" in {f.name for f in fields(made)}
+    return replace(made, strict=strict) if has_mode else made
+
+
+def grade_text(query: Query, text: str | None, strict: bool = True) -> bool:
     name = grader_name(query)
-    return bool(name and text and GRADERS.load(name)().grade(query, [text])[0].correct)
+    return bool(name and text and grader(name, strict).grade(query, [text])[0].correct)
+
+
+def regraded(queries: Sequence[Query], strict: bool) -> list[Query]:
+    """The queries with candidate labels as this evaluation grades: the label stage grades strictly, so a
+    lenient evaluation regrades the candidates of queries whose grader has a strict mode (math)."""
+    if strict:
+        return list(queries)
+    out = []
+    for q in queries:
+        name = grader_name(q)
+        lenient = grader(name, strict=False) if name else None
+        if lenient is None or not hasattr(lenient, "strict") or any(c.text is None for c in q.candidates):
+            out.append(q)
+            continue
+        grades = lenient.grade(q, [c.text for c in q.candidates])
+        out.append(replace(q, candidates=tuple(replace(c, correct=g.correct) for c, g in zip(q.candidates, grades))))
+    return out
 
 
 @dataclass
@@ -137,9 +164,10 @@ class BenchmarkEvaluation:
 
 def evaluate_benchmark(name: str, validation: Sequence[Query], test: Sequence[Query], rms: Sequence[str],
                        reduction: str, rm_seconds: Mapping[str, float], rankings: Mapping[str, Mapping[str, Any]],
-                       searches: Mapping[str, Mapping[str, Any]], search_methods: Sequence[str]
-                       ) -> BenchmarkEvaluation:
+                       searches: Mapping[str, Mapping[str, Any]], search_methods: Sequence[str],
+                       strict: bool = True) -> BenchmarkEvaluation:
     """Each method's outcome on one benchmark's test questions (see the module doc)."""
+    validation, test = regraded(validation, strict), regraded(test, strict)
     agent, rm = best_agent(validation), best_rm(validation, rms, reduction)
     oracle = Outcome("oracle (pass@N)", "any candidate correct", reference=True)
     single = Outcome("best single agent", agent or "none")
@@ -175,7 +203,7 @@ def evaluate_benchmark(name: str, validation: Sequence[Query], test: Sequence[Qu
                        int(result.get("rm_calls", 0)), float(result.get("seconds", 0)))
             members = (searches[q.id].get("ensemble") or {}).get("members", [])  # the answers' scores it reused
             cost = sum((per_rm.get(m, Cost()) for m in members), everyone + own)
-            outcome.add(grade_text(q, result.get("answer")), cost)
+            outcome.add(grade_text(q, result.get("answer"), strict), cost)
     outcomes = [oracle, single, majority, bon, mor, *searched.values()]
     return BenchmarkEvaluation(name, len(validation), len(test), [o for o in outcomes if o.questions or o is mor])
 
@@ -198,8 +226,10 @@ def evaluate(run: Any) -> dict[str, Any]:
     for benchmark in config.benchmarks:
         mine = (lambda qs: [q for q in qs if q.extra.get("benchmark") == benchmark.name])
         benchmarks.append(evaluate_benchmark(benchmark.name, mine(validation), mine(test), config.rms, reduction,
-                                             per_question, rankings, searches, config.search).to_json())
+                                             per_question, rankings, searches, config.search,
+                                             config.search_options.strict_grading).to_json())
     stages = {name: {k: v for k, v in run.record["stages"][name].items() if k not in ("key", "running")}
               for name in run.visited}  # this run's stages only: not those of an earlier config
     return {"config": config.source, "workdir": str(config.workdir), "agents": config.agents or "packaged local",
-            "rms": list(config.rms), "search": list(config.search), "benchmarks": benchmarks, "stages": stages}
+            "rms": list(config.rms), "search": list(config.search), "aggregator": config.search_options.aggregator,
+            "strict_grading": config.search_options.strict_grading, "benchmarks": benchmarks, "stages": stages}

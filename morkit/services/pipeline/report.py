@@ -52,10 +52,14 @@ def write_reports(run: Any, report: Mapping[str, Any]) -> None:
 
     with atomic_path(run.path("report.json")) as tmp:
         tmp.write_text(json.dumps(json_safe(report), indent=1) + "\n", encoding="utf-8")
+    grading = ("lenient: an answer's last number counts" if report.get("strict_grading") is False
+               else "strict: a stated final answer")
+    aggregator = f" (ACS aggregator: {report['aggregator']})" if report.get("aggregator") else ""
     body = [f"<h1>morkit pipeline report</h1><dl class=\"facts\"><dt>config</dt><dd>{escape(report['config'])}</dd>"
             f"<dt>agents</dt><dd>{escape(report['agents'])}</dd>"
             f"<dt>pool RMs</dt><dd>{escape(', '.join(report['rms']))}</dd>"
-            f"<dt>search</dt><dd>{escape(', '.join(report['search']) or 'none')}</dd></dl>",
+            f"<dt>search</dt><dd>{escape((', '.join(report['search']) or 'none') + aggregator)}</dd>"
+            f"<dt>grading</dt><dd>{escape(grading)}</dd></dl>",
             '<p class="note">Per benchmark, on its test split: how often each method picks a correct answer, and '
             "what it costs (generation included). The best agent and the best single RM are chosen on the "
             "validation split. Oracle (grey) is the share of questions with any correct candidate.</p>"]

@@ -174,8 +174,8 @@ def run_pipeline(config: PipelineConfig, *, progress: bool = False,
     rank_key = _digest(pool_key, keys["test"])
     run.stage("rank", rank_key, run.path("test.ranked.jsonl"), lambda: _rank(run, scoring))
     if config.search:
-        run.stage("search", _digest(rank_key, config.search, agents_key), run.path("test.search.jsonl"),
-                  lambda: _search(run, scoring))
+        run.stage("search", _digest(rank_key, config.search, agents_key, *_changed_search_options(config)),
+                  run.path("test.search.jsonl"), lambda: _search(run, scoring))
     report = evaluate(run)
     write_reports(run, report)
     return report
@@ -270,8 +270,18 @@ def _search(run: Run, scoring: Any) -> dict[str, Any]:
 
     queries = _answered(load_queries(run.path("test.scored.jsonl")))
     records = run_search(queries, load_pool(run.path("pool")), agents=run.config.agents,
-                         methods=list(run.config.search), scoring=scoring, output=run.path("test.search.jsonl"))
+                         methods=list(run.config.search), options=run.config.search_options, scoring=scoring,
+                         output=run.path("test.search.jsonl"))
     return {"queries": len(records)}
+
+
+def _changed_search_options(config: PipelineConfig) -> list[dict[str, Any]]:
+    """The search options the config sets away from the pipeline's defaults (none: the stage keeps the key
+    it had before these options existed)."""
+    default = PipelineConfig.search_options
+    changed = {f: getattr(config.search_options, f) for f in ("aggregator", "strict_grading")
+               if getattr(config.search_options, f) != getattr(default, f)}
+    return [changed] if changed else []
 
 
 def _answered(queries: Sequence[Query]) -> list[Query]:

@@ -1,0 +1,47 @@
+"""ACS's aggregators, in AGGREGATORS: name -> factory(SearchSetup) -> AnswerAggregator (morkit.search.base).
+
+An aggregator turns a set of answers, with the verifier's scores of them, into one answer. `llm` is
+the CTTS-MM aggregator (an LLM writes one refined answer; the agents.toml `[aggregator]`); `vote` and
+`best` pick one of the answers by the scores and make no LLM call (morkit.search.voting). Add one with
+
+    AGGREGATORS.register("mine", "mypkg.agg:make_mine", "what it does")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from morkit.core.registry import Entry, Registry
+
+DEFAULT_AGGREGATOR = "llm"
+
+
+def llm(setup: Any) -> Any:
+    """The LLM aggregator the search runner built from the agents' config."""
+    if setup.aggregator is None:
+        from morkit.core.errors import InputError
+
+        raise InputError("the 'llm' aggregator needs an LLM aggregator in the search setup; none was given")
+    return setup.aggregator
+
+
+def vote(setup: Any) -> Any:
+    from morkit.search.voting import VoteAggregator
+
+    return VoteAggregator(kind=setup.kind)
+
+
+def best(setup: Any) -> Any:
+    from morkit.search.voting import BestAggregator
+
+    return BestAggregator()
+
+
+_HERE = "morkit.search.aggregators"
+AGGREGATORS = Registry("aggregator", [
+    Entry("llm", f"{_HERE}:llm", "an LLM reads the set and writes one refined answer (CTTS-MM; agents.toml "
+                                 "[aggregator])"),
+    Entry("vote", f"{_HERE}:vote", "the set's answers vote by final answer, each weighted by the softmax of its "
+                                   "verifier score; the heaviest group's best-scored answer; no LLM call"),
+    Entry("best", f"{_HERE}:best", "the set's answer the verifier scores highest; no LLM call"),
+])

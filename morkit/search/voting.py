@@ -1,0 +1,153 @@
+"""Aggregators that pick one of the set's answers instead of writing a new one; they make no LLM call.
+
+- `best` (BestAggregator): the answer the verifier scores highest.
+- `vote` (VoteAggregator): a verifier-weighted vote. Answers are grouped by final answer (how, depends
+  on the query's kind: see `answer_keys`), each answer adds its weight to its group, and the heaviest
+  group's highest-scoring answer is returned.
+
+Weights: a softmax of the set's scores, w_i = exp(s_i / T) / sum_j exp(s_j / T). Adding a constant to
+every score changes nothing, so negative scores are fine, and every answer keeps a positive vote (unlike
+s - min, which silences the lowest answer, and every answer tied with it). T (`temperature`, default 1)
+is in the verifier's units: a score higher by T weighs e times as much. MoR scores are weighted sums of
+member scores standardised by the pool (or within the query), so T = 1 lets one standard deviation of
+evidence count e-fold; answers the verifier barely separates vote almost equally (agreement decides),
+while a clear gap lets the better-scored answer outweigh several others. (Standardising the set's own
+scores first was rejected: it blows a negligible gap up to a full standard deviation.)
+
+Under ACS's acceptance rule (an aggregate replaces the current answer only when it scores strictly
+higher in the same verify call), a picking aggregator can never replace the verifier's top answer once
+that is current. With ACS's default k=2 both therefore return the verifier's top answer (best-of-N up
+to ties); `vote` differs from it when the initial set is larger (k > 2), since the initial answer is
+the set's aggregate whatever it scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from morkit.core import checks
+from morkit.core.errors import InputError
+from morkit.core.grading import equivalence_classes, extract_answer, program_text
+
+
+def _program_key(text: str) -> str | None:
+    """A program's text without trailing spaces and blank lines (indentation kept: it is Python syntax)."""
+    lines = [line.rstrip() for line in (program_text(text) or "").splitlines() if line.strip()]
+    return "\n".join(lines) or None
+
+
+def _letter_key(text: str) -> str | None:
+    from morkit.question_pool.graders import stated_letter
+
+    return stated_letter(text)
+
+
+def _text_key(text: str) -> str | None:
+    return " ".join(text.split()) or None
+
+
+ANSWER_KEYS: Mapping[str, Callable[[str], Hashable | None]] = {
+    "code": _program_key, "choice": _letter_key, "instruction": _text_key}
+"""Query kind (a grader name, morkit.question_pool.graders) -> what two answers must share to vote together.
+Any other kind, and none, groups by math final-answer equivalence."""
+
+
+def answer_keys(texts: Sequence[str], kind: str | None = None) -> list[Hashable | None]:
+    """Each answer's group: its normalised program (code), stated option letter (choice), whitespace-normalised
+    text (instruction), else its final answer's equivalence class (math: `equivalence_classes`). None: the
+    answer states nothing to group by, and abstains."""
+    key = ANSWER_KEYS.get(kind or "")
+    if key is not None:
+        return [key(t) if t and t.strip() else None for t in texts]
+    return list(equivalence_classes([extract_answer(t) for t in texts]))
+
+
+def vote_weights(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
+    """Softmax of the scores over `temperature` (see the module doc); uniform when they are all equal."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.size == 0:
+        return s
+    if not np.isfinite(s).all():
+        raise InputError(f"vote weights need finite scores, got {list(scores)}")
+    e = np.exp((s - s.max()) / temperature)
+    return e / e.sum()
+
+
+def top_index(scores: Sequence[float]) -> int:
+    """The highest score's index; the first one on a tie (answers are in the caller's order)."""
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def _checked(name: str, response_sets: Sequence[Sequence[str]],
+             scores: Sequence[Sequence[float]] | None) -> list[list[float]]:
+    if scores is None:
+        raise InputError(f"the {name!r} aggregator picks by the verifier's scores; none were given")
+    if len(scores) != len(response_sets) or any(len(a) != len(b) for a, b in zip(scores, response_sets)):
+        raise InputError(f"the {name!r} aggregator needs one score per answer of every set")
+    if any(not rs for rs in response_sets):
+        raise InputError(f"the {name!r} aggregator was given an empty set of answers")
+    return [[float(v) for v in row] for row in scores]
+
+
+@dataclass(frozen=True)
+class BestAggregator:
+    """The set's answer the verifier scores highest (the first on a tie); no LLM call."""
+
+    name: str = "best"
+    calls: ClassVar[int] = 0
+    tokens: ClassVar[int] = 0
+
+    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
+                       scores: Sequence[Sequence[float]] | None = None) -> list[str]:
+        rows = _checked(self.name, response_sets, scores)
+        return [texts[top_index(row)] for texts, row in zip(response_sets, rows)]
+
+    def aggregate(self, question: str, responses: Sequence[str], scores: Sequence[float] | None = None) -> str:
+        return self.aggregate_many(question, [responses], None if scores is None else [scores])[0]
+
+
+@dataclass(frozen=True)
+class VoteAggregator:
+    """The highest-scoring answer of the group with the most verifier-weighted votes; no LLM call.
+
+    `kind` is the query's kind (a grader name) and picks how answers are grouped (`answer_keys`). Groups
+    that tie on votes are ordered by their best score, then by first appearance; when no answer states
+    anything to group by, the top-scoring answer is returned."""
+
+    kind: str | None = None
+    temperature: float = 1.0
+    name: str = "vote"
+    calls: ClassVar[int] = 0
+    tokens: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        checks.positive(self.temperature, "temperature")
+
+    def pick(self, texts: Sequence[str], scores: Sequence[float]) -> int:
+        """The index of the answer the vote returns."""
+        keys = answer_keys(texts, self.kind)
+        weights = vote_weights(scores, self.temperature)
+        votes: dict[Hashable, float] = {}
+        best: dict[Hashable, int] = {}
+        for i, key in enumerate(keys):
+            if key is None:
+                continue
+            votes[key] = votes.get(key, 0.0) + float(weights[i])
+            if key not in best or scores[i] > scores[best[key]]:
+                best[key] = i
+        if not votes:
+            return top_index(scores)
+        order = list(votes)  # first appearance
+        winner = max(order, key=lambda k: (round(votes[k], 12), scores[best[k]], -order.index(k)))
+        return best[winner]
+
+    def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
+                       scores: Sequence[Sequence[float]] | None = None) -> list[str]:
+        rows = _checked(self.name, response_sets, scores)
+        return [texts[self.pick(texts, row)] for texts, row in zip(response_sets, rows)]
+
+    def aggregate(self, question: str, responses: Sequence[str], scores: Sequence[float] | None = None) -> str:
+        return self.aggregate_many(question, [responses], None if scores is None else [scores])[0]
