@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from morkit.selection.features import top_flags
+
 SIGNALS = ("margin", "top-mass", "rm-agreement", "log-candidates")
 DEFAULT_BINS = 10
 
@@ -36,8 +38,7 @@ def signals(scores: np.ndarray, members: np.ndarray, valid: np.ndarray) -> np.nd
         mass = 1.0 / e.sum(axis=1)
     pick = order[:, 0]
     present = ~np.isnan(members) & valid[:, :, None]
-    filled = np.where(present, members, -np.inf)
-    tops = present & (filled == filled.max(axis=1, keepdims=True))
+    tops, _ = top_flags(members, present)
     picked = np.take_along_axis(tops, pick[:, None, None], axis=1)[:, 0, :]
     voters = present.any(axis=1).sum(axis=1)
     agreement = np.where(voters > 0, picked.sum(axis=1) / np.maximum(voters, 1), 0.0)

@@ -40,6 +40,13 @@ FEATURE_SETS: Mapping[str, tuple[str, ...]] = {
 _RANK_CHUNK = 4096  # questions per pass of the (Q, N, N, R) rank comparison
 
 
+def step_values(steps: np.ndarray, reductions: Sequence[str]) -> np.ndarray:
+    """(Q, N, P, len(STEP_REDUCTIONS)) step scores -> (Q, N, P * len(reductions)) columns, member-major."""
+    picks = [STEP_REDUCTIONS.index(r) for r in reductions]
+    steps = np.asarray(steps, dtype=np.float64)
+    return steps[:, :, :, picks].reshape(steps.shape[:2] + (-1,))
+
+
 def _ranks(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Each candidate's rank within its query per column, scaled to [-0.5, 0.5] (ties share the mean rank)."""
     out = np.zeros(values.shape)
@@ -55,7 +62,7 @@ def _ranks(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return out
 
 
-def _tops(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def top_flags(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(top, shared): where a candidate holds its query's top score per column, and how many hold it."""
     filled = np.where(present, values, -np.inf)
     top = present & (filled == filled.max(axis=1, keepdims=True))
@@ -99,6 +106,7 @@ class FeatureSpec:
         valid = np.asarray(valid, dtype=bool)
         present = ~np.isnan(scores) & valid[:, :, None]
         zq = query_zscore(scores, valid)
+        top, shared = top_flags(scores, present)  # read by three groups: computed once
         parts = []
         for group in self.groups:
             if group == "query-z":
@@ -108,12 +116,10 @@ class FeatureSpec:
             elif group == "rank":
                 parts.append(_ranks(scores, present))
             elif group in ("top", "tie"):
-                top, shared = _tops(scores, present)
                 parts.append((top if group == "top" else top & (shared > 1)).astype(np.float64))
             elif group == "steps":
                 parts += self._step_features(steps, valid)
             else:  # agreement
-                top, shared = _tops(scores, present)
                 voters = np.maximum(present.any(axis=1).sum(axis=-1, keepdims=True), 1)
                 votes = (top / np.maximum(shared, 1)).sum(axis=-1, keepdims=True) / voters[:, None, :]
                 parts += [votes, zq.sum(axis=-1, keepdims=True) / voters[:, None, :]]
@@ -123,8 +129,7 @@ class FeatureSpec:
     def _step_features(self, steps: np.ndarray | None, valid: np.ndarray) -> list[np.ndarray]:
         if not self.step_columns:
             return []
-        picks = [STEP_REDUCTIONS.index(r) for r in self.step_reductions]
-        values = np.asarray(steps, dtype=np.float64)[:, :, :, picks].reshape(steps.shape[:2] + (-1,))
+        values = step_values(steps, self.step_reductions)
         present = ~np.isnan(values) & valid[:, :, None]
         return [query_zscore(values, valid), np.where(present, self.pool_z.apply(self.step_columns, values), 0.0)]
 
@@ -159,8 +164,7 @@ def feature_spec(groups: Sequence[str], members: Sequence[str], step_members: Se
     columns = list(spec.members)
     values = [np.asarray(scores, dtype=np.float64)]
     if spec.step_columns:
-        picks = [STEP_REDUCTIONS.index(r) for r in reductions]
-        values.append(np.asarray(steps, dtype=np.float64)[:, :, :, picks].reshape(scores.shape[:2] + (-1,)))
+        values.append(step_values(steps, reductions))
         columns += spec.step_columns
     pool_z = Normalizer.fit("zscore", columns, np.concatenate(values, axis=-1), np.asarray(valid, dtype=bool))
     return FeatureSpec(spec.members, step_members, reductions, spec.groups, pool_z).fitted(scores, steps, valid)

@@ -87,19 +87,27 @@ def mor_scores(query: Query, ensemble: Ensemble, transform_kind: str, normalizer
     return ensemble_scores(member_matrix(query, ensemble.members, reduction), ensemble, transform_kind, normalizer)
 
 
+def scores_under(choice: Any, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray,
+                 normalizer: Normalizer, rm_names: Sequence[str], step_rms: Sequence[str]) -> np.ndarray:
+    """A selection Choice's (Q, N) candidate scores from arrays: member scores (Q, N, R) in `rm_names` order and
+    step scores (Q, N, P, 3) in `step_rms` order. Its own scorer (a learned ranker) reads them all; otherwise
+    its ensemble's weighted sum of its members' columns."""
+    with np.errstate(all="ignore"):
+        if choice.scorer is not None:
+            return choice.scorer.scores(scores, steps, valid, rm_names, step_rms)
+        members = np.asarray(scores)[..., [list(rm_names).index(m) for m in choice.ensemble.members]]
+        return ensemble_scores(members, choice.ensemble, choice.transform, normalizer, valid)
+
+
 def choice_scores(query: Query, choice: Any, normalizer: Normalizer, reduction: str, rm_names: Sequence[str],
-                  step_rms: Sequence[str]) -> np.ndarray:
-    """A selection Choice's score for each of the query's candidates: its own scorer (a learned ranker) over the
-    pool RMs' (`rm_names`) and step RMs' (`step_rms`) scores, else its ensemble's weighted sum."""
+                  step_rms: Sequence[str], raw: np.ndarray | None = None) -> np.ndarray:
+    """`scores_under` for one query's candidates; `raw`: its member_matrix over `rm_names`, if already read."""
     from morkit.question_pool.rows import step_matrix
 
-    with np.errstate(all="ignore"):
-        if choice.scorer is None:
-            return mor_scores(query, choice.ensemble, choice.transform, normalizer, reduction)
-        raw = member_matrix(query, rm_names, reduction)[None]
-        steps = step_matrix(query, step_rms)[None]
-        valid = np.ones((1, len(query.candidates)), dtype=bool)
-        return choice.scorer.scores(raw, steps, valid, rm_names, step_rms)[0]
+    raw = member_matrix(query, rm_names, reduction) if raw is None else raw
+    steps = step_matrix(query, step_rms)[None] if choice.scorer is not None else None
+    valid = np.ones((1, len(query.candidates)), dtype=bool)
+    return scores_under(choice, raw[None], steps, valid, normalizer, rm_names, step_rms)[0]
 
 
 def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:

@@ -24,6 +24,7 @@ from morkit.selection.mor import (
     choice_scores,
     member_matrix,
     pick_best,
+    scores_under,
 )
 
 
@@ -148,26 +149,32 @@ class Selector:
     def select(self, query: Query) -> Selection:
         return self.select_many([query])[0]
 
-    def candidate_scores(self, query: Query, choice: Choice) -> np.ndarray:
-        """The choice's score for each of the query's candidates; the member scores must be cached on them."""
+    def candidate_scores(self, query: Query, choice: Choice, raw: np.ndarray | None = None) -> np.ndarray:
+        """The choice's score for each of the query's candidates; the member scores must be cached on them.
+        `raw`: the query's member_matrix over the pool's RMs, if already read."""
         lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
         if lacking:
             raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
                              "score them first (morkit score) or let rank run the registered RMs")
         pool = self.pool
-        scores = choice_scores(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names, pool.step_rms)
+        scores = choice_scores(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names, pool.step_rms,
+                               raw)
         if not np.isfinite(scores).all():
             raise InputError(f"query {query.id!r}: the ensemble {', '.join(choice.ensemble.members)} gives "
                              "non-finite scores; its candidates' scores of these RMs are too large for the pool's "
                              "normaliser")
         return scores
 
-    def confidence(self, query: Query, choice: Choice, scores: np.ndarray) -> float:
-        """The calibrated probability that the top-scored candidate is correct."""
+    def confidence(self, query: Query, choice: Choice, scores: np.ndarray, raw: np.ndarray | None = None) -> float:
+        """The calibrated probability that the top-scored candidate is correct; `raw` as in candidate_scores."""
         calibrator = choice.calibrator or self.calibrator()
-        raw = member_matrix(query, choice.ensemble.members, self.pool.config.reduction)
+        members = choice.ensemble.members
+        if raw is None:
+            members_raw = member_matrix(query, members, self.pool.config.reduction)
+        else:
+            members_raw = raw[:, [self.pool.rm_names.index(m) for m in members]]
         valid = np.ones((1, len(scores)), dtype=bool)
-        return float(calibrator.predict(signals(np.asarray(scores)[None], raw[None], valid))[0])
+        return float(calibrator.predict(signals(np.asarray(scores)[None], members_raw[None], valid))[0])
 
     def calibrator(self) -> Calibrator:
         """For methods without their own: calibrated on leave-one-out picks over a seeded sample of pool
@@ -178,9 +185,10 @@ class Selector:
 
     def rank_selected(self, query: Query, selection: Selection, abstain_below: float | None = None) -> Ranking:
         """MoR scores of the query's candidates under a selection, the pick and its confidence."""
-        scores = self.candidate_scores(query, selection.choice)
+        raw = member_matrix(query, self.pool.rm_names, self.pool.config.reduction)  # read once, used twice
+        scores = self.candidate_scores(query, selection.choice, raw)
         picked = pick_best(query.id, scores)
-        confidence = self.confidence(query, selection.choice, scores)
+        confidence = self.confidence(query, selection.choice, scores, raw)
         abstain = None if abstain_below is None else bool(confidence < abstain_below)
         return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain)
 
@@ -204,8 +212,6 @@ def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, see
     best-of-n correctness of the pick (ties shared)."""
     from morkit.question_pool.prr import best_of_n_matrix
     from morkit.question_pool.rows import sample_rows
-    from morkit.selection.mor import ensemble_scores
-
     rows = sample_rows(len(pool), LOO_SAMPLE, seed)
     sims, found = search(pool.index, np.ascontiguousarray(pool.embeddings[rows]), k + 1)
     features, hits = [], []
@@ -221,13 +227,9 @@ def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, see
         except LookupError:
             continue
         members = scores[:, [pool.rm_names.index(m) for m in choice.ensemble.members]]
-        with np.errstate(all="ignore"):
-            if choice.scorer is None:
-                picked = ensemble_scores(members[None], choice.ensemble, choice.transform, pool.normalizer,
-                                         valid[None])
-            else:
-                steps = None if pool.steps is None else np.asarray(pool.steps[row])[None]
-                picked = choice.scorer.scores(scores[None], steps, valid[None], pool.rm_names, pool.step_rms)
+        steps = None if pool.steps is None else np.asarray(pool.steps[row])[None]
+        picked = scores_under(choice, scores[None], steps, valid[None], pool.normalizer, pool.rm_names,
+                              pool.step_rms)
         picked = np.where(valid[None], picked, np.nan)
         features.append(signals(picked, members[None], valid[None])[0])
         hits.append(best_of_n_matrix(picked[:, :, None], correct[None], valid[None])[0, 0])
