@@ -27,6 +27,17 @@ from morkit.cli.args import (
 )
 
 
+def setting(text: str) -> tuple[str, str]:
+    """argparse type of --set: KEY=VALUE."""
+    from morkit.core.errors import InputError
+    from morkit.loops.settings import parse_setting
+
+    try:
+        return parse_setting(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def cmd_loop(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
@@ -39,7 +50,8 @@ def cmd_loop(args: argparse.Namespace) -> int:
     options = LoopOptions(Budget(args.max_calls, args.max_total_tokens, args.max_seconds), seed=args.seed,
                           gen_tokens=args.gen_tokens, iterations=args.iterations, solutions=args.solutions,
                           verifications=args.verifications, epsilon=args.epsilon, chain=args.chain,
-                          protocol=args.protocol, step_marker=args.step_marker, max_explores=args.max_explores)
+                          protocol=args.protocol, step_marker=args.step_marker, max_explores=args.max_explores,
+                          settings=tuple(args.set))
     scoring = scoring_options(args)
     output_file(args.output)
     queries = load_queries(args.input)
@@ -90,5 +102,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--step-marker", type=non_empty, default=d.step_marker,
                    help="StreamMA end-of-step marker (default: newline)")
     g.add_argument("--max-explores", type=POSITIVE_INT, default=d.max_explores, help="ATLAS explore budget")
+    g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="any field of the loop's config (TMASConfig, StreamMAConfig, ATLASConfig), e.g. "
+                        "--set guidelines=false; repeatable; applied after the flags above. The README's "
+                        "fidelity tables name each paper's mechanism and its setting")
     add_scoring_options(p)
     p.set_defaults(func=cmd_loop)

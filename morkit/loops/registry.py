@@ -16,6 +16,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 from morkit.loops.base import Budget, Loop
+from morkit.loops.settings import configure
 from morkit.loops.streamma.graph import PROTOCOLS
 
 
@@ -35,6 +36,8 @@ class LoopOptions:
     protocol: str = "stream"
     step_marker: str = "\n"
     max_explores: int = 3
+    settings: tuple[tuple[str, str], ...] = ()
+    """(field, value) pairs laid over the loop's config dataclass (`--set field=value`), after the knobs above."""
 
     def __post_init__(self) -> None:
         checks.non_negative_int(self.seed, "seed")
@@ -60,8 +63,8 @@ def tmas(setup: LoopSetup) -> Loop:
     from morkit.loops.tmas.loop import TMAS, TMASConfig
 
     o = setup.options
-    config = TMASConfig(iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
-                        epsilon=o.epsilon, seed=o.seed, max_tokens=o.gen_tokens)
+    config = configure(TMASConfig, o.settings, iterations=o.iterations, solutions=o.solutions,
+                       verifications=o.verifications, epsilon=o.epsilon, seed=o.seed, max_tokens=o.gen_tokens)
     return TMAS(setup.llms.llm(setup.agents.agents[0]), setup.verifier, config, o.budget)
 
 
@@ -70,8 +73,8 @@ def streamma(setup: LoopSetup) -> Loop:
 
     o, agents = setup.options, setup.agents.agents
     chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(o.chain)]
-    config = StreamMAConfig(agents=o.chain, protocol=o.protocol, step_marker=o.step_marker, max_tokens=o.gen_tokens,
-                            seed=o.seed)
+    config = configure(StreamMAConfig, o.settings, agents=o.chain, protocol=o.protocol, step_marker=o.step_marker,
+                       max_tokens=o.gen_tokens, seed=o.seed)
     return StreamMA(chain, setup.verifier, config, o.budget)
 
 
@@ -85,7 +88,7 @@ def atlas(setup: LoopSetup) -> Loop:
                               **({"system": a.system} if a.system else {}))
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
-                 ATLASConfig(max_explores=o.max_explores), o.budget)
+                 configure(ATLASConfig, o.settings, max_explores=o.max_explores), o.budget)
 
 
 _HERE = "morkit.loops.registry"
