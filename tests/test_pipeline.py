@@ -15,7 +15,7 @@ from fake_server import FakeServer
 
 from morkit.cli.main import main
 from morkit.data.contract import load_queries
-from morkit.search.aggregate import AGGREGATOR_SYSTEM
+from morkit.search.aggregate import MOA_SYSTEM
 
 
 def _answers(data_dir):
@@ -38,8 +38,8 @@ def _reply(answers):
     def reply(messages):
         system = messages[0]["content"] if messages[0]["role"] == "system" else ""
         ask = messages[-1]["content"]
-        if system == AGGREGATOR_SYSTEM:  # the aggregator repeats the first response it is shown
-            return ask.split("Response 1:\n", 1)[1].split("\n\nResponse 2:", 1)[0].split("\n\nWrite the", 1)[0]
+        if system.startswith(MOA_SYSTEM):  # the aggregator repeats the first response it is shown
+            return system[len(MOA_SYSTEM):].split("\n1. ", 1)[1].split("\n2. ", 1)[0]
         right, wrong = next(v for k, v in answers.items() if k in ask)
         if system == "right":
             return right

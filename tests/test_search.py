@@ -18,7 +18,7 @@ from morkit.llm.agents import (
 )
 from morkit.llm.base import SamplingParams, ScriptedLLM
 from morkit.search.acs import ACS
-from morkit.search.aggregate import Aggregator
+from morkit.search.aggregate import MOA_SYSTEM, Aggregator
 from morkit.search.baselines import (
     BestOfN,
     MajorityVote,
@@ -44,11 +44,14 @@ class TableVerifier:
 
 
 def aggregating_llm(fail_on=None):
-    """Replies agg(X|Y|...) with the sorted responses it was shown (the prompt format is parsed for real)."""
+    """Replies agg(X|Y|...) with the sorted responses it was shown (MoA's layout, parsed for real: numbered
+    responses after the system prompt)."""
 
     def reply(conversation, _):
-        user = conversation[-1]["content"]
-        found = sorted(re.findall(r"Response \d+:\n(.*?)(?=\n\nResponse \d+:|\n\nWrite the single)", user, re.S))
+        system = conversation[0]["content"]
+        assert system.startswith(MOA_SYSTEM) and conversation[-1]["role"] == "user"
+        listed = system[len(MOA_SYSTEM):]
+        found = sorted(re.findall(r"\n\d+\. (.*?)(?=\n\d+\. |$)", listed, re.S))
         text = "agg(" + "|".join(found) + ")"
         if fail_on and text == fail_on:
             raise LLMError("scripted failure")
@@ -106,7 +109,37 @@ def test_acs_single_answer_and_step_limit():
     result = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm()), k=2).run("q", ANSWERS[:1])
     assert [s.step for s in result.trace] == ["answers", "initial", "stop", "residual"]
     limited = ACS(TableVerifier(SCORES), Aggregator(aggregating_llm()), k=1, max_steps=1, residual=False)
-    assert [s.step for s in limited.run("q", ANSWERS).trace] == ["answers", "initial", "greedy"]
+    trace = limited.run("q", ANSWERS).trace
+    assert [s.step for s in trace] == ["answers", "initial", "greedy", "stop"]
+    assert trace[-1].note == "step limit (1) reached"
+    with pytest.raises(InputError, match="step"):
+        ACS(TableVerifier(SCORES), Aggregator(aggregating_llm()), step="best-first")
+
+
+def test_first_improvement_keeps_the_first_addition_that_beats_the_current_answer():
+    """Algorithm A tries the remaining answers best-scored first, one aggregation each, and keeps the first
+    improvement; Section 3.2's argmax step aggregates every addition and keeps the best."""
+    table = {**SCORES, "agg(A|B|C)": 0.86, "agg(A|C|D)": 0.95, "agg(A|B|C|D)": 0.9}
+    argmax = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False).run("q", ANSWERS)
+    first = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False, step="first").run("q", ANSWERS)
+    assert (argmax.answer, argmax.extra["members"]) == ("agg(A|C|D)", [0, 2, 3])
+    assert (first.answer, first.extra["members"]) == ("agg(A|B|C|D)", [0, 2, 1, 3])
+    assert [s.tried for s in first.trace if s.step == "greedy"] == [((1, 0.86),), ((3, 0.9),)]
+    assert (argmax.llm_calls, first.llm_calls) == (1 + 2 + 1, 1 + 1 + 1)
+    capped = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False, step="first", max_steps=1)
+    result = capped.run("q", ANSWERS)
+    assert result.answer == "agg(A|B|C)" and result.trace[-1].note == "step limit (1) reached"
+
+
+def test_refine_prompt_is_selectable_and_an_agents_system_prompt_replaces_the_default():
+    seen = []
+    llm = ScriptedLLM(lambda conversation, _: seen.append(conversation) or "x")
+    Aggregator(llm, prompt="refine").aggregate("2+2?", ["4", "5"])
+    Aggregator(llm, system="Be brief.").aggregate("2+2?", ["4", "5"])
+    assert "Response 1:\n4\n\nResponse 2:\n5" in seen[0][1]["content"]
+    assert seen[1][0]["content"] == "Be brief.\n1. 4\n2. 5" and seen[1][1]["content"] == "2+2?"
+    with pytest.raises(InputError, match="unknown aggregator prompt"):
+        Aggregator(llm, prompt="mine")
 
 
 def test_agents_that_fail_are_reported_and_the_rest_answer():

@@ -32,7 +32,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     records = run_search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
                          options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
                                                sc_agent=args.sc_agent, aggregator=args.aggregator,
-                                               strict_grading=args.strict_grading),
+                                               strict_grading=args.strict_grading, acs_step=args.acs_step,
+                                               max_steps=args.max_steps, aggregator_prompt=args.aggregator_prompt),
                          selection=select_options(args), scoring=scoring, output=args.output)
     for name in methods:
         graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
@@ -45,6 +46,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.search.acs import ACS_STEPS
+    from morkit.search.aggregate import AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT
     from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
     from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS
 
@@ -67,6 +70,14 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregator", choices=AGGREGATORS.names(), default=DEFAULT_AGGREGATOR,
                    help="how ACS turns a set of answers into one (moa always uses the LLM): "
                         + choices_help(AGGREGATORS, DEFAULT_AGGREGATOR))
+    p.add_argument("--acs-step", choices=ACS_STEPS, default="argmax",
+                   help="ACS's greedy step: argmax (the paper's Section 3.2: aggregate every addition, keep the best "
+                        "if it improves; default) or first (its Algorithm A: keep the first addition that improves)")
+    p.add_argument("--max-steps", type=POSITIVE_INT, help="ACS greedy steps at most (default: until none improves)")
+    p.add_argument("--aggregator-prompt", choices=sorted(AGGREGATOR_PROMPTS), default=DEFAULT_AGGREGATOR_PROMPT,
+                   help="the LLM aggregator's prompt: moa (Mixture-of-Agents' Aggregate-and-Synthesize prompt as "
+                        "published; default) or refine (morkit's earlier prompt, which asks for a final-answer "
+                        "line); an agents.toml [aggregator] system replaces either")
     p.add_argument("--strict-grading", action="store_true",
                    help="grade `correct` (against a query's reference) on a stated final answer only: \\boxed{X}, "
                         "'#### X', 'The answer is X', 'Final answer: X' or a last 'A: X' line; an answer that "

@@ -1,15 +1,31 @@
 """MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer.
 
 This is the `llm` entry of AGGREGATORS (morkit.search.aggregators); `vote` and `best` pick among the
-answers instead (morkit.search.voting).
+answers instead (morkit.search.voting). The prompt is a choice in AGGREGATOR_PROMPTS: `moa` (default) is
+the Mixture-of-Agents Aggregate-and-Synthesize prompt as published, which CTTS-MM's aggregator uses;
+`refine` is morkit's earlier prompt, which also asks for a final-answer line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
+from morkit.core.errors import InputError
 from morkit.llm.base import LLM, Conversation, SamplingParams
+
+# The Aggregate-and-Synthesize prompt of Wang et al., "Mixture-of-Agents Enhances Large Language Model
+# Capabilities" (arXiv 2406.04692), Table 1, verbatim: a prompt is a fact of the method. As in the authors'
+# reference code (togethercomputer/MoA), it is the system message, followed by the numbered responses, and
+# the user's query stays the user message.
+MOA_SYSTEM = (
+    "You have been provided with a set of responses from various open-source models to the latest user query. "
+    "Your task is to synthesize these responses into a single, high-quality response. It is crucial to critically "
+    "evaluate the information provided in these responses, recognizing that some of it may be biased or incorrect. "
+    "Your response should not simply replicate the given answers but should offer a refined, accurate, and "
+    "comprehensive reply to the instruction. Ensure your response is well-structured, coherent, and adheres to "
+    "the highest standards of accuracy and reliability.\n\nResponses from models:"
+)
 
 AGGREGATOR_SYSTEM = (
     "You combine several candidate responses to the same question into one better response. The candidates "
@@ -18,11 +34,33 @@ AGGREGATOR_SYSTEM = (
 )
 
 
+def moa_conversation(question: str, responses: Sequence[str], system: str = MOA_SYSTEM) -> Conversation:
+    """MoA's layout: the prompt and the responses numbered 1., 2., ... as the system message; the question as the user's."""
+    listed = "".join(f"\n{i}. {r.strip()}" for i, r in enumerate(responses, start=1))
+    return [{"role": "system", "content": system + listed}, {"role": "user", "content": question.strip()}]
+
+
 def aggregation_conversation(question: str, responses: Sequence[str], system: str = AGGREGATOR_SYSTEM) -> Conversation:
-    """The chat the aggregator sees: its instructions, the question, the numbered responses."""
+    """The `refine` layout: its instructions as the system message; the question and numbered responses as the user's."""
     listed = "\n\n".join(f"Response {i}:\n{r.strip()}" for i, r in enumerate(responses, start=1))
     user = f"Question:\n{question.strip()}\n\n{listed}\n\nWrite the single refined response."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+Layout = Callable[..., Conversation]
+AGGREGATOR_PROMPTS: Mapping[str, tuple[str, Layout]] = {
+    "moa": (MOA_SYSTEM, moa_conversation),
+    "refine": (AGGREGATOR_SYSTEM, aggregation_conversation),
+}
+"""name -> (default system prompt, conversation layout); an agents.toml `[aggregator] system` replaces the prompt."""
+DEFAULT_AGGREGATOR_PROMPT = "moa"
+
+
+def aggregator_prompt(name: str) -> tuple[str, Layout]:
+    """The (system prompt, layout) registered as `name`; an unknown name lists the known ones."""
+    if name not in AGGREGATOR_PROMPTS:
+        raise InputError(f"unknown aggregator prompt {name!r}; choose from {', '.join(AGGREGATOR_PROMPTS)}")
+    return AGGREGATOR_PROMPTS[name]
 
 
 @dataclass
@@ -33,18 +71,23 @@ class Aggregator:
 
     llm: LLM
     params: SamplingParams = SamplingParams(temperature=0.3, max_tokens=256)
-    system: str = AGGREGATOR_SYSTEM
+    system: str | None = None  # None: the prompt's own (AGGREGATOR_PROMPTS[prompt])
+    prompt: str = DEFAULT_AGGREGATOR_PROMPT
     shown_question: str | None = None  # what the aggregator is shown as the question (default: the question)
     calls: int = 0
     tokens: int = 0  # prompt and completion tokens of every call, as the backend reports them
     name: str = "llm"
+
+    def __post_init__(self) -> None:
+        aggregator_prompt(self.prompt)  # an unknown name fails here, before any call
 
     def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
                        scores: Sequence[Sequence[float]] | None = None) -> list[str]:
         if not response_sets:
             return []
         shown = self.shown_question or question
-        conversations = [aggregation_conversation(shown, rs, self.system) for rs in response_sets]
+        default_system, layout = aggregator_prompt(self.prompt)
+        conversations = [layout(shown, rs, self.system or default_system) for rs in response_sets]
         params = SamplingParams(1, self.params.temperature, self.params.top_p, self.params.max_tokens,
                                 self.params.stop, self.params.seed)
         completions = self.llm.chat(conversations, params)

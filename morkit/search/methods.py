@@ -15,6 +15,8 @@ from typing import Any
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
+from morkit.search.acs import ACS_STEPS
+from morkit.search.aggregate import DEFAULT_AGGREGATOR_PROMPT, aggregator_prompt
 from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
 
 DEFAULT_SEARCH = "acs"
@@ -30,10 +32,16 @@ class SearchOptions:
     sc_agent: str | None = None  # None: the first agent
     aggregator: str = DEFAULT_AGGREGATOR  # a name in AGGREGATORS: llm, vote, best
     strict_grading: bool = False  # True: only a stated final answer counts, never the last number in the text
+    acs_step: str = "argmax"  # ACS's greedy step: argmax (the paper's Section 3.2) or first (its Algorithm A)
+    max_steps: int | None = None  # ACS greedy steps at most (None: until no addition improves)
+    aggregator_prompt: str = DEFAULT_AGGREGATOR_PROMPT  # the LLM aggregator's prompt: moa (as published) or refine
 
     def __post_init__(self) -> None:
         checks.positive_int(self.top_k, "top_k")
         AGGREGATORS.get(self.aggregator)  # an unknown name lists the known ones
+        checks.one_of(self.acs_step, ACS_STEPS, "acs_step")
+        checks.optional(checks.positive_int, self.max_steps, "max_steps")
+        aggregator_prompt(self.aggregator_prompt)
         if not isinstance(self.strict_grading, bool):
             raise InputError(f"strict_grading must be True or False, got {self.strict_grading!r}")
 
@@ -53,7 +61,8 @@ def acs(setup: SearchSetup) -> Any:
     from morkit.search.acs import ACS
 
     aggregator = AGGREGATORS.load(setup.options.aggregator)(setup)
-    return ACS(setup.verifier, aggregator, k=setup.options.top_k, residual=setup.options.residual)
+    o = setup.options
+    return ACS(setup.verifier, aggregator, k=o.top_k, residual=o.residual, max_steps=o.max_steps, step=o.acs_step)
 
 
 def best_of_n(setup: SearchSetup) -> Any:
@@ -82,7 +91,7 @@ def moa(setup: SearchSetup) -> Any:
 
 _HERE = "morkit.search.methods"
 SEARCH_METHODS = Registry("search method", [
-    Entry("acs", f"{_HERE}:acs", "Agent Collaboration Search (CTTS-MM Algorithm A): greedy reward-guided aggregation"),
+    Entry("acs", f"{_HERE}:acs", "Agent Collaboration Search (CTTS-MM): greedy reward-guided aggregation"),
     Entry("best-of-n", f"{_HERE}:best_of_n", "the answer the query's verifier scores highest"),
     Entry("majority", f"{_HERE}:majority", "the answer most answers agree with (math answer equivalence)"),
     Entry("self-consistency", f"{_HERE}:self_consistency", "majority vote among one agent's samples"),

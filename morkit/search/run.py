@@ -52,7 +52,7 @@ class SearchRunner:
         selection, verifier = query_verifier(self.selector, probe, self.rms, self.cache)
         spec = self.config.aggregator
         aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}),
-                                shown_question=question_asked(query))
+                                shown_question=question_asked(query), prompt=self.options.aggregator_prompt)
         setup = SearchSetup(verifier, aggregator, self.config, self.options, kind=grader_name(query))
         results = {name: SEARCH_METHODS.load(name)(setup).run(query.question, answers) for name in methods}
         return QueryRun(query, selection, tuple(answers), agent_calls, tuple(failures), results,
