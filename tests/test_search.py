@@ -138,7 +138,7 @@ def test_refine_prompt_is_selectable_and_an_agents_system_prompt_replaces_the_de
     Aggregator(llm, system="Be brief.").aggregate("2+2?", ["4", "5"])
     assert "Response 1:\n4\n\nResponse 2:\n5" in seen[0][1]["content"]
     assert seen[1][0]["content"] == "Be brief.\n1. 4\n2. 5" and seen[1][1]["content"] == "2+2?"
-    with pytest.raises(InputError, match="unknown aggregator prompt"):
+    with pytest.raises(InputError, match="aggregator prompt"):
         Aggregator(llm, prompt="mine")
 
 

@@ -74,10 +74,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="ACS's greedy step: argmax (the paper's Section 3.2: aggregate every addition, keep the best "
                         "if it improves; default) or first (its Algorithm A: keep the first addition that improves)")
     p.add_argument("--max-steps", type=POSITIVE_INT, help="ACS greedy steps at most (default: until none improves)")
-    p.add_argument("--aggregator-prompt", choices=sorted(AGGREGATOR_PROMPTS), default=DEFAULT_AGGREGATOR_PROMPT,
-                   help="the LLM aggregator's prompt: moa (Mixture-of-Agents' Aggregate-and-Synthesize prompt as "
-                        "published; default) or refine (morkit's earlier prompt, which asks for a final-answer "
-                        "line); an agents.toml [aggregator] system replaces either")
+    p.add_argument("--aggregator-prompt", choices=AGGREGATOR_PROMPTS.names(), default=DEFAULT_AGGREGATOR_PROMPT,
+                   help="the LLM aggregator's prompt: " + choices_help(AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT)
+                        + "; an agents.toml [aggregator] system replaces its text")
     p.add_argument("--strict-grading", action="store_true",
                    help="grade `correct` (against a query's reference) on a stated final answer only: \\boxed{X}, "
                         "'#### X', 'The answer is X', 'Final answer: X' or a last 'A: X' line; an answer that "

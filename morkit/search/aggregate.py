@@ -9,9 +9,9 @@ the Mixture-of-Agents Aggregate-and-Synthesize prompt as published, which CTTS-M
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Sequence
 
-from morkit.core.errors import InputError
+from morkit.core.registry import Entry, Registry
 from morkit.llm.base import LLM, Conversation, SamplingParams
 
 # The Aggregate-and-Synthesize prompt of Wang et al., "Mixture-of-Agents Enhances Large Language Model
@@ -47,20 +47,15 @@ def aggregation_conversation(question: str, responses: Sequence[str], system: st
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-Layout = Callable[..., Conversation]
-AGGREGATOR_PROMPTS: Mapping[str, tuple[str, Layout]] = {
-    "moa": (MOA_SYSTEM, moa_conversation),
-    "refine": (AGGREGATOR_SYSTEM, aggregation_conversation),
-}
-"""name -> (default system prompt, conversation layout); an agents.toml `[aggregator] system` replaces the prompt."""
+_HERE = "morkit.search.aggregate"
+AGGREGATOR_PROMPTS = Registry("aggregator prompt", [
+    Entry("moa", f"{_HERE}:moa_conversation", "Mixture-of-Agents' Aggregate-and-Synthesize prompt, as published"),
+    Entry("refine", f"{_HERE}:aggregation_conversation",
+          "morkit's earlier prompt: check each step, fix or drop mistakes, end with a final-answer line"),
+])
+"""name -> layout(question, responses[, system]) -> Conversation; an agents.toml `[aggregator] system`
+replaces the layout's default prompt."""
 DEFAULT_AGGREGATOR_PROMPT = "moa"
-
-
-def aggregator_prompt(name: str) -> tuple[str, Layout]:
-    """The (system prompt, layout) registered as `name`; an unknown name lists the known ones."""
-    if name not in AGGREGATOR_PROMPTS:
-        raise InputError(f"unknown aggregator prompt {name!r}; choose from {', '.join(AGGREGATOR_PROMPTS)}")
-    return AGGREGATOR_PROMPTS[name]
 
 
 @dataclass
@@ -79,15 +74,16 @@ class Aggregator:
     name: str = "llm"
 
     def __post_init__(self) -> None:
-        aggregator_prompt(self.prompt)  # an unknown name fails here, before any call
+        AGGREGATOR_PROMPTS.get(self.prompt)  # an unknown name fails here, listing the known ones
 
     def aggregate_many(self, question: str, response_sets: Sequence[Sequence[str]],
                        scores: Sequence[Sequence[float]] | None = None) -> list[str]:
         if not response_sets:
             return []
         shown = self.shown_question or question
-        default_system, layout = aggregator_prompt(self.prompt)
-        conversations = [layout(shown, rs, self.system or default_system) for rs in response_sets]
+        layout = AGGREGATOR_PROMPTS.load(self.prompt)
+        system = {"system": self.system} if self.system else {}
+        conversations = [layout(shown, rs, **system) for rs in response_sets]
         params = SamplingParams(1, self.params.temperature, self.params.top_p, self.params.max_tokens,
                                 self.params.stop, self.params.seed)
         completions = self.llm.chat(conversations, params)

@@ -16,7 +16,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 from morkit.search.acs import ACS_STEPS
-from morkit.search.aggregate import DEFAULT_AGGREGATOR_PROMPT, aggregator_prompt
+from morkit.search.aggregate import AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT
 from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
 
 DEFAULT_SEARCH = "acs"
@@ -41,7 +41,7 @@ class SearchOptions:
         AGGREGATORS.get(self.aggregator)  # an unknown name lists the known ones
         checks.one_of(self.acs_step, ACS_STEPS, "acs_step")
         checks.optional(checks.positive_int, self.max_steps, "max_steps")
-        aggregator_prompt(self.aggregator_prompt)
+        AGGREGATOR_PROMPTS.get(self.aggregator_prompt)
         if not isinstance(self.strict_grading, bool):
             raise InputError(f"strict_grading must be True or False, got {self.strict_grading!r}")
 
