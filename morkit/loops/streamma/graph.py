@@ -1,11 +1,10 @@
-"""StreamMA plumbing without threads or models: settings, who sends to whom, messages, steps, prompts.
+"""StreamMA plumbing without threads or models: who sends to whom, messages, steps, the best available answer.
 
 A `Topology` is a DAG over agents 0..n-1 in which agent 0 (the solver) is the only source; the chain
 0 -> 1 -> ... -> n-1 is the main case. `StepSplitter` cuts a streamed solution into steps at an
 end-of-step marker. `best_available` builds the final solution from whatever each agent finished:
 the final agent's steps, extended by the further steps of its nearest ancestors, so nothing computed
-is lost when an agent stops early. The prompts: the solver writes one step per marker-ended
-paragraph; a reviewer sees the problem, its accepted steps and the new step, and answers with the step.
+is lost when an agent stops early. Settings live in `config` (re-exported here), prompts in `prompts`.
 """
 
 from __future__ import annotations
@@ -14,39 +13,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.loops.streamma.config import PROTOCOLS, StreamMAConfig
 
-PROTOCOLS = ("single", "serial", "stream")
-
-
-@dataclass(frozen=True)
-class StreamMAConfig:
-    """One StreamMA run's settings; `max_tokens`/`temperature` are the solver's, `step_*` a reviewer's."""
-
-    agents: int = 4
-    protocol: str = "stream"  # single | serial | stream
-    step_marker: str = "\n\n"
-    max_steps: int = 12
-    queue_size: int = 4  # steps an edge holds before its sender waits
-    max_tokens: int = 512
-    temperature: float = 0.7
-    step_max_tokens: int = 192
-    review_temperature: float = 0.0
-    seed: int | None = None
-    step_timeout_s: float | None = None  # longest wait for the next upstream step
-    timeout_s: float | None = None  # whole run; past it every agent is told to stop
-
-    def __post_init__(self) -> None:
-        checks.one_of(self.protocol, PROTOCOLS, "StreamMAConfig.protocol")
-        for name in ("agents", "max_steps", "queue_size", "max_tokens", "step_max_tokens"):
-            checks.positive_int(getattr(self, name), f"StreamMAConfig.{name}")
-        checks.non_negative(self.temperature, "StreamMAConfig.temperature")
-        checks.non_negative(self.review_temperature, "StreamMAConfig.review_temperature")
-        checks.optional(checks.positive, self.step_timeout_s, "StreamMAConfig.step_timeout_s")
-        checks.optional(checks.positive, self.timeout_s, "StreamMAConfig.timeout_s")
-        if not self.step_marker:
-            raise InputError("StreamMAConfig.step_marker: the end-of-step marker must not be empty")
+__all__ = ["PROTOCOLS", "EndOfStream", "StepMessage", "StepSplitter", "StreamMAConfig", "Topology", "best_available"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +118,19 @@ class Topology:
                     frontier.append(u)
         return tuple(out)
 
+    def depth(self, agent: int) -> int:
+        """The longest path from agent 0 to `agent` (the chain's index): its rank for rising authority."""
+        depths = [0] * self.agents
+        for i in self.order:
+            for t in self.downstream[i]:
+                depths[t] = max(depths[t], depths[i] + 1)
+        return depths[agent]
+
+    @property
+    def levels(self) -> int:
+        """Ranks in the pipeline: 1 + the deepest agent's depth (a chain of A agents has A)."""
+        return 1 + max(self.depth(i) for i in range(self.agents))
+
     def as_mapping(self) -> dict[int, list[int]]:
         return {i: list(ts) for i, ts in enumerate(self.downstream)}
 
@@ -186,29 +169,3 @@ def best_available(solutions: Sequence[Sequence[str]], topology: Topology, agent
         steps += extra
         authors += [u] * len(extra)
     return steps, authors
-
-
-SOLVER_SYSTEM = ("Solve the problem step by step, one short step per paragraph, and finish with a line "
-                 "'The answer is N'.")
-REVIEWER_SYSTEM = ("You check a solution one step at a time. If the new step is correct, repeat it exactly; "
-                   "if it has a mistake, write the corrected step. Reply with the step only.")
-
-
-def solver_conversation(marker: str, problem: str) -> list[dict[str, str]]:
-    """Agent 0's prompt: the problem, with steps to be ended by `marker`."""
-    rule = "Leave a blank line after each step." if not marker.strip() else f"End each step with {marker}."
-    return [{"role": "system", "content": f"{SOLVER_SYSTEM} {rule}"}, {"role": "user", "content": problem}]
-
-
-def review_conversation(problem: str, accepted: Sequence[str], versions: Sequence[str], index: int
-                        ) -> list[dict[str, str]]:
-    """A reviewer's prompt for step `index` (0-based): one version per upstream agent that sent it."""
-    done = "\n".join(f"Step {k + 1}: {s}" for k, s in enumerate(accepted)) or "(none yet)"
-    if len(versions) == 1:
-        new = f"New step {index + 1}:\n{versions[0]}"
-    else:
-        listed = "\n".join(f"Version {chr(65 + k)}: {v}" for k, v in enumerate(versions))
-        new = f"New step {index + 1}, proposed in {len(versions)} versions:\n{listed}"
-    ask = f"Reply with step {index + 1} only: unchanged if it is correct, corrected if it has a mistake."
-    return [{"role": "system", "content": REVIEWER_SYSTEM},
-            {"role": "user", "content": f"Problem:\n{problem}\n\nSteps accepted so far:\n{done}\n\n{new}\n\n{ask}"}]

@@ -1,12 +1,16 @@
-"""StreamMA: agents in a chain (or tree/DAG) that solve and correct a problem step by step, pipelined.
+"""StreamMA: agents in a chain (or tree/DAG) that solve and review a problem step by step, pipelined.
 
-Agent 0 streams its solution; each time a step ends (the end-of-step marker) that step goes at once to
-every downstream agent, which reviews it (one LLM call per step: the problem, the steps it has accepted,
-the new step -> the corrected step, or the same step) and forwards its own version as soon as it is
-ready, so adjacent agents work at the same time on different steps. The final agent's steps are the
-answer, optionally scored by a Verifier. Protocols, for comparison on the same agents and inputs:
-`single` (agent 0 alone), `serial` (each agent finishes its whole solution before passing it on) and
-`stream` (pipelined).
+The paper: Yang et al., "Streaming Communication in Multi-Agent Reasoning" (arXiv 2606.05158; code
+EnVision-Research/StreamMA). Agent 0 streams its solution; each time a step ends (the end-of-step marker)
+that step goes at once to every downstream agent, which answers it in one more turn of its conversation:
+ACCEPT, or ERROR + CORRECTION, then its own step (`prompts`), and forwards its reply as soon as it has it,
+so adjacent agents work at the same time on different steps. Authority rises downstream; the final agent
+ends with a summary and the final answer, which (optionally scored by a Verifier) is the run's answer.
+Protocols, on the same agents and prompts: `single` (agent 0 alone), `serial` (the paper's baseline: each
+agent writes its whole response, and the next gets the complete upstream response in one message, tail
+included) and `stream`. `votes` = N runs N independent replicas and majority-votes their final answers
+(the paper's Stream x N). Every call's tokens, the prefix a KV cache would reuse and the cost at the
+paper's prices go to `state["tokens"]` (`cost`).
 
 One thread per agent; edges are bounded queues, so a slow reviewer makes its upstream wait
 (back-pressure), and an `EndOfStream` sentinel closes every edge, also after a failure: a failed agent
@@ -18,8 +22,9 @@ A backend that serialises its calls (LocalLLM holds one lock per model for a who
 nothing to overlap: pipelining pays off with one that serves concurrent requests (a vLLM server) or
 with one model per agent.
 
-Modules: `graph` (settings, topology, messages, step cutting, prompts), `run` (the threads and queues
-of one run), this one (the loop, its result and the protocol comparison).
+Modules: `config` (settings), `graph` (topology, messages, step cutting), `prompts` (roles, turns, reading
+replies), `run` (the threads and queues of one run), `cost` (tokens and KV reuse), `vote` (Stream x N),
+this one (the loop, its result and the protocol comparison).
 """
 
 from __future__ import annotations
@@ -29,17 +34,25 @@ from typing import Any, Mapping, Sequence
 
 from morkit.core.errors import InputError
 from morkit.llm.base import LLM
-from morkit.loops.base import Budget, LoopResult, finish, metered_verifier
-from morkit.loops.streamma.graph import (
-    PROTOCOLS,
-    StreamMAConfig,
-    Topology,
-    best_available,
-)
+from morkit.loops.base import Budget, LoopResult, Spend, Trace, finish, metered_verifier
+from morkit.loops.streamma.config import PROTOCOLS, StreamMAConfig
+from morkit.loops.streamma.cost import merge_reports
+from morkit.loops.streamma.graph import Topology, best_available
 from morkit.loops.streamma.run import AgentLog, PipelineRun, StepTimeout
+from morkit.loops.streamma.vote import majority
 
 __all__ = ["PROTOCOLS", "AgentLog", "ProtocolComparison", "StepTimeout", "StreamMA", "StreamMAConfig", "Topology",
            "compare_protocols"]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One replica's answer, score, stop reason and state."""
+
+    answer: str
+    score: float | None
+    stop_reason: str
+    state: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -70,31 +83,73 @@ class StreamMA:
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
         cfg = self.config
+        spend, trace = Spend(self.budget), Trace()
+        if cfg.votes == 1:
+            out = self._replica(problem, spend, trace, cfg.seed)
+            state = out.state
+        else:
+            out, state = self._vote(problem, spend, trace)
+        if reference is not None:
+            state.update(_check_reference(out.answer, reference))
+        return finish(f"streamma:{cfg.protocol}" + (f"x{cfg.votes}" if cfg.votes > 1 else ""), out.answer,
+                      out.score, out.stop_reason, spend, trace, **state)
+
+    def _vote(self, problem: str, spend: Spend, trace: Trace) -> tuple[_Outcome, dict[str, Any]]:
+        """Stream x N: N replicas one after another (one budget), then a majority vote of their answers."""
+        cfg, outcomes = self.config, []
+        for r in range(cfg.votes):
+            if outcomes and spend.exhausted():
+                trace.add("replicas_stopped", done=r, reason=spend.exhausted())
+                break
+            trace.add("replica_start", replica=r)
+            outcomes.append(self._replica(problem, spend, trace, None if cfg.seed is None else cfg.seed + r))
+        winner, tally = majority([o.answer for o in outcomes])
+        trace.add("vote", tally=tally, winner=winner)
+        won = outcomes[winner]
+        budget = next((o.stop_reason for o in outcomes if o.stop_reason.startswith("budget")), None)
+        answer_s = [o.state["latency"]["answer_s"] for o in outcomes]
+        state = {**won.state, "votes": cfg.votes, "winner": winner, "tally": tally,
+                 "replicas": [{"replica": r, "answer": o.answer, "stop_reason": o.stop_reason, "score": o.score,
+                               "latency": o.state["latency"], "tokens": o.state["tokens"]["total"]}
+                              for r, o in enumerate(outcomes)],
+                 "tokens": merge_reports([o.state["tokens"] for o in outcomes]),
+                 "latency": {**won.state["latency"], "answer_s": round(sum(answer_s), 4),
+                             "replica_answer_s": answer_s, "parallel_answer_s": max(answer_s),
+                             "calls": spend.calls}}
+        return _Outcome(won.answer, won.score, budget or won.stop_reason, state), state
+
+    def _replica(self, problem: str, spend: Spend, trace: Trace, seed: int | None) -> _Outcome:
+        """One run of the whole system (the only one unless `votes` > 1)."""
+        cfg = self.config
         topology = Topology.chain(1) if cfg.protocol == "single" else self.graph
         llms = list(self.llms) if isinstance(self.llms, Sequence) else [self.llms] * cfg.agents
-        run = PipelineRun(topology, llms[: topology.agents], cfg, self.budget, problem)
+        run = PipelineRun(topology, llms[: topology.agents], cfg, self.budget, problem, spend=spend, trace=trace,
+                          seed=seed)
+        started = run.now()
         run.trace.add("run_start", protocol=cfg.protocol, agents=topology.agents, topology=topology.as_mapping(),
-                      final=topology.final)
+                      final=topology.final, steps_per_agent=cfg.steps, seed=seed)
         finished = run.execute()
-        answer_s = run.now()
+        answer_s = round(run.now() - started, 4)
         solutions = [list(log.steps) for log in run.logs]
         final = topology.final
         steps, authors = best_available(solutions, topology, final)
         score = None
         if self.verifier is not None and steps:
             final, steps, authors, score = self._verify(run, problem, solutions, topology, final)
-        answer = "\n\n".join(steps)
+        summary = run.logs[final].summary_text if authors and authors[-1] == final else None
+        answer = "\n\n".join(steps + ([summary] if summary else []))
         state: dict[str, Any] = {
             "protocol": cfg.protocol, "agents": topology.agents, "topology": topology.as_mapping(),
+            "steps_per_agent": cfg.steps, "authority": cfg.authority,
             "final_agent": final, "finished": finished,
             "latency": _latency(run, final, answer_s), "per_agent": [log.summary() for log in run.logs],
             "queue_size": cfg.queue_size,
             "queue_max": {f"{log.agent}->{b}": n for log in run.logs for b, n in log.queue_max.items()},
-            "solutions": solutions, "steps": steps, "authors": authors}
-        if reference is not None:
-            state.update(_check_reference(answer, reference))
-        return finish(f"streamma:{cfg.protocol}", answer, score, _stop_reason(run.logs, finished, steps),
-                      run.spend, run.trace, **state)
+            "solutions": solutions, "steps": steps, "authors": authors, "summary": summary,
+            "reviews": [list(log.reviews) for log in run.logs],
+            "forwarded": [list(log.payloads) for log in run.logs],
+            "tokens": run.ledger.report((cfg.price_input, cfg.price_output, cfg.price_cached))}
+        return _Outcome(answer, score, _stop_reason(run.logs, finished, steps), state)
 
     def _verify(self, run: PipelineRun, problem: str, solutions: list[list[str]], topology: Topology, final: int
                 ) -> tuple[int, list[str], list[int], float | None]:
@@ -114,11 +169,15 @@ class StreamMA:
 
 
 def _latency(run: PipelineRun, final: int, answer_s: float) -> dict[str, Any]:
-    """Time to the first step at the final agent and to the final answer, busy time, calls."""
+    """Time to the first step at the final agent and to the final answer, busy time, calls. `busy_over_wall`
+    is the paper's logger's 'speedup': the agents' summed time in calls over the wall time."""
     busy = [round(log.busy_s, 4) for log in run.logs]
-    return {"first_step_s": run.logs[final].first_step_s, "answer_s": answer_s, "calls": run.spend.calls,
-            "calls_per_agent": [log.calls for log in run.logs], "busy_s": busy,
-            "busy_total_s": round(sum(busy), 4)}
+    first = run.logs[final].first_step_s
+    start = run.trace.of_kind("run_start")[-1]["t"]
+    return {"first_step_s": None if first is None else round(first - start, 4), "answer_s": answer_s,
+            "calls": sum(log.calls for log in run.logs), "calls_per_agent": [log.calls for log in run.logs],
+            "busy_s": busy, "busy_total_s": round(sum(busy), 4),
+            "busy_over_wall": round(sum(busy) / answer_s, 4) if answer_s > 0 else None}
 
 
 def _stop_reason(logs: Sequence[AgentLog], finished: bool, steps: Sequence[str]) -> str:
@@ -152,13 +211,28 @@ class ProtocolComparison:
     def latencies(self) -> dict[str, dict[str, Any]]:
         return {p: dict(r.state["latency"]) for p, r in self.results.items()}
 
+    @property
+    def tokens(self) -> dict[str, dict[str, Any]]:
+        """Per protocol: total prompt, reused (KV cache), prefilled and generated tokens, and the cost in USD."""
+        return {p: {**r.state["tokens"]["total"], "cost_usd": dict(r.state["tokens"]["cost_usd"])}
+                for p, r in self.results.items()}
+
+    def cost_ratio(self, a: str = "stream", b: str = "serial", cache: str = "kv_cache") -> float | None:
+        """Cost of protocol `a` over protocol `b` at the config's prices (the paper's Theorem 3 compares
+        Stream with Serial this way), with the KV cache (`kv_cache`) or without (`no_cache`)."""
+        cost_b = self.tokens[b]["cost_usd"][cache]
+        return None if not cost_b else round(self.tokens[a]["cost_usd"][cache] / cost_b, 4)
+
     def table(self) -> str:
-        rows = [f"{'protocol':<8} {'first step s':>12} {'answer s':>9} {'calls':>6} {'busy s':>8}  stop"]
+        rows = [f"{'protocol':<8} {'first step s':>12} {'answer s':>9} {'calls':>6} {'busy s':>8} {'prompt':>8} "
+                f"{'reused':>8} {'generated':>9} {'$ no cache':>11} {'$ KV cache':>11}  stop"]
         for p, r in self.results.items():
-            lat = r.state["latency"]
+            lat, tok = r.state["latency"], self.tokens[p]
             first = "-" if lat["first_step_s"] is None else f"{lat['first_step_s']:.3f}"
             rows.append(f"{p:<8} {first:>12} {lat['answer_s']:>9.3f} {lat['calls']:>6} "
-                        f"{lat['busy_total_s']:>8.3f}  {r.stop_reason}")
+                        f"{lat['busy_total_s']:>8.3f} {tok['prompt_tokens']:>8} {tok['reused_tokens']:>8} "
+                        f"{tok['generated_tokens']:>9} {tok['cost_usd']['no_cache']:>11.6f} "
+                        f"{tok['cost_usd']['kv_cache']:>11.6f}  {r.stop_reason}")
         return "\n".join(rows)
 
 

@@ -1,12 +1,14 @@
 """StreamMA's agents at work: one thread per agent, bounded queues for edges, sentinels, budgets, timing.
 
 `PipelineRun` runs a Topology once. Agent 0 streams its solution and emits each step when its marker
-arrives; a reviewer takes step k from every open upstream edge, makes one LLM call for it and emits its
-version. Under `stream` each emitted step goes downstream at once; under `serial` an agent hands on its
-steps only when it has finished. Queues hold `queue_size` steps, so a slow reviewer makes its upstream
-wait. Whatever happens to an agent (done, max_steps, failure, deadline) it ends its downstream edges
-with an `EndOfStream` and drains its inboxes, so no agent waits forever and the others finish with what
-they have. Per-agent counts and times go to an `AgentLog`, every event to the Trace.
+arrives. Under `stream` each step goes downstream at once, and a downstream agent answers step k from every
+open upstream edge in one more turn of its own conversation (the review protocol of `prompts`: a verdict on
+the upstream step, then its own step) and sends its reply on as soon as it has it. Under `serial` an agent
+hands on its steps only when it has finished, and a downstream agent waits for the complete upstream
+response, then answers it in one call. Queues hold `queue_size` steps, so a slow reviewer makes its upstream
+wait. Whatever happens to an agent (done, max_steps, failure, deadline) it ends its downstream edges with an
+`EndOfStream` and drains its inboxes, so no agent waits forever and the others finish with what they have.
+Per-agent counts and times go to an `AgentLog`, every call's tokens to the `Ledger`, every event to the Trace.
 """
 
 from __future__ import annotations
@@ -20,15 +22,10 @@ from typing import Any, Iterator, Sequence
 from morkit.core.errors import LLMError
 from morkit.llm.base import LLM, SamplingParams
 from morkit.loops.base import Budget, BudgetExhausted, MeteredLLM, Spend, Trace
-from morkit.loops.streamma.graph import (
-    EndOfStream,
-    StepMessage,
-    StepSplitter,
-    StreamMAConfig,
-    Topology,
-    review_conversation,
-    solver_conversation,
-)
+from morkit.loops.streamma import prompts
+from morkit.loops.streamma.config import StreamMAConfig
+from morkit.loops.streamma.cost import Ledger
+from morkit.loops.streamma.graph import EndOfStream, StepMessage, StepSplitter, Topology
 
 _POLL_S = 0.05  # how often a blocked agent looks at the run's abort flag
 _GRACE_S = 2.0  # how long agents get to stop once the run's deadline has passed
@@ -47,13 +44,16 @@ class AgentLog:
     """What one agent did in one run; written by its own thread only, read once it has ended."""
 
     agent: int
-    steps: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)  # the agent's own steps
+    payloads: list[str] = field(default_factory=list)  # what it hands downstream for each step (cfg.forward)
+    reviews: list[dict[str, Any]] = field(default_factory=list)  # its verdict on each upstream step
+    summary_text: str | None = None  # a final agent's SUMMARY and answer
     sent: int = 0  # steps already handed to every downstream agent
     calls: int = 0
     busy_s: float = 0.0  # wall time inside LLM calls (queueing inside the backend included)
     blocked_s: float = 0.0  # waiting for room in downstream queues (back-pressure)
     waiting_s: float = 0.0  # waiting for upstream steps
-    changed: int = 0  # steps this reviewer corrected
+    changed: int = 0  # upstream steps this reviewer marked ERROR
     status: str = "idle"  # running, done, max_steps, failed, aborted
     error: str | None = None
     error_kind: str | None = None  # budget, timeout, llm, error
@@ -64,7 +64,8 @@ class AgentLog:
     def summary(self) -> dict[str, Any]:
         return {"agent": self.agent, "steps": len(self.steps), "calls": self.calls, "busy_s": round(self.busy_s, 4),
                 "blocked_s": round(self.blocked_s, 4), "waiting_s": round(self.waiting_s, 4),
-                "changed": self.changed, "status": self.status, "error": self.error, "error_kind": self.error_kind,
+                "errors_flagged": self.changed, "summary": self.summary_text is not None, "status": self.status,
+                "error": self.error, "error_kind": self.error_kind,
                 "first_step_s": self.first_step_s, "done_s": self.done_s}
 
 
@@ -72,10 +73,13 @@ class PipelineRun:
     """One run of the agents on a topology: threads, queues, spend, trace and per-agent logs."""
 
     def __init__(self, topology: Topology, llms: Sequence[LLM], config: StreamMAConfig, budget: Budget,
-                 problem: str):
+                 problem: str, *, spend: Spend | None = None, trace: Trace | None = None, seed: int | None = None):
         self.cfg, self.problem, self.topology = config, problem, topology
-        self.spend, self.trace = Spend(budget), Trace()
+        self.spend = spend if spend is not None else Spend(budget)
+        self.trace = trace if trace is not None else Trace()
+        self.seed = config.seed if seed is None else seed
         self.llms = [MeteredLLM(llm, self.spend) for llm in llms]
+        self.ledger = Ledger(llms)
         self.inbox: dict[tuple[int, int], queue.Queue] = {
             edge: queue.Queue(maxsize=config.queue_size) for edge in topology.edges()}
         self.open = [list(ups) for ups in topology.upstream]  # upstream edges not yet ended, per agent
@@ -107,7 +111,7 @@ class PipelineRun:
     def _agent(self, i: int) -> None:
         log = self.logs[i]
         log.status = "running"
-        self.trace.add("agent_start", agent=i, role="reviewer" if i else "solver")
+        self.trace.add("agent_start", agent=i, role="solver" if i == 0 else "final" if self._final(log) else "reviewer")
         try:
             self._solve(log) if i == 0 else self._review(log)
         except _Aborted:
@@ -147,12 +151,17 @@ class PipelineRun:
     def _solve(self, log: AgentLog) -> None:
         """Stream agent 0's solution, emitting each step as soon as its marker arrives."""
         cfg = self.cfg
-        params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
+        params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=self.seed)
         splitter = StepSplitter(cfg.step_marker)
+        system = (prompts.single_system(cfg.step_marker, cfg.steps) if cfg.protocol == "single" else
+                  prompts.solver_system(cfg.step_marker, cfg.steps, self.topology.levels, cfg.protocol == "stream"))
+        conversation = [{"role": "system", "content": system}, {"role": "user", "content": self.problem}]
         self._before_call(log, "stream")
-        pieces = self.llms[0].stream(solver_conversation(cfg.step_marker, self.problem), params)
+        pieces = self.llms[0].stream(conversation, params)
+        text: list[str] = []
         try:
             for count, piece in enumerate(self._timed(log, pieces), 1):
+                text.append(piece)
                 for step in splitter.feed(piece):
                     if self._output(log, step, "generated"):
                         return
@@ -165,12 +174,27 @@ class PipelineRun:
                 self.trace.add("partial_step", agent=0, text=splitter.buffer.strip())
             raise
         finally:
-            pieces.close()  # stops generation early when max_steps cut the stream
+            pieces.close()  # stops generation early when the step cap cut the stream
+            self._count(log, "solve", conversation, "".join(text))
 
     def _review(self, log: AgentLog) -> None:
-        """Review every incoming step in order (step k from every open upstream edge, merged)."""
-        i, open_ups = log.agent, self.open[log.agent]
-        while open_ups and len(log.steps) < self.cfg.max_steps:
+        self._review_serial(log) if self.cfg.protocol == "serial" else self._review_stream(log)
+
+    def _role(self, log: AgentLog) -> dict[str, str]:
+        """A downstream agent's system message: the review protocol, its authority, the final role if a sink."""
+        cfg, top = self.cfg, self.topology
+        content = prompts.reviewer_system(top.depth(log.agent) + 1, top.levels, authority=cfg.authority,
+                                          final=self._final(log), streamed=cfg.protocol == "stream", steps=cfg.steps)
+        return {"role": "system", "content": content}
+
+    def _final(self, log: AgentLog) -> bool:
+        return self.cfg.final_summary and log.agent in self.topology.sinks and log.agent != 0
+
+    def _review_stream(self, log: AgentLog) -> None:
+        """Answer every incoming step in order (step k from every open upstream edge, merged), one turn each."""
+        cfg, i, open_ups = self.cfg, log.agent, self.open[log.agent]
+        conversation = [self._role(log)]
+        while open_ups and len(log.steps) < cfg.step_cap:
             versions = []
             for u in list(open_ups):
                 msg = self._get(log, u)
@@ -180,41 +204,111 @@ class PipelineRun:
                 else:
                     self.trace.add("step_received", agent=i, sender=u, index=msg.index)
                     versions.append(msg)
-            if versions and self._output(log, *self._review_step(log, versions)):
+            if not versions:
+                continue
+            index = len(log.steps)
+            last = self._final(log) and cfg.steps is not None and index == cfg.steps - 1
+            conversation.append(prompts.stream_turn(self.problem if index == 0 else None, index,
+                                                    [(m.sender, m.text) for m in versions], last=last))
+            reply = self._turn(log, conversation, "review", cfg.step_max_tokens)
+            parsed = prompts.parse_reply(reply)
+            block = parsed.blocks[0] if parsed.blocks else None
+            step, source = self._reviewed(log, index, block, parsed.preamble, versions)
+            if parsed.summary and self._final(log):
+                log.summary_text = parsed.summary
+            payload = reply.strip() if cfg.forward == "reply" and reply.strip() else step
+            if self._output(log, step, source, payload):
+                break
+        if self._final(log) and log.summary_text is None and log.steps:
+            conversation.append(prompts.finish_turn())
+            reply = self._turn(log, conversation, "finish", cfg.step_max_tokens)
+            summary = prompts.parse_reply(reply).summary
+            log.summary_text = summary or (f"SUMMARY: {reply.strip()}" if reply.strip() else None)
+            self.trace.add("summary", agent=i, text=log.summary_text)
+
+    def _review_serial(self, log: AgentLog) -> None:
+        """Wait for every upstream agent's complete response, then answer all of it in one call."""
+        cfg, i = self.cfg, log.agent
+        chains: dict[int, list[StepMessage]] = {u: [] for u in self.open[i]}
+        while self.open[i]:
+            for u in list(self.open[i]):
+                msg = self._get(log, u)
+                if isinstance(msg, EndOfStream):
+                    self.open[i].remove(u)
+                    self.trace.add("stream_ended", agent=i, sender=u, reason=msg.reason)
+                else:
+                    self.trace.add("step_received", agent=i, sender=u, index=msg.index)
+                    chains[u].append(msg)
+        if not any(chains.values()):
+            return
+        message = prompts.serial_message(self.problem, [(u, [m.text for m in ms]) for u, ms in chains.items() if ms],
+                                         final=self._final(log))
+        reply = self._turn(log, [self._role(log), message], "serial", cfg.max_tokens)
+        parsed = prompts.parse_reply(reply)
+        if parsed.summary and self._final(log):
+            log.summary_text = parsed.summary
+        if parsed.blocks:
+            parts = [(b, parsed.preamble if k == 0 else "", b.text) for k, b in enumerate(parsed.blocks)]
+        else:  # no labels at all: its paragraphs are its steps
+            splitter = StepSplitter(cfg.step_marker)
+            texts = splitter.feed(parsed.preamble) + [t for t in [splitter.flush()] if t]
+            parts = [(None, t, t) for t in texts]
+        for index, (block, preamble, text) in enumerate(parts[: cfg.step_cap]):
+            versions = [ms[index] for ms in chains.values() if index < len(ms)]
+            step, source = self._reviewed(log, index, block, preamble, versions)
+            payload = text if cfg.forward == "reply" and text else step
+            if self._output(log, step, source, payload):
                 return
 
-    def _review_step(self, log: AgentLog, versions: list[StepMessage]) -> tuple[str, str]:
-        """The corrected step (or the step as it came) and how it came about: kept, corrected, fallback."""
-        cfg, index = self.cfg, len(log.steps)
-        texts = [v.text for v in versions]
-        conversation = review_conversation(self.problem, log.steps, texts, index)
-        params = SamplingParams(temperature=cfg.review_temperature, max_tokens=cfg.step_max_tokens,
-                                stop=(cfg.step_marker,), seed=cfg.seed)
-        self._before_call(log, "review")
+    def _reviewed(self, log: AgentLog, index: int, block: prompts.Block | None, preamble: str,
+                  versions: Sequence[StepMessage]) -> tuple[str, str]:
+        """The agent's step `index` from its reply, with its verdict on the upstream step recorded."""
+        upstream = prompts.step_of_payload(versions[0].text) if versions else ""
+        step, source = prompts.own_step(block, preamble, upstream)
+        verdict = block.verdict if block is not None else "none"
+        log.changed += verdict == "error"
+        review = {"index": index, "verdict": verdict, "error": block.error if block else None,
+                  "correction": block.correction if block else None}
+        log.reviews.append(review)
+        self.trace.add("step_reviewed", agent=log.agent, index=index, source=source, before=upstream, after=step,
+                       **{k: v for k, v in review.items() if k != "index"})
+        return step, source
+
+    def _turn(self, log: AgentLog, conversation: list[dict[str, str]], kind: str, max_tokens: int) -> str:
+        """One chat call of a downstream agent; its reply joins the conversation (stream turns build on it)."""
+        cfg = self.cfg
+        params = SamplingParams(temperature=cfg.reviewer_temperature, max_tokens=max_tokens,
+                                stop=("\nUpstream step",), seed=self.seed)
+        self._before_call(log, kind)
         start = time.perf_counter()
         try:
-            completion = self.llms[log.agent].chat([conversation], params)[0]
+            completion = self.llms[log.agent].chat([list(conversation)], params)[0]
         finally:
             log.busy_s += time.perf_counter() - start
         reply = completion.texts[0] if completion.texts else ""
-        text = next((s.strip() for s in reply.split(cfg.step_marker) if s.strip()), "")
-        source = "fallback" if not text else "kept" if text in texts else "corrected"
-        text = text or texts[0]  # an empty review keeps the step as it came
-        log.changed += source == "corrected"
-        self.trace.add("step_reviewed", agent=log.agent, index=index, source=source, before=texts[0], after=text,
-                       seconds=round(time.perf_counter() - start, 4))
-        return text, source
+        self._count(log, kind, conversation, reply, completion)
+        conversation.append({"role": "assistant", "content": reply})
+        return reply
 
-    def _output(self, log: AgentLog, text: str, source: str) -> bool:
-        """Record the agent's next step and send it on (stream); True once max_steps is reached."""
+    def _count(self, log: AgentLog, kind: str, conversation: Sequence[dict[str, str]], reply: str,
+               completion: Any = None) -> None:
+        call = self.ledger.record(log.agent, kind, conversation, reply, completion)
+        self.trace.add("llm_tokens", agent=log.agent, call=kind, prompt=call.prompt, generated=call.generated,
+                       reused=call.reused, counted_by=call.counted_by)
+
+    def _output(self, log: AgentLog, text: str, source: str, payload: str | None = None) -> bool:
+        """Record the agent's next step and send it on (stream); True once it has written its last step
+        (S of S, or `max_steps` with S unset: then its status says the stream was cut)."""
         event = self.trace.add("step_emitted", agent=log.agent, index=len(log.steps), source=source, text=text)
         log.steps.append(text)
+        log.payloads.append(payload if payload is not None else text)
         if log.first_step_s is None:
             log.first_step_s = event["t"]
         if self.cfg.protocol != "serial":
             self._flush(log)
-        if len(log.steps) >= self.cfg.max_steps:
-            log.status = "max_steps"
+        if len(log.steps) >= self.cfg.step_cap:
+            if self.cfg.steps is None:
+                log.status = "max_steps"
             return True
         return False
 
@@ -224,7 +318,7 @@ class PipelineRun:
         while log.sent < len(log.steps):
             k = log.sent
             for dst in self.topology.downstream[log.agent]:
-                queued = self._put(log, dst, StepMessage(k, log.steps[k], log.agent))
+                queued = self._put(log, dst, StepMessage(k, log.payloads[k], log.agent))
                 self.trace.add("step_sent", agent=log.agent, to=dst, index=k, queued=queued)
             log.sent += 1
 

@@ -1,0 +1,164 @@
+"""Token and KV-cache accounting of a StreamMA run: per call, per agent and in total, with the paper's prices.
+
+The quantities are those of the paper's RunLogger (EnVision-Research/StreamMA): per agent its calls
+("segments"), prompt tokens ("prefill_tokens", cached ones included), the prompt tokens a KV (prefix) cache
+would reuse ("cached_tokens"), the hit ratio reused / prompt, generated tokens ("decode_tokens"), and totals.
+
+Reuse: a stream agent answers upstream steps in turns of one conversation, so call k re-sends call k-1's
+prompt and reply and adds the new upstream step. A cache that keeps call k-1's keys and values reuses
+min(prompt_k, prompt_{k-1} + generated_{k-1}) tokens of call k whenever call k's conversation extends call
+k-1's with its reply (checked on the messages); otherwise (a first call, any serial call) it reuses none.
+`prefilled` = prompt - reused is what must still be computed. Cost, in USD: without a cache every prompt
+token at `price_input`; with one the reused tokens at `price_cached`; generated tokens at `price_output`.
+
+Counts: a backend's own counts when it reports them (`Completion.prompt_tokens/completion_tokens`);
+otherwise the model's tokenizer when the LLM exposes one (LocalLLM: its chat template); otherwise words
+(whitespace-split message contents), a proxy that is exact for scripted LLMs. Each call records how it was
+counted; streams report no counts, so the solver is always counted here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from morkit.llm.base import Completion, Conversation
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _tokenizer(llm: Any) -> Any:
+    """The tokenizer of a local model (unwrapping MeteredLLM), or None."""
+    inner = getattr(llm, "llm", llm)
+    loaded = getattr(inner, "loaded", None) if type(inner).__name__ == "LocalLLM" else None
+    return getattr(loaded, "tokenizer", None)
+
+
+@dataclass(frozen=True)
+class Counter:
+    """Counts a conversation's prompt tokens and a generated text's tokens, the same way for every call."""
+
+    prompt: Callable[[Conversation], int]
+    text: Callable[[str], int]
+    how: str  # tokenizer | words
+
+    @classmethod
+    def for_llm(cls, llm: Any) -> Counter:
+        tok = _tokenizer(llm)
+        if tok is None:
+            return cls(lambda conv: sum(_words(m["content"]) for m in conv), _words, "words")
+
+        def prompt(conv: Conversation) -> int:  # as LocalLLM builds its prompt ids
+            text = tok.apply_chat_template([dict(m) for m in conv], tokenize=False, add_generation_prompt=True)
+            return len(tok(text, add_special_tokens=False)["input_ids"])
+
+        return cls(prompt, lambda text: len(tok(text, add_special_tokens=False)["input_ids"]), "tokenizer")
+
+
+@dataclass(frozen=True)
+class CallTokens:
+    """One LLM call's tokens."""
+
+    agent: int
+    kind: str  # solve | review | serial | finish
+    prompt: int
+    generated: int
+    reused: int
+    counted_by: str  # backend | tokenizer | words
+
+    @property
+    def prefilled(self) -> int:
+        return self.prompt - self.reused
+
+
+@dataclass
+class AgentLedger:
+    """One agent's calls; remembers its last conversation and reply to find the reusable prefix."""
+
+    agent: int
+    counter: Counter
+    calls: list[CallTokens] = field(default_factory=list)
+    _last: tuple[list[dict[str, str]], str, int, int] | None = None  # conversation, reply, prompt, generated
+
+    def record(self, kind: str, conversation: Conversation, reply: str, completion: Completion | None = None
+               ) -> CallTokens:
+        """Count a finished call (`completion` when the backend reported counts) and its reusable prefix."""
+        if completion is not None and (completion.prompt_tokens or completion.completion_tokens):
+            prompt, generated, how = completion.prompt_tokens, completion.completion_tokens, "backend"
+        else:
+            prompt, generated, how = self.counter.prompt(conversation), self.counter.text(reply), self.counter.how
+        reused = 0
+        conv = [dict(m) for m in conversation]
+        if self._last is not None:
+            before, last_reply, last_prompt, last_generated = self._last
+            extended = before + [{"role": "assistant", "content": last_reply}]
+            if conv[: len(extended)] == extended and len(conv) > len(extended):
+                reused = min(prompt, last_prompt + last_generated)
+        self._last = (conv, reply, prompt, generated)
+        call = CallTokens(self.agent, kind, prompt, generated, reused, how)
+        self.calls.append(call)
+        return call
+
+    def summary(self) -> dict[str, Any]:
+        return totals(self.calls, agent=self.agent)
+
+
+def totals(calls: Sequence[CallTokens], **extra: Any) -> dict[str, Any]:
+    """Sums over calls: prompt, reused (KV cache), prefilled, generated, total, hit ratio."""
+    prompt = sum(c.prompt for c in calls)
+    reused = sum(c.reused for c in calls)
+    generated = sum(c.generated for c in calls)
+    return {**extra, "calls": len(calls), "prompt_tokens": prompt, "reused_tokens": reused,
+            "prefilled_tokens": prompt - reused, "generated_tokens": generated, "total_tokens": prompt + generated,
+            "kv_hit_ratio": round(reused / prompt, 4) if prompt else 0.0}
+
+
+def cost_usd(summary: Mapping[str, Any], price_input: float, price_output: float, price_cached: float
+             ) -> dict[str, float]:
+    """USD for a token summary: `no_cache` (every prompt token prefilled) and `kv_cache` (reused ones cached)."""
+    per = 1e-6
+    out = summary["generated_tokens"] * price_output * per
+    return {"no_cache": round(summary["prompt_tokens"] * price_input * per + out, 8),
+            "kv_cache": round(summary["prefilled_tokens"] * price_input * per
+                              + summary["reused_tokens"] * price_cached * per + out, 8)}
+
+
+class Ledger:
+    """Every agent's ledger for one run; each agent's thread writes only its own."""
+
+    def __init__(self, llms: Sequence[Any]):
+        self.agents = [AgentLedger(i, Counter.for_llm(llm)) for i, llm in enumerate(llms)]
+
+    def record(self, agent: int, kind: str, conversation: Conversation, reply: str,
+               completion: Completion | None = None) -> CallTokens:
+        return self.agents[agent].record(kind, conversation, reply, completion)
+
+    def report(self, prices: tuple[float, float, float]) -> dict[str, Any]:
+        """The run's token state: per agent, total, how counted, and the cost with and without a KV cache."""
+        per_agent = [a.summary() for a in self.agents]
+        calls = [c for a in self.agents for c in a.calls]
+        total = totals(calls)
+        return {"per_agent": per_agent, "total": total, "counted_by": sorted({c.counted_by for c in calls}),
+                "cost_usd": cost_usd(total, *prices),
+                "prices_usd_per_mtok": dict(zip(("input", "output", "cached"), prices))}
+
+
+def merge_reports(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The token state of several runs (Stream x N replicas): per-agent and total sums."""
+    keys = ("calls", "prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "total_tokens")
+
+    def add(rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
+        out = {**extra, **{k: sum(r[k] for r in rows) for k in keys}}
+        out["kv_hit_ratio"] = round(out["reused_tokens"] / out["prompt_tokens"], 4) if out["prompt_tokens"] else 0.0
+        return out
+
+    agents = max(len(r["per_agent"]) for r in reports)
+    per_agent = [add([r["per_agent"][i] for r in reports if i < len(r["per_agent"])], agent=i) for i in range(agents)]
+    total = add([r["total"] for r in reports])
+    prices = reports[0]["prices_usd_per_mtok"]
+    return {"per_agent": per_agent, "total": total,
+            "counted_by": sorted({h for r in reports for h in r["counted_by"]}),
+            "cost_usd": cost_usd(total, prices["input"], prices["output"], prices["cached"]),
+            "prices_usd_per_mtok": prices}
