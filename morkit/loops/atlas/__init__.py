@@ -1,4 +1,4 @@
-"""ATLAS: an orchestrator whose one action, `explore`, dispatches fresh solvers, then synthesises."""
+"""ATLAS: an orchestrator whose one action, `explore`, dispatches fresh solvers; it stops, gives up or answers."""
 
 from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Solver
 

@@ -1,55 +1,57 @@
-"""ATLAS: an orchestrator LLM that explores a problem with fresh, independent solvers, then synthesises.
+"""ATLAS: an orchestrator LLM that explores a problem with fresh, independent solvers, then answers itself.
 
-The orchestrator owns the loop. Each round it sees the problem and a compact summary of the
-evidence so far (never the reference) and answers with one line of a small protocol:
+Paper: Qin, Cao, Xie, "ATLAS: Agentic Test-time Learning-to-Allocate Scaling" (arXiv 2606.01667). The
+orchestrator owns the loop in ONE conversation that holds the evidence: its system prompt (principles,
+actions, solvers with their prices), the problem, then per round its own reply (free-text reasoning ending
+in an ACTION line) and the explore's result, the solver's response WHOLE. The actions:
 
     ACTION: explore [solver=<name>] [effort=<name>] [prompt=<name>]
+    ADDITIONAL_PROMPT: <free text to the end of the reply>      (optional)
     ACTION: stop
+    ACTION: give_up
 
-`explore` runs one solver on the ORIGINAL problem (no evidence: every attempt is independent),
-optionally choosing which solver model (the multi-model variant), a reasoning effort (max_tokens
-plus an instruction such as "think step by step carefully") and a prompt variant. Its answer,
-extracted final answer and verifier score + feedback are appended to the evidence. When the
-orchestrator stops, or `max_explores` or the Budget runs out, one more orchestrator call
-synthesises the final answer from the evidence.
+`explore` runs one solver on the ORIGINAL problem (its user message is the problem; settings and the
+additional prompt go to its system prompt; it sees no other candidate), optionally choosing the solver
+(ATLAS-MM, priced per 1k tokens), a reasoning effort and a prompting variant. Its response, final answer
+and (morkit's addition) verifier score + feedback join the conversation. `stop`, or the explore cap or the
+Budget, ends exploring: the orchestrator then writes the final answer in the same conversation (or, with
+`synthesis="integrator"`, a separate stateless call does: the paper's ablation). `give_up` ends the run
+with an empty answer. Responses are kept whole within `pool_tokens`; one that does not fit is left out
+whole, with a note of how many were.
 
-Parsing is strict and regex-only, never eval: the first line of the reply that starts (after
-whitespace) with `ACTION:` counts; keywords are case-insensitive; arguments are `key=value`
-tokens. Defaults, each recorded in the trace:
-- a reply with no ACTION line (or an orchestrator call that fails): explore with the default
-  solver while fewer than `min_explores` explores ran, else stop;
-- `stop` before `min_explores` explores: explore with the default solver instead;
-- an unknown solver / effort / prompt name: the default solver / no effort / no prompt variant;
-  an unknown argument key is ignored.
-With a call budget (`Budget.max_calls`), exploring stops while one call is still left, so the
-synthesis can run. If the synthesis fails (LLMError, BudgetExhausted, empty text), the final
-answer falls back to the best-verified explore answer, or without a verifier to the most common
-final answer (earliest attempt of the largest group of equivalent answers).
+Parsing is regex-only, never eval: the LAST line starting with `ACTION:` counts (the reasoning above may
+mention actions). Defaults, each recorded in the trace and told to the orchestrator in its next turn:
+- no ACTION line (or a failed orchestrator call): explore with the default solver while fewer than
+  `min_explores` explores ran, else stop;
+- `stop` / `give_up` before `min_explores` explores: explore with the default solver instead;
+- an unknown solver / effort / prompt name: the default solver / no effort / no prompt variant.
+With a call budget, exploring stops while one call is still left for the final answer. If that call fails
+(LLMError, BudgetExhausted, empty text), the answer falls back to the best-verified candidate, or without a
+verifier to the most common final answer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from morkit.core.errors import InputError, LLMError
 from morkit.core.grading import extract_answer
-from morkit.llm.base import LLM, SamplingParams
+from morkit.llm.base import LLM, Completion, SamplingParams
+from morkit.loops.atlas import prompts
 from morkit.loops.atlas.protocol import (
-    SYNTHESIS_SYSTEM,
     ATLASConfig,
     Decision,
     Effort,
     Solver,
     as_solver,
     check_name,
-    clip,
-    evidence_summary,
-    majority_index,
-    one_line,
+    estimate_tokens,
     parse_action,
+    parse_costs,
     reference_check,
 )
+from morkit.loops.atlas.synthesis import final_answer
 from morkit.loops.base import (
     Budget,
     BudgetExhausted,
@@ -61,26 +63,30 @@ from morkit.loops.base import (
     metered_verifier,
 )
 
-__all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "SYNTHESIS_SYSTEM", "evidence_summary", "parse_action"]
+__all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "parse_action"]
 
 
 @dataclass
-class _Run:
-    """Mutable state of one run: budget meter, trace, evidence, decisions, per-solver usage."""
+class RunState:
+    """Mutable state of one run: meter, trace, evidence, decisions, the orchestrator's conversation, costs."""
 
     spend: Spend
     trace: Trace
+    conversation: list[dict[str, str]]
+    pending: list[str]  # user text not yet sent: it opens the orchestrator's next turn
     evidence: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    cost_by_solver: dict[str, float] = field(default_factory=dict)
+    pool_used: int = 0
 
 
 class ATLAS:
-    """The ATLAS loop: `run(problem)` explores with solvers as the orchestrator directs, then synthesises.
+    """The ATLAS loop: `run(problem)` explores with solvers as the orchestrator directs, then answers.
 
-    `solvers` maps names to Solvers (or LLMs, or (llm, params, system) tuples); a single LLM or
-    Solver becomes {"default": ...}. `default_solver` (else the first name) serves defaults.
-    `verifier` (optional) scores each explore answer and, at the end, all answers in one call."""
+    `solvers` maps names to Solvers (or LLMs, or (llm, params, system, cost) tuples); a single LLM or Solver
+    becomes {"default": ...}. `default_solver` (else the first name) serves defaults. `verifier` (optional)
+    scores each candidate and, at the end, all candidates in one call."""
 
     name = "atlas"
 
@@ -96,6 +102,13 @@ class ATLAS:
         self.default_solver = default_solver or next(iter(self.solvers))
         if self.default_solver not in self.solvers:
             raise InputError(f"default solver {self.default_solver!r} is not among {sorted(self.solvers)}")
+        configured = parse_costs(config.solver_costs)
+        unknown = sorted(set(configured) - set(self.solvers))
+        if unknown:
+            raise InputError(f"ATLASConfig.solver_costs names unknown solvers {unknown}; "
+                             f"solvers: {sorted(self.solvers)}")
+        self.costs: dict[str, float] = {**{n: s.cost for n, s in self.solvers.items() if s.cost is not None},
+                                        **configured}
         self.orchestrator = orchestrator
         self.verifier = verifier
         self.config = config
@@ -104,40 +117,51 @@ class ATLAS:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
-        """Explore until the orchestrator stops or a limit is hit, synthesise, return the result.
+        """Explore until the orchestrator stops or gives up or a limit is hit, then answer; return the result.
 
         `reference` is only compared with the answers afterwards (state), never shown to an LLM."""
-        run = _Run(Spend(self.budget), Trace())
-        run.trace.add("start", loop=self.name, solvers=sorted(self.solvers), default_solver=self.default_solver,
-                      max_explores=self.config.max_explores, min_explores=self.config.min_explores)
+        system = prompts.orchestrator_system(self.config, list(self.solvers), self.default_solver, self.costs)
+        run = RunState(Spend(self.budget), Trace(), [{"role": "system", "content": system}],
+                   [prompts.problem_turn(problem)])
+        run.trace.add("start", loop=self.name, solvers=list(self.solvers), default_solver=self.default_solver,
+                      max_explores=self.config.max_explores, min_explores=self.config.min_explores,
+                      synthesis=self.config.synthesis, prices=dict(self.costs))
         orchestrator = MeteredLLM(self.orchestrator, run.spend)
-        stop_reason = self._explore_loop(problem, orchestrator, run)
-        synthesis = self._synthesise(problem, orchestrator, run)
-        answer, score, source, rescored = self._final(problem, synthesis, run)
+        stop_reason, end = self._explore_loop(problem, orchestrator, run)
+        final = final_answer(self, problem, orchestrator, run, end)
         state = {"evidence": run.evidence, "explores": len(run.evidence), "solver_usage": dict(run.usage),
-                 "decisions": run.decisions, "final_source": source, "final_answer": extract_answer(answer),
-                 "synthesis": synthesis, "rescored": rescored}
+                 "decisions": run.decisions, "final_source": final.source,
+                 "final_answer": extract_answer(final.answer) if final.answer else None,
+                 "synthesis": final.synthesis, "synthesis_mode": self.config.synthesis,
+                 "gave_up": final.source == "give_up", "rescored": final.rescored,
+                 "unparsed_actions": sum(d["source"] == "default" for d in run.decisions),
+                 "left_out": sum(1 for e in run.evidence if e["text"] and not e["in_context"]),
+                 "cost": self._cost_state(run), "conversation": run.conversation}
+        if final.source == "give_up":
+            stop_reason = "orchestrator gave up"
         if reference is not None:
-            state["reference_check"] = reference_check(answer, run.evidence, reference)
-        return finish(self.name, answer, score, stop_reason, run.spend, run.trace, **state)
+            state["reference_check"] = reference_check(final.answer, run.evidence, reference)
+        return finish(self.name, final.answer, final.score, stop_reason, run.spend, run.trace, **state)
 
-    def _explore_loop(self, problem: str, orchestrator: MeteredLLM, run: _Run) -> str:
-        """Decide / explore rounds; returns why exploring ended."""
+    def _explore_loop(self, problem: str, orchestrator: MeteredLLM, run: RunState) -> tuple[str, str]:
+        """Decide / explore rounds; returns (why exploring ended, how: stop | give_up | limit)."""
         while True:
             reason = self._limit_reached(run)
             if reason:
-                return reason
+                return reason, "limit"
             try:
-                decision = self._decide(problem, orchestrator, run)
+                decision = self._decide(orchestrator, run)
                 if decision.action == "stop":
-                    return "orchestrator stopped"
+                    return "orchestrator stopped", "stop"
+                if decision.action == "give_up":
+                    return "orchestrator gave up", "give_up"
                 self._explore(problem, decision, run)
             except BudgetExhausted as err:
                 run.trace.add("budget", error=str(err))
-                return str(err)
+                return str(err), "limit"
 
-    def _limit_reached(self, run: _Run) -> str | None:
-        """Why no further round may start: explore cap, spent budget, or only the synthesis call left."""
+    def _limit_reached(self, run: RunState) -> str | None:
+        """Why no further round may start: explore cap, spent budget, or only the final-answer call left."""
         if len(run.evidence) >= self.config.max_explores:
             return f"explore budget spent ({len(run.evidence)} of {self.config.max_explores})"
         spent = run.spend.exhausted()
@@ -145,23 +169,34 @@ class ATLAS:
             return spent
         max_calls = run.spend.budget.max_calls
         if run.evidence and max_calls is not None and max_calls - run.spend.calls < 3:
-            return f"call budget: last call kept for synthesis ({run.spend.calls} of {max_calls} used)"
+            return f"call budget: last call kept for the final answer ({run.spend.calls} of {max_calls} used)"
         return None
+
+    def status(self, run: RunState) -> str:
+        return prompts.pool_status(run.evidence, self.config, self.total_cost(run))
+
+    def take_pending(self, run: RunState, close: str) -> None:
+        """Send the pending evidence and `close` as the orchestrator's next user turn."""
+        run.conversation.append({"role": "user", "content": "\n\n".join([*run.pending, close])})
+        run.pending.clear()
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def _decide(self, problem: str, orchestrator: MeteredLLM, run: _Run) -> Decision:
-        """Ask the orchestrator for the next action; protocol defaults apply (see module docstring)."""
+    def _decide(self, orchestrator: MeteredLLM, run: RunState) -> Decision:
+        """One orchestrator turn in its conversation: it reasons, then acts; protocol defaults apply."""
         params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.max_tokens)
-        conversation = [{"role": "system", "content": self._orchestrator_system()},
-                        {"role": "user", "content": self._orchestrator_prompt(problem, run.evidence)}]
+        pending = list(run.pending)
+        self.take_pending(run, prompts.decision_request(self.status(run), self.config))
         try:
-            raw = orchestrator.chat([conversation], params)[0].texts[0]
-        except BudgetExhausted:
-            raise
-        except LLMError as err:
+            raw = orchestrator.chat([list(run.conversation)], params)[0].texts[0]
+        except LLMError as err:  # BudgetExhausted included: the turn was not taken
+            run.conversation.pop()
+            run.pending[:] = pending
+            if isinstance(err, BudgetExhausted):
+                raise
             decision = self._default(f"orchestrator call failed: {err}", "error", "", len(run.evidence))
         else:
+            run.conversation.append({"role": "assistant", "content": raw})
             decision = self._resolve(raw, len(run.evidence))
         run.decisions.append(decision.to_json())
         run.trace.add("decide", round=len(run.decisions), **decision.to_json())
@@ -169,33 +204,42 @@ class ATLAS:
             run.trace.add("note", round=len(run.decisions), note=note)
         return decision
 
-    def _default(self, why: str, source: str, raw: str, explores: int) -> Decision:
+    def _default(self, why: str, source: str, raw: str, explores: int, reasoning: str = "") -> Decision:
         if explores < self.config.min_explores:
-            return Decision("explore", self.default_solver, source=source, raw=raw,
+            return Decision("explore", self.default_solver, source=source, raw=raw, reasoning=reasoning,
                             notes=(f"{why}: exploring with the default solver ({explores} < min_explores)",))
-        return Decision("stop", source=source, raw=raw, notes=(f"{why}: stopping",))
+        return Decision("stop", source=source, raw=raw, reasoning=reasoning, notes=(f"{why}: stopping",))
 
     def _resolve(self, raw: str, explores: int) -> Decision:
-        """A Decision from the orchestrator's reply text: parse, then check every name against the menus."""
+        """A Decision from the orchestrator's reply: parse, then check every name against the menus."""
         parsed = parse_action(raw)
         if parsed is None:
-            return self._default("reply follows no ACTION protocol", "default", raw, explores)
-        action, args = parsed
-        if action == "stop":
+            return self._default("your reply had no ACTION line", "default", raw, explores, raw.strip())
+        action, args, reasoning = parsed.action, parsed.args, parsed.reasoning
+        if action == "give_up" and not self.config.give_up:
+            action, notes = "stop", ["give_up is not offered: stopping instead"]
+        else:
+            notes = []
+        if action in ("stop", "give_up"):
             if explores >= self.config.min_explores:
-                return Decision("stop", raw=raw)
-            return Decision("explore", self.default_solver, source="default", raw=raw,
-                            notes=(f"stop before min_explores ({explores} < {self.config.min_explores}): "
-                                   "exploring with the default solver",))
-        notes = [f"unknown argument {key}={value!r} ignored" for key, value in args.items()
-                 if key not in ("solver", "effort", "prompt")]
+                return Decision(action, raw=raw, reasoning=reasoning, notes=tuple(notes))
+            return Decision("explore", self.default_solver, source="override", raw=raw, reasoning=reasoning,
+                            notes=(*notes, f"{action} before min_explores ({explores} < {self.config.min_explores}): "
+                                   "exploring with the default solver"))
+        notes += [f"unknown argument {key}={value!r} ignored" for key, value in args.items()
+                  if key not in ("solver", "effort", "prompt")]
         solver = args.get("solver", self.default_solver)
         if solver not in self.solvers:
             notes.append(f"unknown solver {solver!r}: using the default solver {self.default_solver!r}")
             solver = self.default_solver
         effort = self._menu_choice(args.get("effort"), self.config.efforts, "effort", notes)
         prompt = self._menu_choice(args.get("prompt"), self.config.prompts, "prompt", notes)
-        return Decision("explore", solver, effort, prompt, raw=raw, notes=tuple(notes))
+        additional = parsed.additional_prompt
+        if additional and not self.config.additional_prompt:
+            notes.append("ADDITIONAL_PROMPT is not offered: ignored")
+            additional = None
+        return Decision("explore", solver, effort, prompt, additional, raw=raw, reasoning=reasoning,
+                        notes=tuple(notes))
 
     @staticmethod
     def _menu_choice(name: str | None, menu: Mapping[str, Any], what: str, notes: list[str]) -> str | None:
@@ -204,53 +248,55 @@ class ATLAS:
         notes.append(f"unknown {what} {name!r}: using none")
         return None
 
-    def _orchestrator_system(self) -> str:
-        solvers = ", ".join(f"{n} (default)" if n == self.default_solver else n for n in self.solvers)
-        return (
-            "You direct independent solvers working on one problem. Each round you choose one action:\n"
-            "ACTION: explore solver=<name> effort=<effort> prompt=<prompt>\n"
-            "  runs one more fresh solver on the original problem; solver, effort and prompt are optional\n"
-            "ACTION: stop\n"
-            "  ends exploring; the final answer is then written from the evidence\n"
-            f"Solvers: {solvers}. Efforts: {', '.join(self.config.efforts) or 'none'}. "
-            f"Prompts: {', '.join(self.config.prompts) or 'none'}.\n"
-            "Explore again when answers disagree, scores are low or attempts failed; "
-            "stop when several answers agree with good scores.\n"
-            "Reply with exactly one ACTION line and nothing else."
-        )
-
-    def _orchestrator_prompt(self, problem: str, evidence: Sequence[Mapping[str, Any]]) -> str:
-        return (f"Problem:\n{problem}\n\nEvidence ({len(evidence)} of at most {self.config.max_explores} "
-                f"explores):\n{evidence_summary(evidence, self.config.excerpt_chars)}\n\nYour action:")
-
     # -- exploring ------------------------------------------------------------------------------
 
-    def _explore(self, problem: str, decision: Decision, run: _Run) -> None:
-        """Run the chosen solver on the original problem; append its evidence (an error is evidence too)."""
+    def _explore(self, problem: str, decision: Decision, run: RunState) -> None:
+        """Run the chosen solver on the original problem; its result (an error too) joins the evidence and the
+        orchestrator's pending turn."""
         name = decision.solver or self.default_solver
         solver = self.solvers[name]
         index = len(run.evidence) + 1
         params, system = self._solver_setup(solver, decision, index)
         item: dict[str, Any] = {"index": index, "solver": name, "model": solver.llm.name, "effort": decision.effort,
-                                "prompt": decision.prompt, "max_tokens": params.max_tokens, "text": None,
-                                "final": None, "score": None, "feedback": None, "error": None}
+                                "prompt": decision.prompt, "additional_prompt": decision.additional_prompt,
+                                "max_tokens": params.max_tokens, "text": None, "final": None, "score": None,
+                                "feedback": None, "error": None, "tokens": 0, "cost": None, "est_tokens": 0,
+                                "in_context": True}
         conversation = [{"role": "system", "content": system}, {"role": "user", "content": problem}]
         try:
-            text = MeteredLLM(solver.llm, run.spend).chat([conversation], params)[0].texts[0]
+            completion = MeteredLLM(solver.llm, run.spend).chat([conversation], params)[0]
         except BudgetExhausted:
             run.trace.add("explore_refused", index=index, solver=name)
             raise
         except LLMError as err:
             item["error"] = f"{type(err).__name__}: {err}"
         else:
-            item["text"], item["final"] = text, extract_answer(text)
+            self._take_response(item, completion, run)
             self._verify_item(problem, item, run)
         run.evidence.append(item)
         run.usage[name] = run.usage.get(name, 0) + 1
         run.trace.add("explore", **item)
+        run.pending.append(prompts.result_block(item, decision.notes, self.config.show_scores))
+
+    def _take_response(self, item: dict[str, Any], completion: Completion, run: RunState) -> None:
+        """The response, its final answer, tokens and cost; whether it fits the pool budget WHOLE (decided once)."""
+        text = completion.texts[0]
+        item["text"], item["final"] = text, extract_answer(text)
+        item["tokens"] = (completion.prompt_tokens + completion.completion_tokens
+                          or sum(len(t.split()) for t in completion.texts))  # words where a backend gives no counts
+        price = self.costs.get(item["solver"])
+        if price is not None:
+            item["cost"] = item["tokens"] * price / 1000
+            run.cost_by_solver[item["solver"]] = run.cost_by_solver.get(item["solver"], 0.0) + item["cost"]
+        item["est_tokens"] = estimate_tokens(text)
+        item["in_context"] = item["est_tokens"] <= self.config.pool_tokens - run.pool_used
+        if item["in_context"]:
+            run.pool_used += item["est_tokens"]
+        else:
+            run.trace.add("left_out", index=item["index"], est_tokens=item["est_tokens"], pool_used=run.pool_used)
 
     def _solver_setup(self, solver: Solver, decision: Decision, index: int) -> tuple[SamplingParams, str]:
-        """The solver's params and system prompt for this explore: effort, prompt variant, seed per explore."""
+        """The solver's params and system prompt: prompt variant, effort, additional prompt, a seed per explore."""
         params, parts = replace(solver.params, n=1), [solver.system]
         if decision.prompt and self.config.prompts[decision.prompt]:
             parts.append(self.config.prompts[decision.prompt])
@@ -259,19 +305,21 @@ class ATLAS:
             params = replace(params, max_tokens=effort.max_tokens)
             if effort.instruction:
                 parts.append(effort.instruction)
+        if decision.additional_prompt:
+            parts.append(decision.additional_prompt)
         if params.seed is not None:  # repeated explores of one solver must not replay the same sample
             params = replace(params, seed=params.seed + index)
         return params, " ".join(p for p in parts if p)
 
-    def _verify_item(self, problem: str, item: dict[str, Any], run: _Run) -> None:
+    def _verify_item(self, problem: str, item: dict[str, Any], run: RunState) -> None:
         if self.verifier is None:
             return
         context = [e["text"] for e in run.evidence if e["text"]]
-        verdicts = self._verify(problem, [item["text"]], context, run)
+        verdicts = self.verify(problem, [item["text"]], context, run)
         if verdicts:
             item["score"], item["feedback"] = float(verdicts[0].score), verdicts[0].feedback
 
-    def _verify(self, problem: str, answers: list[str], context: Sequence[str], run: _Run) -> list[Any] | None:
+    def verify(self, problem: str, answers: list[str], context: Any, run: RunState) -> list[Any] | None:
         """The verifier's verdicts, or None (recorded) when it fails: a failed verifier loses scores, not the run."""
         try:
             return list(metered_verifier(self.verifier, run.spend).verify(problem, answers, context))
@@ -279,65 +327,14 @@ class ATLAS:
             run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
             return None
 
-    # -- synthesis and the final answer ---------------------------------------------------------
+    # -- cost -----------------------------------------------------------------------------------
 
-    def _synthesise(self, problem: str, orchestrator: MeteredLLM, run: _Run) -> str | None:
-        """One orchestrator call that writes the final answer from the evidence; None (recorded) on failure."""
-        params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.synthesis_max_tokens)
-        conversation = [{"role": "system", "content": SYNTHESIS_SYSTEM},
-                        {"role": "user", "content": self._synthesis_prompt(problem, run.evidence)}]
-        try:
-            text = orchestrator.chat([conversation], params)[0].texts[0]
-        except LLMError as err:  # BudgetExhausted included
-            run.trace.add("synthesis_failed", error=f"{type(err).__name__}: {err}")
+    def total_cost(self, run: RunState) -> float | None:
+        return sum(run.cost_by_solver.values()) if self.costs else None
+
+    def _cost_state(self, run: RunState) -> dict[str, Any] | None:
+        if not self.costs:
             return None
-        if not text.strip():
-            run.trace.add("synthesis_failed", error="empty synthesis")
-            return None
-        run.trace.add("synthesis", text=text, final=extract_answer(text))
-        return text
-
-    def _synthesis_prompt(self, problem: str, evidence: Sequence[Mapping[str, Any]]) -> str:
-        blocks = []
-        for e in evidence:
-            head = f"Attempt {e['index']} (solver {e['solver']}"
-            head += f", verifier score {e['score']:.3f})" if e["score"] is not None else ")"
-            body = f"failed: {e['error']}" if e["error"] else clip(e["text"], self.config.synthesis_chars)
-            feedback = f"\nVerifier feedback: {one_line(e['feedback'], 200)}" if e["feedback"] else ""
-            blocks.append(f"{head}:\n{body}{feedback}")
-        attempts = "\n\n".join(blocks) or "(no attempts)"
-        return (f"Problem:\n{problem}\n\nIndependent attempts:\n{attempts}\n\n"
-                "Write the final solution. End with a line 'The answer is X.'")
-
-    def _final(self, problem: str, synthesis: str | None, run: _Run
-               ) -> tuple[str, float | None, str, list[dict[str, Any]]]:
-        """(answer, score, source, rescored): all candidates scored in one verify call, then the choice."""
-        answered = [e for e in run.evidence if e["text"]]
-        candidates = ([("synthesis", synthesis)] if synthesis else []) + [(e["index"], e["text"]) for e in answered]
-        scores = self._rescore(problem, candidates, run)
-        rescored = [{"of": of, "score": scores.get(text)} for of, text in candidates] if scores else []
-        if synthesis:
-            return synthesis, scores.get(synthesis), "synthesis", rescored
-        if not answered:
-            run.trace.add("fallback", source="none", reason="no explore produced an answer")
-            return "", None, "none", rescored
-        if scores:
-            best = max(answered, key=lambda e: (scores.get(e["text"], float("-inf")), -e["index"]))
-            source = "fallback:best-verified"
-        else:
-            best = next(e for e in answered if e["index"] == majority_index(answered))
-            source = "fallback:majority"
-        run.trace.add("fallback", source=source, index=best["index"], final=best["final"])
-        return best["text"], scores.get(best["text"]), source, rescored
-
-    def _rescore(self, problem: str, candidates: list[tuple[Any, str]], run: _Run) -> dict[str, float]:
-        """Score every distinct candidate text in ONE verify call (scores compare only within a call)."""
-        if self.verifier is None or not candidates:
-            return {}
-        texts = list(dict.fromkeys(text for _, text in candidates))
-        verdicts = self._verify(problem, texts, (), run)
-        if verdicts is None:
-            return {}
-        scores = {t: float(v.score) for t, v in zip(texts, verdicts)}
-        run.trace.add("rescore", scores=[{"of": of, "score": scores.get(t)} for of, t in candidates])
-        return scores
+        unpriced = sorted({e["solver"] for e in run.evidence if e["solver"] not in self.costs})
+        return {"total": self.total_cost(run), "by_solver": dict(run.cost_by_solver), "prices": dict(self.costs),
+                "unit": "per 1k tokens (prompt + generated)", "unpriced_solvers": unpriced}

@@ -1,13 +1,15 @@
-"""ATLAS's data and protocol: configuration, solvers, the orchestrator's ACTION line parser, evidence views.
+"""ATLAS's data and protocol: configuration, solvers, the orchestrator's ACTION parser, evidence helpers.
 
-Kept apart from the loop (loop.py) so the protocol can be read and tested on its own.
+Kept apart from the loop (loop.py) and the prompts (prompts.py) so the protocol can be read and tested
+on its own. Paper: Qin, Cao, Xie, "ATLAS: Agentic Test-time Learning-to-Allocate Scaling", arXiv 2606.01667.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.grading import answers_equivalent, is_correct, reference_answer
@@ -39,21 +41,43 @@ DEFAULT_PROMPTS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class ATLASConfig:
-    """Loop limits, the effort and prompt-variant menus, and the orchestrator's sampling.
-
-    `temperature`/`max_tokens` are for the orchestrator's decisions; `synthesis_max_tokens` for the
-    final synthesis (same temperature). `excerpt_chars` clips each answer in the orchestrator's
-    summary (its end, where the answer is); `synthesis_chars` clips each answer shown to synthesis."""
+    """Every knob of the ATLAS loop; where the paper is silent the choice is morkit's (see each comment)."""
 
     max_explores: int = 4
+    """Cap on explores per problem. The paper's orchestrator decides when to stop; the cap is morkit's guard."""
     min_explores: int = 1
+    """A stop / give-up / unparseable reply before this many explores explores with the default solver instead
+    (morkit: an answer needs evidence; 0 lets the orchestrator answer or give up at once)."""
     efforts: Mapping[str, Effort] = field(default_factory=lambda: dict(DEFAULT_EFFORTS))
+    """Reasoning efforts an explore may name (`effort=`): each a solver max_tokens and an instruction (Python only)."""
     prompts: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_PROMPTS))
+    """Named prompting variants an explore may name (`prompt=`), added to the solver's system prompt (Python only)."""
+    additional_prompt: bool = True
+    """Offer explore's free-text ADDITIONAL_PROMPT (the paper's per-explore prompting strategy), added to the
+    solver's system prompt; the user message stays the original problem."""
+    give_up: bool = True
+    """Offer the give-up action: the run ends with an EMPTY answer (paper: repeated failures mean give up)."""
+    reason_first: bool = True
+    """The orchestrator reasons in free text before its ACTION line each turn; false: one ACTION line only."""
     temperature: float = 0.2
-    max_tokens: int = 64
-    synthesis_max_tokens: int = 384
-    excerpt_chars: int = 160
-    synthesis_chars: int = 800
+    """Orchestrator sampling temperature (decisions and synthesis); the paper does not give one."""
+    max_tokens: int = 1024
+    """Token budget of one orchestrator turn: its reasoning plus the ACTION block (paper silent)."""
+    synthesis_max_tokens: int = 1024
+    """Token budget of the final-answer turn (or of the integrator call)."""
+    pool_tokens: int = 32000
+    """Budget for the solvers' full responses in the orchestrator's context, in estimated tokens (characters/4).
+    A response is shown WHOLE if it fits what is left, else left out whole (its header and final answer stay)
+    with a note of how many were left out; never cut mid-candidate. The paper keeps every response."""
+    synthesis: Literal["orchestrator", "integrator"] = "orchestrator"
+    """Who writes the final answer: the orchestrator in its own conversation, which holds the evidence (the
+    paper's ATLAS), or a separate stateless integrator call on the candidate pool (the paper's ablation)."""
+    solver_costs: tuple[str, ...] = ()
+    """ATLAS-MM: 'name=price' per solver, price per 1,000 tokens (prompt + generated). Shown to the orchestrator
+    beside each solver and summed per explore into the result's cost; overrides Solver.cost."""
+    show_scores: bool = True
+    """Show the verifier's score and feedback per candidate (morkit's addition: the paper's orchestrator judges
+    the evidence itself; false, or no verifier, gives the paper's setting)."""
 
     def __post_init__(self) -> None:
         if self.max_explores < 1 or not 0 <= self.min_explores <= self.max_explores:
@@ -61,6 +85,11 @@ class ATLASConfig:
                              f"max_explores={self.max_explores!r}, min_explores={self.min_explores!r}")
         for name in [*self.efforts, *self.prompts]:
             check_name(name)
+        if self.pool_tokens < 1:
+            raise InputError(f"ATLASConfig.pool_tokens must be >= 1, got {self.pool_tokens!r}")
+        if self.synthesis not in ("orchestrator", "integrator"):
+            raise InputError(f"ATLASConfig.synthesis must be 'orchestrator' or 'integrator', got {self.synthesis!r}")
+        parse_costs(self.solver_costs)
         # the sampling parameters must be valid: fail here rather than at the first call
         SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
         SamplingParams(temperature=self.temperature, max_tokens=self.synthesis_max_tokens)
@@ -70,33 +99,49 @@ class ATLASConfig:
 
 @dataclass(frozen=True)
 class Solver:
-    """One solver: an LLM with its own sampling parameters and system prompt."""
+    """One solver: an LLM with its own sampling parameters, system prompt and (ATLAS-MM) price per 1k tokens."""
 
     llm: LLM
     params: SamplingParams = SamplingParams(temperature=0.7, max_tokens=256)
     system: str = SOLVER_SYSTEM
+    cost: float | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One orchestrator decision: the action taken and why (`source`: parsed | default | error)."""
+    """One orchestrator decision: the action, its arguments, the reasoning before it, and where it came from
+    (`source`: parsed | default (no ACTION could be parsed) | override (min_explores) | error)."""
 
-    action: str  # "explore" | "stop"
+    action: str  # "explore" | "stop" | "give_up"
     solver: str | None = None
     effort: str | None = None
     prompt: str | None = None
+    additional_prompt: str | None = None
     source: str = "parsed"
     notes: tuple[str, ...] = ()
+    reasoning: str = ""
     raw: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "solver": self.solver, "effort": self.effort, "prompt": self.prompt,
-                "source": self.source, "notes": list(self.notes), "raw": self.raw}
+                "additional_prompt": self.additional_prompt, "source": self.source, "notes": list(self.notes),
+                "reasoning": self.reasoning, "raw": self.raw}
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The ACTION block of a reply: action, key=value arguments, free-text additional prompt, reasoning before."""
+
+    action: str
+    args: Mapping[str, str]
+    additional_prompt: str | None = None
+    reasoning: str = ""
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_ACTION = re.compile(r"(?im)^[ \t]*ACTION[ \t]*:[ \t]*(explore|stop)\b([^\n]*)$")
+_ACTION = re.compile(r"(?im)^[ \t]*ACTION[ \t]*:[ \t]*(explore|stop|give[ _-]?up)\b([^\n]*)$")
 _ARG = re.compile(r"([A-Za-z_]+)=(\S+)")
+_ADDITIONAL = re.compile(r"(?im)^[ \t]*ADDITIONAL_PROMPT[ \t]*:[ \t]*")
 
 
 def check_name(name: str) -> None:
@@ -104,83 +149,86 @@ def check_name(name: str) -> None:
         raise InputError(f"name {name!r} cannot be written in the ACTION protocol (letters, digits, _ . - only)")
 
 
-def parse_action(text: str) -> tuple[str, dict[str, str]] | None:
-    """The first `ACTION: explore|stop [key=value ...]` line of a reply as (action, args); None if absent.
+def parse_action(text: str) -> ParsedAction | None:
+    """The LAST `ACTION: explore|stop|give_up [key=value ...]` line of a reply, None if there is none.
 
-    Keys are lower-cased; a repeated key keeps its first value; non key=value words are ignored."""
-    match = _ACTION.search(text or "")
-    if match is None:
+    The last one counts because the orchestrator reasons first and may mention actions while it weighs them.
+    Keys are lower-cased; a repeated key keeps its first value; other words are ignored. For explore, text after
+    an `ADDITIONAL_PROMPT:` marker below the ACTION line (to the end of the reply) is the additional prompt."""
+    matches = list(_ACTION.finditer(text or ""))
+    if not matches:
         return None
+    match = matches[-1]
+    action = re.sub(r"[ _-]", "", match.group(1).lower())
+    action = "give_up" if action == "giveup" else action
     args: dict[str, str] = {}
     for key, value in _ARG.findall(match.group(2)):
         args.setdefault(key.lower(), value)
-    return match.group(1).lower(), args
+    additional = None
+    if action == "explore":
+        marker = _ADDITIONAL.search(text, match.end())
+        if marker is not None:
+            additional = text[marker.end():].strip() or None
+    return ParsedAction(action, args, additional, text[: match.start()].strip())
+
+
+def parse_costs(specs: Sequence[str]) -> dict[str, float]:
+    """'name=price' strings as {name: price}; a malformed one or a negative price is an InputError."""
+    costs: dict[str, float] = {}
+    for spec in specs:
+        name, sep, value = str(spec).partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = float("nan")
+        if not sep or not name.strip() or not math.isfinite(price) or price < 0:
+            raise InputError(f"ATLASConfig.solver_costs: expected 'name=price' with a price >= 0, got {spec!r}")
+        costs[name.strip()] = price
+    return costs
 
 
 def as_solver(spec: Any) -> Solver:
-    """A Solver from a Solver, an LLM, or a tuple (llm[, params[, system]])."""
+    """A Solver from a Solver, an LLM, or a tuple (llm[, params[, system[, cost]]])."""
     if isinstance(spec, Solver):
         return spec
-    if isinstance(spec, tuple) and 1 <= len(spec) <= 3:
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 4:
         return Solver(*spec)
     if isinstance(spec, LLM):
         return Solver(spec)
-    raise InputError(f"not a solver spec (Solver, LLM or (llm, params, system)): {spec!r}")
+    raise InputError(f"not a solver spec (Solver, LLM or (llm, params, system, cost)): {spec!r}")
 
 
-SYNTHESIS_SYSTEM = ("You write the final answer to a problem from independent solvers' attempts and their "
-                    "verifier scores. Weigh agreement and scores, fix mistakes you can see, and give one final "
-                    "answer.")
+def estimate_tokens(text: str) -> int:
+    """A backend-free token estimate: characters / 4, rounded up (what the pool budget counts)."""
+    return (len(text) + 3) // 4
 
 
-def evidence_summary(evidence: Sequence[Mapping[str, Any]], excerpt_chars: int = 160) -> str:
-    """The orchestrator's compact view: one line per explore, then a tally of the final answers."""
-    if not evidence:
-        return "(none yet)"
-    lines = []
-    for e in evidence:
-        head = f"#{e['index']} solver={e['solver']} effort={e['effort'] or '-'} prompt={e['prompt'] or '-'}"
-        if e["error"]:
-            lines.append(f"{head} failed: {one_line(e['error'], 120)}")
-            continue
-        line = f"{head} answer={e['final'] if e['final'] is not None else '?'}"
-        if e["score"] is not None:
-            line += f" score={e['score']:.3f}"
-        if e["feedback"]:
-            line += f" | feedback: {one_line(e['feedback'], 120)}"
-        tail = one_line(e["text"], 10**9)[-excerpt_chars:] if excerpt_chars > 0 else ""
-        lines.append(f"{line} | ends: \"{tail}\"" if tail else line)
-    tally = ", ".join(f"{final} (x{len(group)})" for final, group in _groups(evidence))
-    lines.append(f"Final answers so far: {tally or 'none'}")
-    return "\n".join(lines)
-
-
-def _groups(evidence: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[int]]]:
+def groups(evidence: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[int]]]:
     """Equivalent final answers grouped as (first spelling, [explore indices]); largest first, then earliest."""
-    groups: list[tuple[str, list[int]]] = []
+    found: list[tuple[str, list[int]]] = []
     for e in evidence:
         final = e.get("final")
         if final is None:
             continue
-        for representative, members in groups:
+        for representative, members in found:
             if answers_equivalent(representative, final):
                 members.append(e["index"])
                 break
         else:
-            groups.append((final, [e["index"]]))
-    return sorted(groups, key=lambda g: (-len(g[1]), g[1][0]))
+            found.append((final, [e["index"]]))
+    return sorted(found, key=lambda g: (-len(g[1]), g[1][0]))
 
 
 def majority_index(answered: Sequence[Mapping[str, Any]]) -> int:
     """The earliest explore in the largest group of equivalent final answers (the first one if none has a final)."""
-    groups = _groups(answered)
-    return groups[0][1][0] if groups else answered[0]["index"]
+    found = groups(answered)
+    return found[0][1][0] if found else answered[0]["index"]
 
 
 def reference_check(answer: str, evidence: Sequence[Mapping[str, Any]], reference: str) -> dict[str, Any]:
     """Whether the final answer and each explore's final answer match the reference (after the loop only)."""
     ref = reference_answer(reference) or reference
-    return {"reference": ref, "correct": is_correct(answer, reference),
+    return {"reference": ref, "correct": bool(answer) and bool(is_correct(answer, reference)),
             "explores_correct": [answers_equivalent(e["final"], ref) if e["final"] is not None else None
                                  for e in evidence]}
 
@@ -188,11 +236,3 @@ def reference_check(answer: str, evidence: Sequence[Mapping[str, Any]], referenc
 def one_line(text: str, limit: int) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: max(limit - 3, 0)] + "..."
-
-
-def clip(text: str, limit: int) -> str:
-    """Text kept whole up to `limit` characters, else its head and tail around ' ... '."""
-    if len(text) <= limit:
-        return text
-    half = max(limit // 2, 1)
-    return f"{text[:half]} ... {text[-half:]}"

@@ -1,0 +1,116 @@
+"""ATLAS's end: give up, or the final answer written by the orchestrator in its own conversation (the paper's
+ATLAS) or by a separate stateless integrator (the paper's ablation), then the fallbacks when that fails.
+
+Every candidate and the final answer are scored in ONE verify call (scores compare only within a call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from morkit.core.errors import LLMError
+from morkit.core.grading import extract_answer
+from morkit.llm.base import SamplingParams
+from morkit.loops.atlas import prompts
+from morkit.loops.atlas.protocol import majority_index, parse_action
+
+if TYPE_CHECKING:
+    from morkit.loops.atlas.loop import ATLAS, RunState
+    from morkit.loops.base import MeteredLLM
+
+
+@dataclass(frozen=True)
+class Final:
+    """The run's answer ("" when the orchestrator gave up), its score, where it came from, the synthesis text
+    (None when there was none or it failed) and the end-of-run scores of every candidate."""
+
+    answer: str
+    score: float | None
+    source: str  # synthesis | give_up | fallback:best-verified | fallback:majority | none
+    synthesis: str | None
+    rescored: list[dict[str, Any]]
+
+
+def final_answer(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunState, end: str) -> Final:
+    """Give up (an empty answer), or synthesise and fall back as needed."""
+    if end == "give_up":
+        run.trace.add("give_up", explores=len(run.evidence))
+        return Final("", None, "give_up", None, [])
+    text = _synthesise(loop, problem, orchestrator, run, _why(run, end))
+    if text is not None:
+        parsed = parse_action(text)
+        if loop.config.give_up and parsed is not None and parsed.action == "give_up":
+            run.trace.add("give_up", explores=len(run.evidence), at="final answer turn")
+            return Final("", None, "give_up", text, [])
+    return _choose(loop, problem, text, run)
+
+
+def _why(run: RunState, end: str) -> str:
+    last = run.decisions[-1] if run.decisions else None
+    if end == "stop" and last is not None and last["source"] != "parsed":
+        return "Exploring has ended (your last reply had no usable ACTION line)."
+    if end == "stop":
+        return "You stopped exploring."
+    return "No more explores are possible (the explore cap or the budget is reached)."
+
+
+def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunState, why: str) -> str | None:
+    """The final-answer call; None (recorded) on failure. In the orchestrator's conversation unless the
+    integrator is switched on."""
+    config = loop.config
+    params = SamplingParams(temperature=config.temperature, max_tokens=config.synthesis_max_tokens)
+    in_context = config.synthesis == "orchestrator"
+    if in_context:
+        loop.take_pending(run, prompts.synthesis_turn(why, loop.status(run), config))
+        conversation = list(run.conversation)
+    else:
+        conversation = [{"role": "system", "content": prompts.INTEGRATOR_SYSTEM},
+                        {"role": "user", "content": prompts.integrator_prompt(problem, run.evidence, config,
+                                                                              loop.total_cost(run))}]
+    try:
+        text = orchestrator.chat([conversation], params)[0].texts[0]
+    except LLMError as err:  # BudgetExhausted included
+        run.trace.add("synthesis_failed", error=f"{type(err).__name__}: {err}", mode=config.synthesis)
+        return None
+    if in_context:
+        run.conversation.append({"role": "assistant", "content": text})
+    if not text.strip():
+        run.trace.add("synthesis_failed", error="empty synthesis", mode=config.synthesis)
+        return None
+    run.trace.add("synthesis", text=text, final=extract_answer(text), mode=config.synthesis)
+    return text
+
+
+def _choose(loop: ATLAS, problem: str, synthesis: str | None, run: RunState) -> Final:
+    """The synthesis when there is one, else the best-verified candidate, else the majority one."""
+    answered = [e for e in run.evidence if e["text"]]
+    candidates = ([("synthesis", synthesis)] if synthesis else []) + [(e["index"], e["text"]) for e in answered]
+    scores = _rescore(loop, problem, candidates, run)
+    rescored = [{"of": of, "score": scores.get(text)} for of, text in candidates] if scores else []
+    if synthesis:
+        return Final(synthesis, scores.get(synthesis), "synthesis", synthesis, rescored)
+    if not answered:
+        run.trace.add("fallback", source="none", reason="no explore produced an answer")
+        return Final("", None, "none", None, rescored)
+    if scores:
+        best = max(answered, key=lambda e: (scores.get(e["text"], float("-inf")), -e["index"]))
+        source = "fallback:best-verified"
+    else:
+        best = next(e for e in answered if e["index"] == majority_index(answered))
+        source = "fallback:majority"
+    run.trace.add("fallback", source=source, index=best["index"], final=best["final"])
+    return Final(best["text"], scores.get(best["text"]), source, None, rescored)
+
+
+def _rescore(loop: ATLAS, problem: str, candidates: list[tuple[Any, str]], run: RunState) -> dict[str, float]:
+    """Score every distinct candidate text in ONE verify call."""
+    if loop.verifier is None or not candidates:
+        return {}
+    texts = list(dict.fromkeys(text for _, text in candidates))
+    verdicts = loop.verify(problem, texts, (), run)
+    if verdicts is None:
+        return {}
+    scores = {t: float(v.score) for t, v in zip(texts, verdicts)}
+    run.trace.add("rescore", scores=[{"of": of, "score": scores.get(t)} for of, t in candidates])
+    return scores
