@@ -85,6 +85,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-tokens", type=int, default=96, help="new tokens per solution (TMAS, ATLAS solver)")
     g.add_argument("--critic-tokens", type=int, default=96, help="new tokens per critique (LLMVerifier)")
     g.add_argument("--synthesis-tokens", type=int, default=128, help="ATLAS synthesis new tokens")
+    g.add_argument("--orchestrator-tokens", type=int, default=96,
+                   help="ATLAS orchestrator new tokens per turn (its reasoning and ACTION line; the loop's default "
+                        "of 1024 is very slow for SmolLM2 on a CPU)")
     g.add_argument("--iterations", type=int, default=2, help="TMAS rounds")
     g.add_argument("--solutions", type=int, default=2, help="TMAS solutions per round")
     g.add_argument("--verifications", type=int, default=1, help="TMAS verifier passes per round")
@@ -431,7 +434,7 @@ def loops_local(args: argparse.Namespace, report: dict[str, Any]) -> None:
         efforts = {"low": Effort(max(m // 2, 1), "Answer briefly."), "medium": Effort(m, "Solve step by step."),
                    "high": Effort(2 * m, "Think step by step carefully and check every step before giving the "
                                          "answer.")}
-        cfg = ATLASConfig(max_explores=args.max_explores, efforts=efforts,
+        cfg = ATLASConfig(max_explores=args.max_explores, efforts=efforts, max_tokens=args.orchestrator_tokens,
                           synthesis_max_tokens=args.synthesis_tokens)
         solver = Solver(llm, SamplingParams(temperature=0.7, max_tokens=m, seed=args.seed))
         settings["atlas"] = (f"max_explores {cfg.max_explores}, solver {m} new tokens (efforts low/medium/high "

@@ -17,8 +17,11 @@ SOLUTION = "Half of $100 is $50.\nSo Ali has 21 + 50 = 71 dollars.\nThe answer i
 def role_reply(messages: list[dict]) -> str:
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     user = messages[-1]["content"]
-    if "direct independent solvers" in system:
-        return "ACTION: stop" if "Response" in user or "answer" in user.lower() else "ACTION: explore"
+    if "orchestrator of independent solvers" in system:  # ATLAS: reason, explore once, stop, then answer
+        if "Final answer turn." in user:
+            return SOLUTION
+        return "One solver answered; that is enough.\nACTION: stop" if "Result of explore" in user else \
+            "No evidence yet.\nACTION: explore"
     if "check solutions" in system:
         return "Each step holds. Score: 8/10"
     if "combine several candidate responses" in system or "final answer to a problem" in system:
@@ -27,8 +30,8 @@ def role_reply(messages: list[dict]) -> str:
         return "ADD result: half of 100 is 50"
     if "strategies" in system:
         return "STRATEGY: add the gift to the start amount"
-    if "one step at a time" in system:  # the reviewer repeats the new step unchanged
-        return user.split("New step", 1)[1].split("\n", 2)[1]
+    if "pipeline of agents that solve a problem" in system:  # a StreamMA reviewer accepts and writes its own step
+        return "ACCEPT\nSTEP 1: Half of 100 is 50, and 50 + 21 = 71. The answer is 71."
     if "summarise" in system:
         return "All solutions reach 71."
     return SOLUTION
@@ -66,6 +69,10 @@ def test_loop_cli_offline_protocol(loop, extra, tmp_path, agents_toml, queries, 
     record = json.loads(out.read_text())
     assert record["id"] == "ali" and record["loop"].startswith(loop) and "71" in record["answer"]
     assert record["calls"] > 0 and record["trace"][-1]["kind"] == "stop"
+    if loop == "atlas":  # the orchestrator's replies were read by the protocol, not by its defaults
+        assert record["stop_reason"] == "orchestrator stopped" and record["state"]["unparsed_actions"] == 0
+    if loop == "streamma":  # every reviewer's reply was read as ACCEPT
+        assert record["state"]["reviews"][1] and all(r["verdict"] == "accept" for r in record["state"]["reviews"][1])
 
 
 def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):

@@ -43,3 +43,16 @@ def test_loop_factory_applies_the_settings():
 
     loop = tmas(LoopSetup(Agents(), Pool(), None, LoopOptions(iterations=3, settings=(("iterations", "7"),))))
     assert loop.config.iterations == 7
+
+
+def test_atlas_solvers_carry_their_agents_cost():
+    from morkit.llm.agents import AgentsConfig, AgentSpec
+    from morkit.loops.registry import atlas
+
+    class Pool:
+        def llm(self, agent):
+            return object()
+
+    agents = AgentsConfig((AgentSpec("cheap", cost=0.1), AgentSpec("dear", cost=3.0)), AgentSpec("orchestrator"))
+    loop = atlas(LoopSetup(agents, Pool(), None, LoopOptions()))
+    assert {name: solver.cost for name, solver in loop.solvers.items()} == {"cheap": 0.1, "dear": 3.0}

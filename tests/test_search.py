@@ -187,11 +187,16 @@ def test_agents_toml(tmp_path):
     bad.write_text('[[agent]]\nname = "x"\ntemperature = -1\n')
     with pytest.raises(InputError, match="SamplingParams.temperature must be a finite number >= 0"):
         load_agents(bad)
+    bad.write_text('[[agent]]\nname = "x"\ncost = -2\n')
+    with pytest.raises(InputError, match="cost"):
+        load_agents(bad)
     bad.write_text("[[agent]\n")
     with pytest.raises(InputError, match="invalid TOML"):
         load_agents(bad)
     served = tmp_path / "served.toml"
     served.write_text('[[agent]]\nname = "remote"\nbackend = "openai"\nmodel = "qwen"\n'
                       'base_url = "http://127.0.0.1:9/v1"\nn = 3\nstop = ["\\n\\n"]\n')
+    served.write_text(served.read_text() + "cost = 0.25\n")
     spec = load_agents(served).agents[0]
+    assert spec.cost == 0.25
     assert spec.params.n == 3 and spec.params.stop == ("\n\n",) and spec.base_url.endswith("/v1")

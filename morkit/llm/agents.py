@@ -20,7 +20,8 @@ from morkit.llm.backends import LLM_BACKENDS
 from morkit.llm.base import LLM, SamplingParams
 
 _SAMPLING_KEYS = {"n", "temperature", "top_p", "max_tokens", "stop", "seed"}
-_SPEC_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env", "timeout", "retries", "concurrency"}
+_SPEC_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env", "timeout", "retries", "concurrency",
+              "cost"}
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,10 @@ class AgentSpec:
     timeout: float = 120.0
     retries: int = 2
     concurrency: int = 8
+    cost: float | None = None  # price per 1,000 tokens (prompt + generated), for cost-aware choice (ATLAS-MM)
 
     def __post_init__(self) -> None:
+        checks.optional(checks.non_negative, self.cost, "cost")
         checks.positive(self.timeout, "timeout")
         checks.non_negative_int(self.retries, "retries")
         checks.positive_int(self.concurrency, "concurrency")

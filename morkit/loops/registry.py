@@ -85,7 +85,7 @@ def atlas(setup: LoopSetup) -> Loop:
     o = setup.options
     solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p, o.gen_tokens,
                                                                 a.params.stop, o.seed),
-                              **({"system": a.system} if a.system else {}))
+                              **({"system": a.system} if a.system else {}), cost=a.cost)
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
                  configure(ATLASConfig, o.settings, max_explores=o.max_explores), o.budget)
