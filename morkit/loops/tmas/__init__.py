@@ -1,4 +1,5 @@
-"""TMAS: test-time memory-augmented search (the loop, its memory banks, and its RL reward functions)."""
+"""TMAS (arXiv 2605.10344, "Scaling Test-Time Compute via Multi-Agent Synergy"): the loop, its config,
+prompts, sampling, memory banks, per-iteration curves, and its RL reward functions."""
 
 from morkit.loops.tmas.loop import TMAS, TMASConfig
 

@@ -3,8 +3,13 @@
 The experience agent answers with one operation a line (`ADD result: ...`, `ADD avoid: ...`,
 `REFINE 3: ...`, `DELETE 3`, `KEEP 3`); the guideline agent with `STRATEGY: ...` lines. Small models
 produce junk, so lines are parsed with regexes, anything else is rejected with a reason (and recorded
-by the loop), and applying operations always yields a valid, capped bank. Banks are immutable: every
-update returns a new bank, so each iteration's snapshot in the trace stays as it was.
+by the loop), and applying operations always yields a valid bank. Banks are immutable: every update
+returns a new bank, so each iteration's snapshot in the trace stays as it was.
+
+The experience bank is the agent's to curate (the paper targets 20 to 35 entries) under an optional
+hard cap whose evictions are reported; near-duplicates are rejected by word-set Jaccard similarity, as
+the paper's code does. The guideline bank records every strategy ever tried and never forgets one:
+when a prompt has a size limit, its rendering leaves out the oldest strategies and says how many.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ def _clean(text: str, max_chars: int) -> str:
 def _key(text: str) -> str:
     """What counts as 'the same text' for de-duplication: lower case, letters and digits only."""
     return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+def jaccard(a: str, b: str) -> float:
+    """Word-set Jaccard similarity of two texts (after `_key` normalisation); 0 when both are empty."""
+    sa, sb = set(_key(a).split()), set(_key(b).split())
+    return len(sa & sb) / len(sa | sb) if sa | sb else 0.0
 
 
 @dataclass(frozen=True)
@@ -112,12 +123,14 @@ class ExperienceUpdate:
 
 @dataclass(frozen=True)
 class ExperienceBank:
-    """Lessons carried between iterations, at most `capacity` of them; ids are never reused."""
+    """Lessons carried between iterations; ids are never reused. `capacity` (None: none) is a hard cap;
+    `jaccard` (None: exact duplicates only) the similarity at which an ADD duplicates an entry."""
 
     entries: tuple[Experience, ...] = ()
     next_id: int = 1
-    capacity: int = 12
+    capacity: int | None = 35
     max_chars: int = 300
+    jaccard: float | None = None
 
     def get(self, entry_id: int) -> Experience | None:
         return next((e for e in self.entries if e.id == entry_id), None)
@@ -135,9 +148,14 @@ class ExperienceBank:
         update = self.apply(ops)
         return replace(update, rejected=tuple(rejected) + update.rejected)
 
+    def _duplicate(self, text: str, entries: dict[int, Experience]) -> bool:
+        return any(_key(e.text) == _key(text) or (self.jaccard is not None and jaccard(e.text, text) >= self.jaccard)
+                   for e in entries.values())
+
     def apply(self, ops: list[ExperienceOp]) -> ExperienceUpdate:
-        """Apply operations in order. ADD of a text already in the bank, and REFINE/DELETE/KEEP of an
-        unknown id, are rejected. Over capacity, the oldest entries no operation touched go first."""
+        """Apply operations in order. ADD of a text already in the bank (or, with `jaccard`, too similar
+        to an entry), and REFINE/DELETE/KEEP of an unknown id, are rejected. Over capacity, the oldest
+        entries no operation touched go first."""
         entries = {e.id: e for e in self.entries}
         next_id, touched = self.next_id, set()
         applied: list[ExperienceOp] = []
@@ -146,7 +164,7 @@ class ExperienceBank:
             text = _clean(op.text, self.max_chars)
             if op.op in ("ADD", "REFINE") and not _key(text):
                 rejected.append(Rejected(op.line, "empty text"))
-            elif op.op == "ADD" and any(_key(e.text) == _key(text) for e in entries.values()):
+            elif op.op == "ADD" and self._duplicate(text, entries):
                 rejected.append(Rejected(op.line, "already in the bank"))
             elif op.op != "ADD" and op.id not in entries:
                 rejected.append(Rejected(op.line, f"unknown id {op.id}"))
@@ -166,10 +184,11 @@ class ExperienceBank:
         return ExperienceUpdate(bank, tuple(applied), tuple(rejected), tuple(evicted))
 
 
-def _cap(entries: list[Experience], touched: set[int], capacity: int) -> tuple[list[Experience], list[int]]:
+def _cap(entries: list[Experience], touched: set[int], capacity: int | None
+         ) -> tuple[list[Experience], list[int]]:
     """Entries within capacity (oldest untouched evicted first, then oldest touched), in id order."""
     entries.sort(key=lambda e: e.id)
-    excess = len(entries) - capacity
+    excess = 0 if capacity is None else len(entries) - capacity
     if excess <= 0:
         return entries, []
     order = sorted(entries, key=lambda e: (e.id in touched, e.id))
@@ -182,32 +201,51 @@ def _cap(entries: list[Experience], touched: set[int], capacity: int) -> tuple[l
 
 @dataclass(frozen=True)
 class GuidelineUpdate:
-    """What applying one reply did: the new bank, strategies added, lines rejected, strategies evicted."""
+    """What applying one reply did: the new bank, strategies added, lines rejected (nothing is ever evicted)."""
 
     bank: "GuidelineBank"
     added: tuple[str, ...]
     rejected: tuple[Rejected, ...]
-    evicted: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
         """The changes (the bank itself is saved separately, once per iteration)."""
-        return {"added": list(self.added), "rejected": [r.to_json() for r in self.rejected],
-                "evicted": list(self.evicted)}
+        return {"added": list(self.added), "rejected": [r.to_json() for r in self.rejected]}
 
 
 @dataclass(frozen=True)
 class GuidelineBank:
-    """High-level strategies already tried, oldest first, de-duplicated, at most `capacity` (oldest dropped)."""
+    """Every high-level strategy tried so far, oldest first, de-duplicated; none is ever dropped."""
 
     strategies: tuple[str, ...] = field(default=())
-    capacity: int = 10
     max_chars: int = 200
 
-    def render(self) -> str:
-        return "\n".join(f"- {s}" for s in self.strategies) or "(none yet)"
+    def render(self, max_chars: int | None = None) -> str:
+        """The strategies as prompt lines; '(none yet)' when empty. With `max_chars`, the newest strategies
+        that fit, after a line saying how many older ones are not shown (they stay in the bank)."""
+        lines = [f"- {s}" for s in self.strategies]
+        if not lines:
+            return "(none yet)"
+        text = "\n".join(lines)
+        if max_chars is None or len(text) <= max_chars:
+            return text
+
+        def note(left_out: int) -> str:
+            return (f"[{left_out} older strateg{'y' if left_out == 1 else 'ies'} not shown for length; "
+                    "they were tried too]")
+
+        budget = max_chars - len(note(len(lines))) - 1  # the note counts towards the limit
+        shown: list[str] = []
+        used = 0
+        for line in reversed(lines):  # the newest that fit, at least one
+            if shown and used + len(line) + 1 > budget:
+                break
+            shown.append(line)
+            used += len(line) + 1
+        note_line = note(len(lines) - len(shown))
+        return "\n".join([note_line, *reversed(shown)])
 
     def to_json(self) -> dict[str, Any]:
-        return {"strategies": list(self.strategies), "capacity": self.capacity}
+        return {"strategies": list(self.strategies)}
 
     def apply_reply(self, reply: str) -> GuidelineUpdate:
         """Add each `STRATEGY: <text>` line not already known; other non-blank lines are rejected."""
@@ -230,6 +268,4 @@ class GuidelineBank:
                 seen.add(_key(text))
                 strategies.append(text)
                 added.append(text)
-        excess = max(0, len(strategies) - self.capacity)
-        bank = replace(self, strategies=tuple(strategies[excess:]))
-        return GuidelineUpdate(bank, tuple(added), tuple(rejected), tuple(strategies[:excess]))
+        return GuidelineUpdate(replace(self, strategies=tuple(strategies)), tuple(added), tuple(rejected))

@@ -1,32 +1,34 @@
-"""TMAS: test-time memory-augmented search, a loop of solve -> verify -> remember over a Verifier.
+"""TMAS (arXiv 2605.10344): rounds of solve -> verify -> summarise -> remember over a Verifier.
 
 Each iteration:
-1. N solutions in one batched `chat` call. Each solution, by a seeded coin, *exploits* (prob 1-epsilon:
-   its prompt shows the previous round's best rollouts, the feedback summary and the experience bank)
-   or *explores* (prob epsilon: its prompt lists the strategies already tried, the guideline bank,
-   and asks for a different approach).
-2. M verification passes over all N solutions (each pass sees the round's solutions as context);
-   a solution's score is the mean over the passes that succeeded, with all their feedback.
-3. Unless the loop stops here, three agents update the memory for the next round: a summary of the
-   feedback, experience-bank operations and guideline-bank strategies (see morkit.loops.tmas.banks).
-Stops after `iterations`, when the budget is spent, when the best score reaches `stop_score`, or when
-every solution of a round reaches the same final answer. A failing verifier pass or agent step is
-recorded and skipped; a failing generation ends the loop. The answer is the best-scored solution seen
-in any round (scores from different `verify` calls are compared as they are). The reference, when
-given, only marks correctness in the trace; no prompt ever contains it.
+1. N solutions, each with its own derived seed (TMASConfig.seed_mode). By a seeded coin each solution
+   *exploits* (prob 1-epsilon: it sees every (solution, verification summary) pair of the previous round
+   and the experience bank) or *explores* (prob epsilon: it sees every strategy in the guideline bank and
+   is asked for a different one).
+2. M verification passes over the N solutions, each an independent sample of an LLM critic at
+   `verify_temperature` (a deterministic verifier, such as MoR, is called once). A solution's score is
+   the mean over the passes that succeeded; every pass's score and feedback is kept.
+3. Unless the loop stops here: the summary agent condenses each candidate's M verifications into one
+   summary; the experience agent, seeing all N solutions and summaries, edits the experience bank; the
+   guideline agent, seeing all N solutions, adds the strategies they used to the guideline bank (which
+   never forgets one). See morkit.loops.tmas.banks and .prompts.
+Ablations: `experience=false`, `guidelines=false`, `verifications=0` (no scores, no summaries, the answer
+by vote). Stops after `iterations`, when the budget is spent, or on the optional `stop_score` /
+`stop_on_agreement` rules. A failing verification pass or agent call is recorded and skipped; a round
+whose every solution failed ends the loop. The answer follows `select`. The reference, when given, only
+marks correctness in the trace and the per-iteration `curve` of the state; no prompt ever contains it.
 """
 
 from __future__ import annotations
 
 import random
-import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
-from morkit.core import checks
 from morkit.core.errors import LLMError, ScoreError
 from morkit.core.grading import answers_equivalent, extract_answer, is_correct
-from morkit.llm.base import LLM, Conversation, SamplingParams
+from morkit.llm.base import LLM, Completion, SamplingParams
 from morkit.loops.base import (
     Budget,
     BudgetExhausted,
@@ -37,75 +39,48 @@ from morkit.loops.base import (
     finish,
     metered_verifier,
 )
+from morkit.loops.tmas import prompts
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
+from morkit.loops.tmas.config import TMASConfig
+from morkit.loops.tmas.prompts import (
+    EXPERIENCE_SYSTEM,
+    EXPLOIT,
+    EXPLORE,
+    GUIDELINE_SYSTEM,
+    SOLVER_SYSTEM,
+    SUMMARY_SYSTEM,
+)
+from morkit.loops.tmas.sampling import (
+    batched,
+    derive_seed,
+    fan_out,
+    run_all,
+    sampled_verifier,
+)
 from morkit.verify.base import Verifier
 
-EXPLOIT, EXPLORE = "exploit", "explore"
-
-SOLVER_SYSTEM = ("You solve math problems. Reason step by step, then finish with the line "
-                 "'The answer is <final answer>.'")
-SUMMARY_SYSTEM = ("You summarise a verifier's feedback on several solutions to one problem. In at most four "
-                  "sentences say which answers were reached, which steps were checked as correct, and which "
-                  "mistakes were found.")
-EXPERIENCE_SYSTEM = ("You keep an experience bank of lessons for solving one problem. Reply only with operations, "
-                     "one per line:\nADD result: <a verified intermediate result worth reusing>\n"
-                     "ADD avoid: <a mistake or dead end to avoid>\nREFINE <id>: <better wording of entry <id>>\n"
-                     "DELETE <id>\nKEEP <id>\nUse the ids shown in the bank. Write nothing else.")
-GUIDELINE_SYSTEM = ("You name the high-level strategies that solutions to a problem used. Reply only with lines "
-                    "'STRATEGY: <one short sentence>', one per distinct strategy, leaving out those already "
-                    "listed. Write nothing else.")
-
-
-@dataclass(frozen=True)
-class TMASConfig:
-    """Loop sizes (the paper uses up to T=20, N=8, M=8), sampling, memory limits and stop rules."""
-
-    iterations: int = 3
-    solutions: int = 4
-    verifications: int = 2
-    epsilon: float = 0.2
-    seed: int = 0
-    max_tokens: int = 512
-    temperature: float = 0.7
-    agent_max_tokens: int = 256
-    agent_temperature: float = 0.0
-    top_k: int = 2
-    """Best rollouts of the previous round shown to exploiting solutions."""
-    stop_score: float | None = None
-    stop_on_agreement: bool = True
-    """Stop when every solution of a round (at least two) has the same final answer."""
-    memory_on_last_round: bool = False
-    """Run the memory agents after the last round too (only useful to inspect the final banks)."""
-    experience_capacity: int = 12
-    guideline_capacity: int = 10
-    excerpt_chars: int = 1200
-    """Longest solution or feedback excerpt put into a prompt."""
-
-    def __post_init__(self) -> None:
-        for name in ("iterations", "solutions", "verifications", "max_tokens", "agent_max_tokens", "top_k",
-                     "experience_capacity", "guideline_capacity", "excerpt_chars"):
-            checks.positive_int(getattr(self, name), f"TMASConfig.{name}")
-        checks.probability(self.epsilon, "TMASConfig.epsilon")
-        checks.non_negative(self.temperature, "TMASConfig.temperature")
-        checks.non_negative(self.agent_temperature, "TMASConfig.agent_temperature")
-        checks.optional(checks.non_negative, self.stop_score, "TMASConfig.stop_score")
+__all__ = ["TMAS", "TMASConfig", "Rollout", "EXPLOIT", "EXPLORE", "SOLVER_SYSTEM", "SUMMARY_SYSTEM",
+           "EXPERIENCE_SYSTEM", "GUIDELINE_SYSTEM"]
 
 
 @dataclass(frozen=True)
 class Rollout:
-    """One solution: where it came from, its final answer, its verification, and (with a reference) correctness."""
+    """One solution: where it came from, its answer, its verification passes, its summary, its correctness."""
 
     iteration: int
     index: int
     branch: str
     text: str
     answer: str | None
+    seed: int | None = None
     score: float | None = None
+    pass_scores: tuple[float, ...] = ()
     feedback: tuple[str, ...] = ()
+    summary: str | None = None
     correct: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "feedback": list(self.feedback)}
+        return {**asdict(self), "pass_scores": list(self.pass_scores), "feedback": list(self.feedback)}
 
 
 class _Stop(Exception):
@@ -116,27 +91,38 @@ class _Stop(Exception):
         self.reason = reason
 
 
-def _excerpt(text: str, chars: int) -> str:
-    """The text, or its head and tail around an elision mark when longer than `chars`."""
-    text = text.strip()
-    if len(text) <= chars:
-        return text
-    head = chars * 2 // 3
-    return f"{text[:head]}\n[...]\n{text[len(text) - (chars - head):]}"
-
-
-def _score_text(score: float | None) -> str:
-    return "unverified" if score is None else f"score {score:.3f}"
-
-
 def _ranked(rollouts: Sequence[Rollout]) -> list[Rollout]:
     """Best first: scored before unscored, higher score first, earlier first among equals."""
     return sorted(rollouts, key=lambda r: (r.score is None, -(r.score or 0.0), r.iteration, r.index))
 
 
+def _voted(rollouts: Sequence[Rollout]) -> Rollout:
+    """The best-ranked rollout carrying the most common final answer (answers compared by equivalence)."""
+    ranked = _ranked(rollouts)
+    votes = Counter(next(i for i, o in enumerate(ranked) if answers_equivalent(o.answer, r.answer)) if r.answer
+                    else -1 for r in ranked)
+    votes.pop(-1, None)
+    if not votes:
+        return ranked[0]
+    return ranked[max(votes, key=lambda i: (votes[i], -i))]
+
+
 def _agree(rollouts: Sequence[Rollout]) -> bool:
     answers = [r.answer for r in rollouts]
     return len(answers) >= 2 and all(answers_equivalent(answers[0], a) for a in answers[1:])
+
+
+def _text(completion: Completion) -> str:
+    return completion.texts[0] if completion.texts else ""
+
+
+def _failure(result: Any) -> BaseException | None:
+    """The LLMError a sample's call ended with (None if it succeeded); any other exception is a bug: raised."""
+    if not isinstance(result, BaseException):
+        return None
+    if isinstance(result, LLMError):
+        return result
+    raise result
 
 
 class TMAS:
@@ -164,10 +150,10 @@ class _Run:
     rng: random.Random = field(init=False)
     trace: Trace = field(default_factory=Trace)
     experience: ExperienceBank = field(init=False)
-    guidelines: GuidelineBank = field(init=False)
-    summary: str = ""
+    guidelines: GuidelineBank = field(default_factory=GuidelineBank)
     previous: list[Rollout] = field(default_factory=list)
     rollouts: list[Rollout] = field(default_factory=list)
+    curve: list[dict[str, Any]] = field(default_factory=list)
     budget_spent: bool = False
 
     def __post_init__(self) -> None:
@@ -176,8 +162,7 @@ class _Run:
         self.llm = MeteredLLM(self.tmas.llm, self.spend)
         self.verifier = metered_verifier(self.tmas.verifier, self.spend)
         self.rng = random.Random(cfg.seed)
-        self.experience = ExperienceBank(capacity=cfg.experience_capacity)
-        self.guidelines = GuidelineBank(capacity=cfg.guideline_capacity)
+        self.experience = ExperienceBank(capacity=cfg.experience_capacity, jaccard=cfg.experience_jaccard)
 
     @property
     def config(self) -> TMASConfig:
@@ -194,8 +179,7 @@ class _Run:
                 stop = self._round(iteration)
             except _Stop as stopped:
                 stop = stopped.reason
-            self.trace.add("memory", iteration=iteration, experience=self.experience.to_json(),
-                           guidelines=self.guidelines.to_json(), summary=self.summary)
+            self.trace.add("memory", iteration=iteration, **self._memory_json())
             if stop:
                 reason = stop
                 break
@@ -209,159 +193,195 @@ class _Run:
         branches = [EXPLORE if self.rng.random() < cfg.epsilon else EXPLOIT for _ in range(cfg.solutions)]
         rollouts = self._verify(iteration, self._generate(iteration, branches))
         self.rollouts.extend(rollouts)
-        best = _ranked(self.rollouts)[0]
+        selected = self._select()
         agreement = _agree(rollouts)
+        self.curve.append(self._curve_point(iteration, rollouts, selected))
         self.trace.add("scores", iteration=iteration, solutions=[r.to_json() for r in rollouts],
-                       best={"iteration": best.iteration, "index": best.index, "score": best.score},
+                       best={"iteration": selected.iteration, "index": selected.index, "score": selected.score},
                        agreement=agreement)
         if self.budget_spent:
             return "budget"
-        if cfg.stop_score is not None and best.score is not None and best.score >= cfg.stop_score:
+        if cfg.stop_score is not None and selected.score is not None and selected.score >= cfg.stop_score:
             return "stop_score"
         if cfg.stop_on_agreement and agreement:
             return "agreement"
         if iteration < cfg.iterations or cfg.memory_on_last_round:
-            self._update_memory(iteration, rollouts)
-        self.previous = _ranked(rollouts)[: cfg.top_k]
+            rollouts = self._update_memory(iteration, rollouts)
+        self.previous = rollouts if cfg.top_k is None else _ranked(rollouts)[: cfg.top_k]
         return "iterations" if iteration == cfg.iterations else None
 
+    def _seed(self, role: str, iteration: int, index: int | None = None) -> int | None:
+        """The seed of one sample (`per_sample`) or of one call (`per_call`, index ignored); None for `none`."""
+        mode = self.config.seed_mode
+        if mode == "none":
+            return None
+        parts = (role, iteration) if mode == "per_call" or index is None else (role, iteration, index)
+        return derive_seed(self.config.seed, *parts)
+
+    def _sample(self, conversations: list[Any], role: str, iteration: int, temperature: float,
+                max_tokens: int) -> tuple[list[Completion | BaseException], list[int | None]]:
+        """Each conversation's completion (or the error of its call) and its seed, per `seed_mode`."""
+        seeds = [self._seed(role, iteration, i) for i in range(len(conversations))]
+        params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds]
+        if self.config.seed_mode == "per_sample":
+            return fan_out(self.llm, conversations, params, self.config.parallel_calls), seeds
+        return batched(self.llm, conversations, params[0]) if conversations else [], seeds
+
     def _generate(self, iteration: int, branches: list[str]) -> list[Rollout]:
-        """The round's solutions; solutions of a partly failed call are kept (their error recorded)."""
+        """The round's solutions; a sample whose call failed is recorded and left out."""
         cfg = self.config
-        params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed + iteration)
         conversations = [self._solver_prompt(branch) for branch in branches]
-        try:
-            completions: list[Any] = self.llm.chat(conversations, params)
-        except BudgetExhausted as err:
-            self._error(iteration, "generate", err)
-            raise _Stop("budget") from err
-        except LLMError as err:
-            self._error(iteration, "generate", err)
-            completions = list(getattr(err, "results", None) or [])  # a backend's partial results, if any
-            completions = [c if hasattr(c, "texts") else None for c in completions]
-        rollouts = []
-        for index, (branch, completion) in enumerate(zip(branches, completions)):
-            if completion is not None:
-                text = completion.texts[0] if completion.texts else ""
-                rollouts.append(Rollout(iteration, index, branch, text, extract_answer(text),
-                                        correct=is_correct(text, self.reference)))
-        self.trace.add("generate", iteration=iteration, branches=branches,
+        results, seeds = self._sample(conversations, "solve", iteration, cfg.temperature, cfg.max_tokens)
+        rollouts, refused = [], False
+        for index, (branch, result, seed) in enumerate(zip(branches, results, seeds)):
+            if err := _failure(result):
+                self._error(iteration, "generate", err, index=index)
+                refused = refused or isinstance(err, BudgetExhausted)
+                continue
+            text = _text(result)
+            rollouts.append(Rollout(iteration, index, branch, text, extract_answer(text), seed=seed,
+                                    correct=is_correct(text, self.reference)))
+        self.trace.add("generate", iteration=iteration, branches=branches, seeds=seeds,
                        solutions=[{"index": r.index, "branch": r.branch, "text": r.text, "answer": r.answer}
                                   for r in rollouts])
         if not rollouts:
-            raise _Stop("llm_error")
+            raise _Stop("budget" if refused else "llm_error")
+        self.budget_spent = self.budget_spent or refused
         return rollouts
 
     def _verify(self, iteration: int, rollouts: list[Rollout]) -> list[Rollout]:
-        """M verification passes; each rollout gets its mean score and all feedback of the passes that worked."""
+        """M verification passes, each a fresh sample of an LLM critic (a deterministic verifier runs once)."""
+        cfg = self.config
+        if cfg.verifications == 0:
+            return rollouts
         texts = [r.text for r in rollouts]
+        # each pass is its own call whatever the seed mode, so each gets its own seed (none under `none`)
+        seeds = [None if cfg.seed_mode == "none" else derive_seed(cfg.seed, "verify", iteration, m)
+                 for m in range(1, cfg.verifications + 1)]
+        verifiers = [sampled_verifier(self.verifier, cfg.verify_temperature, s, cfg.verify_max_tokens) for s in seeds]
+        deterministic = verifiers[0] is None
+        if deterministic:
+            verifiers = [self.verifier]
+
+        def one(verifier: Any) -> list[Any]:
+            verdicts = verifier.verify(self.problem, texts, context=texts)
+            if len(verdicts) != len(texts):
+                raise ScoreError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
+            return verdicts
+
         scores: list[list[float]] = [[] for _ in rollouts]
         feedback: list[list[str]] = [[] for _ in rollouts]
-        for verification in range(1, self.config.verifications + 1):
-            try:
-                verdicts = self.verifier.verify(self.problem, texts, context=texts)
-                if len(verdicts) != len(texts):
-                    raise ScoreError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
-            except Exception as err:  # noqa: BLE001 - any verifier failure is recorded and that pass skipped
-                self._error(iteration, "verify", err, verification=verification)
-                if isinstance(err, BudgetExhausted):
-                    self.budget_spent = True
-                    break
+        for number, result in enumerate(run_all(one, verifiers, cfg.parallel_calls), 1):
+            if isinstance(result, BaseException):  # any verifier failure is recorded and that pass skipped
+                self._error(iteration, "verify", result, verification=number)
+                self.budget_spent = self.budget_spent or isinstance(result, BudgetExhausted)
                 continue
-            for i, verdict in enumerate(verdicts):
+            for i, verdict in enumerate(result):
                 scores[i].append(float(verdict.score))
                 feedback[i].append(verdict.feedback)
-            self.trace.add("verify", iteration=iteration, verification=verification,
-                           scores=[float(v.score) for v in verdicts])
-        return [replace(r, score=sum(s) / len(s) if s else None, feedback=tuple(f))
+            extra = {"repeats": cfg.verifications, "deterministic": True} if deterministic else {
+                "seed": seeds[number - 1], "temperature": cfg.verify_temperature}
+            self.trace.add("verify", iteration=iteration, verification=number,
+                           scores=[float(v.score) for v in result], **extra)
+        return [replace(r, score=sum(s) / len(s) if s else None, pass_scores=tuple(s), feedback=tuple(f))
                 for r, s, f in zip(rollouts, scores, feedback)]
+
+    def _select(self) -> Rollout:
+        """The answer so far: per `select`, the best-scored rollout of any round or the last round's vote."""
+        if self.config.select == "score" and any(r.score is not None for r in self.rollouts):
+            return _ranked(self.rollouts)[0]
+        last = max(r.iteration for r in self.rollouts)
+        return _voted([r for r in self.rollouts if r.iteration == last])
+
+    def _curve_point(self, iteration: int, rollouts: list[Rollout], selected: Rollout) -> dict[str, Any]:
+        """What the loop would answer had it stopped after this round, and how the round itself did."""
+        graded = [r.correct for r in rollouts if r.correct is not None]
+        scored = [r.score for r in rollouts if r.score is not None]
+        return {"iteration": iteration, "selected": {"iteration": selected.iteration, "index": selected.index},
+                "answer": selected.answer, "score": selected.score, "correct": selected.correct,
+                "round_size": len(rollouts), "round_accuracy": sum(graded) / len(graded) if graded else None,
+                "round_mean_score": sum(scored) / len(scored) if scored else None}
 
     # -- memory agents -----------------------------------------------------------------------------
 
-    def _update_memory(self, iteration: int, rollouts: list[Rollout]) -> None:
-        reply = self._agent(iteration, "summary", SUMMARY_SYSTEM, self._feedback_prompt(rollouts))
-        if reply is not None:
-            self.summary = _excerpt(re.sub(r"\s+", " ", reply), self.config.excerpt_chars)
-            self.trace.add("summary", iteration=iteration, text=self.summary)
-        reply = self._agent(iteration, "experience", EXPERIENCE_SYSTEM, self._experience_prompt(rollouts))
-        if reply is not None:
-            update = self.experience.apply_reply(reply)
-            self.experience = update.bank
-            self.trace.add("experience", iteration=iteration, reply=reply, **update.to_json())
-        reply = self._agent(iteration, "guidelines", GUIDELINE_SYSTEM, self._guideline_prompt(rollouts))
-        if reply is not None:
-            update = self.guidelines.apply_reply(reply)
-            self.guidelines = update.bank
-            self.trace.add("guidelines", iteration=iteration, reply=reply, **update.to_json())
+    def _update_memory(self, iteration: int, rollouts: list[Rollout]) -> list[Rollout]:
+        """Summaries per candidate, then the experience and guideline banks; the rollouts with their summaries."""
+        cfg = self.config
+        if cfg.verifications > 0:
+            rollouts = self._summarise(iteration, rollouts)
+        if cfg.experience:
+            reply = self._agent(iteration, "experience", prompts.experience_prompt(
+                self.problem, self.experience, rollouts, cfg.excerpt_chars, cfg.experience_min,
+                cfg.experience_capacity, cfg.verifications > 0))
+            if reply is not None:
+                update = self.experience.apply_reply(reply)
+                self.experience = update.bank
+                self.trace.add("experience", iteration=iteration, reply=reply, **update.to_json())
+        if cfg.guidelines:
+            reply = self._agent(iteration, "guidelines", prompts.guideline_prompt(
+                self.problem, self.guidelines, rollouts, cfg.excerpt_chars, cfg.guideline_prompt_chars))
+            if reply is not None:
+                update = self.guidelines.apply_reply(reply)
+                self.guidelines = update.bank
+                self.trace.add("guidelines", iteration=iteration, reply=reply, **update.to_json())
+        return rollouts
 
-    def _agent(self, iteration: int, step: str, system: str, user: str) -> str | None:
+    def _summarise(self, iteration: int, rollouts: list[Rollout]) -> list[Rollout]:
+        """One summary per verified candidate (the summary agent); stored on the rollouts and in the state."""
+        cfg = self.config
+        todo = [r for r in rollouts if r.pass_scores]
+        conversations = [prompts.summary_prompt(self.problem, r, cfg.excerpt_chars) for r in todo]
+        results, _ = self._sample(conversations, "summary", iteration, cfg.agent_temperature, cfg.agent_max_tokens)
+        summaries: dict[int, str] = {}
+        refused = False
+        for r, result in zip(todo, results):
+            if err := _failure(result):
+                self._error(iteration, "summary", err, index=r.index)
+                refused = refused or isinstance(err, BudgetExhausted)
+            else:
+                summaries[r.index] = " ".join(_text(result).split())
+        rollouts = [replace(r, summary=summaries.get(r.index)) for r in rollouts]
+        self.rollouts[len(self.rollouts) - len(rollouts):] = rollouts
+        self.trace.add("summary", iteration=iteration,
+                       summaries=[{"index": i, "text": t} for i, t in sorted(summaries.items())])
+        if refused:
+            raise _Stop("budget")
+        return rollouts
+
+    def _agent(self, iteration: int, step: str, conversation: Any) -> str | None:
         """One agent's reply; None (error recorded, step skipped) when the call fails; _Stop when out of budget."""
         cfg = self.config
-        params = SamplingParams(temperature=cfg.agent_temperature, max_tokens=cfg.agent_max_tokens, seed=cfg.seed)
-        try:
-            completion = self.llm.chat([[{"role": "system", "content": system}, {"role": "user", "content": user}]],
-                                       params)[0]
-        except BudgetExhausted as err:
+        (result,), _ = self._sample([conversation], step, iteration, cfg.agent_temperature, cfg.agent_max_tokens)
+        if err := _failure(result):
             self._error(iteration, step, err)
-            raise _Stop("budget") from err
-        except LLMError as err:
-            self._error(iteration, step, err)
+            if isinstance(err, BudgetExhausted):
+                raise _Stop("budget") from err
             return None
-        return completion.texts[0].strip() if completion.texts else ""
+        return _text(result).strip()
 
     # -- prompts -----------------------------------------------------------------------------------
 
-    def _solver_prompt(self, branch: str) -> Conversation:
-        parts = [f"Problem:\n{self.problem}"]
+    def _solver_prompt(self, branch: str) -> Any:
+        cfg = self.config
         if branch == EXPLORE:
-            parts.append(f"Strategies already tried:\n{self.guidelines.render()}")
-            parts.append("Solve the problem with an approach different from those listed.")
-        else:
-            for rank, r in enumerate(self.previous, 1):
-                parts.append(f"Previous attempt {rank} ({_score_text(r.score)}):\n"
-                             f"{_excerpt(r.text, self.config.excerpt_chars)}")
-            if self.summary:
-                parts.append(f"Verifier feedback on the previous attempts:\n{self.summary}")
-            if self.experience.entries:
-                parts.append(f"Lessons so far (reuse results, avoid pitfalls):\n{self.experience.render()}")
-            parts.append("Write a better solution, fixing any mistakes pointed out." if self.previous
-                         else "Solve the problem.")
-        return [{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
-
-    def _feedback_prompt(self, rollouts: Sequence[Rollout]) -> str:
-        chars = max(200, self.config.excerpt_chars // max(1, len(rollouts)))
-        blocks = [f"Solution {r.index + 1} (answer {r.answer or 'none'}, {_score_text(r.score)}):\n"
-                  f"{_excerpt(' / '.join(f for f in r.feedback if f.strip()) or '(no feedback)', chars)}"
-                  for r in rollouts]
-        return f"Problem:\n{self.problem}\n\nVerifier feedback:\n\n" + "\n\n".join(blocks)
-
-    def _experience_prompt(self, rollouts: Sequence[Rollout]) -> str:
-        ranked = _ranked(rollouts)
-        chars = self.config.excerpt_chars // 2
-        shown = [f"Best solution ({_score_text(ranked[0].score)}):\n{_excerpt(ranked[0].text, chars)}"]
-        if len(ranked) > 1:
-            shown.append(f"Worst solution ({_score_text(ranked[-1].score)}):\n{_excerpt(ranked[-1].text, chars)}")
-        return "\n\n".join([f"Problem:\n{self.problem}", f"Experience bank:\n{self.experience.render()}",
-                            f"Feedback summary:\n{self.summary or '(none)'}", *shown,
-                            "Update the experience bank."])
-
-    def _guideline_prompt(self, rollouts: Sequence[Rollout]) -> str:
-        chars = max(200, self.config.excerpt_chars // max(1, len(rollouts)))
-        solutions = [f"Solution {r.index + 1}:\n{_excerpt(r.text, chars)}" for r in rollouts]
-        return "\n\n".join([f"Problem:\n{self.problem}", f"Strategies already listed:\n{self.guidelines.render()}",
-                            *solutions, "Name the strategies these solutions used."])
+            return prompts.explore_prompt(self.problem, self.guidelines if cfg.guidelines else None,
+                                          cfg.guideline_prompt_chars)
+        return prompts.exploit_prompt(self.problem, self.previous, self.experience if cfg.experience else None,
+                                      cfg.excerpt_chars, cfg.verifications > 0)
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
     def _error(self, iteration: int, step: str, err: BaseException, **data: Any) -> None:
         self.trace.add("error", iteration=iteration, step=step, error=type(err).__name__, message=str(err), **data)
 
+    def _memory_json(self) -> dict[str, Any]:
+        return {"experience": self.experience.to_json() if self.config.experience else None,
+                "guidelines": self.guidelines.to_json() if self.config.guidelines else None}
+
     def _finish(self, reason: str) -> LoopResult:
-        ranked = _ranked(self.rollouts)
-        best = ranked[0] if ranked else None
+        best = self._select() if self.rollouts else None
         return finish(self.tmas.name, best.text if best else "", best.score if best else None, reason,
                       self.spend, self.trace,
                       best=best.to_json() if best else None,
                       iterations=max((r.iteration for r in self.rollouts), default=0),
-                      experience=self.experience.to_json(), guidelines=self.guidelines.to_json(),
-                      summary=self.summary, rollouts=[r.to_json() for r in self.rollouts])
+                      **self._memory_json(), curve=self.curve, rollouts=[r.to_json() for r in self.rollouts])

@@ -1,0 +1,115 @@
+"""TMASConfig: every knob of the TMAS loop, with the paper's value where the paper gives one.
+
+Paper: "TMAS: Scaling Test-Time Compute via Multi-Agent Synergy" (arXiv 2605.10344) and its code
+README (github.com/george-QF/TMAS-code): N=8 candidates, M=8 verifications, up to 20 iterations,
+epsilon=0.2, five agents (solution, verification, summary, experience, guideline) on one model. A
+field whose docstring says "deviation" or "not in the paper" is a morkit choice; the README's TMAS
+fidelity table lists them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from morkit.core import checks
+from morkit.core.errors import InputError
+
+SeedMode = Literal["per_sample", "per_call", "none"]
+Selection = Literal["score", "vote"]
+
+
+@dataclass(frozen=True)
+class TMASConfig:
+    """Loop sizes, sampling, memory, ablation switches and stop rules of one TMAS run."""
+
+    iterations: int = 3
+    """Rounds T. The paper runs up to 20 (its curves go to iteration 19); 3 keeps a local CPU run short."""
+    solutions: int = 8
+    """Candidate solutions N per round (paper: 8)."""
+    verifications: int = 8
+    """Verification passes M per solution (paper: 8). 0 is the no-verification ablation: no scores, no
+    summaries, and the answer is chosen by `select`'s vote."""
+    epsilon: float = 0.2
+    """Probability that a solution explores (guideline-directed) instead of exploiting (paper: 0.2)."""
+    seed: int = 0
+    """Base seed of the explore/exploit coin and of every sample's derived seed."""
+    seed_mode: SeedMode = "per_sample"
+    """How sampling seeds reach the LLM. `per_sample`: every sample (solution, verification pass,
+    summary) gets its own seed derived from (seed, role, iteration, index), one chat call per sample,
+    run `parallel_calls` at a time; a seed-honouring server (vLLM) then returns distinct samples.
+    `per_call`: one batched call, one seed per round; fine for the local backend (rows draw
+    independently) but a seed-honouring server returns identical solutions for identical prompts.
+    `none`: one batched call without a seed (not reproducible)."""
+    parallel_calls: int = 8
+    """Per-sample calls (and verification passes) in flight at once; 1 runs them one after another."""
+    max_tokens: int = 512
+    """New tokens per solution."""
+    temperature: float = 0.7
+    """Solution sampling temperature. The paper's value could not be read (see the notes); morkit's default."""
+    verify_temperature: float = 0.7
+    """Sampling temperature of each verification pass of an LLM verifier: the M passes are independent
+    samples, so M > 1 buys new evidence. A verifier with no sampling knob (MoR) is deterministic: it is
+    called once and its score stands for all M passes (the trace says so)."""
+    verify_max_tokens: int | None = None
+    """New tokens per critique; None keeps the verifier's own setting."""
+    agent_max_tokens: int = 256
+    """New tokens per summary / experience / guideline reply."""
+    agent_temperature: float = 0.0
+    """Temperature of the summary, experience and guideline agents; not in the paper: greedy keeps the
+    line protocols of small models parseable."""
+    top_k: int | None = None
+    """Previous-round solutions shown to an exploiting sample: None shows all N (solution, summary)
+    pairs, as the paper; k shows the k best-scored only (a deviation, to fit small contexts)."""
+    experience: bool = True
+    """The experience bank (ablation 'w/o experience bank': false drops the agent and the bank from prompts)."""
+    guidelines: bool = True
+    """The guideline bank (ablation 'w/o guideline bank': false drops the agent; exploring samples are
+    only told to try an approach of their own, without the list of tried strategies)."""
+    experience_min: int = 20
+    """Entries the experience agent is asked to keep at least, once there are enough lessons (the
+    paper's target range is 20 to 35 entries)."""
+    experience_capacity: int | None = 35
+    """Most entries the experience agent is asked to keep (paper: 35) and the bank's hard cap: past it,
+    the oldest entries no operation touched are evicted, and the trace lists them. None: no cap."""
+    experience_jaccard: float | None = 0.7
+    """An ADD whose word-set Jaccard similarity with an entry reaches this is a duplicate (the paper's
+    code de-duplicates by Jaccard similarity; its threshold is not given). None: exact duplicates only."""
+    guideline_prompt_chars: int | None = None
+    """Longest rendering of the guideline bank in a prompt. None: every strategy is shown. A limit shows
+    the newest strategies that fit and says how many older ones are left out; the bank itself never
+    forgets a strategy."""
+    excerpt_chars: int | None = 2000
+    """Longest solution or feedback text put into a prompt (head and tail kept). The paper passes whole
+    solutions; 2000 characters is about a whole 512-token solution. None: no limit."""
+    select: Selection = "score"
+    """The answer: `score`, the best-scored solution of any round (unscored rank last; with no score at
+    all, the vote); `vote`, the most common final answer of the last round (ties: higher score, then
+    earlier). Not specified by the paper."""
+    stop_score: float | None = None
+    """Stop once the best score reaches this (not in the paper)."""
+    stop_on_agreement: bool = False
+    """Stop when every solution of a round (at least two) has the same final answer (not in the paper,
+    which runs all T rounds)."""
+    memory_on_last_round: bool = False
+    """Run the memory agents after the last round too (only useful to inspect the final banks)."""
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "solutions", "max_tokens", "agent_max_tokens", "parallel_calls"):
+            checks.positive_int(getattr(self, name), f"TMASConfig.{name}")
+        checks.non_negative_int(self.verifications, "TMASConfig.verifications")
+        checks.non_negative_int(self.seed, "TMASConfig.seed")
+        checks.non_negative_int(self.experience_min, "TMASConfig.experience_min")
+        for name in ("top_k", "experience_capacity", "guideline_prompt_chars", "excerpt_chars",
+                     "verify_max_tokens"):
+            checks.optional(checks.positive_int, getattr(self, name), f"TMASConfig.{name}")
+        checks.probability(self.epsilon, "TMASConfig.epsilon")
+        checks.optional(checks.probability, self.experience_jaccard, "TMASConfig.experience_jaccard")
+        for name in ("temperature", "verify_temperature", "agent_temperature"):
+            checks.non_negative(getattr(self, name), f"TMASConfig.{name}")
+        checks.optional(checks.non_negative, self.stop_score, "TMASConfig.stop_score")
+        checks.one_of(self.seed_mode, ("per_sample", "per_call", "none"), "TMASConfig.seed_mode")
+        checks.one_of(self.select, ("score", "vote"), "TMASConfig.select")
+        if self.experience_capacity is not None and self.experience_min > self.experience_capacity:
+            raise InputError(f"TMASConfig.experience_min ({self.experience_min}) exceeds experience_capacity "
+                             f"({self.experience_capacity})")

@@ -1,0 +1,56 @@
+"""Per-iteration accuracy curves from TMAS output records (the JSON lines of `morkit loop tmas`).
+
+Two curves, as the paper plots accuracy against the iteration:
+- best-so-far: whether the answer the loop would give had it stopped after iteration t is correct
+  (the state's `curve[t].correct`, i.e. the loop's own `select` rule applied to rounds 1..t);
+- round mean: the share of iteration t's N solutions that are correct (the paper's per-iteration pass@1).
+Both need the reference, which the loop uses only to mark `correct`. Records written before the state
+had a `curve` are read from their `rollouts` (best-so-far then uses the best score, the loop's default).
+A run that stopped before iteration t keeps its last answer for best-so-far and drops out of the round
+mean (the count of runs behind each point is reported).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from morkit.core.errors import InputError
+
+
+def record_curve(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One record's points: [{"iteration", "correct", "round_accuracy"}], iteration 1 first."""
+    state = record.get("state") or {}
+    if state.get("curve"):
+        return [{"iteration": p["iteration"], "correct": p.get("correct"), "round_accuracy": p.get("round_accuracy")}
+                for p in state["curve"]]
+    rollouts = state.get("rollouts")
+    if rollouts is None:
+        raise InputError(f"record {record.get('id', '?')!r} has neither state.curve nor state.rollouts: "
+                         "not a TMAS output record")
+    points, seen = [], []
+    for iteration in sorted({r["iteration"] for r in rollouts}):
+        round_ = [r for r in rollouts if r["iteration"] == iteration]
+        seen.extend(round_)
+        scored = [r for r in seen if r.get("score") is not None]
+        best = (max(scored, key=lambda r: (r["score"], -r["iteration"], -r["index"])) if scored
+                else round_[0])
+        graded = [r["correct"] for r in round_ if r.get("correct") is not None]
+        points.append({"iteration": iteration, "correct": best.get("correct"),
+                       "round_accuracy": sum(graded) / len(graded) if graded else None})
+    return points
+
+
+def aggregate(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Mean curves over records: per iteration, best-so-far accuracy and round-mean accuracy, with counts."""
+    curves = [record_curve(r) for r in records]
+    last = max((len(c) for c in curves), default=0)
+    rows = []
+    for t in range(1, last + 1):
+        best = [(c[t - 1] if len(c) >= t else c[-1])["correct"] for c in curves if c]
+        best = [b for b in best if b is not None]
+        rounds = [c[t - 1]["round_accuracy"] for c in curves if len(c) >= t]
+        rounds = [a for a in rounds if a is not None]
+        rows.append({"iteration": t,
+                     "best_so_far": sum(best) / len(best) if best else None, "best_n": len(best),
+                     "round_mean": sum(rounds) / len(rounds) if rounds else None, "round_n": len(rounds)})
+    return rows
