@@ -75,6 +75,18 @@ def test_loop_cli_offline_protocol(loop, extra, tmp_path, agents_toml, queries, 
         assert record["state"]["reviews"][1] and all(r["verdict"] == "accept" for r in record["state"]["reviews"][1])
 
 
+def test_tmas_ablations_from_the_command_line(tmp_path, agents_toml, queries):
+    out = tmp_path / "out.jsonl"
+    assert main(["loop", "tmas", str(queries), "-o", str(out), "--agents", str(agents_toml), "-q", "--iterations", "2",
+                 "--solutions", "2", "--verifications", "0", "--set", "guidelines=false", "--set",
+                 "experience=false"]) == 0
+    record = json.loads(out.read_text())
+    kinds = {event["kind"] for event in record["trace"]}
+    assert not kinds & {"verify", "summary", "guidelines", "experience"}, kinds
+    assert record["state"]["guidelines"] is None and record["state"]["experience"] is None
+    assert "71" in record["answer"]
+
+
 def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):
     out = tmp_path / "out.jsonl"
     assert main(["loop", "tmas", str(queries), "-o", str(out), "--agents", str(agents_toml), "-q",

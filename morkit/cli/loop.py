@@ -94,8 +94,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help=f"new tokens per solver generation (default {d.gen_tokens})")
     g.add_argument("--iterations", type=POSITIVE_INT, default=d.iterations, help="TMAS rounds (paper: up to 20)")
     g.add_argument("--solutions", type=POSITIVE_INT, default=d.solutions, help="TMAS solutions per round (paper: 8)")
-    g.add_argument("--verifications", type=POSITIVE_INT, default=d.verifications,
-                   help="TMAS verification passes per solution (paper: 8)")
+    g.add_argument("--verifications", type=NON_NEGATIVE_INT, default=d.verifications,
+                   help="TMAS verification passes per solution (paper: 8; 0: the no-verification ablation)")
     g.add_argument("--epsilon", type=PROBABILITY, default=d.epsilon, help="TMAS exploration probability (paper: 0.2)")
     g.add_argument("--chain", type=POSITIVE_INT, default=d.chain, help="StreamMA agents in the chain")
     g.add_argument("--protocol", choices=PROTOCOLS, default=d.protocol, help="StreamMA protocol")

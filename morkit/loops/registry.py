@@ -41,8 +41,9 @@ class LoopOptions:
 
     def __post_init__(self) -> None:
         checks.non_negative_int(self.seed, "seed")
-        for name in ("gen_tokens", "iterations", "solutions", "verifications", "chain", "max_explores"):
+        for name in ("gen_tokens", "iterations", "solutions", "chain", "max_explores"):
             checks.positive_int(getattr(self, name), name)
+        checks.non_negative_int(self.verifications, "verifications")  # 0: TMAS's no-verification ablation
         checks.probability(self.epsilon, "epsilon")
         checks.one_of(self.protocol, PROTOCOLS, "protocol")
         if not self.step_marker:
