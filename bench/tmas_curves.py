@@ -5,6 +5,7 @@ Two modes:
     .venv/bin/python bench/tmas_curves.py read OUT.jsonl     # records of `morkit loop tmas ... -o OUT.jsonl`
     .venv/bin/python bench/tmas_curves.py run --questions 3 --iterations 3 --threads 1 \
         --save /tmp/tmas_run.jsonl                            # TMAS on GSM8K test questions, local SmolLM2
+    .venv/bin/python bench/tmas_curves.py replay              # recorded Qwen2.5-Math solutions, RM-72B scores
 
 Curves (morkit.loops.tmas.curves): at iteration t, *best-so-far* is the share of questions whose answer
 had the loop stopped after t (its `select` rule over rounds 1..t) is correct; *round mean* is the mean,
@@ -16,6 +17,13 @@ Correctness needs each query's reference (the loop only marks it; no prompt sees
 test lines from --start (1100, as bench/loops.py). SmolLM2-135M is tiny and slow on CPU (seconds per
 call): keep it to a few questions, 2-3 iterations and 64-96 tokens. Its accuracy is near zero; the run
 shows the curves' plumbing on real data, not TMAS's scaling.
+
+`replay` runs the real TMAS loop on real candidates: the solver replays each MATH problem's 8 recorded
+Qwen2.5-Math-Instruct solutions (qwen25_math_rm8) in a seeded order, one per solver call, and the
+verifier returns each solution's recorded Qwen2.5-Math-RM-72B score (deterministic, so one pass). The
+memory agents get empty replies. What was generated cannot depend on the memory, so the curve shows the
+verifier-guided selection across rounds (best-so-far over 2, 4, 6, 8 solutions), not the memory's effect;
+that needs a live model behind `morkit loop tmas`.
 """
 
 from __future__ import annotations
@@ -52,7 +60,88 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TMASConfig field")
     g.add_argument("--save", help="write the run's records (the `morkit loop` format) here")
     g.add_argument("--json", help="also write the curve rows here")
+    y = sub.add_parser("replay", help="TMAS over recorded Qwen2.5-Math solutions, scored by their recorded RM-72B")
+    y.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    y.add_argument("--questions", type=int, default=0, help="at most this many problems (0: all 70)")
+    y.add_argument("--iterations", type=int, default=4)
+    y.add_argument("--solutions", type=int, default=2, help="per round; iterations x solutions <= 8")
+    y.add_argument("--seed", type=int, default=0)
+    y.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TMASConfig field")
+    y.add_argument("--json", help="also write the curve rows here")
     return p.parse_args(argv)
+
+
+class ReplaySolver:
+    """An LLM that answers TMAS's solver prompts with a problem's recorded solutions, each once, in a seeded
+    order, and every memory agent with an empty reply (thread-safe: TMAS samples in parallel)."""
+
+    name = "replay"
+
+    def __init__(self, solutions: Sequence[str], seed: int):
+        import random
+        import threading
+
+        from morkit.loops.tmas.prompts import SOLVER_SYSTEM
+
+        self._order = list(solutions)
+        random.Random(seed).shuffle(self._order)
+        self._solver_system, self._lock, self.served = SOLVER_SYSTEM, threading.Lock(), 0
+
+    def chat(self, conversations, params=None):
+        from morkit.core.errors import LLMError
+        from morkit.llm.base import Completion
+
+        out = []
+        for conversation in conversations:
+            text = ""
+            if conversation[0]["content"] == self._solver_system:
+                with self._lock:
+                    if self.served >= len(self._order):
+                        raise LLMError("every recorded solution was replayed")
+                    text, self.served = self._order[self.served], self.served + 1
+            out.append(Completion((text,), 0, len(text.split())))
+        return out
+
+    def stream(self, conversation, params=None):
+        yield self.chat([conversation], params)[0].texts[0]
+
+
+class RecordedScores:
+    """A deterministic verifier: each recorded solution's recorded reward-model score."""
+
+    name = "recorded-rm"
+
+    def __init__(self, scores: dict[str, float]):
+        self.scores, self.rm_calls = scores, 0
+
+    def verify(self, question, answers, context=()):
+        from morkit.core.types import Verdict
+
+        self.rm_calls += len(answers)
+        return [Verdict(self.scores.get(a, 0.0)) for a in answers]
+
+
+def run_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """TMAS records over qwen25_math_rm8: replayed solutions, recorded RM-72B scores."""
+    from morkit.data.datasets import load_spec
+    from morkit.loops.settings import configure, parse_setting
+    from morkit.loops.tmas.loop import TMAS, TMASConfig
+
+    queries = load_spec("qwen25_math_rm8", args.data_dir)
+    queries = queries[: args.questions] if args.questions else queries
+    config = configure(TMASConfig, [parse_setting(s) for s in args.set], iterations=args.iterations,
+                       solutions=args.solutions, verifications=1, seed=args.seed)
+    records = []
+    for query in queries:
+        texts = [c.text for c in query.candidates]
+        scores = {c.text: c.scores["qwen2.5-math-rm-72b"] for c in query.candidates}
+        result = TMAS(ReplaySolver(texts, args.seed), RecordedScores(scores), config).run(query.question,
+                                                                                           query.reference)
+        records.append({"id": query.id, "reference": query.reference, **result.to_json()})
+    oracle = sum(any(c.correct for c in q.candidates) for q in queries) / len(queries)
+    print(f"[tmas-curves] replay: {len(queries)} MATH problems, {args.iterations} rounds x {args.solutions} "
+          f"solutions; any of the 8 recorded solutions correct (oracle): {100 * oracle:.1f}%", file=sys.stderr)
+    return records
 
 
 def run_local(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -104,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.mode == "read":
         records = [record for _, record in read_jsonl(args.records)]
+    elif args.mode == "replay":
+        records = run_replay(args)
     else:
         records = run_local(args)
         if args.save:
