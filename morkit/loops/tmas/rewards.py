@@ -1,42 +1,105 @@
-"""The TMAS hybrid RL reward as plain functions TRL's `GRPOTrainer` accepts as `reward_funcs`.
+"""The TMAS hybrid RL reward, as reward functions TRL's `GRPOTrainer` accepts as `reward_funcs`.
 
-TRL calls each reward function as `fn(prompts=..., completions=..., completion_ids=..., **columns)`:
-`completions` are strings (standard datasets) or lists of message dicts (conversational ones: the last
-message's content is read), and every extra dataset column arrives as a keyword list aligned with
-the completions. Each function returns one float per completion. This module only computes rewards.
+TRL calls a reward function as `fn(prompts=..., completions=..., completion_ids=..., **columns)`, with
+every dataset column as a list aligned with the completions (each row repeated `num_generations` times)
+plus `trainer_state`, `log_extra` and `log_metric`. Completions are strings or message lists (the last
+message's content is read). One float (or None: "does not apply") comes back per completion.
 
-- `correctness_reward`: +1 if the completion's final answer equals the reference (`answer` or
-  `reference` column, math equivalence), else -1.
-- `bank_bonus_reward(beta)`: a correct rollout that used the memory bank (`used_bank` column) gets
-  beta * (1 - p_base), p_base = accuracy of the rollouts of the same prompt that did not use it.
-- `novelty_reward`: the paper's table over (correct, novel) - see NOVELTY_TABLE; `novel` column, or
-  novelty computed against a `seen_answers` column (previously seen final answers per rollout).
-- `hybrid_reward(beta)`: the sum of the three.
+Each rollout gets exactly one of the paper's three rewards, chosen by its `rollout_type` column
+(the branch whose prompt produced it), so correctness is never counted twice:
 
-Grouping for p_base: TRL repeats each prompt `num_generations` times in a batch and normalises
-advantages within those groups, so rollouts are grouped by their prompt (text, or the messages as
-JSON). A prompt sampled twice in one batch pools its groups: same question, one baseline. Without
-`prompts` the whole batch is one group.
+- `base` (no memory in the prompt): correctness, +1 right / -1 wrong; keeps basic reasoning.
+- `bank` (exploit: the prompt shows the experience bank): correctness plus, when right, the bank bonus
+  beta * (1 - p_base), p_base the accuracy of the `base` rollouts of the same problem; rewards using
+  the bank where the problem is hard without it.
+- `explore` (the prompt shows the guideline bank and asks for another approach): the novelty table
+  over (correct, class), class in {1 novel, 0 variant, -1 repeat} given by an LLM judge that compares the
+  rollout's strategy with that row's guideline bank (morkit.loops.tmas.novelty). The table already
+  rewards correctness, so nothing is added to it.
+
+Without a `rollout_type` column, `used_bank` (bool) marks bank rows and the rest are base.
+
+Grouping for p_base: rows with the same `problem_id` (HybridRewardConfig.group_column) in one reward
+call form a problem's group; Bank and Base prompts differ, so they only meet through that id. Without
+the column the prompt is the key (text, or the messages as JSON): then only identical prompts meet.
+TRL scores one generation batch per call (`per_device_train_batch_size * steps_per_generation`
+completions per process): a problem's Bank and Base rows must land in the same batch - see
+morkit.loops.tmas.grpo.check_grouping. A precomputed `p_base` column, where not None, is used instead.
+A bank row whose problem has no base rollout in the call gets no bonus (counted in `tmas/bank_without_base`).
+
+`correctness_reward`, `bank_bonus_reward` and `novelty_reward` return the parts separately (None where a
+part does not apply); TRL sums reward functions with nansum, so passing the three gives the hybrid total
+with each part logged under its own name.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Sequence
 
+from morkit.core import checks
 from morkit.core.errors import InputError
-from morkit.core.grading import answers_equivalent, extract_answer, is_correct
+from morkit.core.grading import is_correct
+from morkit.loops.tmas.novelty import (
+    NOVELTY_CLASSES,
+    NoveltyJudge,
+    answer_novelty,
+    strategies_of,
+)
 
-RewardFn = Callable[..., list[float]]
-
+RewardFn = Callable[..., list[float | None]]
+BASE, BANK, EXPLORE = "base", "bank", "explore"
+ROLLOUT_TYPES = (BASE, BANK, EXPLORE)
+_ALIASES = {"exploit": BANK, "exploration": EXPLORE, "none": BASE}
 DEFAULT_BETA = 0.5
-NOVELTY_TABLE: Mapping[tuple[bool, bool], float] = {
-    (True, True): 1.0,     # correct and novel
-    (True, False): 0.2,    # correct, an answer seen before
-    (False, True): -0.5,   # wrong but novel (exploration)
-    (False, False): -1.0,  # wrong and seen before
-}
-"""Reward by (correct, novel)."""
+
+
+@dataclass(frozen=True)
+class HybridRewardConfig:
+    """The hybrid reward's constants and where it reads its inputs."""
+
+    beta: float = DEFAULT_BETA
+    """Bank bonus scale: a right bank rollout gets +beta * (1 - p_base)."""
+    novelty: Literal["judge", "column", "answers"] = "judge"
+    """Novelty class source: the LLM judge against `guideline_bank`; a `novelty_class` column (1/0/-1, or a
+    bool `novel` column); or the answer-level fallback over `seen_answers` (1 new final answer, else -1)."""
+    correct_novel: float = 1.0
+    correct_variant: float = 0.6
+    """Interpolated between correct_novel and correct_repeat (the paper's value was not available here)."""
+    correct_repeat: float = 0.2
+    wrong_novel: float = -0.5
+    wrong_variant: float = -0.75
+    """Interpolated between wrong_novel and wrong_repeat (the paper's value was not available here)."""
+    wrong_repeat: float = -1.0
+    group_column: str = "problem_id"
+    """Column whose equal values form a problem's group for p_base (the prompt when the column is absent)."""
+
+    def __post_init__(self) -> None:
+        checks.non_negative(self.beta, "HybridRewardConfig.beta")
+        if self.novelty not in ("judge", "column", "answers"):
+            raise InputError(f"HybridRewardConfig.novelty must be judge, column or answers, got {self.novelty!r}")
+
+    def novelty_value(self, correct: bool, novelty: int) -> float:
+        """The table entry for (correct, class)."""
+        table = {(True, 1): self.correct_novel, (True, 0): self.correct_variant, (True, -1): self.correct_repeat,
+                 (False, 1): self.wrong_novel, (False, 0): self.wrong_variant, (False, -1): self.wrong_repeat}
+        return table[(correct, novelty)]
+
+
+@dataclass(frozen=True)
+class RewardParts:
+    """How one completion's hybrid reward was made (for logs and inspection)."""
+
+    rollout_type: str
+    group: str
+    correct: bool
+    reward: float
+    p_base: float | None = None
+    bonus: float = 0.0
+    novelty: int | None = None
+    novelty_source: str = ""
+    judge_reply: str = ""
 
 
 def completion_text(completion: Any) -> str:
@@ -48,6 +111,14 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, Sequence) and completion:
         return completion_text(completion[-1])
     return ""
+
+
+def _prompt_text(prompt: Any) -> str:
+    """A prompt's problem text: the string, or the last user message of a conversation."""
+    if isinstance(prompt, str) or prompt is None:
+        return prompt or ""
+    users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"] or list(prompt)
+    return completion_text(users[-1:]) if users else ""
 
 
 def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[Any] | None:
@@ -69,79 +140,185 @@ def _correct(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool
     return [bool(is_correct(completion_text(c), r)) for c, r in zip(completions, references)]
 
 
-def _group_key(prompt: Any) -> str:
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+def rollout_types(kwargs: Mapping[str, Any], size: int, *, required: bool = False) -> list[str] | None:
+    """Each row's branch from `rollout_type` (aliases: exploit -> bank), else `used_bank`; None without both
+    (an InputError instead when `required`)."""
+    types = _column(kwargs, ("rollout_type",), size)
+    if types is not None:
+        out = [_ALIASES.get(str(t).strip().lower(), str(t).strip().lower()) for t in types]
+        unknown = sorted(set(out) - set(ROLLOUT_TYPES))
+        if unknown:
+            raise InputError(f"unknown rollout_type {', '.join(map(repr, unknown))}; use {', '.join(ROLLOUT_TYPES)}")
+        return out
+    used = _column(kwargs, ("used_bank",), size)
+    if used is not None:
+        return [BANK if bool(u) else BASE for u in used]
+    if required:
+        raise InputError("the bank bonus needs a 'rollout_type' (base/bank/explore) or a 'used_bank' column")
+    return None
 
 
-def correctness_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """+1.0 for a completion whose final answer matches the reference, -1.0 otherwise."""
-    return [1.0 if ok else -1.0 for ok in _correct(completions, kwargs)]
+def group_keys(prompts: Sequence[Any] | None, kwargs: Mapping[str, Any], size: int,
+               column: str = "problem_id") -> list[str]:
+    """Each row's problem group: the `column` value, else the prompt (text or messages as JSON), else one
+    group for the whole call."""
+    ids = _column(kwargs, (column,), size)
+    if ids is not None:
+        return [str(i) for i in ids]
+    if prompts is None:
+        return [""] * size
+    if len(prompts) != size:
+        raise InputError(f"{len(prompts)} prompts for {size} completions")
+    return [p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str) for p in prompts]
 
 
-def _bank_bonus(prompts: Sequence[Any] | None, correct: list[bool], used: list[bool], beta: float) -> list[float]:
-    keys = [_group_key(p) for p in prompts] if prompts is not None else [""] * len(correct)
-    if len(keys) != len(correct):
-        raise InputError(f"{len(keys)} prompts for {len(correct)} completions")
+def bank_bonuses(keys: Sequence[str], types: Sequence[str], correct: Sequence[bool], beta: float,
+                 p_base_column: Sequence[Any] | None = None
+                 ) -> tuple[list[float | None], list[float | None], int]:
+    """Per row: beta * (1 - p_base) for a right bank rollout, 0.0 for a wrong one, None for other rows;
+    each row's problem p_base (None where its problem has none); and how many bank rows had no p_base."""
     base: dict[str, list[bool]] = {}
-    for key, ok, u in zip(keys, correct, used):
-        if not u:
+    for key, kind, ok in zip(keys, types, correct):
+        if kind == BASE:
             base.setdefault(key, []).append(ok)
-    rewards = []
-    for key, ok, u in zip(keys, correct, used):
-        baseline = base.get(key)
-        if ok and u and baseline:  # no bank-free rollout of this prompt: nothing to measure the bank against
-            rewards.append(beta * (1.0 - sum(baseline) / len(baseline)))
+    bonuses: list[float | None] = []
+    used: list[float | None] = []
+    missing = 0
+    for i, (key, kind, ok) in enumerate(zip(keys, types, correct)):
+        given = p_base_column[i] if p_base_column is not None else None
+        group = base.get(key)
+        p_base = float(given) if given is not None else (sum(group) / len(group) if group else None)
+        used.append(p_base)
+        if kind != BANK:
+            bonuses.append(None)
+        elif p_base is None:
+            missing += 1
+            bonuses.append(0.0)
         else:
-            rewards.append(0.0)
-    return rewards
+            bonuses.append(beta * (1.0 - p_base) if ok else 0.0)
+    return bonuses, used, missing
 
 
-def bank_bonus_reward(beta: float = DEFAULT_BETA) -> RewardFn:
-    """A reward function giving correct rollouts that used the bank beta * (1 - p_base); 0 otherwise,
-    and 0 for every rollout of a prompt none of whose rollouts went without the bank."""
+def _log(kwargs: Mapping[str, Any], name: str, value: float) -> None:
+    log = kwargs.get("log_metric")
+    if callable(log):
+        log(name, float(value))
 
-    def bank_bonus_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        used = _column(kwargs, ("used_bank",), len(completions))
-        if used is None:
-            raise InputError("the bank bonus needs a 'used_bank' column")
-        return _bank_bonus(prompts, _correct(completions, kwargs), [bool(u) for u in used], beta)
+
+def correctness_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    """+1.0 for a completion whose final answer matches the reference, -1.0 otherwise; None for `explore`
+    rows (their reward is the novelty table, which already counts correctness)."""
+    types = rollout_types(kwargs, len(completions))
+    rewards = [1.0 if ok else -1.0 for ok in _correct(completions, kwargs)]
+    return rewards if types is None else [None if t == EXPLORE else r for r, t in zip(rewards, types)]
+
+
+def bank_bonus_reward(beta: float = DEFAULT_BETA, group_column: str = "problem_id") -> RewardFn:
+    """A reward function giving right `bank` rollouts beta * (1 - p_base) and wrong ones 0; None elsewhere."""
+    checks.non_negative(beta, "beta")
+
+    def bank_bonus_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any
+                          ) -> list[float | None]:
+        n = len(completions)
+        types = rollout_types(kwargs, n, required=True)
+        keys = group_keys(prompts, kwargs, n, group_column)
+        bonuses, _, missing = bank_bonuses(keys, types, _correct(completions, kwargs), beta,
+                                           _column(kwargs, ("p_base",), n))
+        _log(kwargs, "tmas/bank_without_base", missing)
+        return bonuses
 
     return bank_bonus_reward
 
 
-def _novel(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool]:
-    """The `novel` column, else: the final answer is not equivalent to any of that row's `seen_answers`
-    (a completion without a final answer counts as not novel: it brings nothing new)."""
-    novel = _column(kwargs, ("novel",), len(completions))
-    if novel is not None:
-        return [bool(n) for n in novel]
-    seen = kwargs.get("seen_answers")
-    if seen is None:
-        raise InputError("novelty needs a 'novel' or a 'seen_answers' column")
-    if len(seen) != len(completions):
-        raise InputError(f"column 'seen_answers' has {len(seen)} rows for {len(completions)} completions")
-    out = []
-    for completion, previous in zip(completions, seen):
-        answer = extract_answer(completion_text(completion))
-        out.append(answer is not None and not any(answers_equivalent(answer, s) for s in previous or ()))
-    return out
+class HybridReward:
+    """The TMAS hybrid reward as one TRL reward function (see the module docstring); `judge` is needed
+    when `config.novelty == "judge"`. `last` holds the RewardParts of the latest call."""
 
+    def __init__(self, config: HybridRewardConfig = HybridRewardConfig(), judge: NoveltyJudge | None = None,
+                 name: str = "tmas_hybrid"):
+        if config.novelty == "judge" and judge is None:
+            raise InputError("novelty='judge' needs a NoveltyJudge (or set novelty='column' or 'answers')")
+        self.config, self.judge = config, judge
+        self.last: tuple[RewardParts, ...] = ()
+        self.__name__ = name  # TRL logs each reward function under its __name__
 
-def novelty_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """NOVELTY_TABLE[(correct, novel)] per completion."""
-    return [NOVELTY_TABLE[(ok, new)] for ok, new in zip(_correct(completions, kwargs), _novel(completions, kwargs))]
+    def novelty(self, prompts: Sequence[Any] | None, completions: Sequence[Any], rows: Sequence[int],
+                kwargs: Mapping[str, Any]) -> list[tuple[int, str, str]]:
+        """(class, source, judge reply) for the completions at `rows`."""
+        n = len(completions)
+        texts = [completion_text(completions[i]) for i in rows]
+        if self.config.novelty == "column":
+            given = _column(kwargs, ("novelty_class", "novel"), n)
+            if given is None:
+                raise InputError("novelty='column' needs a 'novelty_class' (1/0/-1) or a bool 'novel' column")
+            out = [(1 if g is True else -1 if g is False else int(g), "column", "") for g in (given[i] for i in rows)]
+            bad = sorted({c for c, _, _ in out} - set(NOVELTY_CLASSES))
+            if bad:
+                raise InputError(f"novelty_class values must be 1, 0 or -1, got {bad}")
+            return out
+        if self.config.novelty == "answers":
+            seen = _column(kwargs, ("seen_answers",), n)
+            if seen is None:
+                raise InputError("novelty='answers' needs a 'seen_answers' column")
+            return [(c, "answers", "") for c in answer_novelty(texts, [seen[i] for i in rows])]
+        banks = _column(kwargs, ("guideline_bank",), n)
+        if banks is None:
+            raise InputError("the novelty judge needs a 'guideline_bank' column (the strategies shown to the row)")
+        problems = _column(kwargs, ("problem",), n)
+        if problems is None and prompts is None:
+            raise InputError("the novelty judge needs a 'problem' column or the prompts")
+        problem_texts = [str(problems[i]) if problems is not None else _prompt_text(prompts[i]) for i in rows]
+        judgments = self.judge.judge(problem_texts, texts, [strategies_of(banks[i]) for i in rows])
+        for source, metric in (("unparsed", "tmas/judge_unparsed"), ("judge_failed", "tmas/judge_failed")):
+            _log(kwargs, metric, sum(j.source == source for j in judgments))
+        return [(j.novelty, j.source, j.reply) for j in judgments]
 
-
-def hybrid_reward(beta: float = DEFAULT_BETA) -> RewardFn:
-    """A reward function summing correctness, the bank bonus (with `beta`) and novelty per completion."""
-
-    def hybrid_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any] | None, completions: Sequence[Any], completion_ids: Any = None,
+                 **kwargs: Any) -> list[float]:
+        n = len(completions)
         correct = _correct(completions, kwargs)
-        used = _column(kwargs, ("used_bank",), len(completions))
-        if used is None:
-            raise InputError("the bank bonus needs a 'used_bank' column")
-        bonus = _bank_bonus(prompts, correct, [bool(u) for u in used], beta)
-        novel = _novel(completions, kwargs)
-        return [(1.0 if ok else -1.0) + b + NOVELTY_TABLE[(ok, new)] for ok, b, new in zip(correct, bonus, novel)]
+        types = rollout_types(kwargs, n) or [BASE] * n
+        keys = group_keys(prompts, kwargs, n, self.config.group_column)
+        bonuses, p_base, missing = bank_bonuses(keys, types, correct, self.config.beta,
+                                                _column(kwargs, ("p_base",), n))
+        explore = [i for i, t in enumerate(types) if t == EXPLORE]
+        novelty = dict(zip(explore, self.novelty(prompts, completions, explore, kwargs))) if explore else {}
+        parts = []
+        for i in range(n):
+            if types[i] == EXPLORE:
+                cls, source, reply = novelty[i]
+                parts.append(RewardParts(EXPLORE, keys[i], correct[i], self.config.novelty_value(correct[i], cls),
+                                         novelty=cls, novelty_source=source, judge_reply=reply))
+            else:
+                bonus = bonuses[i] or 0.0
+                parts.append(RewardParts(types[i], keys[i], correct[i], (1.0 if correct[i] else -1.0) + bonus,
+                                         p_base=p_base[i], bonus=bonus))
+        self.last = tuple(parts)
+        _log(kwargs, "tmas/bank_without_base", missing)
+        if explore:
+            _log(kwargs, "tmas/novelty_mean", sum(novelty[i][0] for i in explore) / len(explore))
+        return [p.reward for p in parts]
 
-    return hybrid_reward
+
+def hybrid_reward(beta: float = DEFAULT_BETA, judge: NoveltyJudge | None = None, **config: Any) -> HybridReward:
+    """The hybrid reward function for `GRPOTrainer(reward_funcs=...)`; `config`: other HybridRewardConfig fields."""
+    return HybridReward(HybridRewardConfig(beta=beta, **config), judge)
+
+
+def novelty_reward(judge: NoveltyJudge | None = None, **config: Any) -> RewardFn:
+    """A reward function giving `explore` rows (every row, without a rollout_type column) the novelty table
+    value over (correct, class), and None to the other rows; `config`: HybridRewardConfig fields."""
+    hybrid = HybridReward(HybridRewardConfig(**config), judge)
+
+    def novelty_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any
+                       ) -> list[float | None]:
+        n = len(completions)
+        types = rollout_types(kwargs, n)
+        rows = [i for i in range(n) if types is None or types[i] == EXPLORE]
+        correct = _correct(completions, kwargs)
+        out: list[float | None] = [None] * n
+        for i, (cls, _, _) in zip(rows, hybrid.novelty(prompts, completions, rows, kwargs) if rows else ()):
+            out[i] = hybrid.config.novelty_value(correct[i], cls)
+        return out
+
+    return novelty_reward
