@@ -1,0 +1,159 @@
+"""TMAS hybrid reward in TRL's GRPOTrainer (morkit.loops.tmas.grpo): rows, batching, and a real GRPO step."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from morkit.llm.base import ScriptedLLM
+from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
+from morkit.loops.tmas.grpo import (
+    banks_from_state,
+    check_grouping,
+    cpu_grpo_config,
+    experience_bank,
+    problem_blocks,
+    rollout_prompt,
+    rows_per_problem,
+    tmas_rows,
+)
+from morkit.loops.tmas.novelty import NoveltyJudge
+from morkit.loops.tmas.prompts import exploit_prompt, explore_prompt
+from morkit.loops.tmas.rewards import HybridReward, HybridRewardConfig
+
+trl = pytest.importorskip("trl")
+
+EXPERIENCE = ExperienceBank().apply_reply("ADD result: 3 bags of 4 apples is 12 apples").bank
+GUIDELINES = GuidelineBank().apply_reply("STRATEGY: multiply the counts").bank
+PROBLEMS = [{"id": f"q{i}", "problem": f"Tom has {i} bags of 4 apples. How many apples?", "answer": str(4 * i),
+             "state": {"experience": EXPERIENCE.to_json(), "guidelines": GUIDELINES.to_json()}} for i in range(1, 5)]
+
+
+def test_rows_carry_the_columns_the_reward_reads():
+    rows = tmas_rows(PROBLEMS[:1])
+    assert [r["rollout_type"] for r in rows] == ["base", "bank", "explore"]
+    assert {r["problem_id"] for r in rows} == {"q1"} and {r["answer"] for r in rows} == {"4"}
+    base, bank, explore = (r["prompt"] for r in rows)
+    problem = PROBLEMS[0]["problem"]
+    # the loop's own prompts: exploit without memory (base), with the experience bank (bank), explore
+    assert base == [dict(m) for m in exploit_prompt(problem, [], None, None, False)]
+    assert bank == [dict(m) for m in exploit_prompt(problem, [], EXPERIENCE, None, False)]
+    assert explore == [dict(m) for m in explore_prompt(problem, GUIDELINES, None)]
+    assert "apples is 12" not in base[-1]["content"] and "[1] result: 3 bags of 4 apples is 12" in bank[-1]["content"]
+    assert "- multiply the counts" in explore[-1]["content"] and problem in explore[-1]["content"]
+    assert [r["guideline_bank"] for r in rows] == [[], [], ["multiply the counts"]]
+    assert banks_from_state({"experience": EXPERIENCE, "guidelines": GUIDELINES}) == (
+        EXPERIENCE, ("multiply the counts",))
+    assert banks_from_state({"experience": EXPERIENCE.to_json(), "guidelines": None})[0].render() == EXPERIENCE.render()
+    assert experience_bank("ADD result: 3 bags of 4 apples is 12 apples").render() == EXPERIENCE.render()
+    with pytest.raises(ValueError, match="experience bank"):
+        experience_bank(3)
+    assert tmas_rows([{"id": 1, "problem": "p", "answer": "2"}], types=["base"])[0]["problem_id"] == "1"
+    with pytest.raises(ValueError, match="answer"):
+        tmas_rows([{"id": 1, "problem": "p"}])
+    with pytest.raises(ValueError, match="rollout_type"):
+        rollout_prompt("p", "sideways")
+
+
+def test_problem_blocks_keep_a_problems_rows_together():
+    rows = tmas_rows(PROBLEMS)
+    interleaved = sorted(rows, key=lambda r: r["rollout_type"])  # all bases first: problems apart
+    with pytest.raises(ValueError, match="contiguous"):
+        rows_per_problem(interleaved)
+    ordered = problem_blocks(interleaved, seed=3)
+    assert rows_per_problem(ordered) == 3 and sorted(map(id, ordered)) == sorted(map(id, rows))
+    assert [r["problem_id"] for r in problem_blocks(interleaved)][::3] == ["q1", "q2", "q3", "q4"]
+    with pytest.raises(ValueError, match="different numbers"):
+        rows_per_problem(rows[:-1])
+
+
+def reward_calls(rows, args):
+    """The row indices of each reward call, replaying TRL's RepeatSampler and per-process generation batches."""
+    from trl.trainer.utils import RepeatSampler
+
+    sampler = RepeatSampler(rows, mini_repeat_count=args.num_generations,
+                            batch_size=args.generation_batch_size // args.num_generations,
+                            repeat_count=args.num_iterations * args.steps_per_generation,
+                            shuffle=args.shuffle_dataset, seed=args.seed)
+    local = args.per_device_train_batch_size * args.steps_per_generation
+    stream = list(sampler)
+    # one generation (one reward call) per steps_per_generation * num_iterations optimiser steps
+    every = local * args.steps_per_generation * args.num_iterations
+    return [stream[i:i + local] for i in range(0, len(stream), every)]
+
+
+@pytest.mark.parametrize("problems_per_step, generations, accumulation", [(1, 2, 1), (2, 2, 1), (1, 4, 2)])
+def test_trl_batching_puts_bank_and_base_of_a_problem_in_one_reward_call(tmp_path, problems_per_step, generations,
+                                                                         accumulation):
+    rows = problem_blocks(tmas_rows(PROBLEMS), seed=0)
+    args = cpu_grpo_config(tmp_path, rows_per_problem=3, num_generations=generations,
+                           problems_per_step=problems_per_step, gradient_accumulation_steps=accumulation)
+    assert check_grouping(rows, args) == 3
+    calls = reward_calls(rows, args)
+    assert calls
+    for call in calls:
+        problems = {rows[i]["problem_id"] for i in call}
+        for pid in problems:  # every problem in the call has all its rows, each num_generations times
+            kinds = [rows[i]["rollout_type"] for i in call if rows[i]["problem_id"] == pid]
+            assert sorted(kinds) == sorted(["base", "bank", "explore"] * generations)
+
+
+def test_check_grouping_refuses_settings_that_split_problems(tmp_path):
+    rows = problem_blocks(tmas_rows(PROBLEMS))
+    shuffled = cpu_grpo_config(tmp_path, rows_per_problem=3, shuffle_dataset=True)
+    with pytest.raises(ValueError, match="shuffle_dataset"):
+        check_grouping(rows, shuffled)
+    split = [c for c in reward_calls(rows, shuffled)
+             if any(sum(rows[j]["problem_id"] == rows[i]["problem_id"] for j in c) != 3 * 2 for i in c)]
+    assert split  # what the check prevents: TRL's shuffle sends a problem's rows to different calls
+    with pytest.raises(ValueError, match="multiple of rows_per_problem"):
+        check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, per_device_train_batch_size=4))
+
+
+@pytest.mark.slow
+def test_one_grpo_step_with_the_hybrid_reward(tmp_path, data_dir):
+    """A real GRPOTrainer step on SmolLM2-135M-Instruct (CPU) with the hybrid reward and a scripted judge."""
+    import json
+
+    from morkit.loops.tmas.grpo import grpo_trainer, load_policy
+
+    lines = (data_dir / "gsm8k" / "test.jsonl").read_text().splitlines()[:2]
+    problems = [{"id": f"gsm8k-{i}", "problem": row["question"], "answer": row["answer"].split("####")[-1].strip(),
+                 "experience": EXPERIENCE, "guidelines": GUIDELINES}
+                for i, row in enumerate(map(json.loads, lines))]
+    rows = problem_blocks(tmas_rows(problems))
+    classes = itertools.cycle(["NOVELTY: 1", "NOVELTY: -1"])  # the two rollouts of an explore row differ
+    judge_prompts = []
+    judge = ScriptedLLM(lambda conv, i: judge_prompts.append(conv) or next(classes))
+    hybrid = HybridReward(HybridRewardConfig(beta=0.5), NoveltyJudge(judge))
+    calls = []
+
+    def tmas_hybrid(prompts, completions, **columns):
+        out = hybrid(prompts, completions, **columns)
+        calls.append({"columns": columns, "n": len(completions), "out": out, "parts": hybrid.last})
+        return out
+
+    model, tokenizer = load_policy()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    args = cpu_grpo_config(tmp_path, rows_per_problem=3, num_generations=2, max_completion_length=16,
+                           max_steps=1, learning_rate=1e-4)
+    trainer = grpo_trainer(rows, tmas_hybrid, args, model, tokenizer)
+    trainer.train()
+
+    assert len(calls) == 1 and calls[0]["n"] == 6
+    columns = calls[0]["columns"]
+    for name in ("problem_id", "rollout_type", "answer", "guideline_bank", "problem", "trainer_state", "log_metric"):
+        assert name in columns
+    assert columns["rollout_type"] == ["base", "base", "bank", "bank", "explore", "explore"]
+    assert len(set(columns["problem_id"])) == 1
+    assert all(isinstance(r, float) for r in calls[0]["out"])
+    parts = calls[0]["parts"]
+    assert [p.novelty for p in parts[4:]] == [1, -1] and len(judge_prompts) == 2
+    assert "- multiply the counts" in judge_prompts[0][-1]["content"]
+    assert all(p.reward in (1.0, -1.0) or p.bonus > 0 for p in parts[:4])
+    logged = trainer.state.log_history[0]
+    assert logged["rewards/tmas_hybrid/mean"] == pytest.approx(sum(calls[0]["out"]) / 6)
+    assert "reward" in logged and "tmas/novelty_mean" in logged
+    changed = [n for n, p in model.named_parameters() if not p.detach().equal(before[n])]
+    assert changed  # the explore rollouts' rewards differ, so their advantages are not zero
