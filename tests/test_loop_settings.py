@@ -33,26 +33,57 @@ def test_parse_setting_needs_an_equals_sign():
         parse_setting("iterations")
 
 
+class Pool:
+    def llm(self, agent):
+        return object()
+
+
+def setup(options, agents=None):
+    from morkit.llm.agents import AgentsConfig, AgentSpec
+    from morkit.llm.base import SamplingParams
+
+    agents = agents or AgentsConfig((AgentSpec("solver", params=SamplingParams(max_tokens=77)),), AgentSpec("orch"))
+    return LoopSetup(agents, Pool(), None, options)
+
+
 def test_loop_factory_applies_the_settings():
-    class Pool:
-        def llm(self, agent):
-            return object()
-
-    class Agents:
-        agents = [object()]
-
-    loop = tmas(LoopSetup(Agents(), Pool(), None, LoopOptions(iterations=3, settings=(("iterations", "7"),))))
+    loop = tmas(setup(LoopOptions(iterations=3, settings=(("iterations", "7"),))))
     assert loop.config.iterations == 7
+
+
+def test_unset_knobs_keep_each_loops_paper_defaults():
+    from morkit.loops.registry import atlas, streamma
+    from morkit.loops.streamma.config import StreamMAConfig
+
+    config = tmas(setup(LoopOptions())).config
+    # N = 8 solutions and M = 8 verifications, as the paper; the solver's tokens come from agents.toml
+    assert (config.solutions, config.verifications, config.epsilon) == (8, 8, 0.2) and config.max_tokens == 77
+    assert config.iterations == TMASConfig().iterations
+    chain = streamma(setup(LoopOptions()))
+    assert chain.config.agents == StreamMAConfig().agents == len(chain.llms)
+    assert chain.config.step_marker == StreamMAConfig().step_marker and chain.config.max_tokens == 77
+    assert len(streamma(setup(LoopOptions(settings=(("agents", "6"),)))).llms) == 6  # --set agents sizes the chain
+    solver = atlas(setup(LoopOptions())).solvers["solver"]
+    assert solver.params.max_tokens == 77
+    assert atlas(setup(LoopOptions(gen_tokens=33))).solvers["solver"].params.max_tokens == 33
+    given = tmas(setup(LoopOptions(solutions=2, verifications=0, gen_tokens=40))).config
+    assert (given.solutions, given.verifications, given.max_tokens) == (2, 0, 40)
+
+
+def test_step_marker_flag_reads_escapes():
+    import argparse
+
+    from morkit.cli.loop import step_marker
+
+    assert step_marker("\\n") == "\n" and step_marker("###") == "###"
+    with pytest.raises(argparse.ArgumentTypeError):
+        step_marker("")
 
 
 def test_atlas_solvers_carry_their_agents_cost():
     from morkit.llm.agents import AgentsConfig, AgentSpec
     from morkit.loops.registry import atlas
 
-    class Pool:
-        def llm(self, agent):
-            return object()
-
     agents = AgentsConfig((AgentSpec("cheap", cost=0.1), AgentSpec("dear", cost=3.0)), AgentSpec("orchestrator"))
-    loop = atlas(LoopSetup(agents, Pool(), None, LoopOptions()))
+    loop = atlas(setup(LoopOptions(), agents))
     assert {name: solver.cost for name, solver in loop.solvers.items()} == {"cheap": 0.1, "dear": 3.0}

@@ -38,6 +38,13 @@ def setting(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def step_marker(text: str) -> str:
+    """argparse type of --step-marker: non-empty, backslash escapes read ('\\n' is a newline)."""
+    from morkit.loops.settings import unescape
+
+    return non_empty(unescape(text))
+
+
 def cmd_loop(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
@@ -65,11 +72,14 @@ def cmd_loop(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
-    from morkit.loops.registry import LOOPS, LoopOptions
+    from morkit.loops.atlas.protocol import ATLASConfig
+    from morkit.loops.registry import LOOPS
+    from morkit.loops.streamma.config import StreamMAConfig
     from morkit.loops.streamma.graph import PROTOCOLS
+    from morkit.loops.tmas.config import TMASConfig
     from morkit.verify.kinds import VERIFIERS
 
-    d = LoopOptions()
+    tmas, stream, atlas = TMASConfig(), StreamMAConfig(), ATLASConfig()  # the defaults a flag left unset keeps
     p = sub.add_parser("loop", parents=[parent],
                        help="run a test-time-scaling loop (" + ", ".join(LOOPS.names()) + ") on each query",
                        description="Runs the loop on each query with the agents of --agents (default: the embedded "
@@ -89,19 +99,25 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-total-tokens", type=NON_NEGATIVE_INT, help="tokens")
     g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
     g = p.add_argument_group("loop settings")
-    g.add_argument("--seed", type=NON_NEGATIVE_INT, default=d.seed)
-    g.add_argument("--gen-tokens", type=POSITIVE_INT, default=d.gen_tokens,
-                   help=f"new tokens per solver generation (default {d.gen_tokens})")
-    g.add_argument("--iterations", type=POSITIVE_INT, default=d.iterations, help="TMAS rounds (paper: up to 20)")
-    g.add_argument("--solutions", type=POSITIVE_INT, default=d.solutions, help="TMAS solutions per round (paper: 8)")
-    g.add_argument("--verifications", type=NON_NEGATIVE_INT, default=d.verifications,
-                   help="TMAS verification passes per solution (paper: 8; 0: the no-verification ablation)")
-    g.add_argument("--epsilon", type=PROBABILITY, default=d.epsilon, help="TMAS exploration probability (paper: 0.2)")
-    g.add_argument("--chain", type=POSITIVE_INT, default=d.chain, help="StreamMA agents in the chain")
-    g.add_argument("--protocol", choices=PROTOCOLS, default=d.protocol, help="StreamMA protocol")
-    g.add_argument("--step-marker", type=non_empty, default=d.step_marker,
-                   help="StreamMA end-of-step marker (default: newline)")
-    g.add_argument("--max-explores", type=POSITIVE_INT, default=d.max_explores, help="ATLAS explore budget")
+    g.add_argument("--seed", type=NON_NEGATIVE_INT, default=0, help="base seed of every sampled call (default 0)")
+    g.add_argument("--gen-tokens", type=POSITIVE_INT,
+                   help="new tokens per solver generation (default: each agent's max_tokens in agents.toml)")
+    g.add_argument("--iterations", type=POSITIVE_INT,
+                   help=f"TMAS rounds T (default {tmas.iterations}; the paper runs up to 20)")
+    g.add_argument("--solutions", type=POSITIVE_INT,
+                   help=f"TMAS solutions per round N (default {tmas.solutions}, the paper's)")
+    g.add_argument("--verifications", type=NON_NEGATIVE_INT,
+                   help=f"TMAS verification passes per solution M (default {tmas.verifications}, the paper's; "
+                        "0: the no-verification ablation)")
+    g.add_argument("--epsilon", type=PROBABILITY,
+                   help=f"TMAS exploration probability (default {tmas.epsilon}, the paper's)")
+    g.add_argument("--chain", type=POSITIVE_INT, help=f"StreamMA agents in the chain A (default {stream.agents})")
+    g.add_argument("--protocol", choices=PROTOCOLS, help=f"StreamMA protocol (default {stream.protocol})")
+    g.add_argument("--step-marker", type=step_marker,
+                   help=f"StreamMA end-of-step marker (default {stream.step_marker!r}; SmolLM2 writes a step a "
+                        "line: use '\\n')")
+    g.add_argument("--max-explores", type=POSITIVE_INT,
+                   help=f"ATLAS explore cap (default {atlas.max_explores})")
     g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
                    help="any field of the loop's config (TMASConfig, StreamMAConfig, ATLASConfig), e.g. "
                         "--set guidelines=false; repeatable; applied after the flags above. The README's "

@@ -23,31 +23,40 @@ from morkit.loops.streamma.graph import PROTOCOLS
 @dataclass(frozen=True)
 class LoopOptions:
     """The knobs of `morkit loop`; each loop reads its own (TMAS: iterations to epsilon; StreamMA: chain to
-    step_marker; ATLAS: max_explores). Every loop gets the budget, the seed and the solvers' token limit."""
+    step_marker; ATLAS: max_explores). Every loop gets the budget, the seed and the solvers' token limit.
+    A knob left None takes the loop config's default, which follows the loop's paper where it says
+    (TMASConfig, StreamMAConfig, ATLASConfig), so the command line and Python get the same algorithm."""
 
     budget: Budget = Budget()
     seed: int = 0
-    gen_tokens: int = 192
-    iterations: int = 2
-    solutions: int = 4
-    verifications: int = 1
-    epsilon: float = 0.2
-    chain: int = 4
-    protocol: str = "stream"
-    step_marker: str = "\n"
-    max_explores: int = 3
+    gen_tokens: int | None = None
+    """New tokens per solver generation; None: the agent's own max_tokens (agents.toml)."""
+    iterations: int | None = None
+    solutions: int | None = None
+    verifications: int | None = None
+    epsilon: float | None = None
+    chain: int | None = None
+    protocol: str | None = None
+    step_marker: str | None = None
+    max_explores: int | None = None
     settings: tuple[tuple[str, str], ...] = ()
     """(field, value) pairs laid over the loop's config dataclass (`--set field=value`), after the knobs above."""
 
     def __post_init__(self) -> None:
         checks.non_negative_int(self.seed, "seed")
         for name in ("gen_tokens", "iterations", "solutions", "chain", "max_explores"):
-            checks.positive_int(getattr(self, name), name)
-        checks.non_negative_int(self.verifications, "verifications")  # 0: TMAS's no-verification ablation
-        checks.probability(self.epsilon, "epsilon")
-        checks.one_of(self.protocol, PROTOCOLS, "protocol")
-        if not self.step_marker:
+            checks.optional(checks.positive_int, getattr(self, name), name)
+        checks.optional(checks.non_negative_int, self.verifications, "verifications")  # 0: TMAS's no-verification ablation
+        checks.optional(checks.probability, self.epsilon, "epsilon")
+        if self.protocol is not None:
+            checks.one_of(self.protocol, PROTOCOLS, "protocol")
+        if self.step_marker == "":
             raise InputError("step_marker must not be empty")
+
+
+def _given(**knobs: Any) -> dict[str, Any]:
+    """The knobs that were set (None means: keep the config's default)."""
+    return {name: value for name, value in knobs.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -63,19 +72,20 @@ class LoopSetup:
 def tmas(setup: LoopSetup) -> Loop:
     from morkit.loops.tmas.loop import TMAS, TMASConfig
 
-    o = setup.options
-    config = configure(TMASConfig, o.settings, iterations=o.iterations, solutions=o.solutions,
-                       verifications=o.verifications, epsilon=o.epsilon, seed=o.seed, max_tokens=o.gen_tokens)
-    return TMAS(setup.llms.llm(setup.agents.agents[0]), setup.verifier, config, o.budget)
+    o, solver = setup.options, setup.agents.agents[0]
+    config = configure(TMASConfig, o.settings, seed=o.seed, max_tokens=o.gen_tokens or solver.params.max_tokens,
+                       **_given(iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
+                                epsilon=o.epsilon))
+    return TMAS(setup.llms.llm(solver), setup.verifier, config, o.budget)
 
 
 def streamma(setup: LoopSetup) -> Loop:
     from morkit.loops.streamma.loop import StreamMA, StreamMAConfig
 
     o, agents = setup.options, setup.agents.agents
-    chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(o.chain)]
-    config = configure(StreamMAConfig, o.settings, agents=o.chain, protocol=o.protocol, step_marker=o.step_marker,
-                       max_tokens=o.gen_tokens, seed=o.seed)
+    config = configure(StreamMAConfig, o.settings, seed=o.seed, max_tokens=o.gen_tokens or agents[0].params.max_tokens,
+                       **_given(agents=o.chain, protocol=o.protocol, step_marker=o.step_marker))
+    chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(config.agents)]
     return StreamMA(chain, setup.verifier, config, o.budget)
 
 
@@ -84,12 +94,13 @@ def atlas(setup: LoopSetup) -> Loop:
     from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Solver
 
     o = setup.options
-    solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p, o.gen_tokens,
-                                                                a.params.stop, o.seed),
+    solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p,
+                                                                o.gen_tokens or a.params.max_tokens, a.params.stop,
+                                                                o.seed),
                               **({"system": a.system} if a.system else {}), cost=a.cost)
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
-                 configure(ATLASConfig, o.settings, max_explores=o.max_explores), o.budget)
+                 configure(ATLASConfig, o.settings, **_given(max_explores=o.max_explores)), o.budget)
 
 
 _HERE = "morkit.loops.registry"

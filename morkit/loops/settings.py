@@ -24,6 +24,11 @@ def parse_setting(text: str) -> tuple[str, str]:
     return key, value.strip()
 
 
+def unescape(text: str) -> str:
+    """Backslash escapes read as a Python string would ('\\n' -> a newline), so a shell can pass them."""
+    return text.encode().decode("unicode_escape") if "\\" in text else text
+
+
 def _convert(value: str, kind: Any, key: str) -> Any:
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
@@ -57,7 +62,7 @@ def _convert(value: str, kind: Any, key: str) -> Any:
         except ValueError:
             raise InputError(f"setting {key}: {value!r} is not {'an integer' if kind is int else 'a number'}") from None
     if kind is str:
-        return value.encode().decode("unicode_escape") if "\\" in value else value
+        return unescape(value)
     raise InputError(f"setting {key}: its type {kind!r} cannot be set from the command line")
 
 
