@@ -249,6 +249,47 @@ def test_serial_hands_the_full_upstream_chain():
     assert {e["source"] for e in events(plain, "step_reviewed")} == {"unlabelled"}
 
 
+class BareAcceptLLM(PacedLLM):
+    """A reviewer that answers every upstream step with a bare 'ACCEPT' (no step of its own), and the summary
+    request with the answer of the steps it was shown."""
+
+    def chat(self, conversations, params):
+        out = []
+        for conversation in conversations:
+            self.conversations.append([dict(m) for m in conversation])
+            message = conversation[-1]["content"]
+            shown = sections(message)
+            self.reviews.extend((index, versions, 0) for index, versions in shown)
+            reply = "\n\n".join("ACCEPT" for _ in shown) or "ACCEPT"
+            if "SUMMARY" in message:
+                seen = " ".join(m["content"] for m in conversation)
+                found = re.findall(r"The answer is (\d+)", seen)
+                reply += f"\n\nSUMMARY: all accepted. The answer is {found[-1] if found else '?'}."
+            out.append(Completion((reply,)))
+        return out
+
+
+@pytest.mark.parametrize("protocol", ["stream", "serial"])
+def test_a_bare_accept_keeps_the_upstream_step_down_a_chain_of_three(protocol):
+    reviewers = [BareAcceptLLM("r1"), BareAcceptLLM("r2")]
+    result = StreamMA([PacedLLM("a0"), *reviewers], config=StreamMAConfig(agents=3, protocol=protocol)).run(PROBLEM)
+    # each agent keeps the step it accepted, so the chain ends with the solver's steps and its answer
+    assert result.state["solutions"][1] == result.state["solutions"][2] == list(STEPS)
+    assert result.state["steps"] == list(STEPS) and result.answer.endswith("The answer is 5.")
+    # the last agent is shown the accepted steps themselves, never a bare 'ACCEPT' in their place
+    shown = [versions[0] for _, versions, _ in reviewers[1].reviews]
+    assert shown == list(STEPS)
+    assert {e["source"] for e in events(result, "step_reviewed")} == {"kept"}
+
+
+def test_serial_steps_a_labelled_reply_did_not_reach_keep_the_upstream_steps():
+    short = ScriptedLLM(lambda conversation, i: "ACCEPT\nSTEP 1: Tom starts with 3 apples.")
+    result = StreamMA([PacedLLM("a0"), short], config=StreamMAConfig(agents=2, protocol="serial",
+                                                                     final_summary=False)).run(PROBLEM)
+    assert result.state["solutions"][1] == ["Tom starts with 3 apples.", *STEPS[1:]]
+    assert [e["source"] for e in events(result, "step_reviewed")] == ["written"] + ["fallback"] * 5
+
+
 class AnchoringLLM(PacedLLM):
     """The paper's effect, scripted: a reviewer that sees a claimed final answer before it has written any step
     of its own adopts it (serial: the whole chain, wrong tail included, arrives at once); one that has already

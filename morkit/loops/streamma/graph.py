@@ -21,11 +21,18 @@ __all__ = ["PROTOCOLS", "EndOfStream", "StepMessage", "StepSplitter", "StreamMAC
 
 @dataclass(frozen=True)
 class StepMessage:
-    """Step `index` (0-based) of agent `sender`'s solution, sent to one downstream agent."""
+    """Step `index` (0-based) of agent `sender`'s solution, sent to one downstream agent: `text` is what the
+    receiver is shown (the sender's reply, or its step), `step` the sender's step itself (what it accepted,
+    corrected or wrote: the step the receiver keeps when it only ACCEPTs)."""
 
     index: int
     text: str
     sender: int
+    step: str = ""
+
+    @property
+    def own_step(self) -> str:
+        return self.step or self.text
 
 
 @dataclass(frozen=True)

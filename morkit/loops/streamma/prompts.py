@@ -204,8 +204,11 @@ def own_step(block: Block | None, preamble: str, upstream: str) -> tuple[str, st
     return upstream, "fallback"
 
 
-def step_of_payload(payload: str) -> str:
-    """The step inside a forwarded reply (its STEP, else its CORRECTION, else the text itself)."""
-    reply = parse_reply(payload)
-    block = reply.blocks[0] if reply.blocks else None
-    return own_step(block, reply.preamble, payload)[0]
+def forwarded(reply: str, step: str, source: str, index: int, forward: str) -> str:
+    """What an agent hands downstream for its step `index`: with forward="reply" its reply as written, plus its
+    step when the reply holds none of its own (a bare ACCEPT keeps the upstream step: the receiver is shown
+    it); with forward="step", or when the reply is unusable, the step alone."""
+    reply = reply.strip()
+    if forward != "reply" or not reply or source == "fallback":
+        return step
+    return f"{reply}\nSTEP {index + 1}: {step}" if source == "kept" else reply

@@ -216,8 +216,7 @@ class PipelineRun:
             step, source = self._reviewed(log, index, block, parsed.preamble, versions)
             if parsed.summary and self._final(log):
                 log.summary_text = parsed.summary
-            payload = reply.strip() if cfg.forward == "reply" and reply.strip() else step
-            if self._output(log, step, source, payload):
+            if self._output(log, step, source, prompts.forwarded(reply, step, source, index, cfg.forward)):
                 break
         if self._final(log) and log.summary_text is None and log.steps:
             conversation.append(prompts.finish_turn())
@@ -249,6 +248,8 @@ class PipelineRun:
             log.summary_text = parsed.summary
         if parsed.blocks:
             parts = [(b, parsed.preamble if k == 0 else "", b.text) for k, b in enumerate(parsed.blocks)]
+            if not parsed.summary:  # steps it did not reach keep the upstream step (as an unusable stream turn does)
+                parts += [(None, "", "")] * (max(map(len, chains.values())) - len(parts))
         else:  # no labels at all: its paragraphs are its steps
             splitter = StepSplitter(cfg.step_marker)
             texts = splitter.feed(parsed.preamble) + [t for t in [splitter.flush()] if t]
@@ -256,14 +257,13 @@ class PipelineRun:
         for index, (block, preamble, text) in enumerate(parts[: cfg.step_cap]):
             versions = [ms[index] for ms in chains.values() if index < len(ms)]
             step, source = self._reviewed(log, index, block, preamble, versions)
-            payload = text if cfg.forward == "reply" and text else step
-            if self._output(log, step, source, payload):
+            if self._output(log, step, source, prompts.forwarded(text, step, source, index, cfg.forward)):
                 return
 
     def _reviewed(self, log: AgentLog, index: int, block: prompts.Block | None, preamble: str,
                   versions: Sequence[StepMessage]) -> tuple[str, str]:
         """The agent's step `index` from its reply, with its verdict on the upstream step recorded."""
-        upstream = prompts.step_of_payload(versions[0].text) if versions else ""
+        upstream = versions[0].own_step if versions else ""
         step, source = prompts.own_step(block, preamble, upstream)
         verdict = block.verdict if block is not None else "none"
         log.changed += verdict == "error"
@@ -318,7 +318,7 @@ class PipelineRun:
         while log.sent < len(log.steps):
             k = log.sent
             for dst in self.topology.downstream[log.agent]:
-                queued = self._put(log, dst, StepMessage(k, log.payloads[k], log.agent))
+                queued = self._put(log, dst, StepMessage(k, log.payloads[k], log.agent, log.steps[k]))
                 self.trace.add("step_sent", agent=log.agent, to=dst, index=k, queued=queued)
             log.sent += 1
 
