@@ -156,7 +156,7 @@ def test_unparseable_replies_explore_with_default_until_min_explores_then_stop()
     orch = orchestrator(["Let me think about it.", "explore please", "I am not sure", "ACTION: explore"])
     solve_a, solve_b = solver("The answer is 42.", name="a"), solver("The answer is 41.", name="b")
     result = atlas(orch, {"a": solve_a, "b": solve_b}, min_explores=2).run(PROBLEM)
-    assert result.state["explores"] == 2 and result.stop_reason == "orchestrator stopped"
+    assert result.state["explores"] == 2 and result.stop_reason == "protocol default stop (default)"
     assert result.state["solver_usage"] == {"a": 2} and result.state["unparsed_actions"] == 3
     decisions = result.state["decisions"]
     assert [(d["action"], d["source"]) for d in decisions] == [

@@ -151,8 +151,9 @@ class ATLAS:
                 return reason, "limit"
             try:
                 decision = self._decide(orchestrator, run)
-                if decision.action == "stop":
-                    return "orchestrator stopped", "stop"
+                if decision.action == "stop":  # said so, or the protocol's default for an unreadable reply
+                    return ("orchestrator stopped" if decision.source == "parsed"
+                            else f"protocol default stop ({decision.source})"), "stop"
                 if decision.action == "give_up":
                     return "orchestrator gave up", "give_up"
                 self._explore(problem, decision, run)

@@ -4,8 +4,8 @@ The orchestrator's principles follow the paper (Qin, Cao, Xie, arXiv 2606.01667)
 independent solver on the original problem, optionally choosing solver, reasoning effort and prompting strategy;
 the orchestrator weighs the evidence, decides when to stop, and writes the final answer itself; repeated failures
 mean give up (an empty answer) rather than a guess; the final answer rests on the evidence and is not a new
-solution the synthesis invents. The wording below is morkit's, not the paper's appendix prompt (see
-/tmp/notes/atlas.md for what could be checked against the paper).
+solution the synthesis invents. The wording below is morkit's, not the paper's appendix prompt (the README's
+ATLAS fidelity table says what follows the paper and what is morkit's choice).
 """
 
 from __future__ import annotations
