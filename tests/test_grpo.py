@@ -22,8 +22,6 @@ from morkit.loops.tmas.novelty import NoveltyJudge
 from morkit.loops.tmas.prompts import exploit_prompt, explore_prompt
 from morkit.loops.tmas.rewards import HybridReward, HybridRewardConfig
 
-trl = pytest.importorskip("trl")
-
 EXPERIENCE = ExperienceBank().apply_reply("ADD result: 3 bags of 4 apples is 12 apples").bank
 GUIDELINES = GuidelineBank().apply_reply("STRATEGY: multiply the counts").bank
 PROBLEMS = [{"id": f"q{i}", "problem": f"Tom has {i} bags of 4 apples. How many apples?", "answer": str(4 * i),
@@ -56,6 +54,15 @@ def test_rows_carry_the_columns_the_reward_reads():
         rollout_prompt("p", "sideways")
 
 
+def test_rows_refuse_a_branch_without_its_memory():
+    bare = {"id": "q", "problem": "p", "answer": "2"}
+    with pytest.raises(ValueError, match="'q': a bank row needs a non-empty experience bank"):
+        tmas_rows([{**bare, "guidelines": GUIDELINES}])
+    with pytest.raises(ValueError, match="'q': an explore row needs guideline strategies"):
+        tmas_rows([{**bare, "experience": EXPERIENCE}])
+    assert [r["rollout_type"] for r in tmas_rows([bare], types=["base"])] == ["base"]
+
+
 def test_problem_blocks_keep_a_problems_rows_together():
     rows = tmas_rows(PROBLEMS)
     interleaved = sorted(rows, key=lambda r: r["rollout_type"])  # all bases first: problems apart
@@ -70,6 +77,7 @@ def test_problem_blocks_keep_a_problems_rows_together():
 
 def reward_calls(rows, args):
     """The row indices of each reward call, replaying TRL's RepeatSampler and per-process generation batches."""
+    pytest.importorskip("trl")
     from trl.trainer.utils import RepeatSampler
 
     sampler = RepeatSampler(rows, mini_repeat_count=args.num_generations,
@@ -109,6 +117,18 @@ def test_check_grouping_refuses_settings_that_split_problems(tmp_path):
     assert split  # what the check prevents: TRL's shuffle sends a problem's rows to different calls
     with pytest.raises(ValueError, match="multiple of rows_per_problem"):
         check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, per_device_train_batch_size=4))
+
+
+@pytest.mark.parametrize("override", [dict(scale_rewards="group"), dict(scale_rewards=True),
+                                      dict(multi_objective_aggregation="normalize_then_sum")])
+def test_check_grouping_refuses_scaling_that_cancels_the_bank_bonus(tmp_path, override):
+    rows = problem_blocks(tmas_rows(PROBLEMS))
+    args = cpu_grpo_config(tmp_path, rows_per_problem=3, **override)
+    with pytest.raises(ValueError, match="cancels it"):
+        check_grouping(rows, args)
+    without_bank = problem_blocks(tmas_rows(PROBLEMS, types=["base", "explore"]))
+    assert check_grouping(without_bank, cpu_grpo_config(tmp_path, rows_per_problem=2, **override)) == 2  # no bonus
+    assert check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, scale_rewards="batch")) == 3
 
 
 @pytest.mark.slow
@@ -151,7 +171,10 @@ def test_one_grpo_step_with_the_hybrid_reward(tmp_path, data_dir):
     parts = calls[0]["parts"]
     assert [p.novelty for p in parts[4:]] == [1, -1] and len(judge_prompts) == 2
     assert "- multiply the counts" in judge_prompts[0][-1]["content"]
-    assert all(p.reward in (1.0, -1.0) or p.bonus > 0 for p in parts[:4])
+    for part in parts[:4]:  # base: +-1; bank: +-1, plus beta * (1 - p_base) when right (p_base from the two bases)
+        p_base = sum(p.correct for p in parts[:2]) / 2
+        bonus = 0.5 * (1 - p_base) if part.rollout_type == "bank" and part.correct else 0.0
+        assert part.reward == pytest.approx((1.0 if part.correct else -1.0) + bonus)
     logged = trainer.state.log_history[0]
     assert logged["rewards/tmas_hybrid/mean"] == pytest.approx(sum(calls[0]["out"]) / 6)
     assert "reward" in logged and "tmas/novelty_mean" in logged

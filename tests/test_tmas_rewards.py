@@ -214,6 +214,11 @@ def test_custom_table_and_errors():
                                                                        rollout_type="explore")
     with pytest.raises(ValueError, match="rollout_type"):
         hybrid_reward(novelty="column")(None, [RIGHT], answer="12", rollout_type="sideways")
+    for empty in (None, "", "none"):  # a missing type is not silently a base rollout
+        with pytest.raises(ValueError, match="rollout_type"):
+            hybrid_reward(novelty="column")(None, [RIGHT, WRONG], answer="12", rollout_type=["base", empty])
+    with pytest.raises(ValueError, match="novelty_class values must be 1, 0 or -1, got \\[\"'new'\"\\]"):
+        hybrid_reward(novelty="column")(None, [RIGHT], answer="12", rollout_type="explore", novelty_class=["new"])
     with pytest.raises(ValueError, match="used_bank"):
         bank_bonus_reward()(None, [RIGHT], answer="12")
     with pytest.raises(ValueError, match="beta"):

@@ -56,20 +56,23 @@ def banks_from_state(state: Mapping[str, Any]) -> tuple[ExperienceBank | None, t
     return experience_bank(state.get("experience")), strategies_of(state.get("guidelines"))
 
 
+_ROLLOUT_PROMPTS = {
+    BASE: lambda problem, experience, strategies: exploit_prompt(problem, [], None, None, False),
+    BANK: lambda problem, experience, strategies: exploit_prompt(problem, [], experience, None, False),
+    EXPLORE: lambda problem, experience, strategies: explore_prompt(problem, GuidelineBank(strategies=tuple(strategies)),
+                                                                    None),
+}
+
+
 def rollout_prompt(problem: str, rollout_type: str, experience: ExperienceBank | None = None,
                    strategies: Sequence[str] = ()) -> list[dict[str, str]]:
     """The conversation a branch's rollout answers, built by the loop's own prompts (first-round form: no
     previous solutions). base: the exploit prompt without memory; bank: with the experience bank;
     explore: the explore prompt with the guideline bank."""
-    if rollout_type == BASE:
-        conversation = exploit_prompt(problem, [], None, None, False)
-    elif rollout_type == BANK:
-        conversation = exploit_prompt(problem, [], experience, None, False)
-    elif rollout_type == EXPLORE:
-        conversation = explore_prompt(problem, GuidelineBank(strategies=tuple(strategies)), None)
-    else:
+    build = _ROLLOUT_PROMPTS.get(rollout_type)
+    if build is None:
         raise InputError(f"unknown rollout_type {rollout_type!r}; use {', '.join(ROLLOUT_TYPES)}")
-    return [dict(m) for m in conversation]
+    return [dict(m) for m in build(problem, experience, strategies)]
 
 
 def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLLOUT_TYPES) -> list[dict[str, Any]]:
@@ -82,6 +85,13 @@ def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLL
             raise InputError(f"a problem needs {', '.join(missing)}: {dict(item)!r:.120}")
         experience, strategies = (banks_from_state(item["state"]) if item.get("state") is not None else
                                   (experience_bank(item.get("experience")), strategies_of(item.get("guidelines"))))
+        # without its memory a bank row is a base row, and an explore row is novel by default: say so
+        if BANK in types and (experience is None or not experience.entries):
+            raise InputError(f"problem {item['id']!r}: a bank row needs a non-empty experience bank "
+                             "(give `experience` or a TMAS `state`, or leave 'bank' out of types)")
+        if EXPLORE in types and not strategies:
+            raise InputError(f"problem {item['id']!r}: an explore row needs guideline strategies "
+                             "(give `guidelines` or a TMAS `state`, or leave 'explore' out of types)")
         for kind in types:
             rows.append({"prompt": rollout_prompt(item["problem"], kind, experience, strategies),
                          "problem_id": str(item["id"]), "rollout_type": kind, "answer": str(item["answer"]),
@@ -118,12 +128,19 @@ def rows_per_problem(rows: Sequence[Mapping[str, Any]], column: str = "problem_i
 
 def check_grouping(rows: Sequence[Mapping[str, Any]], args: Any, column: str = "problem_id") -> int:
     """Raise an InputError unless every reward call of a GRPOTrainer with `args` holds each problem's rows
-    whole; return the rows per problem. Needs shuffle_dataset=False, rows in problem blocks, and
-    per_device_train_batch_size * steps_per_generation a multiple of rows_per_problem * num_generations."""
+    whole and the bank bonus survives the advantage; return the rows per problem. Needs shuffle_dataset=False,
+    rows in problem blocks, per_device_train_batch_size * steps_per_generation a multiple of
+    rows_per_problem * num_generations, and (with Bank rows) no per-group reward scaling."""
     if getattr(args, "shuffle_dataset", True):
         raise InputError("set shuffle_dataset=False (shuffle the problems with problem_blocks(rows, seed) instead): "
                          "TRL's shuffle would split a problem's Bank and Base rows across reward calls")
     k = rows_per_problem(rows, column)
+    if any(row.get("rollout_type") == BANK for row in rows):
+        if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum" or \
+                getattr(args, "scale_rewards", "group") in ("group", True):
+            raise InputError("the bank bonus is the same for every right rollout of a Bank row, so scaling rewards by "
+                             "their group's spread cancels it: set scale_rewards='none' or 'batch' and "
+                             "multi_objective_aggregation='sum_then_normalize' (cpu_grpo_config does)")
     local = args.per_device_train_batch_size * (args.steps_per_generation or 1)
     if local % (k * args.num_generations):
         raise InputError(f"per_device_train_batch_size * steps_per_generation = {local} completions per reward call "

@@ -51,7 +51,7 @@ from morkit.loops.tmas.novelty import (
 RewardFn = Callable[..., list[float | None]]
 BASE, BANK, EXPLORE = "base", "bank", "explore"
 ROLLOUT_TYPES = (BASE, BANK, EXPLORE)
-_ALIASES = {"exploit": BANK, "exploration": EXPLORE, "none": BASE}
+_ALIASES = {"exploit": BANK, "exploration": EXPLORE}
 DEFAULT_BETA = 0.5
 
 
@@ -145,6 +145,8 @@ def rollout_types(kwargs: Mapping[str, Any], size: int, *, required: bool = Fals
     (an InputError instead when `required`)."""
     types = _column(kwargs, ("rollout_type",), size)
     if types is not None:
+        if any(t is None or not str(t).strip() for t in types):
+            raise InputError(f"column 'rollout_type' has an empty value; use {', '.join(ROLLOUT_TYPES)} on every row")
         out = [_ALIASES.get(str(t).strip().lower(), str(t).strip().lower()) for t in types]
         unknown = sorted(set(out) - set(ROLLOUT_TYPES))
         if unknown:
@@ -244,23 +246,36 @@ class HybridReward:
 
     def novelty(self, prompts: Sequence[Any] | None, completions: Sequence[Any], rows: Sequence[int],
                 kwargs: Mapping[str, Any]) -> list[tuple[int, str, str]]:
-        """(class, source, judge reply) for the completions at `rows`."""
-        n = len(completions)
-        texts = [completion_text(completions[i]) for i in rows]
-        if self.config.novelty == "column":
-            given = _column(kwargs, ("novelty_class", "novel"), n)
-            if given is None:
-                raise InputError("novelty='column' needs a 'novelty_class' (1/0/-1) or a bool 'novel' column")
-            out = [(1 if g is True else -1 if g is False else int(g), "column", "") for g in (given[i] for i in rows)]
-            bad = sorted({c for c, _, _ in out} - set(NOVELTY_CLASSES))
-            if bad:
-                raise InputError(f"novelty_class values must be 1, 0 or -1, got {bad}")
-            return out
-        if self.config.novelty == "answers":
-            seen = _column(kwargs, ("seen_answers",), n)
-            if seen is None:
-                raise InputError("novelty='answers' needs a 'seen_answers' column")
-            return [(c, "answers", "") for c in answer_novelty(texts, [seen[i] for i in rows])]
+        """(class, source, judge reply) for the completions at `rows`, from `config.novelty`'s source."""
+        source = {"judge": self._judged, "column": self._given, "answers": self._by_answers}[self.config.novelty]
+        return source(prompts, [completion_text(completions[i]) for i in rows], rows, kwargs, len(completions))
+
+    @staticmethod
+    def _given(prompts: Any, texts: Sequence[str], rows: Sequence[int], kwargs: Mapping[str, Any], n: int
+               ) -> list[tuple[int, str, str]]:
+        """The `novelty_class` column (1/0/-1), or a bool `novel` column (True 1, False -1)."""
+        given = _column(kwargs, ("novelty_class", "novel"), n)
+        if given is None:
+            raise InputError("novelty='column' needs a 'novelty_class' (1/0/-1) or a bool 'novel' column")
+        values = [given[i] for i in rows]
+        out = [1 if g is True else -1 if g is False else g for g in values]
+        bad = [g for g in out if isinstance(g, bool) or g not in NOVELTY_CLASSES]
+        if bad:
+            raise InputError(f"novelty_class values must be 1, 0 or -1, got {sorted(map(repr, set(bad)))}")
+        return [(int(c), "column", "") for c in out]
+
+    @staticmethod
+    def _by_answers(prompts: Any, texts: Sequence[str], rows: Sequence[int], kwargs: Mapping[str, Any], n: int
+                    ) -> list[tuple[int, str, str]]:
+        """The answer-level fallback over the `seen_answers` column."""
+        seen = _column(kwargs, ("seen_answers",), n)
+        if seen is None:
+            raise InputError("novelty='answers' needs a 'seen_answers' column")
+        return [(c, "answers", "") for c in answer_novelty(texts, [seen[i] for i in rows])]
+
+    def _judged(self, prompts: Sequence[Any] | None, texts: Sequence[str], rows: Sequence[int],
+                kwargs: Mapping[str, Any], n: int) -> list[tuple[int, str, str]]:
+        """The LLM judge against each row's `guideline_bank`, reading the problem from `problem` or the prompt."""
         banks = _column(kwargs, ("guideline_bank",), n)
         if banks is None:
             raise InputError("the novelty judge needs a 'guideline_bank' column (the strategies shown to the row)")
