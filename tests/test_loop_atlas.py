@@ -81,7 +81,8 @@ def test_explores_until_it_stops_then_answers_in_the_same_conversation():
     orch = orchestrator(["Nothing yet.\nACTION: explore", "One answer only.\nACTION: explore",
                          "42 twice?\nACTION: stop"])
     verifier = ScriptedVerifier()
-    result = atlas(orch, solver("So 40+2=42. The answer is 42.", "The answer is 41."), verifier).run(PROBLEM)
+    result = atlas(orch, solver("So 40+2=42. The answer is 42.", "The answer is 41."), verifier,
+                   show_scores=True).run(PROBLEM)
     assert result.loop == "atlas" and result.stop_reason == "orchestrator stopped"
     assert result.answer == "Both agree. The answer is 42." and result.score == pytest.approx(0.9)
     state = result.state
@@ -313,8 +314,11 @@ def test_integrator_switch_makes_a_separate_stateless_final_call():
     assert [e for e in result.trace if e["kind"] == "synthesis"][0]["mode"] == "integrator"
 
 
-def test_show_scores_off_hides_the_verifier_from_the_orchestrator():
+def test_by_default_the_orchestrator_judges_without_the_verifiers_scores():
     orch = orchestrator(["ACTION: explore", "ACTION: stop"])
-    result = atlas(orch, solver("The answer is 42."), ScriptedVerifier(), show_scores=False).run(PROBLEM)
-    assert result.state["evidence"][0]["score"] == 0.9
+    result = atlas(orch, solver("The answer is 42."), ScriptedVerifier()).run(PROBLEM)  # the paper's setting
+    assert result.state["evidence"][0]["score"] == 0.9 and result.score == pytest.approx(0.9)
     assert "Verifier" not in text_of(orch.conversations[-1])
+    shown = orchestrator(["ACTION: explore", "ACTION: stop"])
+    atlas(shown, solver("The answer is 42."), ScriptedVerifier(), show_scores=True).run(PROBLEM)
+    assert "Verifier score: 0.900." in text_of(shown.conversations[-1])

@@ -6,7 +6,7 @@ import pytest
 
 from morkit.core.errors import InputError
 from morkit.loops.registry import LoopOptions, LoopSetup, tmas
-from morkit.loops.settings import configure, parse_setting
+from morkit.loops.settings import configure, parse_setting, unescape
 from morkit.loops.tmas.loop import TMASConfig
 
 
@@ -58,13 +58,15 @@ def test_unset_knobs_keep_each_loops_paper_defaults():
     config = tmas(setup(LoopOptions())).config
     # N = 8 solutions and M = 8 verifications, as the paper; the solver's tokens come from agents.toml
     assert (config.solutions, config.verifications, config.epsilon) == (8, 8, 0.2) and config.max_tokens == 77
-    assert config.iterations == TMASConfig().iterations
+    assert config.iterations == 20 and config.seed == 0  # the paper's runs go up to 20 rounds
     chain = streamma(setup(LoopOptions()))
     assert chain.config.agents == StreamMAConfig().agents == len(chain.llms)
     assert chain.config.step_marker == StreamMAConfig().step_marker and chain.config.max_tokens == 77
     assert len(streamma(setup(LoopOptions(settings=(("agents", "6"),)))).llms) == 6  # --set agents sizes the chain
     solver = atlas(setup(LoopOptions())).solvers["solver"]
-    assert solver.params.max_tokens == 77
+    assert solver.params.max_tokens == 77 and solver.params.seed is None  # the agent's own seed
+    assert chain.config.seed is None and streamma(setup(LoopOptions(seed=4))).config.seed == 4
+    assert atlas(setup(LoopOptions(seed=4))).solvers["solver"].params.seed == 4
     assert atlas(setup(LoopOptions(gen_tokens=33))).solvers["solver"].params.max_tokens == 33
     given = tmas(setup(LoopOptions(solutions=2, verifications=0, gen_tokens=40))).config
     assert (given.solutions, given.verifications, given.max_tokens) == (2, 0, 40)
@@ -75,7 +77,8 @@ def test_step_marker_flag_reads_escapes():
 
     from morkit.cli.loop import step_marker
 
-    assert step_marker("\\n") == "\n" and step_marker("###") == "###"
+    assert step_marker("\\n") == "\n" and step_marker("###") == "###" and step_marker("\u00e9\\n") == "\u00e9\n"
+    assert unescape("\u4e2d\\t") == "\u4e2d\t" and unescape("plain") == "plain"
     with pytest.raises(argparse.ArgumentTypeError):
         step_marker("")
 

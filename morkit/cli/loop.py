@@ -99,11 +99,12 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-total-tokens", type=NON_NEGATIVE_INT, help="tokens")
     g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
     g = p.add_argument_group("loop settings")
-    g.add_argument("--seed", type=NON_NEGATIVE_INT, default=0, help="base seed of every sampled call (default 0)")
+    g.add_argument("--seed", type=NON_NEGATIVE_INT,
+                   help="base seed of the loop's sampling (default: the loop's own, TMAS 0, and each agent's seed)")
     g.add_argument("--gen-tokens", type=POSITIVE_INT,
                    help="new tokens per solver generation (default: each agent's max_tokens in agents.toml)")
     g.add_argument("--iterations", type=POSITIVE_INT,
-                   help=f"TMAS rounds T (default {tmas.iterations}; the paper runs up to 20)")
+                   help=f"TMAS rounds T (default {tmas.iterations}, the paper's)")
     g.add_argument("--solutions", type=POSITIVE_INT,
                    help=f"TMAS solutions per round N (default {tmas.solutions}, the paper's)")
     g.add_argument("--verifications", type=NON_NEGATIVE_INT,

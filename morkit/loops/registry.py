@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from morkit.core import checks
-from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 from morkit.loops.base import Budget, Loop
 from morkit.loops.settings import configure
@@ -28,7 +27,8 @@ class LoopOptions:
     (TMASConfig, StreamMAConfig, ATLASConfig), so the command line and Python get the same algorithm."""
 
     budget: Budget = Budget()
-    seed: int = 0
+    seed: int | None = None
+    """Base seed of the loop's sampling; None keeps the config's (TMAS: 0; StreamMA: unseeded) and the agents'."""
     gen_tokens: int | None = None
     """New tokens per solver generation; None: the agent's own max_tokens (agents.toml)."""
     iterations: int | None = None
@@ -43,15 +43,13 @@ class LoopOptions:
     """(field, value) pairs laid over the loop's config dataclass (`--set field=value`), after the knobs above."""
 
     def __post_init__(self) -> None:
-        checks.non_negative_int(self.seed, "seed")
+        checks.optional(checks.non_negative_int, self.seed, "seed")
         for name in ("gen_tokens", "iterations", "solutions", "chain", "max_explores"):
             checks.optional(checks.positive_int, getattr(self, name), name)
         checks.optional(checks.non_negative_int, self.verifications, "verifications")  # 0: TMAS's no-verification ablation
         checks.optional(checks.probability, self.epsilon, "epsilon")
         if self.protocol is not None:
             checks.one_of(self.protocol, PROTOCOLS, "protocol")
-        if self.step_marker == "":
-            raise InputError("step_marker must not be empty")
 
 
 def _given(**knobs: Any) -> dict[str, Any]:
@@ -73,8 +71,8 @@ def tmas(setup: LoopSetup) -> Loop:
     from morkit.loops.tmas.loop import TMAS, TMASConfig
 
     o, solver = setup.options, setup.agents.agents[0]
-    config = configure(TMASConfig, o.settings, seed=o.seed, max_tokens=o.gen_tokens or solver.params.max_tokens,
-                       **_given(iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
+    config = configure(TMASConfig, o.settings, max_tokens=o.gen_tokens or solver.params.max_tokens,
+                       **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
                                 epsilon=o.epsilon))
     return TMAS(setup.llms.llm(solver), setup.verifier, config, o.budget)
 
@@ -83,8 +81,8 @@ def streamma(setup: LoopSetup) -> Loop:
     from morkit.loops.streamma.loop import StreamMA, StreamMAConfig
 
     o, agents = setup.options, setup.agents.agents
-    config = configure(StreamMAConfig, o.settings, seed=o.seed, max_tokens=o.gen_tokens or agents[0].params.max_tokens,
-                       **_given(agents=o.chain, protocol=o.protocol, step_marker=o.step_marker))
+    config = configure(StreamMAConfig, o.settings, max_tokens=o.gen_tokens or agents[0].params.max_tokens,
+                       **_given(seed=o.seed, agents=o.chain, protocol=o.protocol, step_marker=o.step_marker))
     chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(config.agents)]
     return StreamMA(chain, setup.verifier, config, o.budget)
 
@@ -96,7 +94,7 @@ def atlas(setup: LoopSetup) -> Loop:
     o = setup.options
     solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p,
                                                                 o.gen_tokens or a.params.max_tokens, a.params.stop,
-                                                                o.seed),
+                                                                a.params.seed if o.seed is None else o.seed),
                               **({"system": a.system} if a.system else {}), cost=a.cost)
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,

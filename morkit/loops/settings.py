@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from morkit.core.errors import InputError
 
@@ -26,7 +26,7 @@ def parse_setting(text: str) -> tuple[str, str]:
 
 def unescape(text: str) -> str:
     """Backslash escapes read as a Python string would ('\\n' -> a newline), so a shell can pass them."""
-    return text.encode().decode("unicode_escape") if "\\" in text else text
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
 
 
 def _convert(value: str, kind: Any, key: str) -> Any:
@@ -81,15 +81,3 @@ def configure(config_cls: type, settings: Sequence[tuple[str, str]] = (), **base
             raise InputError(f"{config_cls.__name__} has no setting {key!r}; settings: {', '.join(sorted(fields))}")
         values[key] = _convert(value, fields[key], key)
     return config_cls(**values)
-
-
-def describe(config_cls: type) -> Mapping[str, str]:
-    """name -> 'default (type)' for each settable field: what `morkit loop NAME --list-settings` prints."""
-    out = {}
-    for f in dataclasses.fields(config_cls):
-        if not f.init:
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
-        out[f.name] = repr(default)
-    return out

@@ -75,9 +75,10 @@ class ATLASConfig:
     solver_costs: tuple[str, ...] = ()
     """ATLAS-MM: 'name=price' per solver, price per 1,000 tokens (prompt + generated). Shown to the orchestrator
     beside each solver and summed per explore into the result's cost; overrides Solver.cost."""
-    show_scores: bool = True
-    """Show the verifier's score and feedback per candidate (morkit's addition: the paper's orchestrator judges
-    the evidence itself; false, or no verifier, gives the paper's setting)."""
+    show_scores: bool = False
+    """Show the verifier's score and feedback per candidate to the orchestrator (morkit's addition). Off by
+    default, as in the paper, whose orchestrator judges the evidence itself; the verifier still scores the
+    final answer and picks the fallback answer."""
 
     def __post_init__(self) -> None:
         if self.max_explores < 1 or not 0 <= self.min_explores <= self.max_explores:

@@ -23,8 +23,9 @@ Selection = Literal["score", "vote"]
 class TMASConfig:
     """Loop sizes, sampling, memory, ablation switches and stop rules of one TMAS run."""
 
-    iterations: int = 3
-    """Rounds T. The paper runs up to 20 (its curves go to iteration 19); 3 keeps a local CPU run short."""
+    iterations: int = 20
+    """Rounds T (the paper's runs go up to 20 iterations). Every round runs unless a stop rule below is set;
+    on a CPU use a few (`--iterations 2`)."""
     solutions: int = 8
     """Candidate solutions N per round (paper: 8)."""
     verifications: int = 8
