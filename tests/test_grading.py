@@ -107,3 +107,10 @@ def test_time_guard_stops_a_runaway_call_in_a_worker_thread(monkeypatch):
     worker.join(10)
     assert not worker.is_alive() and box["result"] is None
     assert time.monotonic() - start < 5
+
+
+def test_majority_groups_orders_by_size_then_first_member_and_skips_missing_answers():
+    answers = ["0.5", "7", None, "\\frac{1}{2}", "", "7", "1/2", "9"]
+    assert grading.majority_groups(answers) == [[0, 3, 6], [1, 5], [7]]
+    assert grading.majority_groups(["7", "9", "9", "7"]) == [[0, 3], [1, 2]]  # a tie: the earlier group first
+    assert grading.majority_groups([None, ""]) == []

@@ -161,6 +161,17 @@ def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
     return classes
 
 
+def majority_groups(answers: Sequence[str | None]) -> list[list[int]]:
+    """Indices of equivalent final answers, one list per value, largest group first and, among equals, the one
+    whose first member comes first; a missing (None or empty) answer abstains. groups[0][0] is the majority's
+    first answer, so callers choose the tie rule by the order they pass answers in."""
+    found: dict[int, list[int]] = {}
+    for i, cls in enumerate(equivalence_classes([a or None for a in answers])):
+        if cls is not None:
+            found.setdefault(cls, []).append(i)
+    return sorted(found.values(), key=lambda members: (-len(members), members[0]))
+
+
 def answers_equivalent(a: str | None, b: str | None) -> bool:
     """Whether two final answers denote the same value (symmetric; None is never equivalent)."""
     if a is None or b is None:

@@ -14,7 +14,7 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from morkit.core import checks
 from morkit.core.errors import LLMError
@@ -155,21 +155,30 @@ class MeteredLLM:
             self.spend.charge(0, pieces)
 
 
+def map_verifier(verifier: Any, edit: Callable[[Any], Mapping[str, Any]]) -> Any:
+    """A copy of a dataclass verifier with `edit(node)`'s field changes made at every node of its tree (nested
+    verifiers included); the verifier itself when nothing changed (and anything that is not a dataclass)."""
+    if verifier is None or not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
+        return verifier
+    changes = dict(edit(verifier))
+    for f in dataclasses.fields(verifier):
+        value = getattr(verifier, f.name)
+        if f.name not in changes and dataclasses.is_dataclass(value) and hasattr(value, "verify"):
+            mapped = map_verifier(value, edit)
+            if mapped is not value:
+                changes[f.name] = mapped
+    return dataclasses.replace(verifier, **changes) if changes else verifier
+
+
 def metered_verifier(verifier: Any, spend: Spend) -> Any:
     """The verifier with every LLM it holds charged to the loop's budget, so an LLM critic's calls
     count against the loop's limits and in its `calls`/`tokens` (nested verifiers included)."""
-    if verifier is None or not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
-        return verifier
-    changes = {}
-    for f in dataclasses.fields(verifier):
-        value = getattr(verifier, f.name)
-        if isinstance(value, LLM) and not isinstance(value, MeteredLLM):
-            changes[f.name] = MeteredLLM(value, spend)
-        elif dataclasses.is_dataclass(value) and hasattr(value, "verify"):
-            wrapped = metered_verifier(value, spend)
-            if wrapped is not value:
-                changes[f.name] = wrapped
-    return dataclasses.replace(verifier, **changes) if changes else verifier
+
+    def meter(node: Any) -> dict[str, Any]:
+        return {f.name: MeteredLLM(getattr(node, f.name), spend) for f in dataclasses.fields(node)
+                if isinstance(getattr(node, f.name), LLM) and not isinstance(getattr(node, f.name), MeteredLLM)}
+
+    return map_verifier(verifier, meter)
 
 
 @dataclass

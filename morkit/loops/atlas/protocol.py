@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from morkit.core.errors import InputError
-from morkit.core.grading import answers_equivalent, is_correct, reference_answer
+from morkit.core.grading import answers_equivalent, is_correct, majority_groups, reference_answer
 from morkit.llm.base import LLM, SamplingParams
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
@@ -206,18 +206,8 @@ def estimate_tokens(text: str) -> int:
 
 def groups(evidence: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[int]]]:
     """Equivalent final answers grouped as (first spelling, [explore indices]); largest first, then earliest."""
-    found: list[tuple[str, list[int]]] = []
-    for e in evidence:
-        final = e.get("final")
-        if final is None:
-            continue
-        for representative, members in found:
-            if answers_equivalent(representative, final):
-                members.append(e["index"])
-                break
-        else:
-            found.append((final, [e["index"]]))
-    return sorted(found, key=lambda g: (-len(g[1]), g[1][0]))
+    finals = [e.get("final") for e in evidence]
+    return [(finals[g[0]], [evidence[i]["index"] for i in g]) for g in majority_groups(finals)]
 
 
 def majority_index(answered: Sequence[Mapping[str, Any]]) -> int:

@@ -105,14 +105,17 @@ class AgentLedger:
         return totals(self.calls, agent=self.agent)
 
 
-def totals(calls: Sequence[CallTokens], **extra: Any) -> dict[str, Any]:
-    """Sums over calls: prompt, reused (KV cache), prefilled, generated, total, hit ratio."""
-    prompt = sum(c.prompt for c in calls)
-    reused = sum(c.reused for c in calls)
-    generated = sum(c.generated for c in calls)
-    return {**extra, "calls": len(calls), "prompt_tokens": prompt, "reused_tokens": reused,
+def _summary(calls: int, prompt: int, reused: int, generated: int, **extra: Any) -> dict[str, Any]:
+    """A token summary: the counts, with prefilled, total and the KV hit ratio derived from them."""
+    return {**extra, "calls": calls, "prompt_tokens": prompt, "reused_tokens": reused,
             "prefilled_tokens": prompt - reused, "generated_tokens": generated, "total_tokens": prompt + generated,
             "kv_hit_ratio": round(reused / prompt, 4) if prompt else 0.0}
+
+
+def totals(calls: Sequence[CallTokens], **extra: Any) -> dict[str, Any]:
+    """Sums over calls: prompt, reused (KV cache), prefilled, generated, total, hit ratio."""
+    return _summary(len(calls), sum(c.prompt for c in calls), sum(c.reused for c in calls),
+                    sum(c.generated for c in calls), **extra)
 
 
 def cost_usd(summary: Mapping[str, Any], price_input: float, price_output: float, price_cached: float
@@ -147,12 +150,9 @@ class Ledger:
 
 def merge_reports(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The token state of several runs (Stream x N replicas): per-agent and total sums."""
-    keys = ("calls", "prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "total_tokens")
-
     def add(rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
-        out = {**extra, **{k: sum(r[k] for r in rows) for k in keys}}
-        out["kv_hit_ratio"] = round(out["reused_tokens"] / out["prompt_tokens"], 4) if out["prompt_tokens"] else 0.0
-        return out
+        keys = ("calls", "prompt_tokens", "reused_tokens", "generated_tokens")
+        return _summary(*(sum(r[k] for r in rows) for k in keys), **extra)
 
     agents = max(len(r["per_agent"]) for r in reports)
     per_agent = [add([r["per_agent"][i] for r in reports if i < len(r["per_agent"])], agent=i) for i in range(agents)]

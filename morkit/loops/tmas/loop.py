@@ -22,12 +22,11 @@ marks correctness in the trace and the per-iteration `curve` of the state; no pr
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from morkit.core.errors import LLMError, ScoreError
-from morkit.core.grading import answers_equivalent, extract_answer, is_correct
+from morkit.core.grading import answers_equivalent, extract_answer, is_correct, majority_groups
 from morkit.llm.base import LLM, Completion, SamplingParams
 from morkit.loops.base import (
     Budget,
@@ -97,14 +96,11 @@ def _ranked(rollouts: Sequence[Rollout]) -> list[Rollout]:
 
 
 def _voted(rollouts: Sequence[Rollout]) -> Rollout:
-    """The best-ranked rollout carrying the most common final answer (answers compared by equivalence)."""
+    """The best-ranked rollout carrying the most common final answer (answers compared by equivalence; a tie
+    between answers goes to the one whose best rollout ranks first)."""
     ranked = _ranked(rollouts)
-    votes = Counter(next(i for i, o in enumerate(ranked) if answers_equivalent(o.answer, r.answer)) if r.answer
-                    else -1 for r in ranked)
-    votes.pop(-1, None)
-    if not votes:
-        return ranked[0]
-    return ranked[max(votes, key=lambda i: (votes[i], -i))]
+    groups = majority_groups([r.answer for r in ranked])
+    return ranked[groups[0][0]] if groups else ranked[0]
 
 
 def _agree(rollouts: Sequence[Rollout]) -> bool:

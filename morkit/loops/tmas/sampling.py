@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from morkit.core.errors import LLMError
 from morkit.llm.base import Completion, Conversation, SamplingParams
+from morkit.loops.base import map_verifier
 
 T = TypeVar("T")
 
@@ -68,22 +69,16 @@ def batched(llm: Any, conversations: Sequence[Conversation], params: SamplingPar
 
 
 def sampled_verifier(verifier: Any, temperature: float, seed: int | None, max_tokens: int | None = None) -> Any:
-    """A copy of `verifier` whose LLM critic(s) sample at `temperature` with `seed`; None when it has none."""
-    if verifier is None or not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
-        return None
-    names = {f.name for f in dataclasses.fields(verifier)}
-    if {"llm", "params"} <= names:
-        params = verifier.params
-        if not isinstance(params, SamplingParams):
-            params = SamplingParams(temperature=0.0, max_tokens=CRITIC_DEFAULT_MAX_TOKENS)
-        params = dataclasses.replace(params, temperature=temperature, seed=seed,
-                                     max_tokens=max_tokens or params.max_tokens)
-        return dataclasses.replace(verifier, params=params)
-    changes = {}
-    for f in dataclasses.fields(verifier):
-        value = getattr(verifier, f.name)
-        if hasattr(value, "verify"):
-            sampled = sampled_verifier(value, temperature, seed, max_tokens)
-            if sampled is not None:
-                changes[f.name] = sampled
-    return dataclasses.replace(verifier, **changes) if changes else None
+    """A copy of `verifier` whose LLM critic(s) (a node with `llm` and `params`) sample at `temperature` with
+    `seed`; None when it holds none (a deterministic verifier)."""
+
+    def resample(node: Any) -> dict[str, Any]:
+        if not {"llm", "params"} <= {f.name for f in dataclasses.fields(node)}:
+            return {}
+        params = node.params if isinstance(node.params, SamplingParams) else SamplingParams(
+            temperature=0.0, max_tokens=CRITIC_DEFAULT_MAX_TOKENS)
+        return {"params": dataclasses.replace(params, temperature=temperature, seed=seed,
+                                              max_tokens=max_tokens or params.max_tokens)}
+
+    sampled = map_verifier(verifier, resample)
+    return None if sampled is verifier else sampled
