@@ -4,7 +4,7 @@ Two modes:
 
     .venv/bin/python bench/tmas_curves.py read OUT.jsonl     # records of `morkit loop tmas ... -o OUT.jsonl`
     .venv/bin/python bench/tmas_curves.py run --questions 3 --iterations 3 --threads 1 \
-        --save /tmp/tmas_run.jsonl                            # TMAS on GSM8K test questions, local SmolLM2
+        --save runs/tmas.jsonl                               # TMAS on GSM8K test questions, local SmolLM2
     .venv/bin/python bench/tmas_curves.py replay              # recorded Qwen2.5-Math solutions, RM-72B scores
 
 Curves (morkit.loops.tmas.curves): at iteration t, *best-so-far* is the share of questions whose answer
