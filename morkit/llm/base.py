@@ -69,6 +69,29 @@ class LLM(Protocol):
         ...
 
 
+def message_text(value: object, *, role: str | None = None) -> str:
+    """A prompt or completion as text: a string as it is; of a conversation, the last message with `role` (the
+    last message of all when none has it), or every message's content joined when `role` is None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(m, dict) for m in value):
+        chosen = [m for m in value if role is None or m.get("role") == role] or list(value)
+        if role is not None:
+            chosen = chosen[-1:]
+        return "\n".join(_content(m.get("content", "")) for m in chosen)
+    raise InputError(f"expected a string or a list of {{'role', 'content'}} messages, got {type(value).__name__}")
+
+
+def _content(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """Text up to the first stop string (excluded), and whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)

@@ -41,6 +41,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.grading import is_correct
+from morkit.llm.base import message_text
 from morkit.loops.tmas.novelty import (
     NOVELTY_CLASSES,
     NoveltyJudge,
@@ -103,22 +104,13 @@ class RewardParts:
 
 
 def completion_text(completion: Any) -> str:
-    """A completion's text: the string itself, or the last message's content for a message list."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        return str(completion.get("content") or "")
-    if isinstance(completion, Sequence) and completion:
-        return completion_text(completion[-1])
-    return ""
+    """A completion's text: the string itself, or the last (assistant) message's content of a message list."""
+    return message_text(completion, role="assistant") if completion else ""
 
 
 def _prompt_text(prompt: Any) -> str:
     """A prompt's problem text: the string, or the last user message of a conversation."""
-    if isinstance(prompt, str) or prompt is None:
-        return prompt or ""
-    users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"] or list(prompt)
-    return completion_text(users[-1:]) if users else ""
+    return message_text(prompt, role="user") if prompt else ""
 
 
 def _column(kwargs: Mapping[str, Any], names: Sequence[str], size: int) -> list[Any] | None:
