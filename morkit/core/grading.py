@@ -12,7 +12,7 @@ import re
 import threading
 from fractions import Fraction
 from functools import lru_cache
-from typing import Sequence
+from typing import Hashable, Sequence
 
 VERIFY_SECONDS = 5
 """Time guard for one math_verify parse or comparison; past it the answers count as different."""
@@ -161,15 +161,20 @@ def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
     return classes
 
 
-def majority_groups(answers: Sequence[str | None]) -> list[list[int]]:
-    """Indices of equivalent final answers, one list per value, largest group first and, among equals, the one
-    whose first member comes first; a missing (None or empty) answer abstains. groups[0][0] is the majority's
-    first answer, so callers choose the tie rule by the order they pass answers in."""
-    found: dict[int, list[int]] = {}
-    for i, cls in enumerate(equivalence_classes([a or None for a in answers])):
-        if cls is not None:
-            found.setdefault(cls, []).append(i)
+def key_groups(keys: Sequence[Hashable | None]) -> list[list[int]]:
+    """Indices of equal keys, one list per key, largest group first and, among equals, the one whose first member
+    comes first; a None key abstains. groups[0][0] is the majority's first member, so callers choose the tie
+    rule by the order they pass keys in."""
+    found: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            found.setdefault(key, []).append(i)
     return sorted(found.values(), key=lambda members: (-len(members), members[0]))
+
+
+def majority_groups(answers: Sequence[str | None]) -> list[list[int]]:
+    """`key_groups` of final answers compared by equivalence; a missing (None or empty) answer abstains."""
+    return key_groups(equivalence_classes([a or None for a in answers]))
 
 
 def answers_equivalent(a: str | None, b: str | None) -> bool:

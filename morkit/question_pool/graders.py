@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 from morkit.core.grading import (
     answers_equivalent,
+    equivalence_classes,
     extract_answer,
     program_text,
     reference_answer,
@@ -157,3 +158,31 @@ class CodeGrader:
 
     def vote_shares(self, texts: Sequence[str | None]) -> list[float]:
         return text_shares([program_text(t) for t in texts])
+
+
+# -- answer keys: what two answers must share to vote together -----------------------------------------
+
+def _program_key(text: str) -> str | None:
+    """A program's text without trailing spaces and blank lines (indentation kept: it is Python syntax)."""
+    lines = [line.rstrip() for line in (program_text(text) or "").splitlines() if line.strip()]
+    return "\n".join(lines) or None
+
+
+def _text_key(text: str) -> str | None:
+    return " ".join(text.split()) or None
+
+
+ANSWER_KEYS: Mapping[str, Callable[[str], Hashable | None]] = {
+    "code": _program_key, "choice": stated_letter, "instruction": _text_key}
+"""Query kind (a grader name) -> what two answers must share to vote together (ACS's vote, Stream x N).
+Any other kind, and none, groups by math final-answer equivalence."""
+
+
+def answer_keys(texts: Sequence[str], kind: str | None = None) -> list[Hashable | None]:
+    """Each answer's group: its normalised program (code), stated option letter (choice), whitespace-normalised
+    text (instruction), else its final answer's equivalence class (math: `equivalence_classes`). None: the
+    answer states nothing to group by, and abstains."""
+    key = ANSWER_KEYS.get(kind or "")
+    if key is not None:
+        return [key(t) if t and t.strip() else None for t in texts]
+    return list(equivalence_classes([extract_answer(t) for t in texts]))

@@ -24,45 +24,13 @@ the set's aggregate whatever it scores.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Hashable, Mapping, Sequence
+from typing import ClassVar, Hashable, Sequence
 
 import numpy as np
 
 from morkit.core import checks
 from morkit.core.errors import InputError
-from morkit.core.grading import equivalence_classes, extract_answer, program_text
-
-
-def _program_key(text: str) -> str | None:
-    """A program's text without trailing spaces and blank lines (indentation kept: it is Python syntax)."""
-    lines = [line.rstrip() for line in (program_text(text) or "").splitlines() if line.strip()]
-    return "\n".join(lines) or None
-
-
-def _letter_key(text: str) -> str | None:
-    from morkit.question_pool.graders import stated_letter
-
-    return stated_letter(text)
-
-
-def _text_key(text: str) -> str | None:
-    return " ".join(text.split()) or None
-
-
-ANSWER_KEYS: Mapping[str, Callable[[str], Hashable | None]] = {
-    "code": _program_key, "choice": _letter_key, "instruction": _text_key}
-"""Query kind (a grader name, morkit.question_pool.graders) -> what two answers must share to vote together.
-Any other kind, and none, groups by math final-answer equivalence."""
-
-
-def answer_keys(texts: Sequence[str], kind: str | None = None) -> list[Hashable | None]:
-    """Each answer's group: its normalised program (code), stated option letter (choice), whitespace-normalised
-    text (instruction), else its final answer's equivalence class (math: `equivalence_classes`). None: the
-    answer states nothing to group by, and abstains."""
-    key = ANSWER_KEYS.get(kind or "")
-    if key is not None:
-        return [key(t) if t and t.strip() else None for t in texts]
-    return list(equivalence_classes([extract_answer(t) for t in texts]))
+from morkit.question_pool.graders import answer_keys
 
 
 def vote_weights(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
