@@ -94,6 +94,7 @@ def reward_calls(rows, args):
 @pytest.mark.parametrize("problems_per_step, generations, accumulation", [(1, 2, 1), (2, 2, 1), (1, 4, 2)])
 def test_trl_batching_puts_bank_and_base_of_a_problem_in_one_reward_call(tmp_path, problems_per_step, generations,
                                                                          accumulation):
+    pytest.importorskip("trl")
     rows = problem_blocks(tmas_rows(PROBLEMS), seed=0)
     args = cpu_grpo_config(tmp_path, rows_per_problem=3, num_generations=generations,
                            problems_per_step=problems_per_step, gradient_accumulation_steps=accumulation)
@@ -108,6 +109,7 @@ def test_trl_batching_puts_bank_and_base_of_a_problem_in_one_reward_call(tmp_pat
 
 
 def test_check_grouping_refuses_settings_that_split_problems(tmp_path):
+    pytest.importorskip("trl")
     rows = problem_blocks(tmas_rows(PROBLEMS))
     shuffled = cpu_grpo_config(tmp_path, rows_per_problem=3, shuffle_dataset=True)
     with pytest.raises(ValueError, match="shuffle_dataset"):
@@ -122,6 +124,7 @@ def test_check_grouping_refuses_settings_that_split_problems(tmp_path):
 @pytest.mark.parametrize("override", [dict(scale_rewards="group"), dict(scale_rewards=True),
                                       dict(multi_objective_aggregation="normalize_then_sum")])
 def test_check_grouping_refuses_scaling_that_cancels_the_bank_bonus(tmp_path, override):
+    pytest.importorskip("trl")
     rows = problem_blocks(tmas_rows(PROBLEMS))
     args = cpu_grpo_config(tmp_path, rows_per_problem=3, **override)
     with pytest.raises(ValueError, match="cancels it"):
@@ -129,11 +132,18 @@ def test_check_grouping_refuses_scaling_that_cancels_the_bank_bonus(tmp_path, ov
     without_bank = problem_blocks(tmas_rows(PROBLEMS, types=["base", "explore"]))
     assert check_grouping(without_bank, cpu_grpo_config(tmp_path, rows_per_problem=2, **override)) == 2  # no bonus
     assert check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, scale_rewards="batch")) == 3
+    flagged = [{**{k: v for k, v in r.items() if k != "rollout_type"}, "used_bank": r["rollout_type"] == "bank"}
+               for r in rows]  # bank rows marked the older way are found too
+    aliased = [{**r, "rollout_type": "exploit" if r["rollout_type"] == "bank" else r["rollout_type"]} for r in rows]
+    for marked in (flagged, aliased):
+        with pytest.raises(ValueError, match="cancels it"):
+            check_grouping(marked, args)
 
 
 @pytest.mark.slow
 def test_one_grpo_step_with_the_hybrid_reward(tmp_path, data_dir):
     """A real GRPOTrainer step on SmolLM2-135M-Instruct (CPU) with the hybrid reward and a scripted judge."""
+    pytest.importorskip("trl")
     import json
 
     from morkit.loops.tmas.grpo import grpo_trainer, load_policy

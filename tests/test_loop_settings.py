@@ -22,6 +22,7 @@ def test_values_are_parsed_by_the_field_type_and_laid_over_the_base():
     (("iterations", "x"), "setting iterations: 'x' is not an integer"),
     (("stop_on_agreement", "maybe"), "not a boolean"),
     (("iterations", "0"), "iterations"),
+    (("excerpt_chars", "x"), "excerpt_chars"),
 ])
 def test_bad_settings_name_the_key(setting, message):
     with pytest.raises(InputError, match=message):
@@ -81,6 +82,12 @@ def test_step_marker_flag_reads_escapes():
     assert unescape("\u4e2d\\t") == "\u4e2d\t" and unescape("plain") == "plain"
     with pytest.raises(argparse.ArgumentTypeError):
         step_marker("")
+    with pytest.raises(argparse.ArgumentTypeError, match="malformed backslash escape"):
+        step_marker("\\N")
+    from morkit.loops.streamma.config import StreamMAConfig
+
+    with pytest.raises(InputError, match="setting step_marker: .*malformed backslash escape"):
+        configure(StreamMAConfig, [("step_marker", "C:\\Users")])
 
 
 def test_atlas_solvers_carry_their_agents_cost():

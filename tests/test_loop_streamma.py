@@ -184,6 +184,17 @@ def test_a_bare_accept_keeps_the_upstream_step_down_a_chain_of_three(protocol):
     assert {e["source"] for e in events(result, "step_reviewed")} == {"kept"}
 
 
+def test_what_a_reviewer_hands_downstream():
+    from morkit.loops.streamma.prompts import forwarded
+
+    assert forwarded("ACCEPT", "He buys 4.", "kept", 1, "reply") == "ACCEPT\nSTEP 2: He buys 4."
+    assert forwarded("ACCEPT\nSTEP 2: mine", "mine", "written", 1, "reply") == "ACCEPT\nSTEP 2: mine"
+    assert forwarded("ERROR: no\nCORRECTION: fixed", "fixed", "corrected", 1, "reply") == "ERROR: no\nCORRECTION: fixed"
+    assert forwarded("???", "upstream", "fallback", 0, "reply") == "upstream" == forwarded("", "upstream", "kept", 0,
+                                                                                            "reply")
+    assert forwarded("ACCEPT\nSTEP 1: mine", "mine", "written", 0, "step") == "mine"
+
+
 def test_serial_steps_a_labelled_reply_did_not_reach_keep_the_upstream_steps():
     short = ScriptedLLM(lambda conversation, i: "ACCEPT\nSTEP 1: Tom starts with 3 apples.")
     result = StreamMA([PacedLLM("a0"), short], config=StreamMAConfig(agents=2, protocol="serial",

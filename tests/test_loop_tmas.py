@@ -222,6 +222,31 @@ def test_a_deterministic_verifier_is_called_once_for_all_passes():
     assert result.state["rollouts"][0]["pass_scores"] == [0.9] and result.score == 0.9
 
 
+def test_sampled_verifier_resamples_each_critic_and_leaves_its_own_verifiers_alone():
+    from dataclasses import dataclass
+    from typing import Any
+
+    from morkit.loops.tmas.sampling import sampled_verifier
+
+    @dataclass(frozen=True)
+    class CriticWithHelper:  # a critic (llm + params) that holds a verifier of its own
+        llm: Any
+        params: SamplingParams
+        helper: Any = None
+
+        def verify(self, question, answers, context=()):
+            return [Verdict(0.5)] * len(answers)
+
+    helper = CriticWithHelper("helper-llm", SamplingParams(temperature=0.0, max_tokens=5))
+    outer = CriticWithHelper("critic-llm", SamplingParams(temperature=0.0, max_tokens=9), helper)
+    sampled = sampled_verifier(outer, 0.7, 3)
+    assert (sampled.params.temperature, sampled.params.seed, sampled.params.max_tokens) == (0.7, 3, 9)
+    assert sampled.helper is helper  # below the critic nothing is resampled
+    combined = sampled_verifier(CombinedVerifier(FakeVerifier(), outer, weight=1.0), 0.5, 1)
+    assert combined.critic.params.temperature == 0.5 and combined.mor == FakeVerifier()
+    assert sampled_verifier(FakeVerifier(), 0.7, 3) is None  # deterministic: nothing to sample
+
+
 def test_verifier_sees_all_solutions_and_scores_are_averaged():
     class TwoPasses(SampledVerifier):
         def verify(self, question, answers, context=()):

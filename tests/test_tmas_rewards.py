@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from morkit.core.errors import LLMError
@@ -50,6 +52,15 @@ def judge_replying(classes_by_solution, record=None):
         return next(f"The approach... NOVELTY: {c}" for key, c in classes_by_solution.items() if key in solution)
 
     return ScriptedLLM(reply)
+
+
+def test_completion_and_prompt_text_read_trl_messages():
+    assert completion_text([{"role": "assistant", "content": "The answer is 12."},
+                            {"role": "tool", "content": None}]) == "The answer is 12."  # the last assistant turn
+    assert completion_text([{"role": "assistant", "content": None}]) == "" and completion_text(None) == ""
+    assert completion_text({"role": "assistant", "content": "x"}) == "x" and completion_text("plain") == "plain"
+    with pytest.raises(ValueError, match="role"):
+        completion_text([1, 2])
 
 
 @pytest.mark.parametrize("fmt", [list, as_messages])
@@ -217,8 +228,11 @@ def test_custom_table_and_errors():
     for empty in (None, "", "none"):  # a missing type is not silently a base rollout
         with pytest.raises(ValueError, match="rollout_type"):
             hybrid_reward(novelty="column")(None, [RIGHT, WRONG], answer="12", rollout_type=["base", empty])
-    with pytest.raises(ValueError, match="novelty_class values must be 1, 0 or -1, got \\[\"'new'\"\\]"):
-        hybrid_reward(novelty="column")(None, [RIGHT], answer="12", rollout_type="explore", novelty_class=["new"])
+    for bad in ("new", [1], 2, 0.5):
+        with pytest.raises(ValueError, match=f"novelty_class values must be 1, 0 or -1, got {re.escape(repr(bad))}"):
+            hybrid_reward(novelty="column")(None, [RIGHT], answer="12", rollout_type="explore", novelty_class=[bad])
+    assert hybrid_reward(novelty="column")(None, [RIGHT, WRONG], answer="12", rollout_type="explore",
+                                           novelty_class=["1", -1.0]) == [1.0, -1.0]  # numbers as text or floats
     with pytest.raises(ValueError, match="used_bank"):
         bank_bonus_reward()(None, [RIGHT], answer="12")
     with pytest.raises(ValueError, match="beta"):

@@ -40,9 +40,13 @@ def setting(text: str) -> tuple[str, str]:
 
 def step_marker(text: str) -> str:
     """argparse type of --step-marker: non-empty, backslash escapes read ('\\n' is a newline)."""
+    from morkit.core.errors import InputError
     from morkit.loops.settings import unescape
 
-    return non_empty(unescape(text))
+    try:
+        return non_empty(unescape(text))
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def cmd_loop(args: argparse.Namespace) -> int:
@@ -100,7 +104,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
     g = p.add_argument_group("loop settings")
     g.add_argument("--seed", type=NON_NEGATIVE_INT,
-                   help="base seed of the loop's sampling (default: the loop's own, TMAS 0, and each agent's seed)")
+                   help="base seed of the loop's sampling (default: TMAS 0; StreamMA unseeded; ATLAS each agent's seed)")
     g.add_argument("--gen-tokens", type=POSITIVE_INT,
                    help="new tokens per solver generation (default: each agent's max_tokens in agents.toml)")
     g.add_argument("--iterations", type=POSITIVE_INT,

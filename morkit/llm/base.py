@@ -85,6 +85,8 @@ def message_text(value: object, *, role: str | None = None) -> str:
 
 
 def _content(content: object) -> str:
+    if content is None:  # e.g. a tool-call message
+        return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal parts: keep the text ones

@@ -155,16 +155,19 @@ class MeteredLLM:
             self.spend.charge(0, pieces)
 
 
-def map_verifier(verifier: Any, edit: Callable[[Any], Mapping[str, Any]]) -> Any:
+def map_verifier(verifier: Any, edit: Callable[[Any], Mapping[str, Any]], *, into_edited: bool = True) -> Any:
     """A copy of a dataclass verifier with `edit(node)`'s field changes made at every node of its tree (nested
-    verifiers included); the verifier itself when nothing changed (and anything that is not a dataclass)."""
+    verifiers included; with `into_edited=False` not below a node `edit` changed); the verifier itself when
+    nothing changed (and anything that is not a dataclass)."""
     if verifier is None or not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
         return verifier
     changes = dict(edit(verifier))
+    if changes and not into_edited:
+        return dataclasses.replace(verifier, **changes)
     for f in dataclasses.fields(verifier):
         value = getattr(verifier, f.name)
         if f.name not in changes and dataclasses.is_dataclass(value) and hasattr(value, "verify"):
-            mapped = map_verifier(value, edit)
+            mapped = map_verifier(value, edit, into_edited=into_edited)
             if mapped is not value:
                 changes[f.name] = mapped
     return dataclasses.replace(verifier, **changes) if changes else verifier

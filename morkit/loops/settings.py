@@ -25,8 +25,14 @@ def parse_setting(text: str) -> tuple[str, str]:
 
 
 def unescape(text: str) -> str:
-    """Backslash escapes read as a Python string would ('\\n' -> a newline), so a shell can pass them."""
-    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
+    """Backslash escapes read as a Python string would ('\\n' -> a newline), so a shell can pass them; a
+    malformed escape is an InputError."""
+    if "\\" not in text:
+        return text
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{text!r}: a malformed backslash escape ({err.reason}); write a backslash as \\\\") from None
 
 
 def _convert(value: str, kind: Any, key: str) -> Any:
@@ -62,7 +68,10 @@ def _convert(value: str, kind: Any, key: str) -> Any:
         except ValueError:
             raise InputError(f"setting {key}: {value!r} is not {'an integer' if kind is int else 'a number'}") from None
     if kind is str:
-        return unescape(value)
+        try:
+            return unescape(value)
+        except InputError as err:
+            raise InputError(f"setting {key}: {err}") from None
     raise InputError(f"setting {key}: its type {kind!r} cannot be set from the command line")
 
 

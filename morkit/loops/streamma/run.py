@@ -248,7 +248,7 @@ class PipelineRun:
             log.summary_text = parsed.summary
         if parsed.blocks:
             parts = [(b, parsed.preamble if k == 0 else "", b.text) for k, b in enumerate(parsed.blocks)]
-            if not parsed.summary:  # steps it did not reach keep the upstream step (as an unusable stream turn does)
+            if not (parsed.summary and self._final(log)):  # unreached steps keep the upstream step, as in stream
                 parts += [(None, "", "")] * (max(map(len, chains.values())) - len(parts))
         else:  # no labels at all: its paragraphs are its steps
             splitter = StepSplitter(cfg.step_marker)

@@ -36,7 +36,7 @@ from morkit.core.errors import InputError
 from morkit.loops.tmas.banks import Experience, ExperienceBank, GuidelineBank
 from morkit.loops.tmas.novelty import strategies_of
 from morkit.loops.tmas.prompts import exploit_prompt, explore_prompt
-from morkit.loops.tmas.rewards import BANK, BASE, EXPLORE, ROLLOUT_TYPES
+from morkit.loops.tmas.rewards import BANK, BASE, EXPLORE, ROLLOUT_TYPES, rollout_types
 
 
 def experience_bank(value: Any) -> ExperienceBank | None:
@@ -88,10 +88,12 @@ def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLL
         # without its memory a bank row is a base row, and an explore row is novel by default: say so
         if BANK in types and (experience is None or not experience.entries):
             raise InputError(f"problem {item['id']!r}: a bank row needs a non-empty experience bank "
-                             "(give `experience` or a TMAS `state`, or leave 'bank' out of types)")
+                             "(give `experience`, or the `state` of a TMAS run of at least 2 rounds or with "
+                             "memory_on_last_round=true; or leave 'bank' out of types)")
         if EXPLORE in types and not strategies:
             raise InputError(f"problem {item['id']!r}: an explore row needs guideline strategies "
-                             "(give `guidelines` or a TMAS `state`, or leave 'explore' out of types)")
+                             "(give `guidelines`, or the `state` of a TMAS run of at least 2 rounds or with "
+                             "memory_on_last_round=true; or leave 'explore' out of types)")
         for kind in types:
             rows.append({"prompt": rollout_prompt(item["problem"], kind, experience, strategies),
                          "problem_id": str(item["id"]), "rollout_type": kind, "answer": str(item["answer"]),
@@ -135,7 +137,9 @@ def check_grouping(rows: Sequence[Mapping[str, Any]], args: Any, column: str = "
         raise InputError("set shuffle_dataset=False (shuffle the problems with problem_blocks(rows, seed) instead): "
                          "TRL's shuffle would split a problem's Bank and Base rows across reward calls")
     k = rows_per_problem(rows, column)
-    if any(row.get("rollout_type") == BANK for row in rows):
+    columns = {name: [row.get(name) for row in rows] for name in ("rollout_type", "used_bank")
+               if rows and all(name in row for row in rows)}
+    if BANK in (rollout_types(columns, len(rows)) or ()):
         if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum" or \
                 getattr(args, "scale_rewards", "group") in ("group", True):
             raise InputError("the bank bonus is the same for every right rollout of a Bank row, so scaling rewards by "

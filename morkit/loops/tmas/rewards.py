@@ -132,6 +132,19 @@ def _correct(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool
     return [bool(is_correct(completion_text(c), r)) for c, r in zip(completions, references)]
 
 
+def _novelty_class(value: Any) -> int:
+    """A novelty column value as a class: True 1, False -1, else an integer 1, 0 or -1 (a number or its text)."""
+    if isinstance(value, bool):
+        return 1 if value else -1
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number not in NOVELTY_CLASSES:
+        raise InputError(f"novelty_class values must be 1, 0 or -1, got {value!r}")
+    return int(number)
+
+
 def rollout_types(kwargs: Mapping[str, Any], size: int, *, required: bool = False) -> list[str] | None:
     """Each row's branch from `rollout_type` (aliases: exploit -> bank), else `used_bank`; None without both
     (an InputError instead when `required`)."""
@@ -249,12 +262,7 @@ class HybridReward:
         given = _column(kwargs, ("novelty_class", "novel"), n)
         if given is None:
             raise InputError("novelty='column' needs a 'novelty_class' (1/0/-1) or a bool 'novel' column")
-        values = [given[i] for i in rows]
-        out = [1 if g is True else -1 if g is False else g for g in values]
-        bad = [g for g in out if isinstance(g, bool) or g not in NOVELTY_CLASSES]
-        if bad:
-            raise InputError(f"novelty_class values must be 1, 0 or -1, got {sorted(map(repr, set(bad)))}")
-        return [(int(c), "column", "") for c in out]
+        return [(_novelty_class(given[i]), "column", "") for i in rows]
 
     @staticmethod
     def _by_answers(prompts: Any, texts: Sequence[str], rows: Sequence[int], kwargs: Mapping[str, Any], n: int

@@ -80,5 +80,5 @@ def sampled_verifier(verifier: Any, temperature: float, seed: int | None, max_to
         return {"params": dataclasses.replace(params, temperature=temperature, seed=seed,
                                               max_tokens=max_tokens or params.max_tokens)}
 
-    sampled = map_verifier(verifier, resample)
+    sampled = map_verifier(verifier, resample, into_edited=False)  # a critic's own verifiers keep their settings
     return None if sampled is verifier else sampled
