@@ -45,6 +45,8 @@ def test_rows_carry_the_columns_the_reward_reads():
         EXPERIENCE, ("multiply the counts",))
     assert banks_from_state({"experience": EXPERIENCE.to_json(), "guidelines": None})[0].render() == EXPERIENCE.render()
     assert experience_bank("ADD result: 3 bags of 4 apples is 12 apples").render() == EXPERIENCE.render()
+    assert ExperienceBank.from_json(EXPERIENCE.to_json()) == EXPERIENCE == experience_bank(EXPERIENCE.to_json())
+    assert ExperienceBank.from_json({"entries": [{"id": 4, "kind": "avoid", "text": "t"}]}).next_id == 5
     with pytest.raises(ValueError, match="experience bank"):
         experience_bank(3)
     assert tmas_rows([{"id": 1, "problem": "p", "answer": "2"}], types=["base"])[0]["problem_id"] == "1"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Mapping
 
 EXPERIENCE_KINDS = ("result", "avoid")
 
@@ -141,6 +141,13 @@ class ExperienceBank:
 
     def to_json(self) -> dict[str, Any]:
         return {"entries": [e.to_json() for e in self.entries], "next_id": self.next_id, "capacity": self.capacity}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExperienceBank:
+        """The bank `to_json` wrote (a missing next_id follows the highest id; a missing capacity is the default)."""
+        entries = tuple(Experience(int(e["id"]), str(e["kind"]), str(e["text"])) for e in data.get("entries") or ())
+        next_id = int(data.get("next_id") or max((e.id for e in entries), default=0) + 1)
+        return cls(entries=entries, next_id=next_id, capacity=data.get("capacity", cls.capacity))
 
     def apply_reply(self, reply: str) -> ExperienceUpdate:
         """Parse an agent's reply and apply it (see `apply`); malformed lines are rejected, not fatal."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from morkit.core.errors import InputError
-from morkit.loops.tmas.banks import Experience, ExperienceBank, GuidelineBank
+from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
 from morkit.loops.tmas.novelty import strategies_of
 from morkit.loops.tmas.prompts import exploit_prompt, explore_prompt
 from morkit.loops.tmas.rewards import BANK, BASE, EXPLORE, ROLLOUT_TYPES, rollout_types
@@ -44,8 +44,7 @@ def experience_bank(value: Any) -> ExperienceBank | None:
     if value is None or isinstance(value, ExperienceBank):
         return value
     if isinstance(value, Mapping):
-        entries = tuple(Experience(int(e["id"]), str(e["kind"]), str(e["text"])) for e in value.get("entries") or ())
-        return ExperienceBank(entries=entries, next_id=max((e.id for e in entries), default=0) + 1)
+        return ExperienceBank.from_json(value)
     if isinstance(value, str):
         return ExperienceBank().apply_reply(value).bank
     raise InputError(f"an experience bank must be an ExperienceBank, its JSON or ADD lines, got {type(value).__name__}")
@@ -59,8 +58,8 @@ def banks_from_state(state: Mapping[str, Any]) -> tuple[ExperienceBank | None, t
 _ROLLOUT_PROMPTS = {
     BASE: lambda problem, experience, strategies: exploit_prompt(problem, [], None, None, False),
     BANK: lambda problem, experience, strategies: exploit_prompt(problem, [], experience, None, False),
-    EXPLORE: lambda problem, experience, strategies: explore_prompt(problem, GuidelineBank(strategies=tuple(strategies)),
-                                                                    None),
+    EXPLORE: lambda problem, experience, strategies: explore_prompt(
+        problem, GuidelineBank(strategies=tuple(strategies)), None),
 }
 
 
