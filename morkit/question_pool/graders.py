@@ -59,9 +59,14 @@ def key_shares(keys: Sequence[str | None]) -> list[float]:
     return [float(counts[k]) if k is not None else 0.0 for k in keys]
 
 
+def _text_key(text: str) -> str | None:
+    """Text with its whitespace runs folded to one space; None when nothing is left."""
+    return " ".join(text.split()) or None
+
+
 def text_shares(texts: Sequence[str | None]) -> list[float]:
     """Votes on whitespace-insensitive text, for answers that have no smaller final answer."""
-    return key_shares([" ".join(t.split()) if t and t.strip() else None for t in texts])
+    return key_shares([_text_key(t) if t else None for t in texts])
 
 
 GRADERS = Registry("grader")
@@ -166,10 +171,6 @@ def _program_key(text: str) -> str | None:
     """A program's text without trailing spaces and blank lines (indentation kept: it is Python syntax)."""
     lines = [line.rstrip() for line in (program_text(text) or "").splitlines() if line.strip()]
     return "\n".join(lines) or None
-
-
-def _text_key(text: str) -> str | None:
-    return " ".join(text.split()) or None
 
 
 ANSWER_KEYS: Mapping[str, Callable[[str], Hashable | None]] = {

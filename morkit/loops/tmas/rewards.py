@@ -78,8 +78,7 @@ class HybridRewardConfig:
 
     def __post_init__(self) -> None:
         checks.non_negative(self.beta, "HybridRewardConfig.beta")
-        if self.novelty not in ("judge", "column", "answers"):
-            raise InputError(f"HybridRewardConfig.novelty must be judge, column or answers, got {self.novelty!r}")
+        checks.one_of(self.novelty, ("judge", "column", "answers"), "HybridRewardConfig.novelty")
 
     def novelty_value(self, correct: bool, novelty: int) -> float:
         """The table entry for (correct, class)."""
