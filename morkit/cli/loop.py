@@ -104,7 +104,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
     g = p.add_argument_group("loop settings")
     g.add_argument("--seed", type=NON_NEGATIVE_INT,
-                   help="base seed of the loop's sampling (default: TMAS 0; StreamMA unseeded; ATLAS each agent's seed)")
+                   help="base seed of the loop's sampling (default: TMAS 0; StreamMA unseeded; ATLAS each "
+                        "agent's seed)")
     g.add_argument("--gen-tokens", type=POSITIVE_INT,
                    help="new tokens per solver generation (default: each agent's max_tokens in agents.toml)")
     g.add_argument("--iterations", type=POSITIVE_INT,

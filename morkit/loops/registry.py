@@ -46,7 +46,8 @@ class LoopOptions:
         checks.optional(checks.non_negative_int, self.seed, "seed")
         for name in ("gen_tokens", "iterations", "solutions", "chain", "max_explores"):
             checks.optional(checks.positive_int, getattr(self, name), name)
-        checks.optional(checks.non_negative_int, self.verifications, "verifications")  # 0: TMAS's no-verification ablation
+        # verifications may be 0: TMAS's no-verification ablation
+        checks.optional(checks.non_negative_int, self.verifications, "verifications")
         checks.optional(checks.probability, self.epsilon, "epsilon")
         if self.protocol is not None:
             checks.one_of(self.protocol, PROTOCOLS, "protocol")
@@ -72,8 +73,8 @@ def tmas(setup: LoopSetup) -> Loop:
 
     o, solver = setup.options, setup.agents.agents[0]
     config = configure(TMASConfig, o.settings, max_tokens=o.gen_tokens or solver.params.max_tokens,
-                       **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions, verifications=o.verifications,
-                                epsilon=o.epsilon))
+                       **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions,
+                                verifications=o.verifications, epsilon=o.epsilon))
     return TMAS(setup.llms.llm(solver), setup.verifier, config, o.budget)
 
 
