@@ -47,18 +47,22 @@ def cmd_rms(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([i.to_json() for i in infos], indent=1))
         return 0
-    rows = [("NAME", "KIND", "BACKEND", "AVAILABLE", "GPU (bf16)")]
-    rows += [(i.name, i.kind, i.backend, _available(i), _gpu(i)) for i in infos]
-    rows.append(("<name in scores>", "table", "input", "yes", "-"))
+    rows = [("NAME", "KIND", "BACKEND", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
+    rows += [(i.name, i.kind, i.backend, _available(i), _gpu(i), i.applies_to) for i in infos]
+    rows.append(("<name in scores>", "table", "input", "yes", "-", "queries with its scores"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked; --json gives every field.")
+    print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked; --json gives every field.\n"
+          "APPLIES TO: an RM skips queries of other domains (their score is missing, not an error); a query of "
+          "its domains\nwithout the fields it needs is an error; a query without a domain is skipped when it "
+          "lacks them.")
     return 0
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries, save_queries
+    from morkit.reward_models.scoring import skip_counts
     from morkit.services.scoring import DEFAULT_RMS, cache_scope, score
 
     options = scoring_options(args)
@@ -72,8 +76,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     save_queries(args.output, scored)
     pairs = sum(len(q.candidates) for q in queries)
     truncated = sum(len(c.extra.get("truncated", [])) for q in scored for c in q.candidates)
+    skipped = skip_counts(scored)
+    shown = "; ".join(f"{name} on {n} queries" for name, n in skipped.items() if name in names)
     print(f"scored {pairs} candidates of {len(queries)} queries with {', '.join(names)} in "
-          f"{time.perf_counter() - started:.1f}s (cache hits {hits}, truncated {truncated}) -> {args.output}",
+          f"{time.perf_counter() - started:.1f}s (cache hits {hits}, truncated {truncated}"
+          + (f"; not applicable, scores missing: {shown}" if shown else "") + f") -> {args.output}",
           file=sys.stderr)
     return 0
 
@@ -98,7 +105,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
                        description="A table of every registered RM (name, kind, backend, whether it can run here, "
-                                   "GPU memory for its weights in bf16); NAME shows one in full.")
+                                   "GPU memory for its weights in bf16, the queries it applies to); NAME shows "
+                                   "one in full.")
     p.add_argument("name", nargs="?", help="one RM to describe in full")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
     p.set_defaults(func=cmd_rms)

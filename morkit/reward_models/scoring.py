@@ -4,6 +4,9 @@ Pair RMs see each distinct (question, answer) once, in chunks that keep a questi
 together, with a progress bar (an RM with `score_batches`, such as one on a Ray cluster, streams its
 own batches instead); query RMs (rules, tables) see whole queries. Every chunk is written to the cache
 as soon as it is scored, so an error later in the run, or a killed run, loses nothing already computed.
+An RM scores only the queries it applies to (morkit.reward_models.applicability); on the others its score
+is missing and the query records why under `skipped_rms`. Which apply is settled for every RM before the
+first one runs, so a query with a data error fails the run before any model loads.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
+from morkit.reward_models.applicability import SKIPPED_KEY, recorded_skips
 from morkit.reward_models.cache import ScoreCache
+from morkit.reward_models.catalog import applicability_of
 
 log = logging.getLogger(__name__)
 
@@ -111,43 +116,96 @@ def _score_query_rm(rm: Any, query: Query, cache: ScoreCache | None) -> list[Sco
     return scores
 
 
+def skip_plan(rms: Sequence[Any], queries: Sequence[Query]) -> dict[str, list[str | None]]:
+    """RM name -> per query, why the RM does not apply to it (None: it does); a query with a data error for
+    some RM (a code query without tests under code-tests) raises an InputError naming it."""
+    plan = {}
+    for rm in rms:
+        rule = applicability_of(rm)
+        plan[rm.name] = [rule.check(q, rm.name) for q in queries]
+    return plan
+
+
 def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreCache | None = None,
                   chunk: int = 64, progress: bool = False) -> list[Query]:
     """Return the queries with each RM's score added to every candidate's `scores` (by RM name).
 
-    A cut answer is listed under the candidate's `truncated` key by RM name.
+    An RM that does not apply to a query leaves its score missing there (a stale one is removed) and the
+    reason under the query's `skipped_rms`. A cut answer is listed under the candidate's `truncated` key by
+    RM name.
     """
-    per_rm: dict[str, list[list[Score]]] = {}
+    plan = skip_plan(rms, queries)
+    per_rm: dict[str, list[list[Score] | None]] = {}
     for rm in rms:
+        todo = [q for q, why in zip(queries, plan[rm.name]) if why is None]
         if hasattr(rm, "score_query"):
-            per_rm[rm.name] = [_score_query_rm(rm, q, cache) for q in _bar(progress, rm.name, iterable=queries, unit="query")]
+            done = iter([_score_query_rm(rm, q, cache) for q in _bar(progress, rm.name, iterable=todo, unit="query")])
         else:
-            known = _score_pairs(rm, queries, cache, chunk, progress)
-            per_rm[rm.name] = [[known[(q.question, c.text)] for c in q.candidates] for q in queries]
+            known = _score_pairs(rm, todo, cache, chunk, progress)
+            done = iter([[known[(q.question, c.text)] for c in q.candidates] for q in todo])
+        per_rm[rm.name] = [next(done) if why is None else None for why in plan[rm.name]]
+        _log_skips(rm.name, queries, plan[rm.name])
     for name, table in per_rm.items():
-        cut = sum(s.truncated for row in table for s in row)
+        cut = sum(s.truncated for row in table if row is not None for s in row)
         if cut:
             log.warning("%s: %d answers were too long and were cut before scoring; "
                         "they are listed under each candidate's `truncated` key", name, cut)
-    out = []
-    for qi, query in enumerate(queries):
-        candidates = []
-        for ci, candidate in enumerate(query.candidates):
-            scores = dict(candidate.scores)
-            extra = dict(candidate.extra)
-            for name, table in per_rm.items():
-                score = table[qi][ci]
-                scores[name] = score.steps if score.steps is not None else score.value
-                if score.truncated:
-                    extra["truncated"] = sorted(set(extra.get("truncated", [])) | {name})
-            candidates.append(replace(candidate, scores=scores, extra=extra))
-        out.append(replace(query, candidates=tuple(candidates)))
-    return out
+    return [_with_scores(query, qi, per_rm, plan) for qi, query in enumerate(queries)]
+
+
+def _with_scores(query: Query, qi: int, per_rm: dict[str, list[list[Score] | None]],
+                 plan: dict[str, list[str | None]]) -> Query:
+    """The query with row `qi` of every RM's scores on its candidates and its `skipped_rms` record updated."""
+    skips = recorded_skips(query)
+    candidates = []
+    for ci, candidate in enumerate(query.candidates):
+        scores = dict(candidate.scores)
+        extra = dict(candidate.extra)
+        for name, table in per_rm.items():
+            row = table[qi]
+            if row is None:
+                scores.pop(name, None)
+                continue
+            score = row[ci]
+            scores[name] = score.steps if score.steps is not None else score.value
+            if score.truncated:
+                extra["truncated"] = sorted(set(extra.get("truncated", [])) | {name})
+        candidates.append(replace(candidate, scores=scores, extra=extra))
+    for name in per_rm:
+        why = plan[name][qi]
+        if why is None:
+            skips.pop(name, None)
+        else:
+            skips[name] = why
+    extra = {k: v for k, v in query.extra.items() if k != SKIPPED_KEY}
+    if skips:
+        extra[SKIPPED_KEY] = skips
+    return replace(query, candidates=tuple(candidates), extra=extra)
+
+
+def _log_skips(name: str, queries: Sequence[Query], reasons: Sequence[str | None]) -> None:
+    skipped = [(q.id, why) for q, why in zip(queries, reasons) if why is not None]
+    if not skipped:
+        return
+    qid, why = skipped[0]
+    level = logging.WARNING if len(skipped) == len(queries) else logging.INFO
+    log.log(level, "%s does not apply to %d of %d queries (e.g. %r: %s); their %s scores are missing and the "
+            "reason is under each query's `skipped_rms`", name, len(skipped), len(queries), qid, why, name)
+
+
+def skip_counts(queries: Sequence[Query]) -> dict[str, int]:
+    """RM name -> how many of the queries record it under `skipped_rms` (it did not apply to them)."""
+    counts: dict[str, int] = {}
+    for query in queries:
+        for name in recorded_skips(query):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def lacks_scores(query: Query, name: str) -> bool:
-    """Whether some candidate of the query has no cached score of RM `name`."""
-    return any(name not in c.scores for c in query.candidates)
+    """Whether some candidate of the query has no cached score of RM `name`, which applies to the query."""
+    return (any(name not in c.scores for c in query.candidates)
+            and applicability_of(name).skip_reason(query, name) is None)
 
 
 def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]], rms: Any, *,

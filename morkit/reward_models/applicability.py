@@ -1,0 +1,105 @@
+"""Which queries a reward model applies to, and the rule that tells a query it skips from a broken one.
+
+An RM declares its domains (None: every domain) and the query fields it needs (one of them must be
+present). For a query and an RM:
+
+1. the query's domain is given and is not one of the RM's domains: the RM does not apply; its score
+   is missing, recorded under the query's `skipped_rms`, and the run goes on;
+2. the query's domain is one of the RM's domains and it lacks every needed field: a data error
+   (`code-tests` on a `domain: code` query without tests), raised as an InputError naming the query;
+3. the query has no domain (or the RM declares no domains) and lacks every needed field: nothing
+   says the query is broken rather than of another kind, so the RM does not apply (rule 1);
+4. otherwise the RM applies.
+
+A domain is what makes a missing field an error: set `domain` on queries to have gaps caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from morkit.core.errors import InputError
+from morkit.core.types import Query
+
+SKIPPED_KEY = "skipped_rms"
+"""The query key (kept in its `extra`) that records, per RM name, why that RM gave it no score."""
+
+
+def _present(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, (list, tuple, dict)):
+        return bool(value)
+    return True
+
+
+def has_field(query: Query, name: str) -> bool:
+    """Whether the query carries a non-empty `name`: a contract field (`reference`, `tests`) or an extra key."""
+    value = getattr(query, name) if name in ("reference", "tests", "domain") else query.extra.get(name)
+    return _present(value)
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """The queries an RM scores: those of `domains` (None: any domain) that carry one of `fields` (if any)."""
+
+    domains: frozenset[str] | None = None
+    fields: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, value: "Applicability | Mapping[str, Any] | str | None") -> "Applicability":
+        """From registry metadata: an Applicability, {"domains": [...], "fields": [...]}, or "all"/None."""
+        if isinstance(value, Applicability):
+            return value
+        if value is None or value == "all":
+            return ALL
+        if isinstance(value, Mapping) and set(value) <= {"domains", "fields"}:
+            domains = value.get("domains")
+            return cls(None if domains is None else frozenset(_strings(domains, "domains")),
+                       tuple(_strings(value.get("fields", ()), "fields")))
+        raise InputError(f"an RM's applicability must be 'all' or {{'domains': [...], 'fields': [...]}}, "
+                         f"got {value!r}")
+
+    def describe(self) -> str:
+        """One line for `morkit rms`: "all", "code queries with tests or stdio_tests", "queries with reference"."""
+        if self.domains is None and not self.fields:
+            return "all"
+        where = "queries" if self.domains is None else f"{', '.join(sorted(self.domains))} queries"
+        return where + (f" with {' or '.join(self.fields)}" if self.fields else "")
+
+    def skip_reason(self, query: Query, rm: str) -> str | None:
+        """Why `rm` does not apply to `query` (rules 1 and 3), or None when it does or the query is broken."""
+        domain = query.domain
+        if domain is not None and self.domains is not None and domain not in self.domains:
+            return f"{rm} scores {', '.join(sorted(self.domains))} queries, not {domain!r} ones"
+        if self.fields and not any(has_field(query, f) for f in self.fields):
+            if domain is None or self.domains is None:
+                return f"no {' or '.join(self.fields)}" + (" and no domain" if domain is None else "")
+        return None
+
+    def check(self, query: Query, rm: str) -> str | None:
+        """`skip_reason`, after raising an InputError for a query of the RM's domains that lacks its fields."""
+        reason = self.skip_reason(query, rm)
+        if reason is None and self.fields and not any(has_field(query, f) for f in self.fields):
+            raise InputError(f"query {query.id!r} (domain {query.domain!r}) has no {' or '.join(self.fields)}, "
+                             f"which {rm} needs; a {query.domain} query without them is a data error (give them, "
+                             f"or set the query's domain to one {rm} does not score)")
+        return reason
+
+
+ALL = Applicability()
+
+
+def _strings(values: Iterable[Any] | str, what: str) -> list[str]:
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise InputError(f"an RM's applicability {what} must be a list of strings, got {values!r}")
+    return list(values)
+
+
+def recorded_skips(query: Query) -> dict[str, str]:
+    """The query's `skipped_rms` record: RM name -> why it gave no score (empty when none is recorded)."""
+    value = query.extra.get(SKIPPED_KEY)
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
