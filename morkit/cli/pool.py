@@ -93,6 +93,10 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
     missing = {k: v for k, v in info["missing_scores"].items() if v}
     if skipped or missing:
         print(f"  skipped queries {skipped or 'none'}; questions with missing scores per RM {missing or 'none'}")
+    skips = "; ".join(f"{name} on {', '.join(f'{d} ({n})' for d, n in domains.items())}"
+                      for name, domains in info["not_applicable"].items() if domains)
+    if skips:
+        print(f"  not applicable (no score, by design): {skips}")
     print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'with PRR':>11}")
     for name, row in info["rms"].items():
         print(f"  {name:<28}{_fmt(row['mean_prr']):>7}{_fmt(row['best_of_n']):>11}{row['questions']:>11}")

@@ -83,11 +83,12 @@ def hbars(ax: Any, labels: Sequence[str], values: Sequence[float], colors: Seque
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], best_cols: Sequence[int] = (),
           ref_rows: Sequence[int] = (), formats: Mapping[int, str] | None = None) -> str:
     """An HTML table; numbers are formatted (3 decimals, or the column's format spec in `formats`, e.g. "+.1f"),
-    and the max of each column in `best_cols` is highlighted."""
+    text is shown as it is, and the max number of each column in `best_cols` is highlighted."""
     formats = formats or {}
     best = {}
     for c in best_cols:
-        values = [r[c] for i, r in enumerate(rows) if i not in ref_rows and np.isfinite(r[c])]
+        values = [r[c] for i, r in enumerate(rows)
+                  if i not in ref_rows and not isinstance(r[c], str) and np.isfinite(r[c])]
         best[c] = max(values) if values else None
     head = "".join(f'<th class="{"name" if isinstance(rows[0][i], str) else ""}">{escape(h)}</th>'
                    for i, h in enumerate(header)) if rows else ""

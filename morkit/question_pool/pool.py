@@ -41,6 +41,7 @@ from morkit.question_pool.lock import canonical
 from morkit.question_pool.rows import (
     PoolQuestion,
     PoolRows,
+    added_counts,
     ensemble_statistics,
     nanmean_columns,
     pool_rows,
@@ -221,6 +222,7 @@ class QuestionPool:
             "statistics": "dense" if self.dense else f"on the fly (means over {meta['statistics']['sample']:,} "
                                                      "sampled questions)",
             "skipped": meta["skipped"], "missing_scores": meta["missing_scores"],
+            "not_applicable": meta.get("not_applicable", {}),
             "rms": {r["ensemble"].name: {"mean_prr": r["mean_prr"], "best_of_n": r["best_of_n"],
                                          "questions": r["questions"]} for r in singles},
             "best": [{"name": r["ensemble"].name, **r["ensemble"].to_json(), "mean_prr": r["mean_prr"],
@@ -299,6 +301,7 @@ def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEm
         "index": index_info,
         "skipped": {k: len(v) for k, v in rows.skipped.items()},
         "missing_scores": dict(rows.missing),
+        "not_applicable": {name: dict(domains) for name, domains in rows.not_applicable.items()},
         "history": [{"revision": 1, "action": "build", "time": now, "questions": len(rows.questions),
                      "provenance": dict(provenance or {}), "timings": timings}],
         "step_rms": list(rows.step_rms),
@@ -341,13 +344,14 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    stale = ("stacker", "learned")  # selectors fitted on the old rows
+    stale = ("stacker", "learned", "learned_subsets")  # selectors fitted on the old rows
     meta = {k: v for k, v in pool.meta.items() if k not in stale}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1
     meta["updated"] = now
     meta["skipped"] = {k: pool.meta["skipped"].get(k, 0) + len(v) for k, v in rows.skipped.items()}
     meta["missing_scores"] = {k: pool.meta["missing_scores"].get(k, 0) + v for k, v in rows.missing.items()}
+    meta["not_applicable"] = added_counts(pool.meta.get("not_applicable", {}), rows.not_applicable)
     if meta["index"]["kind"] != "flat":
         meta["index"] = {**meta["index"], f"recall@{RECALL_K}": recall_at_k(index, embeddings, RECALL_K)}
     meta["history"] = list(pool.meta["history"]) + [{"revision": meta["revision"], "action": "add", "time": now,

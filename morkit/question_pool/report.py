@@ -41,6 +41,14 @@ def _domain_prr(pool: QuestionPool) -> tuple[list[str], np.ndarray]:
     return order, np.stack([nanmean_columns(single[domains == d]) for d in order], axis=1)
 
 
+def _not_applicable(pool: QuestionPool, domains: Sequence[str]) -> np.ndarray:
+    """(R, D) True where the RM applies to none of the domain's questions (pool meta `not_applicable`)."""
+    counts = pool.meta.get("not_applicable", {})
+    sizes = {d: sum(q.domain == d for q in pool.questions) for d in domains}
+    return np.array([[0 < counts.get(name, {}).get(d, 0) >= sizes[d] for d in domains] for name in pool.rm_names],
+                    dtype=bool).reshape(len(pool.rm_names), len(domains))
+
+
 def _header(pool: QuestionPool, domains: Sequence[str]) -> str:
     meta = pool.meta
     index = dict(meta.get("index", {}))
@@ -63,13 +71,17 @@ def _header(pool: QuestionPool, domains: Sequence[str]) -> str:
         ("Skipped queries", ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in meta.get("skipped", {}).items())
          or "none"),
         ("Missing scores", ", ".join(f"{k}: {v} questions" for k, v in missing.items()) or "none"),
+        ("Not applicable", "; ".join(f"{k}: " + ", ".join(f"{d} ({n})" for d, n in v.items())
+                                     for k, v in meta.get("not_applicable", {}).items() if v) or "none"),
     ]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     return f'<h1>Question pool report</h1><dl class="facts">{items}</dl>'
 
 
-def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, overall: np.ndarray) -> str:
-    """RM x domain mean PRR (rows already sorted), annotated; grey where undefined; "all" column if several."""
+def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, overall: np.ndarray,
+             not_applicable: np.ndarray) -> str:
+    """RM x domain mean PRR (rows already sorted), annotated; grey where undefined, "n/a" where the RM does not
+    apply to the domain; an "all" column if several."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
@@ -86,8 +98,9 @@ def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, ov
     ax.xaxis.tick_top()
     ax.tick_params(length=0)
     for (i, j), v in np.ndenumerate(data.filled(np.nan)):
-        ax.text(j, i, _fmt(v, 2), ha="center", va="center", fontsize=9,
-                color="white" if np.isfinite(v) and (v < 0.2 or v > 0.85) else "black")
+        skip = j < len(domains) and not_applicable[i, j]
+        ax.text(j, i, "n/a" if skip else _fmt(v, 2), ha="center", va="center", fontsize=9,
+                color="#666" if skip else "white" if np.isfinite(v) and (v < 0.2 or v > 0.85) else "black")
     if len(domains) > 1:
         ax.axvline(len(domains) - 0.5, color="white", linewidth=3)
     fig.colorbar(image, ax=ax, fraction=0.08 if len(cols) < 3 else 0.04, pad=0.03, label="mean PRR")
@@ -179,16 +192,21 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, 
         header = ["reward model", "mean PRR", "best-of-n", "questions w/ PRR"]
         rows = [[pool.rm_names[r], singles[r]["mean_prr"], singles[r]["best_of_n"], singles[r]["questions"]]
                 for r in order]
+        not_applicable = _not_applicable(pool, domains)
         if len(domains) > 1:
             header += [f"PRR {d}" for d in domains]
-            rows = [row + list(per_domain[r]) for row, r in zip(rows, order)]
+            rows = [row + ["n/a" if skip else v for v, skip in zip(per_domain[r], not_applicable[r])]
+                    for row, r in zip(rows, order)]
         best_cols = [1, 2] + list(range(4, len(header)))
         body = [
             _header(pool, domains),
             "<h2>PRR by reward model and domain</h2>",
             '<p class="note">Mean pair-wise ranking accuracy (share of correct/incorrect answer pairs ordered '
-            "right; 0.5 = chance) over the questions where it is defined; grey: no such question.</p>",
-            f'<div class="row">{_heatmap([pool.rm_names[r] for r in order], domains, per_domain[order], overall)}',
+            "right; 0.5 = chance) over the questions where it is defined; grey: no such question; n/a: the RM "
+            "does not apply to that domain (it skipped every question there, so selection never uses it for "
+            "such queries).</p>",
+            '<div class="row">' + _heatmap([pool.rm_names[r] for r in order], domains, per_domain[order], overall,
+                                            not_applicable[order]),
             f"<div><h3>Single reward models</h3>{_table(header, rows, best_cols)}"
             '<p class="note">Best-of-n: expected correctness of the top-scored answer. Best value per column '
             "highlighted.</p></div></div>",

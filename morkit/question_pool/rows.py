@@ -6,7 +6,7 @@ These are the steps `build_pool` and `add_questions` share, public so a benchmar
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,6 +16,7 @@ from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, weight_matrix
 from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
 from morkit.reward_models.base import reduce_steps
+from morkit.reward_models.catalog import applicability_of
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,10 @@ class PoolRows:
     correct: np.ndarray
     valid: np.ndarray
     skipped: Mapping[str, list[str]]
-    missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score
+    missing: Mapping[str, int]  # RM -> questions where some candidate lacks its score (the RM applies there)
     steps: np.ndarray | None = None  # (Q, N, P, len(STEP_REDUCTIONS)): the step RMs' scores under each reduction
     step_rms: tuple[str, ...] = ()  # the RMs with per-step scores (process RMs), in rm_names order
+    not_applicable: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # RM -> domain -> questions
 
 
 STEP_REDUCTIONS = ("min", "mean", "last")
@@ -79,8 +81,9 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
               step_rms: Sequence[str] | None = None) -> PoolRows:
     """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped.
 
-    `step_rms` (default: the RMs that give step scores here) also get (Q, N, P, 3) arrays of their step
-    scores under every STEP_REDUCTIONS rule."""
+    An RM's scores on a query it does not apply to (morkit.reward_models.applicability) are left out, as
+    missing, and counted by domain apart from the gaps where it applies. `step_rms` (default: the RMs that
+    give step scores here) also get (Q, N, P, 3) arrays of their step scores under every STEP_REDUCTIONS rule."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
         if len(query.candidates) < 2:
@@ -97,16 +100,23 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
     correct = np.zeros((len(kept), n), dtype=bool)
     valid = np.zeros((len(kept), n), dtype=bool)
     missing = dict.fromkeys(rm_names, 0)
+    not_applicable: dict[str, dict[str, int]] = {}
+    rules = [applicability_of(name) for name in rm_names]
     for qi, query in enumerate(kept):
+        applies = [rule.skip_reason(query, name) is None for rule, name in zip(rules, rm_names)]
         for ci, cand in enumerate(query.candidates):
             valid[qi, ci] = True
             correct[qi, ci] = bool(cand.correct)
             for r, name in enumerate(rm_names):
                 value = cand.scores.get(name)
-                if value is not None:
+                if value is not None and applies[r]:
                     scores[qi, ci, r] = reduce_steps(value, reduction) if isinstance(value, tuple) else value
         for r, name in enumerate(rm_names):
-            missing[name] += int(np.isnan(scores[qi, : len(query.candidates), r]).any())
+            if not applies[r]:
+                domains = not_applicable.setdefault(name, {})
+                domains[query.domain or "unknown"] = domains.get(query.domain or "unknown", 0) + 1
+            else:
+                missing[name] += int(np.isnan(scores[qi, : len(query.candidates), r]).any())
     for name, count in missing.items():
         if count:
             log.warning("%s lacks scores for some candidates of %d questions; ensembles with it get no PRR there",
@@ -117,7 +127,16 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
         for qi, query in enumerate(kept):
             steps[qi, : len(query.candidates)] = step_matrix(query, step_rms)
     questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
-    return PoolRows(questions, scores, correct, valid, skipped, missing, steps, step_rms)
+    return PoolRows(questions, scores, correct, valid, skipped, missing, steps, step_rms, not_applicable)
+
+
+def added_counts(old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping[str, int]]) -> dict:
+    """Two {RM: {domain: questions}} tables summed (a pool's not-applicable counts after `pool add`)."""
+    out = {name: dict(domains) for name, domains in old.items()}
+    for name, domains in new.items():
+        for domain, count in domains.items():
+            out.setdefault(name, {})[domain] = out.get(name, {}).get(domain, 0) + count
+    return out
 
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,

@@ -195,6 +195,8 @@ def _header(path: Path) -> dict[str, Any]:
         isinstance(h, dict) and isinstance(h.get("provenance", {}), dict) for h in history), "a list of revisions")
     expect("token", isinstance(header.get("token", ""), str), "a string")
     expect("stacker", isinstance(header.get("stacker", {}), dict), "an object")
+    expect("not_applicable", _is_dict_of(header.get("not_applicable", {}), lambda v: _is_dict_of(
+        v, lambda n: _is_int(n) and n >= 0)), "counts by RM and domain")
     return header
 
 
