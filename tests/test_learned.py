@@ -23,8 +23,8 @@ from morkit.selection.learned import (
     LearnedFit,
     Setting,
     fit_learned,
-    with_stored_learned,
 )
+from morkit.selection.learned_method import with_stored_learned
 from morkit.selection.learners import ConditionalLogit, LambdaRank
 from morkit.selection.selector import Selector
 

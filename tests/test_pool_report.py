@@ -20,7 +20,7 @@ from morkit.core.types import Candidate, Query
 from morkit.question_pool import report
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.report import write_report
-from morkit.selection.learned import with_stored_learned
+from morkit.selection.learned_method import with_stored_learned
 from morkit.selection.report import selection_section
 from morkit.selection.stacker import with_stored_stacker
 

@@ -15,7 +15,6 @@ is too small to learn from: the method falls back to PRES and says so.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -26,12 +25,10 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.question_pool.rows import sample_rows
 from morkit.selection import confidence as conf
-from morkit.selection.base import Choice, Neighbours
+from morkit.selection.coverage import covered_rows
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
 from morkit.selection.learners import LEARNERS, mixed
 from morkit.selection.mor import query_zscore
-
-log = logging.getLogger(__name__)
 
 MIN_MIXED = 20
 LEARN_SAMPLE = 20_000
@@ -212,10 +209,12 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
                 settings: Sequence[Any] = SETTINGS) -> LearnedFit:
     """Cross-validate every setting on the pool (or its LEARN_SAMPLE), then fit the best on all of it.
 
-    TooFewMixed when fewer than MIN_MIXED questions have both a right and a wrong answer."""
+    Only the questions every member scored are used (morkit.selection.coverage): in a pool mixing domains, a
+    fit over the RMs a query can use learns from the questions like it. TooFewMixed when fewer than
+    MIN_MIXED of them have both a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
-    data = PoolSlice.of(pool, sample_rows(len(pool), LEARN_SAMPLE, seed), members)
+    data = PoolSlice.of(pool, covered_rows(pool, sample_rows(len(pool), LEARN_SAMPLE, seed), members), members)
     n_mixed = int(mixed(data.correct, data.valid).sum())
     if n_mixed < MIN_MIXED:
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
@@ -321,83 +320,3 @@ def _domain_gains(data: PoolSlice, hits: np.ndarray, members: Sequence[str]) -> 
         out[domain] = {"questions": int(inside.sum()), "learned": float(np.nanmean(hits[inside])),
                        "best_single": float(means[best]), "best_single_rm": members[best]}
     return out
-
-
-def _stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The members of a stored fit; None when it is too damaged to tell."""
-    try:
-        return tuple(obj["components"][0]["spec"]["members"])
-    except (KeyError, IndexError, TypeError):
-        return None
-
-
-def _stored(obj: Mapping[str, Any]) -> LearnedFit:
-    """The fit kept in pool.json; a damaged one is an InputError, not a traceback."""
-    from morkit.core.errors import InputError
-    from morkit.question_pool.store import SHAPE_ERRORS
-
-    try:
-        return LearnedFit.from_json(obj)
-    except (*SHAPE_ERRORS, LookupError) as exc:
-        raise InputError(f"malformed learned selector in pool.json ({type(exc).__name__}: {exc}); rebuild the "
-                         "pool, or refit with `morkit pool add`") from exc
-
-
-def with_stored_learned(pool: QuestionPool) -> QuestionPool:
-    """The pool with its full-set learned fit kept in its metadata (saved in pool.json); a pool too small to
-    learn from is returned as it is (selection then falls back to PRES)."""
-    try:
-        fit = fit_learned(pool)
-    except TooFewMixed as exc:
-        log.warning("%s; selection will fall back to PRES", exc)
-        return pool
-    return replace(pool, meta={**pool.meta, "learned": fit.to_json()})
-
-
-@dataclass
-class Learned:
-    """Selection method: the pool-learned candidate ranker over every available RM (refitted per availability
-    set); PRES when the pool is too small to learn from."""
-
-    pool: QuestionPool
-    folds: int = 5
-    name: str = "learned"
-    _fits: dict = field(init=False, repr=False, default_factory=dict)
-    _choices: dict = field(init=False, repr=False, default_factory=dict)
-    _fallback: Any = field(init=False, repr=False, default=None)
-
-    def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
-        """The fit over the available RMs (stored with the pool for the full set); None when too few questions."""
-        if available not in self._fits:
-            members = tuple(m for m in self.pool.rm_names if m in available)
-            if not members:
-                raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
-            stored = self.pool.meta.get("learned")
-            if stored is not None and _stored_members(stored) in (members, None):  # None: damaged, say so
-                self._fits[available] = _stored(stored)
-            else:
-                try:
-                    self._fits[available] = fit_learned(self.pool, members, folds=self.folds)
-                except TooFewMixed as exc:
-                    log.warning("%s; falling back to PRES", exc)
-                    self._fits[available] = None
-        return self._fits[available]
-
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
-        fit = self.fit_for(available)
-        if fit is None:
-            from morkit.selection.pres import PRES
-
-            self._fallback = self._fallback or PRES(self.pool)
-            choice = self._fallback.choose(neighbours, available)
-            return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
-                          {**choice.details, "fallback": f"pres: fewer than {MIN_MIXED} mixed pool questions"})
-        choice = self._choices.get(available)
-        if choice is None:  # the same for every query with these RMs: built once
-            alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
-            skipped = [m for m in self.pool.rm_names if m not in available]
-            choice = Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
-                            {"criterion": "cv_best_of_n", "learner": fit.label, "skipped_members": skipped},
-                            scorer=fit, calibrator=fit.calibrator)
-            self._choices[available] = choice
-        return choice

@@ -26,7 +26,7 @@ def check_method(method: str, singles_only: bool = False) -> Entry:
     return entry
 
 SELECTION_METHODS = Registry("selection method", [
-    Entry("learned", "morkit.selection.learned:Learned",
+    Entry("learned", "morkit.selection.learned_method:Learned",
           "a candidate ranker over rich RM features (per-query z-scores, ranks, top/tie flags, PRM step "
           "reductions, agreement); learner and features chosen by cross-validation on the pool",
           {"singles_only": False}),

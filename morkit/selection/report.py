@@ -16,7 +16,7 @@ Every number is read from the pool or computed from it; all user text (RM names,
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -59,11 +59,11 @@ def _loo(pool: QuestionPool, method: str, k: int) -> tuple[float, int]:
     return (float(np.mean(hits)) if len(hits) else float("nan")), int(len(hits))
 
 
-def _accuracy_rows(pool: QuestionPool, k: int) -> tuple[list[list[Any]], list[str]]:
+def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
+                   ) -> tuple[list[list[Any]], list[str]]:
     """Table rows [method, best-of-n, sd over folds, measured by] and one bar colour per row; the best single
-    RM is the last row."""
+    RM is the last row. `learned`: the stored learned fit to show (None: none)."""
     rows, colors = [], []
-    learned = pool.meta.get("learned")
     if learned:
         chosen = _chosen_label(learned)
         labels = [str(row[0]) for row in learned.get("cv_table", [])]
@@ -95,11 +95,11 @@ def _accuracy_rows(pool: QuestionPool, k: int) -> tuple[list[list[Any]], list[st
     return rows, colors
 
 
-def _accuracy(pool: QuestionPool, k: int) -> str:
+def _accuracy(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None = None) -> str:
     """Part 1: the methods' best-of-n as a table and as bars against the best single RM."""
     from matplotlib.figure import Figure
 
-    rows, colors = _accuracy_rows(pool, k)
+    rows, colors = _accuracy_rows(pool, k, learned)
     fig = Figure(figsize=(9, 0.9 + 0.27 * len(rows)), layout="constrained")
     hbars(fig.add_subplot(), [r[0] for r in rows], [r[1] for r in rows], colors, reference=rows[-1][1],
           title="Best-of-n accuracy by selection method")
@@ -180,10 +180,12 @@ def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> 
 
 
 def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
-    """Part 4: per domain (largest first), the learned CV best-of-n, the best single RM's, and the gain."""
+    """Part 4: per domain (largest first), the learned CV best-of-n, the best single RM's, and the gain; with
+    the RMs of the fit that serves the domain where the pool stores several."""
     head = "<h3>Gain over the best single RM per domain</h3>"
     if not domains:
         return head + '<p class="note">No per-domain results stored.</p>'
+    several = len({d.get("rms") for d in domains.values()}) > 1
     rows = []
     for domain, d in sorted(domains.items(), key=lambda item: (-_num(item[1].get("questions")), item[0])):
         best = _num(d.get("best_single"))
@@ -191,23 +193,51 @@ def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
         learned = _num(d.get("learned"))
         rows.append([str(domain), int(np.nan_to_num(_num(d.get("questions")))), learned,
                      str(d.get("best_single_rm", "–")) if np.isfinite(best) else "–", best,
-                     100 * (learned - best)])
+                     100 * (learned - best)] + ([str(d.get("rms"))] if several else []))
     return (head + table(["domain", "questions", "learned (CV)", "best single RM", "its best-of-n",
-                          "gain (points)"], rows, formats={5: "+.1f"})
+                          "gain (points)"] + (["selector over"] if several else []), rows, formats={5: "+.1f"})
             + '<p class="note">Learned: the chosen setting\'s out-of-fold best-of-n on the domain\'s questions; '
               "best single RM: the RM with the highest best-of-n on those same questions (chosen in-sample, so "
               "the gain is if anything understated).</p>")
+
+
+def _members(fit: Mapping[str, Any]) -> str:
+    try:
+        return ", ".join(fit["components"][0]["spec"]["members"])
+    except (KeyError, IndexError, TypeError):
+        return "?"
+
+
+def _stored_note(fits: Sequence[Mapping[str, Any]]) -> str:
+    """Where the pool stores a fit per RM set (a pool mixing domains): which, on how many questions."""
+    items = "; ".join(f"over {_members(f)}: {(f.get('report') or {}).get('questions', '?')} questions, CV "
+                      f"best-of-n {fmt(_num(f.get('cv_best_of_n')))}" for f in fits)
+    return (f'<p class="note">{len(fits)} learned selectors are stored, one per set of RMs a query can use (an RM '
+            f"that does not apply to a domain leaves its questions out): {escape(items)}. The accuracy, "
+            "reliability and weights below are the first one's; the per-domain table takes each domain from "
+            "the selector that learned from it.</p>")
+
+
+def _merged_domains(fits: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Per domain, the stored gains of the first fit that learned from that domain, with its RMs."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for fit in fits:
+        for domain, gains in ((fit.get("report") or {}).get("domains") or {}).items():
+            if domain not in out and isinstance(gains, Mapping):
+                out[domain] = {**gains, "rms": _members(fit)}
+    return out
 
 
 def selection_section(pool: QuestionPool, k: int = 100) -> str:
     """The HTML fragment of the pool report's "Selection" section (see the module docstring); `k` is the
     neighbours per question for the PRES leave-one-out estimates."""
     from morkit.selection.learned import MIN_MIXED
+    from morkit.selection.learned_method import stored_fits
 
     with plot_style():
         parts = ["<h2>Selection</h2>"]
-        learned = pool.meta.get("learned")
-        if not learned:
+        fits = stored_fits(pool)
+        if not fits:
             mixed = _mixed_questions(pool)
             if mixed < MIN_MIXED:
                 why = (f"The pool has {mixed} questions with both a right and a wrong answer; the learned "
@@ -217,9 +247,10 @@ def selection_section(pool: QuestionPool, k: int = 100) -> str:
                        "(pools built or extended with the morkit pool commands store it).")
             parts += [f'<p class="note">{escape(why)}</p>', _accuracy(pool, k)]
         else:
+            learned = fits[0]
             report = learned.get("report") or {}
-            parts += [_accuracy(pool, k), _reliability(report.get("reliability") or {}),
+            parts += [_stored_note(fits) if len(fits) > 1 else "", _accuracy(pool, k, learned),
+                      _reliability(report.get("reliability") or {}),
                       _importances(learned, report.get("importances") or {}),
-                      _domains(report.get("domains") or {})]
+                      _domains(_merged_domains(fits))]
     return "".join(parts)
-

@@ -6,8 +6,8 @@ pool-learned stacker; "pres" is the CTTS-MM paper's rule, "pres-top1" the same r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -16,8 +16,10 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
+from morkit.reward_models.catalog import applicability_of
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
 from morkit.selection.confidence import SIGNALS, Calibrator, signals
+from morkit.selection.coverage import like_neighbours
 from morkit.selection.methods import DEFAULT_METHOD, check_method
 from morkit.selection.mor import (
     available_members,
@@ -37,7 +39,12 @@ class Selection:
     choice: Choice
     normalizer: str  # the transform the weights apply to, named for the output contract
     neighbours: Neighbours
-    missing_rms: tuple[str, ...]  # pool RMs this query cannot use (ensembles with them were skipped)
+    skipped_rms: Mapping[str, str] = field(default_factory=dict)  # pool RM this query cannot use -> why
+
+    @property
+    def missing_rms(self) -> tuple[str, ...]:
+        """The pool RMs this query cannot use (ensembles with them were skipped), in pool order."""
+        return tuple(self.skipped_rms)
 
     def to_json(self) -> dict[str, Any]:
         ens = self.choice.ensemble
@@ -50,7 +57,7 @@ class Selection:
             "runner_ups": [{"ensemble": name, "value": value} for name, value in self.choice.alternatives],
             "neighbours": [{"id": i, "similarity": round(float(s), 6)}
                            for i, s in zip(self.neighbours.ids, self.neighbours.similarities)],
-            "skipped": {"missing_rms": list(self.missing_rms),
+            "skipped": {"missing_rms": list(self.missing_rms), "why": dict(self.skipped_rms),
                         **{k: v for k, v in self.choice.details.items() if k.startswith("skipped")}},
         }
 
@@ -79,6 +86,7 @@ class Ranking:
             out["fallback"] = details["fallback"]
         if self.selection.missing_rms:
             out["missing_rms"] = list(self.selection.missing_rms)
+            out["skipped_rms"] = dict(self.selection.skipped_rms)
         if self.abstain is not None:
             out["abstain"] = self.abstain
         return out
@@ -124,26 +132,42 @@ class Selector:
             out.append(Neighbours(r[keep], tuple(self.pool.questions[i].id for i in r[keep]), s[keep]))
         return out
 
-    def available(self, query: Query) -> frozenset[str]:
-        """Pool RMs with cached scores on every candidate, plus runnable RMs when every candidate has text."""
+    def skipped(self, query: Query) -> dict[str, str]:
+        """The pool RMs this query cannot use, in pool order, each with why: the RM does not apply to it (its
+        domain or fields, morkit.reward_models.applicability), or its scores are not on every candidate and
+        it may not run (not registered here, or a candidate has no text)."""
         cached = available_members(query, self.pool.rm_names)
-        if self.runnable and all(c.text is not None for c in query.candidates):
-            cached |= self.runnable
-        return frozenset(cached)
+        has_text = all(c.text is not None for c in query.candidates)
+        out = {}
+        for name in self.pool.rm_names:
+            why = applicability_of(name).skip_reason(query, name)
+            if why is not None:
+                out[name] = f"not applicable: {why}"
+            elif name not in cached and not (name in self.runnable and has_text):
+                out[name] = ("no score on every candidate, and " + ("a candidate has no text to run it on"
+                             if name in self.runnable else "it is not run here"))
+        return out
+
+    def available(self, query: Query) -> frozenset[str]:
+        """Pool RMs that apply to the query and have cached scores on every candidate, or may run on them."""
+        skipped = self.skipped(query)
+        return frozenset(n for n in self.pool.rm_names if n not in skipped)
 
     def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
         if vectors is None:
             vectors = self.embedder.encode([q.question for q in queries])
         out = []
         for query, neighbours in zip(queries, self.neighbours(vectors)):
-            available = self.available(query)
+            skipped = self.skipped(query)
+            available = frozenset(n for n in self.pool.rm_names if n not in skipped)
+            neighbours = like_neighbours(self.pool, neighbours, [n for n in self.pool.rm_names if n in available])
             try:
                 choice = self.method.choose(neighbours, available)
             except LookupError as exc:
-                raise InputError(f"query {query.id!r}: {exc}") from exc
-            missing = tuple(m for m in self.pool.rm_names if m not in available)
+                reasons = "; ".join(f"{name}: {why}" for name, why in skipped.items())
+                raise InputError(f"query {query.id!r}: {exc}" + (f" ({reasons})" if reasons else "")) from exc
             out.append(Selection(query.id, self.method_name, choice,
-                                 _normalizer_name(self.pool, choice.transform), neighbours, missing))
+                                 _normalizer_name(self.pool, choice.transform), neighbours, skipped))
         return out
 
     def select(self, query: Query) -> Selection:
@@ -220,6 +244,7 @@ def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, see
         neighbours = Neighbours(r[keep][:k], tuple(pool.questions[i].id for i in r[keep][:k]), s[keep][:k])
         scores, valid, correct = (np.asarray(a[row]) for a in (pool.scores, pool.valid, pool.correct))
         available = frozenset(n for j, n in enumerate(pool.rm_names) if not np.isnan(scores[valid, j]).any())
+        neighbours = like_neighbours(pool, neighbours, [n for n in pool.rm_names if n in available])
         if not available or not neighbours.rows.size:
             continue
         try:

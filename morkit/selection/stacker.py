@@ -21,6 +21,7 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.question_pool.rows import sample_rows
 from morkit.selection.base import Choice, Neighbours
+from morkit.selection.coverage import covered, covered_rows
 from morkit.selection.learners import ConditionalLogit
 from morkit.selection.mor import TRANSFORMS, transform
 
@@ -64,17 +65,23 @@ def _expected_top1(x: np.ndarray, w: np.ndarray, correct: np.ndarray, valid: np.
 
 
 def with_stored_stacker(pool: QuestionPool) -> QuestionPool:
-    """The pool with its full-set stacker fitted and kept in its metadata (saved in pool.json)."""
+    """The pool with its full-set stacker fitted and kept in its metadata (saved in pool.json); a pool where no
+    question has every RM's scores (one mixing domains) stores none: each RM set is fitted when first used."""
     from dataclasses import replace
 
+    if not covered(pool, sample_rows(len(pool), FIT_SAMPLE, 0), pool.rm_names).any():
+        return replace(pool, meta={k: v for k, v in pool.meta.items() if k != "stacker"})
     return replace(pool, meta={**pool.meta, "stacker": fit_stacker(pool).to_json()})
 
 
 def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
                 transforms: Sequence[str] = TRANSFORMS, penalties: Sequence[float] = PENALTIES) -> StackerFit:
-    """Choose transform and penalty by CV over pool questions, then fit on the whole pool."""
+    """Choose transform and penalty by CV over pool questions, then fit on the whole pool: on the questions every
+    member scored (morkit.selection.coverage)."""
     members = tuple(members or pool.rm_names)
-    rows = sample_rows(len(pool), FIT_SAMPLE, seed)
+    rows = covered_rows(pool, sample_rows(len(pool), FIT_SAMPLE, seed), members)
+    if not len(rows):
+        raise LookupError(f"no pool question has scores of all of {', '.join(members)} to fit a stacker on")
     scores, correct, valid = (np.asarray(a[rows]) for a in (pool.scores, pool.correct, pool.valid))  # read once
     n = len(rows)
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))

@@ -27,7 +27,7 @@ from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, l
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.table import table_names
-from morkit.selection.learned import with_stored_learned
+from morkit.selection.learned_method import with_stored_learned
 from morkit.selection.stacker import with_stored_stacker
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 

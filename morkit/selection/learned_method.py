@@ -1,0 +1,127 @@
+"""The learned selection method: the fits a pool stores in pool.json, and `Learned`, which picks by them.
+
+A fit serves the queries that can use exactly its RMs. A pool whose RMs score every question stores one,
+over all of them (`meta["learned"]`). A pool that mixes domains, where some RMs apply only to some
+domains, also stores one per set of RMs that covers enough of its questions
+(`meta["learned_subsets"]`, morkit.selection.coverage): the math queries' RMs, the code queries' RMs.
+Any other set is fitted when a query first needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import sample_rows
+from morkit.selection.base import Choice, Neighbours
+from morkit.selection.coverage import coverage_sets
+from morkit.selection.learned import LEARN_SAMPLE, MIN_MIXED, LearnedFit, TooFewMixed, fit_learned
+
+log = logging.getLogger(__name__)
+
+MAX_STORED_SUBSETS = 8
+"""At most this many fits over RM subsets are stored with a pool (the sets covering most questions)."""
+
+
+def _stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The members of a stored fit; None when it is too damaged to tell."""
+    try:
+        return tuple(obj["components"][0]["spec"]["members"])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _stored(obj: Mapping[str, Any]) -> LearnedFit:
+    """The fit kept in pool.json; a damaged one is an InputError, not a traceback."""
+    from morkit.core.errors import InputError
+    from morkit.question_pool.store import SHAPE_ERRORS
+
+    try:
+        return LearnedFit.from_json(obj)
+    except (*SHAPE_ERRORS, LookupError) as exc:
+        raise InputError(f"malformed learned selector in pool.json ({type(exc).__name__}: {exc}); rebuild the "
+                         "pool, or refit with `morkit pool add`") from exc
+
+
+def stored_fits(pool: QuestionPool) -> list[Mapping[str, Any]]:
+    """The fits kept in pool.json as stored: the one over every RM first (if any), then the subsets'."""
+    full = pool.meta.get("learned")
+    subsets = pool.meta.get("learned_subsets") or []
+    return ([full] if full else []) + [s for s in subsets if isinstance(s, Mapping)]
+
+
+def with_stored_learned(pool: QuestionPool) -> QuestionPool:
+    """The pool with its learned fits kept in its metadata (saved in pool.json): over every RM, and over each
+    RM set that covers enough of its questions when some RMs skip some domains. A pool too small to learn
+    from is returned as it is (selection then falls back to PRES)."""
+    sets = coverage_sets(pool, sample_rows(len(pool), LEARN_SAMPLE, 0), MIN_MIXED)
+    full = tuple(pool.rm_names)
+    meta = {k: v for k, v in pool.meta.items() if k not in ("learned", "learned_subsets")}
+    subsets = []
+    for members in [full] + [s for s in sets if s != full][:MAX_STORED_SUBSETS]:
+        try:
+            fit = fit_learned(pool, members)
+        except TooFewMixed as exc:
+            if members == full and full not in sets and sets:
+                continue  # a mixed-domain pool: no question has every RM; the subsets below serve
+            log.warning("%s; selection will fall back to PRES", exc)
+            continue
+        if members == full:
+            meta["learned"] = fit.to_json()
+        else:
+            subsets.append(fit.to_json())
+    if subsets:
+        meta["learned_subsets"] = subsets
+    return replace(pool, meta=meta)
+
+
+@dataclass
+class Learned:
+    """Selection method: the pool-learned candidate ranker over every available RM (a fit per availability
+    set, stored with the pool or fitted once here); PRES when too few questions to learn from."""
+
+    pool: QuestionPool
+    folds: int = 5
+    name: str = "learned"
+    _fits: dict = field(init=False, repr=False, default_factory=dict)
+    _choices: dict = field(init=False, repr=False, default_factory=dict)
+    _fallback: Any = field(init=False, repr=False, default=None)
+
+    def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
+        """The fit over the available RMs (stored with the pool, else fitted here on the questions they
+        cover); None when too few questions."""
+        if available not in self._fits:
+            members = tuple(m for m in self.pool.rm_names if m in available)
+            if not members:
+                raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
+            stored = [s for s in stored_fits(self.pool) if _stored_members(s) in (members, None)]
+            if stored:  # a damaged fit (members None) says so rather than being refitted in silence
+                self._fits[available] = _stored(stored[0])
+            else:
+                try:
+                    self._fits[available] = fit_learned(self.pool, members, folds=self.folds)
+                except TooFewMixed as exc:
+                    log.warning("%s; falling back to PRES", exc)
+                    self._fits[available] = None
+        return self._fits[available]
+
+    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+        fit = self.fit_for(available)
+        if fit is None:
+            from morkit.selection.pres import PRES
+
+            self._fallback = self._fallback or PRES(self.pool)
+            choice = self._fallback.choose(neighbours, available)
+            return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
+                          {**choice.details, "fallback": f"pres: fewer than {MIN_MIXED} mixed pool questions"})
+        choice = self._choices.get(available)
+        if choice is None:  # the same for every query with these RMs: built once
+            alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
+            skipped = [m for m in self.pool.rm_names if m not in available]
+            choice = Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
+                            {"criterion": "cv_best_of_n", "learner": fit.label, "skipped_members": skipped},
+                            scorer=fit, calibrator=fit.calibrator)
+            self._choices[available] = choice
+        return choice
