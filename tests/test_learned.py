@@ -225,3 +225,13 @@ def test_mor_verifier_scores_with_the_learned_ranker(step_pool):
     verdicts = verifier.verify(query.question, texts, context=texts)
     want = selector.rank_selected(query, selection).scores
     assert [v.score for v in verdicts] == pytest.approx(want) and verdicts[0].feedback.startswith("learned")
+
+
+def test_the_margin_grows_with_the_rows_compared():
+    """One learned row keeps the one-standard-error rule; the best of many must clear more (Bonferroni over the
+    rule's one-sided rate P(Z > 1)), since the largest of many noisy CV estimates is biased upward."""
+    from morkit.selection.learned import margin
+
+    assert margin(1) == pytest.approx(1.0) and margin(0) == pytest.approx(1.0)
+    assert margin(12) == pytest.approx(2.2196, abs=1e-3)
+    assert margin(2) < margin(4) < margin(12)

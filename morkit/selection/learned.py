@@ -6,8 +6,9 @@ never straddle folds; features' pool statistics and scales are refitted on each 
 expected best-of-n accuracy with ties shared; so is a blend of the best setting of each (learner,
 feature set) family, their scores standardised per query and summed (averaging diverse rankers
 lowers their variance); and so is every single RM on its own. A learned model is kept only when it
-beats the best single RM by more than one standard error of their paired difference, so a pool whose
-evidence does not support learning keeps its best RM. The pick is refitted on the whole pool. Its
+beats the best single RM by more than one standard error of their paired difference, corrected for having
+picked the best of many rows (`margin`), so a pool whose evidence does not support learning keeps its
+best RM. The pick is refitted on the whole pool. Its
 out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
 and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
 is too small to learn from: the method falls back to PRES and says so.
@@ -284,8 +285,9 @@ def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.nd
 def _one_standard_error(table: Sequence[tuple[str, float, float]], oof: Mapping[str, np.ndarray],
                         candidates: Sequence[Sequence[Setting]], data: PoolSlice) -> int:
     """The row CV picks: the best, unless it is a learned model that beats the best single RM by no more than
-    one standard error of their paired per-question difference (the one-standard-error rule): where the pool
-    cannot tell them apart, the single RM, which has nothing to overfit."""
+    `margin(n)` standard errors of their paired per-question difference, n being the learned rows compared
+    (the one-standard-error rule, corrected for the best of n rows: see `margin`): where the pool cannot tell
+    them apart, the single RM, which has nothing to overfit."""
     best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
     singles = [i for i, c in enumerate(candidates) if c[0].learner == "single"]
     if not singles or candidates[best][0].learner == "single":
@@ -295,7 +297,20 @@ def _one_standard_error(table: Sequence[tuple[str, float, float]], oof: Mapping[
     diff = diff[~np.isnan(diff)]
     if len(diff) < 2:
         return single
-    return best if diff.mean() > diff.std(ddof=1) / np.sqrt(len(diff)) else single
+    se = diff.std(ddof=1) / np.sqrt(len(diff))
+    return best if diff.mean() > margin(len(candidates) - len(singles)) * se else single
+
+
+def margin(learned_rows: int) -> float:
+    """How many standard errors the best of `learned_rows` learned CV rows must beat the best single RM by.
+
+    One row: 1, the one-standard-error rule, whose one-sided false-pick rate is P(Z > 1) ~ 0.16. The best of
+    n noisy CV estimates is biased upward (the winner's curse), so that rate is shared among the n rows
+    (Bonferroni): 2.2 standard errors for the 12 rows of SETTINGS and their blend."""
+    from statistics import NormalDist
+
+    normal = NormalDist()
+    return -normal.inv_cdf(normal.cdf(-1.0) / max(1, learned_rows))
 
 
 def _cv_row(label: str, scores: np.ndarray, data: PoolSlice, fold_of: np.ndarray) -> tuple[str, float, float]:
