@@ -55,12 +55,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import dataclass, field
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DATASETS = ("rewardmath", "qwen", "gsm8k", "humaneval")
+from selection_data import DATASETS, Dataset, LookupEmbedder, load_dataset  # noqa: E402 (beside this script)
+from selection_speed import run_speed  # noqa: E402
+
 DEFAULT_LABEL = "morkit default (learned) [zscore]"
 LEARNER_ROWS = (  # (label, settings of morkit.selection.learned.SETTINGS it may choose between)
     ("learned: logit [scores] (CV penalty)", ("logit", "scores")),
@@ -71,127 +72,13 @@ BLEND_ROW = "learned: blend of the three above (always)"
 BEST_TRAIN = "best single (chosen on train)"
 ORACLE = "per-query oracle (best single per question)"
 RANDOM = "random pick (expected)"
+PER_DOMAIN = "best single per domain (chosen on train)"
 PRES_METHODS = (  # (label, selector method, singles_only)
     ("PRES singles", "pres", True),
     ("PRES (paper, with combinations)", "pres", False),
     ("PRES top-1 criterion", "pres-top1", False),
 )
 NORMALIZERS = ("zscore", "raw")
-
-
-# --------------------------------------------------------------------------------------------- data
-@dataclass
-class Dataset:
-    name: str
-    queries: list
-    rm_names: tuple[str, ...]
-    notes: list[str] = field(default_factory=list)
-
-
-class LookupEmbedder:
-    """Stands in for the pool's SentenceEmbedder: same name and dim; each text is embedded once per run
-    and then looked up, so pools built per fold (and the speed pool) never re-embed."""
-
-    def __init__(self, embedder):
-        self.embedder = embedder
-        self.name = embedder.name
-        self.dim = embedder.dim
-        self.table: dict = {}
-
-    def encode(self, texts, *, batch_size: int = 64, progress: bool = False):
-        import numpy as np
-
-        todo = sorted({t for t in texts if t not in self.table})
-        if todo:
-            self.table.update(zip(todo, self.embedder.encode(todo, batch_size=batch_size, progress=progress)))
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.ascontiguousarray(np.stack([self.table[t] for t in texts]), dtype=np.float32)
-
-
-def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
-    """Ids of the questions a packaged head was fitted on, recomputed from its own metadata."""
-    from morkit.reward_models.heads import load_packaged_head
-    from morkit.services.train_heads import load_specs, split_by_question
-
-    info = load_packaged_head(head).info
-    split = split_by_question(load_specs(info["data"]), info["test_fraction"], info["seed"])
-    if len(split.train) != info["train_questions"]:
-        raise RuntimeError(f"recomputed {len(split.train)} training questions for {head}, "
-                           f"its metadata says {info['train_questions']}")
-    where = f"{head} head: seeded {1 - info['test_fraction']:.0%} of {' + '.join(info['data'])}"
-    return {q.id for q in split.train}, where
-
-
-def _score(queries, rm_names):
-    from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.options import ScoringOptions
-    from morkit.services.scoring import default_cache_path, score
-
-    cache = ScoreCache(default_cache_path())
-    started = time.perf_counter()
-    out = score(queries, rm_names, options=ScoringOptions(progress=True), cache=cache)
-    return out, time.perf_counter() - started, cache
-
-
-def _parse_range(text: str) -> tuple[int, int]:
-    start, _, stop = text.partition(":")
-    return int(start or 0), int(stop) if stop else 10**9
-
-
-def load_dataset(key: str, args) -> Dataset:
-    from morkit.core import settings
-    from morkit.data import datasets
-    from morkit.reward_models.table import table_names
-
-    data_dir = settings.data_dir(args.data_dir)
-    if key == "rewardmath":
-        queries = datasets.rewardmath_rm_scores(data_dir)
-        rms = tuple(table_names(queries))
-        full = sum(all(name in c.scores for c in q.candidates) for q in queries for name in rms)
-        sizes = sorted({len(q.candidates) for q in queries})
-        notes = [f"{len(rms)} RMs with cached scores; (question, RM) pairs where the RM scores every answer: "
-                 f"{full} of {len(queries) * len(rms)} -> "
-                 + ("every RM scores every problem" if full == len(queries) * len(rms) else "SOME MISSING"),
-                 f"answers per problem: {sizes}; correct per problem: "
-                 f"{sorted({sum(bool(c.correct) for c in q.candidates) for q in queries})}"]
-        return Dataset("rewardmath_rm_scores", queries, rms, notes)
-
-    if key == "humaneval":
-        per_task = args.humaneval_per_task
-        loaded = datasets.humaneval_davinci(data_dir, per_task=per_task)
-        rms = tuple(args.humaneval_rms)
-        chosen, seconds, cache = _score(loaded, rms)
-        notes = [f"{len(loaded)} HumanEval tasks x the first {per_task} of 200 code-davinci-002 completions (labels: "
-                 "the data set's own pass/fail); RMs " + ", ".join(rms) + " (none was trained on code)",
-                 f"scored in {seconds:.1f}s (cache {cache.path}: {cache.hits} hits, {cache.misses} misses)"]
-        return Dataset("humaneval_davinci_samples", chosen, rms, notes)
-    trained, where = head_training_ids("minilm-probe")
-    if key == "qwen":
-        start, stop = _parse_range(args.qwen_range)
-        name, loaded = "qwen25_math_rm8", datasets.qwen25_math_rm8(data_dir)
-        rms = ("qwen2.5-math-rm-72b", "math-consensus", "minilm-probe")
-    elif key == "gsm8k":
-        start, stop = _parse_range(args.gsm8k_range)
-        name, loaded = "gsm8k_model_solutions", datasets.gsm8k_model_solutions(data_dir)
-        rms = ("minilm-probe", "math-consensus")
-    else:
-        raise ValueError(key)
-    chosen = loaded[start:stop]
-    overlap = [q for q in chosen if q.id in trained]
-    notes = [f"questions {start}..{min(stop, len(loaded)) - 1} of {len(loaded)}; {len(overlap)} of these "
-             f"{len(chosen)} trained the {where}"]
-    if args.keep_head_train:
-        notes.append("  KEPT (--keep-head-train): minilm-probe scores on them are in-sample")
-    else:
-        chosen = [q for q in chosen if q.id not in trained]
-        notes.append(f"  dropped; {len(chosen)} held-out questions remain (--keep-head-train keeps them)")
-    computed = tuple(r for r in rms if r != "qwen2.5-math-rm-72b")
-    chosen, seconds, cache = _score(chosen, computed)
-    notes.append(f"scored {', '.join(computed)} on {sum(len(q.candidates) for q in chosen)} answers in "
-                 f"{seconds:.1f}s (cache {cache.path}: {cache.hits} hits, {cache.misses} misses; "
-                 "math-consensus is never cached)")
-    return Dataset(name, chosen, rms, notes)
 
 
 # ----------------------------------------------------------------------------------------- accuracy
@@ -248,7 +135,6 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     import numpy as np
 
     from morkit.question_pool.pool import PoolConfig, build_pool
-    from morkit.question_pool.rows import nanmean_columns
     from morkit.selection.learned import MIN_MIXED
     from morkit.selection.selector import Selector
 
@@ -270,26 +156,31 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
           f"({embedder.name}, {time.perf_counter() - started:.1f}s); folds look them up")
     lookup = embedder
 
+    hits: dict[str, np.ndarray] = {RANDOM: np.array([c.mean() for c in correct])}
     singles = single_hits(queries, rms)
-    hits: dict[str, np.ndarray] = {}
+    singles = np.where(np.isnan(singles), hits[RANDOM][:, None], singles)  # no score: a random pick
     for r, name in enumerate(rms):
         hits[name] = singles[:, r]
     hits[ORACLE] = np.nanmax(singles, axis=1)
-    hits[RANDOM] = np.array([c.mean() for c in correct])
     hits[BEST_TRAIN] = np.full(n, np.nan)
+    domain_of = np.array([q.domain or "unknown" for q in queries], dtype=object)
+    domains = sorted(set(domain_of))
+    if len(domains) > 1:
+        hits[PER_DOMAIN] = np.full(n, np.nan)
     labels = []
     for label, _, _ in PRES_METHODS:
         for norm in NORMALIZERS:
             labels.append(f"{label} [{norm}]")
     labels.append(DEFAULT_LABEL)
     labels.append("stacker (previous default) [zscore]")
-    labels += [label for label, _ in LEARNER_ROWS] + [BLEND_ROW]
+    if len(domains) == 1:  # one fit over every RM: a mixed-domain pool has no question that all of them score
+        labels += [label for label, _ in LEARNER_ROWS] + [BLEND_ROW]
     for label in labels:
         hits[label] = np.full(n, np.nan)
 
     fold_of = np.empty(n, dtype=int)
     fold_of[np.random.default_rng(args.seed).permutation(n)] = np.arange(n) % args.folds
-    chosen_single, stacker_info, pres_picks = [], [], {label: [] for label in labels}
+    chosen_single, per_domain_picks, stacker_info, pres_picks = [], [], [], {label: [] for label in labels}
     timing = {"build": 0.0, "select": 0.0}
     for f in range(args.folds):
         train = [queries[i] for i in np.flatnonzero(fold_of != f)]
@@ -301,18 +192,28 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
             pool = build_pool(train, lookup, rm_names=rms, config=PoolConfig(normalizer=norm))
             timing["build"] += time.perf_counter() - t0
             if norm == "zscore":
-                single_top1 = nanmean_columns(pool.top1[:, : len(rms)])
-                best = int(np.nanargmax(single_top1))
+                train_rows = np.flatnonzero(fold_of != f)
+                best = int(np.argmax(singles[train_rows].mean(axis=0)))
                 chosen_single.append(rms[best])
                 hits[BEST_TRAIN][test_rows] = singles[test_rows, best]
+                if PER_DOMAIN in hits:  # the manual choice: per domain, the best single RM on its training questions
+                    picks = {}
+                    for domain in domains:
+                        inside = train_rows[domain_of[train_rows] == domain]
+                        pick = int(np.argmax(singles[inside].mean(axis=0))) if len(inside) else best
+                        picks[domain] = rms[pick]
+                        where = test_rows[domain_of[test_rows] == domain]
+                        hits[PER_DOMAIN][where] = singles[where, pick]
+                    per_domain_picks.append(picks)
             methods = [(f"{label} [{norm}]", Selector(pool, method, k=args.k, singles_only=singles_only))
                        for label, method, singles_only in PRES_METHODS]
             if norm == "zscore":
                 methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
                 methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
                 t0 = time.perf_counter()
-                for label, values in learner_rows(pool, test, rms).items():
-                    hits[label][test_rows] = values
+                if len(domains) == 1:
+                    for label, values in learner_rows(pool, test, rms).items():
+                        hits[label][test_rows] = values
                 timing["select"] += time.perf_counter() - t0
             for label, selector in methods:
                 t0 = time.perf_counter()
@@ -322,10 +223,14 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
                     hits[label][row] = expected_hit(ranking.scores, correct[row])
                     pres_picks[label].append(selection.choice.ensemble.name)
                 timing["select"] += time.perf_counter() - t0
-                if label == DEFAULT_LABEL:
+                if label == DEFAULT_LABEL and len(domains) == 1:
                     fit = selector.method.fit_for(frozenset(rms))
                     stacker_info.append(f"fold {f}: " + ("PRES fallback (too few mixed questions)" if fit is None else
                                         f"CV chose {fit.label}, CV best-of-n {fit.cv_best_of_n:.3f}"))
+                elif label == DEFAULT_LABEL:  # a fit per RM set: say which each domain's queries got
+                    for query, selection in zip(test, selections):
+                        details = selection.choice.details
+                        stacker_info.append(f"{query.domain}: " + (details.get("learner") or details.get("fallback")))
 
     def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
         if np.isnan(values).all():
@@ -351,12 +256,28 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     print("\nselection (pool built from the training folds only):")
     print(header)
     print(row(BEST_TRAIN, ref, None))
+    if PER_DOMAIN in hits:
+        print(row(PER_DOMAIN, hits[PER_DOMAIN], ref))
     for label in labels:
         print(row(label, hits[label], ref))
     print(row(ORACLE, hits[ORACLE], ref))
+    if PER_DOMAIN in hits:
+        for label in (DEFAULT_LABEL, "PRES (paper, with combinations) [zscore]"):
+            diff = hits[label] - hits[PER_DOMAIN]
+            print(f"{label} vs {PER_DOMAIN}: {diff.mean() * 100:+.2f} points (paired SE "
+                  f"{diff.std(ddof=1) / np.sqrt(n) * 100:.2f}), better on {(diff > 1e-12).sum()} questions, "
+                  f"worse on {(diff < -1e-12).sum()}")
     if mixed.sum() < 50:
         print(f"NOTE: only {mixed.sum()} mixed questions; differences here are a handful of questions, not a finding")
     print(f"\nbest single chosen on train per fold: {chosen_single}")
+    if PER_DOMAIN in hits:
+        print(f"best single per domain chosen on train, per fold: {per_domain_picks}")
+        shown = [name for name in (*rms, BEST_TRAIN, PER_DOMAIN, *labels, ORACLE) if name in hits]
+        print("\nby domain (accuracy %; questions, mixed): " + "; ".join(
+            f"{d} ({(domain_of == d).sum()}, {(mixed & (domain_of == d)).sum()})" for d in domains))
+        for name in shown:
+            print(f"  {name:<52}" + "".join(f" {d} {np.nanmean(hits[name][domain_of == d]) * 100:6.2f}"
+                                            for d in domains))
     for label in labels:
         picks = pres_picks[label]
         if not picks:
@@ -364,138 +285,13 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
         counts = sorted(((picks.count(p), p) for p in set(picks)), reverse=True)
         shown = ", ".join(f"{p} x{c}" for c, p in counts[:4])
         print(f"picks of {label}: {len(set(picks))} distinct; top: {shown}")
-    for line in stacker_info:
-        print(f"learned default, {line}")
+    if len(domains) == 1:
+        for line in stacker_info:
+            print(f"learned default, {line}")
+    else:
+        counts = sorted(((stacker_info.count(p), p) for p in set(stacker_info)), reverse=True)
+        print("learned default's fits used, by domain: " + ", ".join(f"{p} x{c}" for c, p in counts))
     print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds)")
-
-
-# -------------------------------------------------------------------------------------------- speed
-def replicated_pool(base, size: int, ensembles: int, noise: float, seed: int):
-    """A pool of `size` questions tiled from `base`, embeddings jittered, first `ensembles` columns."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from morkit.question_pool.index import build_index
-    from morkit.question_pool.rows import PoolQuestion
-
-    q = len(base)
-    take = np.arange(size) % q
-    questions = tuple(PoolQuestion(f"{base.questions[i].id} [copy {j // q}]" if j >= q else base.questions[i].id,
-                                   base.questions[i].question, base.questions[i].domain,
-                                   base.questions[i].n_candidates) for j, i in enumerate(take))
-    rng = np.random.default_rng(seed)
-    emb = base.embeddings[take] + rng.normal(0.0, noise, (size, base.embeddings.shape[1])).astype(np.float32)
-    emb = np.ascontiguousarray(emb / np.linalg.norm(emb, axis=1, keepdims=True), dtype=np.float32)
-    index, kind = build_index(emb, base.config.index)
-    meta = {**base.meta, "index": {"kind": kind}}
-    return replace(base, questions=questions, scores=base.scores[take], correct=base.correct[take],
-                   valid=base.valid[take], steps=None if base.steps is None else base.steps[take],
-                   ensembles=base.ensembles[:ensembles],
-                   prr=np.ascontiguousarray(base.prr[take][:, :ensembles]),
-                   top1=np.ascontiguousarray(base.top1[take][:, :ensembles]),
-                   embeddings=emb, index=index, meta=meta), kind
-
-
-def _pct(values) -> str:
-    import numpy as np
-
-    a = np.asarray(values) * 1e3
-    return f"{np.percentile(a, 50):8.3f} {np.percentile(a, 99):8.3f} {a.mean():8.3f}"
-
-
-def run_speed(args, embedder) -> None:
-    import numpy as np
-
-    from morkit.core import settings
-    from morkit.data.datasets import rewardmath_rm_scores
-    from morkit.question_pool.pool import build_pool
-    from morkit.selection.learned import LEARN_SAMPLE
-    from morkit.selection.selector import Selector
-
-    queries = rewardmath_rm_scores(settings.data_dir(args.data_dir))
-    print(f"\n=== speed: select() per query at {args.speed_questions} questions x {args.speed_ensembles} "
-          f"ensembles, k={args.k}, embedding excluded ===")
-    t0 = time.perf_counter()
-    base = build_pool(queries, embedder)
-    print(f"real pool: rewardmath_rm_scores, {len(base)} questions, {len(base.rm_names)} RMs, "
-          f"{len(base.ensembles)} ensembles (max 3 members), built in {time.perf_counter() - t0:.1f}s "
-          "(embeddings reused if computed above)")
-    pool, kind = replicated_pool(base, args.speed_questions, args.speed_ensembles, args.noise, args.seed)
-    copies = -(-args.speed_questions // len(base))
-    print(f"timed pool: the {len(base)} questions REPLICATED to {len(pool)} (up to {copies} copies each; copies "
-          f"share scores/labels/PRR, ids get ' [copy j]', embeddings = real + N(0, {args.noise}^2) noise, "
-          f"re-normalised); first {len(pool.ensembles)} ensembles; FAISS index '{kind}'")
-
-    rng = np.random.default_rng(args.seed + 1)
-    picks = rng.integers(0, len(queries), args.speed_queries)
-    by_id = {q.id: i for i, q in enumerate(base.questions)}
-    tq = [queries[i] for i in picks]
-    vec = base.embeddings[[by_id[q.id] for q in tq]] + rng.normal(0, args.noise, (len(tq), base.embeddings.shape[1]))
-    vec = np.ascontiguousarray(vec / np.linalg.norm(vec, axis=1, keepdims=True), dtype=np.float32)
-    print(f"{len(tq)} timed queries: rewardmath questions with fresh embedding noise, one select_many([q]) "
-          f"call each after {args.warmup} warm-up calls")
-
-    # Plain numpy PRES: what one writes by hand, no FAISS, no availability masks, no runner-ups.
-    emb, prr, k = pool.embeddings, pool.prr, args.k
-    names = [e.name for e in pool.ensembles]
-
-    def numpy_pres(v):
-        sims = emb @ v
-        rows = np.argpartition(-sims, k - 1)[:k]
-        evidence = np.nansum(sims[rows, None] * prr[rows], axis=0)
-        return int(np.argmax(evidence)), evidence
-
-    def timed_loop(fn):
-        for i in range(args.warmup):
-            fn(i)
-        seconds, out = [], []
-        for i in range(len(tq)):
-            t0 = time.perf_counter()
-            value = fn(i)
-            seconds.append(time.perf_counter() - t0)
-            out.append(value)
-        return seconds, out
-
-    import faiss
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    pres = Selector(pool, "pres", k=args.k)
-    default = Selector(pool, k=args.k)
-    t0 = time.perf_counter()
-    fit = default.method.fit_for(frozenset(pool.rm_names))
-    fit_s = time.perf_counter() - t0
-    pools = ", ".join(sorted({f"{i['prefix']} {i['num_threads']}" for i in threadpool_info()}))
-    print(f"machine: {os.cpu_count()} cores shared with other jobs; thread pools as loaded: {pools} "
-          f"(faiss.omp_get_max_threads() = {faiss.omp_get_max_threads()})")
-    for threads in args.threads:
-        limit = threadpool_limits(limits=threads) if threads else None
-        try:
-            pres_t, pres_sel = timed_loop(lambda i: pres.select_many([tq[i]], vectors=vec[i : i + 1])[0])
-            search_t, _ = timed_loop(lambda i: pres.neighbours(vec[i : i + 1]))
-            np_t, np_out = timed_loop(lambda i: numpy_pres(vec[i]))
-            st_t, _ = timed_loop(lambda i: default.select_many([tq[i]], vectors=vec[i : i + 1]))
-        finally:
-            if limit is not None:
-                limit.restore_original_limits()
-        pres_pick = [sel.choice.ensemble.name for sel in pres_sel]
-        np_pick = [names[best] for best, _ in np_out]
-        gaps = [float(ev[best] - ev[names.index(p)]) for (best, ev), p, q in zip(np_out, pres_pick, np_pick) if p != q]
-        same = len(tq) - len(gaps)
-        where = f"{threads} thread" + ("s" if threads != 1 else "") if threads else "library default threads"
-        print(f"\n{'path (per query, ms), ' + where:<60} {'p50':>8} {'p99':>8} {'mean':>8}")
-        print(f"{'morkit PRES: Selector(pool, pres).select_many([q], vectors=v)':<60} {_pct(pres_t)}")
-        print(f"{'  of which kNN search (Selector.neighbours, FAISS flat)':<60} {_pct(search_t)}")
-        print(f"{'plain numpy PRES (emb @ v, argpartition, nansum, argmax)':<60} {_pct(np_t)}")
-        print(f"{'morkit default learned: Selector(pool).select_many, fitted':<60} {_pct(st_t)}")
-        print(f"ratio morkit PRES / numpy PRES: p50 {np.percentile(pres_t, 50) / np.percentile(np_t, 50):.2f}x, "
-              f"p99 {np.percentile(pres_t, 99) / np.percentile(np_t, 99):.2f}x")
-        print(f"PRES pick equals the numpy pick on {same} of {len(tq)} timed queries"
-              + ("" if not gaps else f"; numpy-evidence gaps where they differ: {sorted(gaps)[:5]}")
-              + f"; {len(set(pres_pick))} distinct picks")
-    print(f"\nlearned default one-time fit (CV over {len(fit.cv_table)} settings x {default.method.folds} folds + "
-          f"final fit on {min(len(pool), LEARN_SAMPLE)} of {len(pool)} replicated questions x {len(pool.rm_names)} RMs, "
-          f"library default threads): {fit_s:.1f}s -> {fit.label}")
 
 
 def main() -> None:
@@ -514,6 +310,12 @@ def main() -> None:
                         help="completions per HumanEval task (the first N of the 200)")
     parser.add_argument("--humaneval-rms", nargs="+", default=["minilm-probe", "smollm2-orm"],
                         help="RMs scoring the HumanEval completions (code-tests would be the label itself)")
+    parser.add_argument("--mixed-gsm8k-range", default="400:600",
+                        help="START:STOP of gsm8k_model_solutions questions in the mixed set (before dropping the "
+                             "heads' training questions; 400 on are held out from both)")
+    parser.add_argument("--mixed-per-task", type=int, default=6, help="completions per HumanEval task in the mixed set")
+    parser.add_argument("--mixed-rms", nargs="+",
+                        default=["math-consensus", "code-tests", "minilm-probe", "smollm2-orm"], help="RMs of the mixed set")
     parser.add_argument("--keep-head-train", action="store_true",
                         help="keep questions the packaged minilm-probe head was trained on")
     speed = parser.add_mutually_exclusive_group()
