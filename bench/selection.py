@@ -37,6 +37,14 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
    dropping leaves 703 GSM8K and only 15 Qwen questions (--gsm8k-range / --qwen-range narrow further;
    the brief's original setting is --keep-head-train --qwen-range 30:70 --gsm8k-range 200:1000).
 
+   Mixed domains (--datasets mixed): gsm8k_model_solutions --mixed-gsm8k-range (default 400:600, held out from
+   both packaged heads) + all 127 humaneval_davinci_samples tasks x the first --mixed-per-task (6) completions,
+   scored by --mixed-rms (math-consensus, code-tests, minilm-probe, smollm2-orm). An RM that does not apply to
+   a domain (code-tests on math, math-consensus on code) leaves its scores missing there; a single RM picks at
+   random where it has no score. Added rows: "best single per domain (chosen on train)", the manual choice
+   the paper argues against (per fold and domain, the single RM best on that domain's training questions), each
+   method's accuracy by domain, and the default and PRES against the manual choice with a paired SE.
+
 B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (vectors are given),
    at a pool of --speed-questions x --speed-ensembles: a real rewardmath pool REPLICATED (copies get
    suffixed ids and the real embedding plus gaussian noise, re-normalised; exact flat FAISS index) with
@@ -46,7 +54,7 @@ B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (
    --threads limit (threadpoolctl over FAISS's OpenMP and BLAS; 0 = as loaded): on a busy machine
    FAISS's default of one thread per core makes a single-query search an order of magnitude slower.
 
-    .venv/bin/python bench/selection.py [--datasets rewardmath qwen gsm8k] [--folds 5] [--k 100]
+    .venv/bin/python bench/selection.py [--datasets rewardmath qwen gsm8k humaneval mixed] [--folds 5] [--k 100]
                                         [--no-speed | --speed-only] [--keep-head-train]
 """
 

@@ -19,6 +19,12 @@ from morkit.selection.base import Neighbours
 from morkit.selection.learners import mixed
 
 
+def every_score_present(pool: QuestionPool) -> bool:
+    """Whether the pool's build counted no missing score at all: no gap, no RM that skipped a domain."""
+    meta = pool.meta
+    return not any(meta.get("missing_scores", {}).values()) and not any(meta.get("not_applicable", {}).values())
+
+
 def covered(pool: QuestionPool, rows: np.ndarray, members: Sequence[str]) -> np.ndarray:
     """Boolean mask over `rows`: the questions on which every member scored every candidate."""
     cols = [pool.rm_names.index(m) for m in members]
@@ -53,7 +59,7 @@ def coverage_sets(pool: QuestionPool, rows: np.ndarray, min_mixed: int) -> list[
 def like_neighbours(pool: QuestionPool, neighbours: Neighbours, members: Sequence[str]) -> Neighbours:
     """The neighbours that every one of `members` (the RMs the query can use) covers, in order; all of them
     when none is covered (nothing better to go on). In a pool whose RMs score everything, all of them."""
-    if not len(neighbours.rows) or not members:
+    if not len(neighbours.rows) or not members or every_score_present(pool):
         return neighbours
     keep = covered(pool, neighbours.rows, members)
     if keep.all() or not keep.any():

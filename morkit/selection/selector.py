@@ -113,6 +113,7 @@ class Selector:
         self.method: SelectionMethod = entry.load()(pool, **({"singles_only": True} if singles_only else {}))
         self.k = k
         self.runnable = frozenset(runnable) & set(pool.rm_names)
+        self._rules = {name: applicability_of(name) for name in pool.rm_names}
         self._embedder = embedder
         self._calibrator: Calibrator | None = None
 
@@ -140,7 +141,7 @@ class Selector:
         has_text = all(c.text is not None for c in query.candidates)
         out = {}
         for name in self.pool.rm_names:
-            why = applicability_of(name).skip_reason(query, name)
+            why = self._rules[name].skip_reason(query, name)
             if why is not None:
                 out[name] = f"not applicable: {why}"
             elif name not in cached and not (name in self.runnable and has_text):
