@@ -75,7 +75,8 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
     tiled to the full size with a little noise."""
     import numpy as np
 
-    from morkit.question_pool.pool import PoolConfig, fit_ensembles, index_vectors
+    from morkit.question_pool.index import index_vectors
+    from morkit.question_pool.pool import PoolConfig, fit_ensembles
     from morkit.question_pool.rows import ensemble_statistics, pool_rows
 
     config = PoolConfig()

@@ -18,7 +18,8 @@ from morkit.question_pool.report import write_report
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.catalog import REWARD_MODELS, applicability_of
 from morkit.reward_models.rules import CodeTests, MathConsensus
-from morkit.reward_models.scoring import score_queries, skip_counts
+from morkit.reward_models.scoring import fill_missing_scores, score_queries, skip_counts
+from morkit.selection.coverage import covered_rows
 from morkit.selection.learned_method import stored_fits, with_stored_learned
 from morkit.selection.selector import Selector
 
@@ -96,11 +97,14 @@ def test_scoring_skips_what_does_not_apply_and_fails_on_data_errors():
     # rescoring where it now applies clears the record
     again = score_queries([replace(by_id["c"], domain="math")], [MathConsensus()])
     assert "skipped_rms" not in again[0].extra
-    # a code query without tests fails the run before any RM scores anything
+    # a code query without tests fails the run before any RM scores anything, also when RMs fill gaps one by one
     counting = CountingRM()
     broken = _q("broken", "code")
     with pytest.raises(InputError, match="query 'broken'"):
         score_queries([math, broken], [counting, CodeTests()])
+    with pytest.raises(InputError, match="query 'broken'"):
+        fill_missing_scores([math, broken], [["counting", "code-tests"]] * 2,
+                            {"counting": counting, "code-tests": CodeTests()})
     assert counting.pairs == 0
 
 
@@ -162,6 +166,12 @@ def test_a_mixed_pool_leaves_out_what_does_not_apply(mixed_pool):
     assert np.isnan(pool.scores[code_rows, :, col]).all()  # the stale scores were left out
     singles = {row["ensemble"].name: row for row in pool.ensemble_table()[:3]}
     assert singles["math-consensus"]["mean_prr"] == 1.0 and singles["math-consensus"]["questions"] == 30
+    assert pool.meta["applies"]["code-tests"] == {"domains": ["code"], "fields": ["tests", "stdio_tests"]}
+    assert pool.meta["applies"]["probe"] == {"domains": None, "fields": []}
+    # a fit learns from the questions its RMs cover, found before sampling: a small domain keeps all of its own
+    code_rows = covered_rows(pool, ("code-tests", "probe"), sample=40)
+    assert len(code_rows) == 30 and all(pool.questions[r].domain == "code" for r in code_rows)
+    assert len(covered_rows(pool, ("probe",), sample=40)) == 40
     # one learned fit per RM set a query can use; none over all three (no question has all of them)
     assert "learned" not in pool.meta
     assert sorted(tuple(f["components"][0]["spec"]["members"]) for f in stored_fits(pool)) == [
@@ -202,3 +212,36 @@ def test_the_report_marks_rms_that_do_not_apply(mixed_pool, tmp_path):
     assert "Not applicable</dt><dd>code-tests: math (30); math-consensus: code (30)" in html
     assert html.count('<td class="name">n/a</td>') == 2  # math-consensus x code, code-tests x math
     assert "2 learned selectors are stored" in html and "selector over" in html
+
+
+def test_a_mixed_pool_builds_and_ranks_from_the_cli(tmp_path, capsys):
+    """Math and code validation queries, labelled from their reference and tests, scored for real by the rules
+    that apply to each (the sandbox runs the code), pooled; then `rank` on new mixed queries runs the same rules
+    where they apply and routes each query to its own."""
+    def math(qid, answers, reference):
+        return Query(qid, f"What is {qid}?", tuple(Candidate(f"The answer is {a}.") for a in answers),
+                     domain="math", reference=reference)
+
+    def code(qid, good, bad):
+        body = "def f():\n    return {}\n"
+        return Query(qid, f"Write f returning {good} ({qid}).",
+                     tuple(Candidate(body.format(v)) for v in (good, bad, bad)), domain="code",
+                     tests=f"assert f() == {good}")
+
+    val = [math(f"m{i}", [i, i, i + 1, i + 2], str(i)) for i in range(6)] + [code(f"c{i}", i, i + 1) for i in range(4)]
+    save_queries(tmp_path / "val.jsonl", val)
+    pool = tmp_path / "pool"
+    assert main(["pool", "build", str(tmp_path / "val.jsonl"), "--rm", "math-consensus", "--rm", "code-tests",
+                 "-o", str(pool), "--device", "cpu", "-q"]) == 0
+    assert main(["pool", "info", str(pool)]) == 0
+    assert "not applicable (no score, by design): code-tests on math (6); math-consensus on code (4)" in \
+        capsys.readouterr().out
+    new = [math("m9", [7, 7, 8], None), code("c9", 9, 3)]
+    new = [replace(q, reference=None) for q in new]
+    save_queries(tmp_path / "new.jsonl", new)
+    out = tmp_path / "ranked.jsonl"
+    assert main(["rank", "--pool", str(pool), str(tmp_path / "new.jsonl"), "-o", str(out)]) == 0
+    ranked = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert ranked["m9"]["ensemble"]["members"] == ["math-consensus"] and ranked["m9"]["best_index"] in (0, 1)
+    assert ranked["c9"]["ensemble"]["members"] == ["code-tests"] and ranked["c9"]["best_index"] == 0
+    assert ranked["c9"]["skipped_rms"]["math-consensus"].startswith("not applicable")

@@ -48,6 +48,10 @@ class IndexConfig:
         return max(1, min(wanted, size // 39 or 1))
 
 
+RECALL_K = 100
+"""Neighbours an approximate index's recall is measured at (recall@RECALL_K against exact search)."""
+
+
 def _faiss() -> Any:
     import faiss
 
@@ -118,6 +122,15 @@ def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500
     _, found = index.search(vectors[picks], k)
     hits = sum(len(set(t) & set(f)) for t, f in zip(truth, found))
     return hits / (len(picks) * k)
+
+
+def index_vectors(vectors: np.ndarray, config: IndexConfig) -> tuple[Any, dict[str, Any]]:
+    """The FAISS index over unit vectors, and its description (kind; recall@RECALL_K when approximate)."""
+    index, kind = build_index(vectors, config)
+    info: dict[str, Any] = {"kind": kind}
+    if kind != "flat":
+        info[f"recall@{RECALL_K}"] = recall_at_k(index, vectors, RECALL_K)
+    return index, info
 
 
 def write_index(index: Any, path: Path) -> None:

@@ -36,7 +36,7 @@ from morkit.question_pool.ensembles import (
     Normalizer,
     enumerate_ensembles,
 )
-from morkit.question_pool.index import IndexConfig, build_index, recall_at_k
+from morkit.question_pool.index import RECALL_K, IndexConfig, index_vectors, recall_at_k
 from morkit.question_pool.lock import canonical
 from morkit.question_pool.rows import (
     PoolQuestion,
@@ -45,6 +45,7 @@ from morkit.question_pool.rows import (
     ensemble_statistics,
     nanmean_columns,
     pool_rows,
+    rm_rules,
     sampled_means,
 )
 from morkit.question_pool.store import (
@@ -59,7 +60,6 @@ from morkit.reward_models.base import REDUCTIONS
 
 log = logging.getLogger(__name__)
 
-RECALL_K = 100
 STATISTICS = ("auto", "dense", "on-the-fly")
 DENSE_CELLS = 250_000_000
 """Under statistics "auto", pools up to this many (question, ensemble) cells store dense PRR and best-of-n
@@ -245,15 +245,6 @@ def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
     return normalizer, global_prr, ensembles
 
 
-def index_vectors(vectors: np.ndarray, config: IndexConfig) -> tuple[Any, dict[str, Any]]:
-    """The FAISS index over unit vectors, and its description (kind; recall@100 when approximate)."""
-    index, kind = build_index(vectors, config)
-    info: dict[str, Any] = {"kind": kind}
-    if kind != "flat":
-        info[f"recall@{RECALL_K}"] = recall_at_k(index, vectors, RECALL_K)
-    return index, info
-
-
 def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names: Sequence[str] | None = None,
                config: PoolConfig = PoolConfig(), provenance: Mapping[str, Any] | None = None,
                progress: bool = False) -> QuestionPool:
@@ -302,6 +293,7 @@ def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEm
         "skipped": {k: len(v) for k, v in rows.skipped.items()},
         "missing_scores": dict(rows.missing),
         "not_applicable": {name: dict(domains) for name, domains in rows.not_applicable.items()},
+        "applies": dict(rows.applies),
         "history": [{"revision": 1, "action": "build", "time": now, "questions": len(rows.questions),
                      "provenance": dict(provenance or {}), "timings": timings}],
         "step_rms": list(rows.step_rms),
@@ -321,7 +313,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     if clashes:
         raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
     rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1],
-                     step_rms=pool.step_rms)
+                     step_rms=pool.step_rms, rules=rm_rules(pool.rm_names, pool.meta.get("applies")))
     if not rows.questions:
         raise InputError("nothing to add: no labelled query with at least two candidates")
     prr = top1 = None

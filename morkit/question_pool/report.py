@@ -20,7 +20,7 @@ from morkit.data.html import hbars, plot_style, write_page
 from morkit.data.html import img as _img
 from morkit.data.html import table as _table
 from morkit.question_pool.pool import QuestionPool
-from morkit.question_pool.rows import nanmean_columns, sample_rows
+from morkit.question_pool.rows import nanmean_columns, sample_rows, skipped_domains
 
 
 def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:
@@ -43,9 +43,8 @@ def _domain_prr(pool: QuestionPool) -> tuple[list[str], np.ndarray]:
 
 def _not_applicable(pool: QuestionPool, domains: Sequence[str]) -> np.ndarray:
     """(R, D) True where the RM applies to none of the domain's questions (pool meta `not_applicable`)."""
-    counts = pool.meta.get("not_applicable", {})
-    sizes = {d: sum(q.domain == d for q in pool.questions) for d in domains}
-    return np.array([[0 < counts.get(name, {}).get(d, 0) >= sizes[d] for d in domains] for name in pool.rm_names],
+    skipped = skipped_domains(pool.rm_names, [q.domain for q in pool.questions], pool.meta.get("not_applicable", {}))
+    return np.array([[d in skipped[name] for d in domains] for name in pool.rm_names],
                     dtype=bool).reshape(len(pool.rm_names), len(domains))
 
 

@@ -15,6 +15,7 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble, Normalizer, combine, weight_matrix
 from morkit.question_pool.prr import best_of_n_matrix, prr_matrix
+from morkit.reward_models.applicability import Applicability
 from morkit.reward_models.base import reduce_steps
 from morkit.reward_models.catalog import applicability_of
 
@@ -51,6 +52,7 @@ class PoolRows:
     steps: np.ndarray | None = None  # (Q, N, P, len(STEP_REDUCTIONS)): the step RMs' scores under each reduction
     step_rms: tuple[str, ...] = ()  # the RMs with per-step scores (process RMs), in rm_names order
     not_applicable: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # RM -> domain -> questions
+    applies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # RM -> the rule used (to_json)
 
 
 STEP_REDUCTIONS = ("min", "mean", "last")
@@ -77,12 +79,19 @@ def step_matrix(query: Query, step_rms: Sequence[str]) -> np.ndarray:
     return out
 
 
+def rm_rules(rm_names: Sequence[str], stored: Mapping[str, Any] | None = None) -> list[Applicability]:
+    """Each RM's applicability: as stored with a pool (its meta "applies"), else as registered now."""
+    stored = stored or {}
+    return [Applicability.of(stored[n]) if n in stored else applicability_of(n) for n in rm_names]
+
+
 def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0,
-              step_rms: Sequence[str] | None = None) -> PoolRows:
+              step_rms: Sequence[str] | None = None, rules: Sequence[Applicability] | None = None) -> PoolRows:
     """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped.
 
     An RM's scores on a query it does not apply to (morkit.reward_models.applicability) are left out, as
-    missing, and counted by domain apart from the gaps where it applies. `step_rms` (default: the RMs that
+    missing, and counted by domain apart from the gaps where it applies (`rules`: each RM's, default
+    `rm_rules`). `step_rms` (default: the RMs that
     give step scores here) also get (Q, N, P, 3) arrays of their step scores under every STEP_REDUCTIONS rule."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
@@ -101,7 +110,7 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
     valid = np.zeros((len(kept), n), dtype=bool)
     missing = dict.fromkeys(rm_names, 0)
     not_applicable: dict[str, dict[str, int]] = {}
-    rules = [applicability_of(name) for name in rm_names]
+    rules = list(rm_rules(rm_names) if rules is None else rules)
     for qi, query in enumerate(kept):
         applies = [rule.skip_reason(query, name) is None for rule, name in zip(rules, rm_names)]
         for ci, cand in enumerate(query.candidates):
@@ -127,7 +136,19 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
         for qi, query in enumerate(kept):
             steps[qi, : len(query.candidates)] = step_matrix(query, step_rms)
     questions = tuple(PoolQuestion(q.id, q.question, q.domain or "unknown", len(q.candidates)) for q in kept)
-    return PoolRows(questions, scores, correct, valid, skipped, missing, steps, step_rms, not_applicable)
+    return PoolRows(questions, scores, correct, valid, skipped, missing, steps, step_rms, not_applicable,
+                    {name: rule.to_json() for name, rule in zip(rm_names, rules)})
+
+
+def skipped_domains(rm_names: Sequence[str], domains: Sequence[str],
+                    not_applicable: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:
+    """RM -> the domains it skipped on every question of (its scores there are missing by design), from the
+    questions' `domains` and a pool's `not_applicable` counts."""
+    sizes: dict[str, int] = {}
+    for domain in domains:
+        sizes[domain] = sizes.get(domain, 0) + 1
+    return {name: {d for d, n in not_applicable.get(name, {}).items() if 0 < sizes.get(d, 0) <= n}
+            for name in rm_names}
 
 
 def added_counts(old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping[str, int]]) -> dict:

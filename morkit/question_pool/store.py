@@ -197,6 +197,9 @@ def _header(path: Path) -> dict[str, Any]:
     expect("stacker", isinstance(header.get("stacker", {}), dict), "an object")
     expect("not_applicable", _is_dict_of(header.get("not_applicable", {}), lambda v: _is_dict_of(
         v, lambda n: _is_int(n) and n >= 0)), "counts by RM and domain")
+    expect("applies", _is_dict_of(header.get("applies", {}), lambda v: isinstance(v, dict)), "rules by RM")
+    expect("learned_subsets", isinstance(header.get("learned_subsets", []), list) and all(
+        isinstance(f, dict) for f in header.get("learned_subsets", [])), "a list of fits")
     return header
 
 

@@ -70,24 +70,33 @@ class Applicability:
         where = "queries" if self.domains is None else f"{', '.join(sorted(self.domains))} queries"
         return where + (f" with {' or '.join(self.fields)}" if self.fields else "")
 
+    def to_json(self) -> dict[str, Any]:
+        """{"domains": [...] or None, "fields": [...]}: what `of` reads back (kept in pool.json, `rms --json`)."""
+        return {"domains": None if self.domains is None else sorted(self.domains), "fields": list(self.fields)}
+
     def skip_reason(self, query: Query, rm: str) -> str | None:
         """Why `rm` does not apply to `query` (rules 1 and 3), or None when it does or the query is broken."""
-        domain = query.domain
-        if domain is not None and self.domains is not None and domain not in self.domains:
-            return f"{rm} scores {', '.join(sorted(self.domains))} queries, not {domain!r} ones"
-        if self.fields and not any(has_field(query, f) for f in self.fields):
-            if domain is None or self.domains is None:
-                return f"no {' or '.join(self.fields)}" + (" and no domain" if domain is None else "")
-        return None
+        return self._verdict(query, rm)[0]
 
     def check(self, query: Query, rm: str) -> str | None:
         """`skip_reason`, after raising an InputError for a query of the RM's domains that lacks its fields."""
-        reason = self.skip_reason(query, rm)
-        if reason is None and self.fields and not any(has_field(query, f) for f in self.fields):
+        reason, broken = self._verdict(query, rm)
+        if broken:
             raise InputError(f"query {query.id!r} (domain {query.domain!r}) has no {' or '.join(self.fields)}, "
                              f"which {rm} needs; a {query.domain} query without them is a data error (give them, "
                              f"or set the query's domain to one {rm} does not score)")
         return reason
+
+    def _verdict(self, query: Query, rm: str) -> tuple[str | None, bool]:
+        """(why the RM skips the query or None, whether the query is broken for it: rule 2)."""
+        domain = query.domain
+        if domain is not None and self.domains is not None and domain not in self.domains:
+            return f"{rm} scores {', '.join(sorted(self.domains))} queries, not {domain!r} ones", False
+        if not self.fields or any(has_field(query, f) for f in self.fields):
+            return None, False
+        if domain is None or self.domains is None:
+            return f"no {' or '.join(self.fields)}" + (" and no domain" if domain is None else ""), False
+        return None, True
 
 
 ALL = Applicability()

@@ -117,6 +117,7 @@ class RMInfo:
     gpu_gib: float | None = None  # bf16 weights alone
     model_id: str | None = None
     applies_to: str = "all"  # the queries it scores (Applicability.describe)
+    applies: Mapping[str, Any] | None = None  # the same as Applicability.to_json
 
     @property
     def available(self) -> bool:
@@ -126,16 +127,17 @@ class RMInfo:
         return {"name": self.name, "kind": self.kind, "backend": self.backend, "summary": self.summary,
                 "needs": self.needs, "target": self.target, "available": self.available, "missing": self.missing,
                 "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id,
-                "applies_to": self.applies_to}
+                "applies_to": self.applies_to, "applies": dict(self.applies or ALL.to_json())}
 
 
 def rm_info(entry: Entry) -> RMInfo:
     meta = entry.meta
     gib = round(bf16_gib(meta["n_params"]), 1) if meta.get("n_params") else None
     what, why = _missing(entry) or (None, None)
+    rule = Applicability.of(meta.get("applies"))
     return RMInfo(entry.name, meta.get("kind", "orm"), meta.get("backend", "python"), entry.summary,
                   meta.get("needs", ""), entry.target_path, why, what, tuple(meta.get("options", ())), gib,
-                  meta.get("model_id"), Applicability.of(meta.get("applies")).describe())
+                  meta.get("model_id"), rule.describe(), rule.to_json())
 
 
 def list_rms() -> list[RMInfo]:

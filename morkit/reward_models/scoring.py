@@ -219,6 +219,8 @@ def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]
         for name in names:
             if lacks_scores(query, name):
                 rows.setdefault(name, []).append(i)
+    for name, indices in rows.items():  # every data error before the first RM runs
+        skip_plan([rms[name]], [queries[i] for i in indices])
     for name, indices in rows.items():
         scored = score_queries([out[i] for i in indices], [rms[name]], cache=cache, chunk=chunk, progress=progress)
         for i, query in zip(indices, scored):

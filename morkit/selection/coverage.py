@@ -15,8 +15,11 @@ from typing import Sequence
 import numpy as np
 
 from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import sample_rows, skipped_domains
 from morkit.selection.base import Neighbours
-from morkit.selection.learners import mixed
+
+CHUNK = 65_536
+"""Pool rows read at a time when finding the covered ones (a memory-mapped pool is never read whole)."""
 
 
 def every_score_present(pool: QuestionPool) -> bool:
@@ -33,27 +36,31 @@ def covered(pool: QuestionPool, rows: np.ndarray, members: Sequence[str]) -> np.
     return (~np.isnan(scores) | ~valid[:, :, None]).all(axis=(1, 2))
 
 
-def covered_rows(pool: QuestionPool, rows: np.ndarray, members: Sequence[str]) -> np.ndarray:
-    """The `rows` the members cover (see `covered`)."""
-    rows = np.asarray(rows)
-    return rows[covered(pool, rows, members)]
+def covered_rows(pool: QuestionPool, members: Sequence[str], sample: int, seed: int = 0) -> np.ndarray:
+    """A seeded sample of at most `sample` of the questions every member covers, in row order: found first and
+    sampled after, so a small domain of a large pool keeps all of its questions up to `sample`."""
+    if every_score_present(pool):
+        return sample_rows(len(pool), sample, seed)
+    found = [start + np.flatnonzero(covered(pool, np.arange(start, min(start + CHUNK, len(pool))), members))
+             for start in range(0, len(pool), CHUNK)]
+    rows = np.concatenate(found) if found else np.zeros(0, dtype=int)
+    return rows[sample_rows(len(rows), sample, seed)]
 
 
-def coverage_sets(pool: QuestionPool, rows: np.ndarray, min_mixed: int) -> list[tuple[str, ...]]:
-    """The member sets worth a stored selector: each distinct set of RMs that covers a question exactly (the
-    RMs that scored all of it), kept when at least `min_mixed` of those questions have both a right and a
-    wrong answer; most such questions first. A pool whose RMs score everything has one: all its RMs."""
-    rows = np.asarray(rows)
-    scores = np.asarray(pool.scores[rows])
-    valid = np.asarray(pool.valid[rows])
-    full = (~np.isnan(scores) | ~valid[:, :, None]).all(axis=1)  # (rows, RMs)
-    is_mixed = mixed(np.asarray(pool.correct[rows]), valid)
-    counts: dict[tuple[bool, ...], int] = {}
-    for pattern in map(tuple, full[is_mixed]):
-        counts[pattern] = counts.get(pattern, 0) + 1
-    ranked = sorted(counts.items(), key=lambda item: -item[1])
-    return [tuple(m for m, keep in zip(pool.rm_names, pattern) if keep)
-            for pattern, count in ranked if count >= min_mixed and any(pattern)]
+def domain_rm_sets(pool: QuestionPool) -> list[tuple[str, ...]]:
+    """Per domain of the pool, largest first, the RMs that apply to it (all but those that skipped every one of
+    its questions); each distinct set once. A pool whose RMs apply everywhere has one: all of them."""
+    domains = [q.domain for q in pool.questions]
+    skipped = skipped_domains(pool.rm_names, domains, pool.meta.get("not_applicable", {}))
+    sizes: dict[str, int] = {}
+    for domain in domains:
+        sizes[domain] = sizes.get(domain, 0) + 1
+    out: list[tuple[str, ...]] = []
+    for domain in sorted(sizes, key=lambda d: (-sizes[d], d)):
+        members = tuple(n for n in pool.rm_names if domain not in skipped[n])
+        if members and members not in out:
+            out.append(members)
+    return out
 
 
 def like_neighbours(pool: QuestionPool, neighbours: Neighbours, members: Sequence[str]) -> Neighbours:

@@ -24,7 +24,6 @@ import numpy as np
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
-from morkit.question_pool.rows import sample_rows
 from morkit.selection import confidence as conf
 from morkit.selection.coverage import covered_rows
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
@@ -215,7 +214,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     MIN_MIXED of them have both a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
-    data = PoolSlice.of(pool, covered_rows(pool, sample_rows(len(pool), LEARN_SAMPLE, seed), members), members)
+    data = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
     n_mixed = int(mixed(data.correct, data.valid).sum())
     if n_mixed < MIN_MIXED:
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "

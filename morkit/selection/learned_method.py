@@ -2,8 +2,8 @@
 
 A fit serves the queries that can use exactly its RMs. A pool whose RMs score every question stores one,
 over all of them (`meta["learned"]`). A pool that mixes domains, where some RMs apply only to some
-domains, also stores one per set of RMs that covers enough of its questions
-(`meta["learned_subsets"]`, morkit.selection.coverage): the math queries' RMs, the code queries' RMs.
+domains, also stores one per domain's set of RMs (`meta["learned_subsets"]`, morkit.selection.coverage):
+the math queries' RMs, the code queries' RMs.
 Any other set is fitted when a query first needs it.
 """
 
@@ -14,18 +14,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from morkit.question_pool.pool import QuestionPool
-from morkit.question_pool.rows import sample_rows
 from morkit.selection.base import Choice, Neighbours
-from morkit.selection.coverage import coverage_sets
-from morkit.selection.learned import LEARN_SAMPLE, MIN_MIXED, LearnedFit, TooFewMixed, fit_learned
+from morkit.selection.coverage import domain_rm_sets
+from morkit.selection.learned import MIN_MIXED, LearnedFit, TooFewMixed, fit_learned
 
 log = logging.getLogger(__name__)
 
 MAX_STORED_SUBSETS = 8
-"""At most this many fits over RM subsets are stored with a pool (the sets covering most questions)."""
+"""At most this many fits over RM subsets are stored with a pool (those of its largest domains)."""
 
 
-def _stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+def stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The members of a stored fit; None when it is too damaged to tell."""
     try:
         return tuple(obj["components"][0]["spec"]["members"])
@@ -53,10 +52,10 @@ def stored_fits(pool: QuestionPool) -> list[Mapping[str, Any]]:
 
 
 def with_stored_learned(pool: QuestionPool) -> QuestionPool:
-    """The pool with its learned fits kept in its metadata (saved in pool.json): over every RM, and over each
-    RM set that covers enough of its questions when some RMs skip some domains. A pool too small to learn
-    from is returned as it is (selection then falls back to PRES)."""
-    sets = coverage_sets(pool, sample_rows(len(pool), LEARN_SAMPLE, 0), MIN_MIXED)
+    """The pool with its learned fits kept in its metadata (saved in pool.json): over every RM, and over the
+    RMs of each domain where some RMs skip some domains. A pool too small to learn from is returned without
+    them (selection then falls back to PRES)."""
+    sets = domain_rm_sets(pool)
     full = tuple(pool.rm_names)
     meta = {k: v for k, v in pool.meta.items() if k not in ("learned", "learned_subsets")}
     subsets = []
@@ -64,9 +63,8 @@ def with_stored_learned(pool: QuestionPool) -> QuestionPool:
         try:
             fit = fit_learned(pool, members)
         except TooFewMixed as exc:
-            if members == full and full not in sets and sets:
-                continue  # a mixed-domain pool: no question has every RM; the subsets below serve
-            log.warning("%s; selection will fall back to PRES", exc)
+            if members != full or full in sets or not sets:  # a mixed-domain pool has no question with every RM
+                log.warning("learned selector over %s: %s; selection will fall back to PRES", ", ".join(members), exc)
             continue
         if members == full:
             meta["learned"] = fit.to_json()
@@ -96,8 +94,10 @@ class Learned:
             members = tuple(m for m in self.pool.rm_names if m in available)
             if not members:
                 raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
-            stored = [s for s in stored_fits(self.pool) if _stored_members(s) in (members, None)]
-            if stored:  # a damaged fit (members None) says so rather than being refitted in silence
+            fits = stored_fits(self.pool)
+            stored = ([s for s in fits if stored_members(s) == members]
+                      or [s for s in fits if stored_members(s) is None])  # a damaged fit says so, not refitted
+            if stored:
                 self._fits[available] = _stored(stored[0])
             else:
                 try:

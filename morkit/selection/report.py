@@ -202,10 +202,9 @@ def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _members(fit: Mapping[str, Any]) -> str:
-    try:
-        return ", ".join(fit["components"][0]["spec"]["members"])
-    except (KeyError, IndexError, TypeError):
-        return "?"
+    from morkit.selection.learned_method import stored_members
+
+    return ", ".join(stored_members(fit) or ("?",))
 
 
 def _stored_note(fits: Sequence[Mapping[str, Any]]) -> str:

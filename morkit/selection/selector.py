@@ -16,7 +16,7 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
-from morkit.reward_models.catalog import applicability_of
+from morkit.question_pool.rows import rm_rules
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
 from morkit.selection.confidence import SIGNALS, Calibrator, signals
 from morkit.selection.coverage import like_neighbours
@@ -113,7 +113,7 @@ class Selector:
         self.method: SelectionMethod = entry.load()(pool, **({"singles_only": True} if singles_only else {}))
         self.k = k
         self.runnable = frozenset(runnable) & set(pool.rm_names)
-        self._rules = {name: applicability_of(name) for name in pool.rm_names}
+        self._rules = dict(zip(pool.rm_names, rm_rules(pool.rm_names, pool.meta.get("applies"))))
         self._embedder = embedder
         self._calibrator: Calibrator | None = None
 

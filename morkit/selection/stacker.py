@@ -19,9 +19,8 @@ import numpy as np
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
-from morkit.question_pool.rows import sample_rows
 from morkit.selection.base import Choice, Neighbours
-from morkit.selection.coverage import covered, covered_rows
+from morkit.selection.coverage import covered_rows
 from morkit.selection.learners import ConditionalLogit
 from morkit.selection.mor import TRANSFORMS, transform
 
@@ -69,7 +68,7 @@ def with_stored_stacker(pool: QuestionPool) -> QuestionPool:
     question has every RM's scores (one mixing domains) stores none: each RM set is fitted when first used."""
     from dataclasses import replace
 
-    if not covered(pool, sample_rows(len(pool), FIT_SAMPLE, 0), pool.rm_names).any():
+    if not len(covered_rows(pool, pool.rm_names, 1)):
         return replace(pool, meta={k: v for k, v in pool.meta.items() if k != "stacker"})
     return replace(pool, meta={**pool.meta, "stacker": fit_stacker(pool).to_json()})
 
@@ -79,7 +78,7 @@ def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     """Choose transform and penalty by CV over pool questions, then fit on the whole pool: on the questions every
     member scored (morkit.selection.coverage)."""
     members = tuple(members or pool.rm_names)
-    rows = covered_rows(pool, sample_rows(len(pool), FIT_SAMPLE, seed), members)
+    rows = covered_rows(pool, members, FIT_SAMPLE, seed)
     if not len(rows):
         raise LookupError(f"no pool question has scores of all of {', '.join(members)} to fit a stacker on")
     scores, correct, valid = (np.asarray(a[rows]) for a in (pool.scores, pool.correct, pool.valid))  # read once
