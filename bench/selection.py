@@ -166,10 +166,10 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
 
     hits: dict[str, np.ndarray] = {RANDOM: np.array([c.mean() for c in correct])}
     singles = single_hits(queries, rms)
+    hits[ORACLE] = np.nanmax(singles, axis=1)  # among the RMs that score the question
     singles = np.where(np.isnan(singles), hits[RANDOM][:, None], singles)  # no score: a random pick
     for r, name in enumerate(rms):
         hits[name] = singles[:, r]
-    hits[ORACLE] = np.nanmax(singles, axis=1)
     hits[BEST_TRAIN] = np.full(n, np.nan)
     domain_of = np.array([q.domain or "unknown" for q in queries], dtype=object)
     domains = sorted(set(domain_of))
@@ -322,8 +322,8 @@ def main() -> None:
                         help="START:STOP of gsm8k_model_solutions questions in the mixed set (before dropping the "
                              "heads' training questions; 400 on are held out from both)")
     parser.add_argument("--mixed-per-task", type=int, default=6, help="completions per HumanEval task in the mixed set")
-    parser.add_argument("--mixed-rms", nargs="+",
-                        default=["math-consensus", "code-tests", "minilm-probe", "smollm2-orm"], help="RMs of the mixed set")
+    parser.add_argument("--mixed-rms", nargs="+", help="RMs of the mixed set",
+                        default=["math-consensus", "code-tests", "minilm-probe", "smollm2-orm"])
     parser.add_argument("--keep-head-train", action="store_true",
                         help="keep questions the packaged minilm-probe head was trained on")
     speed = parser.add_mutually_exclusive_group()

@@ -132,7 +132,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
 
     p = verbs.add_parser("build", parents=[parent], help="build a pool from labelled queries",
                          description="Label candidates that lack `correct` (reference answer or sandboxed tests), "
-                                     "score them with each pool RM (cached input scores are used as they are), "
+                                     "score them with each pool RM (cached input scores are used as they are; an RM "
+                                     "skips queries of domains it does not apply to, see `morkit rms`), "
                                      "compute PRR for every RM and every 2..N-member ensemble, embed the questions "
                                      "and index them (--ray scores model RMs on a Ray cluster). Writes the pool "
                                      "directory atomically.")

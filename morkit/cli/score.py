@@ -115,7 +115,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                        description=f"Read queries ({CONTRACT}), score each candidate with each --rm, and write the "
                                    "same lines with `scores` filled in. Scored chunks go to the score cache as they "
                                    "finish (with --ray, as each batch comes back from the cluster); the output is "
-                                   "written atomically.")
+                                   "written atomically. An RM skips queries of domains it does not apply to (`morkit "
+                                   "rms`, APPLIES TO): their score is missing and each such query says why under "
+                                   "`skipped_rms`; a query of its domain without the fields it needs is an error.")
     p.add_argument("input", help="input JSONL")
     p.add_argument("-o", "--output", required=True, help="output JSONL")
     p.add_argument("--rm", action="append", metavar="NAME",

@@ -76,7 +76,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                        help="choose an RM ensemble per query from a pool, with the evidence",
                        description="For each query: embed it, find its nearest pool questions, and choose an "
                                    "ensemble. Writes the ensemble, weights, normaliser, criterion, runner-ups, "
-                                   "neighbours with similarities, and which RMs were skipped for lack of scores.")
+                                   "neighbours with similarities, and which pool RMs were skipped and why: an RM that "
+                                   "does not apply to the query's domain (`morkit rms`), or one without scores that "
+                                   "may not run.")
     _add_common(p, scoring=False)
     p.set_defaults(func=cmd_select)
     p = sub.add_parser("rank", parents=[parent],
@@ -85,6 +87,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                                    "scores, or running registered RMs where missing) and write "
                                    "{id, best_index, ensemble, scores, tied, confidence}; ties are broken by a seeded "
                                    "shuffle. confidence is the probability that the pick is correct, calibrated by "
-                                   "cross-validation on the pool.")
+                                   "cross-validation on the pool. Only pool RMs that apply to the query are used; the "
+                                   "others are listed under skipped_rms with the reason.")
     _add_common(p, scoring=True)
     p.set_defaults(func=cmd_rank)
