@@ -44,7 +44,7 @@ def test_the_skip_rule():
     # a required field without domains: present or skipped
     needs_reference = Applicability(fields=("reference",))
     assert needs_reference.check(_q("r", "math"), "ref-rm") == "no reference"
-    assert needs_reference.describe() == "queries with reference" and ALL.describe() == "all"
+    assert needs_reference.describe() == "all domains; needs reference" and ALL.describe() == "all"
     assert ALL.check(_q("x", "anything"), "any") is None
 
 
@@ -58,9 +58,9 @@ def test_rms_declare_what_they_apply_to(capsys):
         assert applicability_of("test-code-judge") == Applicability(frozenset({"code"}))
         assert main(["rms"]) == 0
         out = capsys.readouterr().out
-        assert "APPLIES TO" in out and "code queries with tests or stdio_tests" in out
+        assert "APPLIES TO" in out and "code; needs tests or stdio_tests" in out
         assert main(["rms", "math-consensus", "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["applies_to"] == "choice, math queries"
+        assert json.loads(capsys.readouterr().out)["applies_to"] == "choice, math"
     finally:
         REWARD_MODELS.unregister("test-code-judge")
     with pytest.raises(InputError, match="applicability"):
@@ -197,6 +197,24 @@ def test_selection_routes_each_domain_to_the_rms_that_apply(mixed_pool, method):
                                             "not 'code' ones")
     assert rank_math.to_json()["skipped_rms"] == {
         "code-tests": "not applicable: code-tests scores code queries, not 'math' ones"}
+
+
+def test_a_query_no_pool_rm_applies_to_ties_instead_of_failing_the_run(mixed_pool):
+    from tests.conftest import HashEmbedder
+
+    pool = build_pool(_mixed_pool_queries(), HashEmbedder(), rm_names=("math-consensus", "code-tests"))
+    selector = Selector(pool, k=10, embedder=HashEmbedder())
+    prose = Query("essay", "write a poem", tuple(Candidate(f"poem {i}") for i in range(3)), domain="instruction")
+    ranking = selector.rank_selected(prose, selector.select(prose), abstain_below=0.5)
+    out = ranking.to_json()
+    assert out["ensemble"]["members"] == [] and out["tied"] == [0, 1, 2] and out["abstain"] is True
+    assert out["confidence"] is None and out["fallback"].startswith("no pool RM applies")
+    assert set(out["skipped_rms"]) == {"math-consensus", "code-tests"}
+    json.dumps(out, allow_nan=False)
+    # a gap that running or scoring would fill is still an error, not a tie
+    unscored = Query("m", "arithmetic", (Candidate(None, scores={"other": 1.0}),) * 2, domain="math")
+    with pytest.raises(InputError, match="math-consensus: no score on every candidate"):
+        selector.select(unscored)
 
 
 def _embedder():

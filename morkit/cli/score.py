@@ -54,9 +54,8 @@ def cmd_rms(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked; --json gives every field.\n"
-          "APPLIES TO: an RM skips queries of other domains (their score is missing, not an error); a query of "
-          "its domains\nwithout the fields it needs is an error; a query without a domain is skipped when it "
-          "lacks them.")
+          "APPLIES TO: an RM skips queries of other domains (a missing score, not an error); a query of its\n"
+          "domains without the fields it needs is an error; one without a domain is skipped if it lacks them.")
     return 0
 
 

@@ -64,11 +64,11 @@ class Applicability:
                          f"got {value!r}")
 
     def describe(self) -> str:
-        """One line for `morkit rms`: "all", "code queries with tests or stdio_tests", "queries with reference"."""
+        """One line for `morkit rms`: "all", "choice, math", "code; needs tests or stdio_tests"."""
         if self.domains is None and not self.fields:
             return "all"
-        where = "queries" if self.domains is None else f"{', '.join(sorted(self.domains))} queries"
-        return where + (f" with {' or '.join(self.fields)}" if self.fields else "")
+        where = "all domains" if self.domains is None else ", ".join(sorted(self.domains))
+        return where + (f"; needs {' or '.join(self.fields)}" if self.fields else "")
 
     def to_json(self) -> dict[str, Any]:
         """{"domains": [...] or None, "fields": [...]}: what `of` reads back (kept in pool.json, `rms --json`)."""

@@ -14,6 +14,7 @@ import numpy as np
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Query
+from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import rm_rules
@@ -53,7 +54,8 @@ class Selection:
             "method": self.method,
             "ensemble": {"members": list(ens.members), "weights": list(ens.weights), "weighting": ens.weighting,
                          "normalizer": self.normalizer},
-            "criterion": {"name": self.choice.details.get("criterion"), "value": self.choice.score},
+            "criterion": {"name": self.choice.details.get("criterion"),
+                          "value": self.choice.score if np.isfinite(self.choice.score) else None},
             "runner_ups": [{"ensemble": name, "value": value} for name, value in self.choice.alternatives],
             "neighbours": [{"id": i, "similarity": round(float(s), 6)}
                            for i, s in zip(self.neighbours.ids, self.neighbours.similarities)],
@@ -78,7 +80,7 @@ class Ranking:
         sel = self.selection.to_json()
         out = {"id": self.selection.query_id, "best_index": self.best_index, "ensemble": sel["ensemble"],
                "scores": list(self.scores), "tied": list(self.tied), "method": self.selection.method,
-               "confidence": round(self.confidence, 6)}
+               "confidence": round(self.confidence, 6) if np.isfinite(self.confidence) else None}
         details = self.selection.choice.details
         if "learner" in details:
             out["learner"] = details["learner"]
@@ -90,6 +92,13 @@ class Ranking:
         if self.abstain is not None:
             out["abstain"] = self.abstain
         return out
+
+
+NOT_APPLICABLE = "not applicable: "
+NO_RM_APPLIES = Choice(Ensemble((), (), "none"), "raw", float("nan"), (),
+                       {"criterion": None, "fallback": "no pool RM applies to this query: its candidates tie"})
+"""The choice for a query that no pool RM applies to (a code query in a math-only pool): no scores, a tie
+broken by the seeded shuffle, no confidence; an error would fail a whole run over one domain."""
 
 
 def _normalizer_name(pool: QuestionPool, transform: str) -> str:
@@ -143,7 +152,7 @@ class Selector:
         for name in self.pool.rm_names:
             why = self._rules[name].skip_reason(query, name)
             if why is not None:
-                out[name] = f"not applicable: {why}"
+                out[name] = f"{NOT_APPLICABLE}{why}"
             elif name not in cached and not (name in self.runnable and has_text):
                 out[name] = ("no score on every candidate, and " + ("a candidate has no text to run it on"
                              if name in self.runnable else "it is not run here"))
@@ -162,6 +171,9 @@ class Selector:
             skipped = self.skipped(query)
             available = frozenset(n for n in self.pool.rm_names if n not in skipped)
             neighbours = like_neighbours(self.pool, neighbours, [n for n in self.pool.rm_names if n in available])
+            if not available and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
+                out.append(Selection(query.id, self.method_name, NO_RM_APPLIES, "raw", neighbours, skipped))
+                continue
             try:
                 choice = self.method.choose(neighbours, available)
             except LookupError as exc:
@@ -210,6 +222,10 @@ class Selector:
 
     def rank_selected(self, query: Query, selection: Selection, abstain_below: float | None = None) -> Ranking:
         """MoR scores of the query's candidates under a selection, the pick and its confidence."""
+        if not selection.choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
+            picked = pick_best(query.id, np.zeros(len(query.candidates)))
+            return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"),
+                           None if abstain_below is None else True)
         raw = member_matrix(query, self.pool.rm_names, self.pool.config.reduction)  # read once, used twice
         scores = self.candidate_scores(query, selection.choice, raw)
         picked = pick_best(query.id, scores)
