@@ -6,6 +6,7 @@ These are the steps `build_pool` and `add_questions` share, public so a benchmar
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -91,8 +92,8 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
 
     An RM's scores on a query it does not apply to (morkit.reward_models.applicability) are left out, as
     missing, and counted by domain apart from the gaps where it applies (`rules`: each RM's, default
-    `rm_rules`). `step_rms` (default: the RMs that
-    give step scores here) also get (Q, N, P, 3) arrays of their step scores under every STEP_REDUCTIONS rule."""
+    `rm_rules`). `step_rms` (default: the RMs that give step scores here) also get (Q, N, P, 3) arrays of
+    their step scores under every STEP_REDUCTIONS rule."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
         if len(query.candidates) < 2:
@@ -144,9 +145,7 @@ def skipped_domains(rm_names: Sequence[str], domains: Sequence[str],
                     not_applicable: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:
     """RM -> the domains it skipped on every question of (its scores there are missing by design), from the
     questions' `domains` and a pool's `not_applicable` counts."""
-    sizes: dict[str, int] = {}
-    for domain in domains:
-        sizes[domain] = sizes.get(domain, 0) + 1
+    sizes = Counter(domains)
     return {name: {d for d, n in not_applicable.get(name, {}).items() if 0 < sizes.get(d, 0) <= n}
             for name in rm_names}
 

@@ -10,6 +10,7 @@ neighbours where the query's other RMs could not compete.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -52,9 +53,7 @@ def domain_rm_sets(pool: QuestionPool) -> list[tuple[str, ...]]:
     its questions); each distinct set once. A pool whose RMs apply everywhere has one: all of them."""
     domains = [q.domain for q in pool.questions]
     skipped = skipped_domains(pool.rm_names, domains, pool.meta.get("not_applicable", {}))
-    sizes: dict[str, int] = {}
-    for domain in domains:
-        sizes[domain] = sizes.get(domain, 0) + 1
+    sizes = Counter(domains)
     out: list[tuple[str, ...]] = []
     for domain in sorted(sizes, key=lambda d: (-sizes[d], d)):
         members = tuple(n for n in pool.rm_names if domain not in skipped[n])

@@ -160,8 +160,11 @@ class Selector:
 
     def available(self, query: Query) -> frozenset[str]:
         """Pool RMs that apply to the query and have cached scores on every candidate, or may run on them."""
-        skipped = self.skipped(query)
-        return frozenset(n for n in self.pool.rm_names if n not in skipped)
+        return frozenset(self._usable(self.skipped(query)))
+
+    def _usable(self, skipped: Mapping[str, str]) -> list[str]:
+        """The pool RMs not in `skipped`, in pool order."""
+        return [n for n in self.pool.rm_names if n not in skipped]
 
     def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
         if vectors is None:
@@ -169,9 +172,10 @@ class Selector:
         out = []
         for query, neighbours in zip(queries, self.neighbours(vectors)):
             skipped = self.skipped(query)
-            available = frozenset(n for n in self.pool.rm_names if n not in skipped)
-            neighbours = like_neighbours(self.pool, neighbours, [n for n in self.pool.rm_names if n in available])
-            if not available and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
+            usable = self._usable(skipped)
+            available = frozenset(usable)
+            neighbours = like_neighbours(self.pool, neighbours, usable)
+            if not usable and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
                 out.append(Selection(query.id, self.method_name, NO_RM_APPLIES, "raw", neighbours, skipped))
                 continue
             try:

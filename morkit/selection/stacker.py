@@ -68,9 +68,11 @@ def with_stored_stacker(pool: QuestionPool) -> QuestionPool:
     question has every RM's scores (one mixing domains) stores none: each RM set is fitted when first used."""
     from dataclasses import replace
 
-    if not len(covered_rows(pool, pool.rm_names, 1)):
+    try:
+        fit = fit_stacker(pool)
+    except LookupError:  # no question has every RM's scores
         return replace(pool, meta={k: v for k, v in pool.meta.items() if k != "stacker"})
-    return replace(pool, meta={**pool.meta, "stacker": fit_stacker(pool).to_json()})
+    return replace(pool, meta={**pool.meta, "stacker": fit.to_json()})
 
 
 def fit_stacker(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
