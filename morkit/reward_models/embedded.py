@@ -14,8 +14,9 @@ import numpy as np
 from morkit.core.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
 from morkit.reward_models.heads import LogisticHead, head_cache_key, load_packaged_head
-from morkit.reward_models.hf import Batching, Truncation
+from morkit.reward_models.hf import Batching
 from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.reward_models.truncation import Truncation
 from morkit.runtime import models
 
 JUDGE_INSTRUCTION = (
@@ -87,6 +88,8 @@ class MiniLMProbe(FeatureHeadRM):
     kind = "orm"
     head_name = "minilm-probe"
     causal = False  # a bidirectional encoder: no prefix reuse
+    window = 256  # the length its head was fitted at (the encoder's own max_seq_length)
+    absolute_positions = True  # BERT: 512 learned positions, a hard limit
 
     def render(self, question: str, answer: str) -> list[int]:
         return self.backbone.tokenizer(question, answer, verbose=False)["input_ids"]
@@ -136,7 +139,6 @@ def smollm2_orm(device: str | None = None, head: str | Path | None = None, **kwa
 
 
 def minilm_probe(device: str | None = None, head: str | Path | None = None, **kwargs: Any) -> MiniLMProbe:
-    kwargs.setdefault("truncation", Truncation(max_tokens=256))
     return MiniLMProbe(load_minilm(device), load_packaged_head("minilm-probe", head), **kwargs)
 
 
@@ -171,7 +173,7 @@ def engine_spec(name: str, options: Any = None) -> Any:
 
         return EngineSpec(name=name, cache_key=head_cache_key(name, head), kind="orm",
                           model_dir=root, pooling="embed", render=lambda q, a: chat_ids(tokenizer, q, a),
-                          tokenizer=tokenizer, max_context=2048, finish=finish,
+                          tokenizer=tokenizer, max_context=SmolLM2ORM.window, finish=finish,
                           not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
     judge = SmolLM2Judge(Backbone(None, tokenizer, "cpu"))  # its rendering and answer ids need no model
     yes, no = judge._answer_ids["yes"], judge._answer_ids["no"]
@@ -184,5 +186,6 @@ def engine_spec(name: str, options: Any = None) -> Any:
         return Score(float(probs[: len(yes)].sum() / probs.sum()))
 
     return EngineSpec(name=name, cache_key=SmolLM2Judge.cache_key, kind="judge", model_dir=root, pooling="embed",
-                      render=judge.render, tokenizer=tokenizer, max_context=2048, finish=judge_finish,
+                      render=judge.render, tokenizer=tokenizer, max_context=SmolLM2Judge.window,
+                      finish=judge_finish,
                       not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))

@@ -10,14 +10,14 @@ name means one model on every backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from morkit.core.errors import PartialScoreError
 from morkit.core.types import Score
 from morkit.reward_models.base import is_empty_answer
-from morkit.reward_models.hf import Truncation, encode_pair
+from morkit.reward_models.truncation import Truncation, encode_pair, log_truncated, mark_cut
 
 
 def empty_answers_score(value: float) -> Callable[[str], Score | None]:
@@ -36,7 +36,7 @@ class EngineSpec:
     pooling: str  # classify | token_classify | step | embed
     render: Callable[[str, str], list[int]]
     tokenizer: Any
-    max_context: int
+    max_context: int  # the tokens it reads by default (see morkit.reward_models.truncation)
     architecture: str | None = None  # run the checkpoint as this vLLM class (hf_overrides)
     finish: Callable[[Any], Score] | None = None  # raw pooled output -> Score; None: pooling_io.to_score
     label: int | None = None
@@ -45,23 +45,26 @@ class EngineSpec:
     not_shown: Callable[[str], Score | None] = field(default=lambda answer: None)  # answers scored without the model
     check: Callable[[list[int]], None] | None = None  # refuse a rendered prompt the model cannot read
     prefix_caching: bool = True  # vLLM's pooling runner can reuse cached prefix blocks for this model
+    answer_steps: Callable[[str], list[str]] | None = None  # a PRM's step splitter: a cut drops whole steps
 
 
 class EngineRM:
     """(question, answer) -> the spec's prompt ids (cut to fit) -> engine -> Score; `engine.score_prompts(ids)`."""
 
-    def __init__(self, spec: EngineSpec, engine: Any, max_tokens: int | None = None, truncation: str = "right"):
+    def __init__(self, spec: EngineSpec, engine: Any, truncation: Truncation = Truncation()):
         self.spec = spec
         self.engine = engine
         self.name = spec.name
         self.kind = spec.kind
         self.cache_key = spec.cache_key
-        self.truncation = Truncation(max_tokens=max_tokens or spec.max_context, policy=truncation)
+        self.truncation = truncation.within(spec.max_context)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         scores: list[Score | None] = [self.spec.not_shown(a) for _, a in pairs]
         live = [i for i, s in enumerate(scores) if s is None]
-        encoded = [encode_pair(self.spec.render, self.spec.tokenizer, *pairs[i], self.truncation) for i in live]
+        encoded = [encode_pair(self.spec.render, self.spec.tokenizer, *pairs[i], self.truncation, self.spec.answer_steps)
+                   for i in live]
+        log_truncated(self.name, encoded, self.truncation)
         if self.spec.check is not None:
             for enc in encoded:
                 self.spec.check(list(enc.ids))
@@ -72,7 +75,7 @@ class EngineRM:
                 scores[i] = s
             raise PartialScoreError(str(err), scores) from err
         for i, s, enc in zip(live, got, encoded):
-            scores[i] = replace(s, truncated=True) if enc.truncated else s
+            scores[i] = mark_cut(s, enc)
         return scores  # type: ignore[return-value]
 
     def close(self) -> None:

@@ -1,39 +1,17 @@
 """The transformers backend core every model-based RM stands on.
 
-Pairs are rendered and tokenised once, cut by an explicit truncation policy, grouped into
+Pairs are rendered and tokenised once and cut to fit (morkit.reward_models.truncation), grouped into
 length-sorted batches under a token budget, right padded, and run under inference mode. Every
 sequence is pooled at its own positions, so a pair's score does not depend on its batch-mates.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from morkit.core import checks
-from morkit.core.errors import InputError
-
-log = logging.getLogger(__name__)
-
-TRUNCATION_POLICIES = ("right", "left", "error")
-
-
-@dataclass(frozen=True)
-class Truncation:
-    """How to fit a pair into `max_tokens`: cut the answer's end ("right"), its start ("left"), or refuse ("error").
-
-    A cut answer's Score is marked `truncated`, and each batch reports how many were cut, so a
-    shortened answer is never silently scored as if it were whole.
-    """
-
-    max_tokens: int = 2048
-    policy: str = "right"
-
-    def __post_init__(self) -> None:
-        checks.one_of(self.policy, TRUNCATION_POLICIES, "truncation policy")
-        if checks.positive_int(self.max_tokens, "max_tokens") < 8:
-            raise InputError(f"max_tokens must be at least 8, got {self.max_tokens}")
+from morkit.reward_models.truncation import Encoded
 
 
 @dataclass(frozen=True)
@@ -61,37 +39,6 @@ class Batching:
         if current:
             batches.append(current)
         return batches
-
-
-@dataclass(frozen=True)
-class Encoded:
-    ids: tuple[int, ...]
-    truncated: bool = False
-
-
-Renderer = Callable[[str, str], list[int]]
-"""Turns (question, answer) into the exact token ids the model was trained on."""
-
-
-def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, truncation: Truncation) -> Encoded:
-    """Render one pair; if too long, shorten the answer by whole tokens until it fits."""
-    ids = render(question, answer)
-    if len(ids) <= truncation.max_tokens:
-        return Encoded(tuple(ids))
-    if truncation.policy == "error":
-        raise InputError(f"pair is {len(ids)} tokens, over the limit of {truncation.max_tokens} (truncation policy 'error')")
-    answer_ids = tokenizer(answer, add_special_tokens=False, verbose=False)["input_ids"]
-    overflow = len(ids) - truncation.max_tokens
-    while overflow < len(answer_ids):
-        keep = len(answer_ids) - overflow
-        kept = answer_ids[:keep] if truncation.policy == "right" else answer_ids[-keep:]
-        ids = render(question, tokenizer.decode(kept))
-        if len(ids) <= truncation.max_tokens:
-            return Encoded(tuple(ids), truncated=True)
-        overflow += max(1, len(ids) - truncation.max_tokens)
-    # Even an empty answer does not fit: the question itself is too long; cut the whole sequence.
-    ids = render(question, "")
-    return Encoded(tuple(ids[: truncation.max_tokens]), truncated=True)
 
 
 def last_token_pool(hidden: Any, attention_mask: Any) -> Any:
@@ -143,14 +90,3 @@ def run_batches(
         if progress is not None:
             progress(len(batch))
     return results
-
-
-def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation) -> int:
-    """Count cut answers in one call (debug log); the scoring run warns once with the total."""
-    count = sum(e.truncated for e in encoded)
-    if count:
-        log.debug(
-            "%s: %d of %d answers were cut to fit %d tokens (policy %r); their scores are marked truncated",
-            name, count, len(encoded), truncation.max_tokens, truncation.policy,
-        )
-    return count

@@ -17,7 +17,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry
 from morkit.reward_models.base import REDUCTIONS
-from morkit.reward_models.hf import TRUNCATION_POLICIES
+from morkit.reward_models.truncation import DEFAULT_POLICY, TRUNCATION_POLICIES, Truncation
 
 BACKENDS = ("transformers", "vllm")
 _BOUND_URL = re.compile(r"^([A-Za-z0-9_.\-]+)=(.+)$")
@@ -40,8 +40,8 @@ class ScoringOptions:
 
     device: str | None = None  # None: auto (cuda, mps, else cpu)
     batch_size: int = 16
-    max_tokens: int | None = None  # None: the model's own limit
-    truncation: str = "right"
+    max_tokens: int | None = None  # None: the model's own window
+    truncation: str = DEFAULT_POLICY  # how a pair over the limit is cut (morkit.reward_models.truncation)
     reduction: str = "min"
     chunk: int = 64
     cache: str | os.PathLike | None = None  # score cache file; None: no cache
@@ -51,7 +51,7 @@ class ScoringOptions:
     dtype: str | None = None  # None: auto (bf16 on accelerators, fp32 on CPU)
     tensor_parallel_size: int = 1  # vLLM: GPUs per model
     device_map: str | None = None  # transformers: e.g. "auto" spreads a model over every visible GPU
-    max_model_len: int | None = None  # vLLM context length (default: the model's limit, capped)
+    max_model_len: int | None = None  # vLLM context length (default: max_tokens, else the model's window)
     gpu_memory_utilization: float | None = None  # vLLM's share of device memory (default 0.9 GPU, 0.2 CPU)
     prefix_reuse: bool = True  # compute a query's shared prompt prefix once (KV reuse / prefix caching)
     check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
@@ -91,17 +91,24 @@ class ScoringOptions:
         bound = [url for name, url in parsed if name == rm]
         return bound or [url for name, url in parsed if name is None]
 
+    def truncation_for(self, window: int | None, on_vllm: bool = False) -> Truncation:
+        """How a model RM whose context is `window` tokens (None: not known here) cuts pairs: `max_tokens`, else
+        the window; on a vLLM engine (`on_vllm`), never past its `max_model_len`."""
+        limit = self.max_tokens
+        if on_vllm and self.max_model_len:
+            limit = min(limit or self.max_model_len, self.max_model_len)
+        truncation = Truncation(limit, self.truncation)
+        return truncation.within(window) if window else truncation
+
     def load_options(self, entry: Entry) -> dict[str, Any]:
-        """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation."""
+        """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation
+        (its limit is the model's own window unless `max_tokens` is set)."""
         if entry.meta.get("backend") != "transformers":
             return {}
-        from morkit.reward_models.hf import Batching, Truncation
+        from morkit.reward_models.hf import Batching
 
-        options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size), "prefix_reuse": self.prefix_reuse}
-        if self.max_tokens:
-            options["truncation"] = Truncation(max_tokens=self.max_tokens, policy=self.truncation)
-        elif self.truncation != "right":
-            options["truncation"] = Truncation(policy=self.truncation)
+        options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size), "prefix_reuse": self.prefix_reuse,
+                                   "truncation": Truncation(self.max_tokens, self.truncation)}
         if self.device:
             options["device"] = self.device
         if entry.meta.get("model_id"):  # the CTTS adapters take dtype and a device map too

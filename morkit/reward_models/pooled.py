@@ -7,20 +7,13 @@ how to render a pair (`render`), where to read it (`pool`) and what the head com
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from morkit.core.errors import UnavailableError
+from morkit.core.errors import InputError, UnavailableError
 from morkit.core.types import Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
-from morkit.reward_models.hf import (
-    Batching,
-    Encoded,
-    Truncation,
-    encode_pair,
-    last_token_pool,
-    log_truncated,
-    run_batches,
-)
+from morkit.reward_models.hf import Batching, last_token_pool, run_batches
+from morkit.reward_models.truncation import Encoded, Truncation, encode_pair, log_truncated, mark_cut
 
 
 @dataclass(frozen=True)
@@ -41,19 +34,33 @@ class Backbone:
 
 
 class PooledRM:
-    """(question, answer) -> token ids -> backbone -> pooled rows -> head -> Score, in batches."""
+    """(question, answer) -> token ids -> backbone -> pooled rows -> head -> Score, in batches.
+
+    A pair longer than the truncation's limit (by default the model's `context_window()`) is cut to fit
+    (morkit.reward_models.truncation)."""
 
     name = "pooled"
     kind = "orm"
     empty_score: float | None = EMPTY_ANSWER_SCORE
     causal = True  # a decoder: a shared prompt prefix can be run once (see morkit.reward_models.prefix)
+    window = 2048  # tokens read by default, where the model does not say (see context_window)
+    absolute_positions = False  # learned position embeddings: no input may pass max_position_embeddings
+    answer_steps: Callable[[str], list[str]] | None = None  # a PRM's step splitter: a cut drops whole steps
 
     def __init__(self, backbone: Backbone, truncation: Truncation | None = None, batching: Batching | None = None,
                  prefix_reuse: bool = True):
         self.backbone = backbone
-        self.truncation = truncation or Truncation()
+        self.truncation = (truncation or Truncation()).within(self.context_window())
+        positions = getattr(getattr(backbone.model, "config", None), "max_position_embeddings", None)
+        if self.absolute_positions and positions and self.truncation.max_tokens > positions:
+            raise InputError(f"{self.name} reads at most {positions} tokens (its position embeddings); "
+                             f"max tokens {self.truncation.max_tokens} is over that")
         self.batching = batching or Batching()
         self.prefix_reuse = prefix_reuse and self.causal
+
+    def context_window(self) -> int:
+        """The tokens a pair may have before it is cut, unless the truncation gives a limit."""
+        return self.window
 
     def render(self, question: str, answer: str) -> list[int]:
         raise NotImplementedError
@@ -66,7 +73,7 @@ class PooledRM:
 
     def encode(self, pairs: Sequence[tuple[str, str]]) -> list[Encoded]:
         tok = self.backbone.tokenizer
-        return [encode_pair(self.render, tok, q, a, self.truncation) for q, a in pairs]
+        return [encode_pair(self.render, tok, q, a, self.truncation, self.answer_steps) for q, a in pairs]
 
     def pooled(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[Any], list[Encoded]]:
         """Pooled rows and encodings for every pair (empty answers included)."""
@@ -90,5 +97,5 @@ class PooledRM:
         if live:
             rows, encoded = self.pooled([pairs[i] for i in live])
             for i, value, enc in zip(live, self.head(rows), encoded):
-                scores[i] = Score(float(value), truncated=enc.truncated)
+                scores[i] = mark_cut(Score(float(value)), enc)
         return scores

@@ -163,10 +163,11 @@ class RayRM:
     collects them in the pairs' order (for callers that want one list). `pairs_sent` counts what it sent."""
 
     def __init__(self, name: str, factory: Callable[[], Any], options: ScoringOptions, *, kind: str = "orm",
-                 cache_key: str | None = None):
+                 cache_key: str | None = None, truncation: Any = None):
         self.name = name
         self.kind = kind
         self.cache_key = cache_key or name
+        self.truncation = truncation  # what the replicas cut pairs under, as far as known here (score cache)
         self.factory = factory
         self.options = options
         self.pairs_sent = 0
@@ -249,4 +250,5 @@ def ray_rm(name: str, options: ScoringOptions) -> RayRM:
 
     local = replace(options, ray=None, ray_workers=None, progress=False, cache=None)
     return RayRM(name, functools.partial(backends.build, name, local), options,
-                 kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name))
+                 kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name),
+                 truncation=backends.truncation_of(name, local))

@@ -30,6 +30,12 @@ def _rm_key(rm: Any) -> str:
     return getattr(rm, "cache_key", rm.name)
 
 
+def _fit(rm: Any) -> str | None:
+    """The truncation an RM's scores are made under (`policy@limit`), which the cache keeps beside them."""
+    truncation = getattr(rm, "truncation", None)
+    return truncation.signature if truncation is not None else None
+
+
 def _check(rm: Any, score: Score, qid: str) -> Score:
     values = [score.value] + list(score.steps or ())
     if not all(math.isfinite(v) for v in values):
@@ -71,8 +77,9 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
             owner.setdefault((query.question, candidate.text), query.id)
     pairs = list(owner)
     known: dict[tuple[str, str], Score] = {}
+    fit = _fit(rm)
     if cache is not None:
-        for pair, hit in zip(pairs, cache.get_many(_rm_key(rm), pairs)):
+        for pair, hit in zip(pairs, cache.get_many(_rm_key(rm), pairs, fit)):
             if hit is not None:
                 known[pair] = hit
     # A question's candidates stay together (in one chunk where they fit), so the RM can compute their
@@ -88,13 +95,13 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
                                          f"{len(part)} pairs")
                     scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]
                     if cache is not None:
-                        cache.put_many(_rm_key(rm), part, scores)
+                        cache.put_many(_rm_key(rm), part, scores, fit)
                     known.update(zip(part, scores))
                     bar.update(len(part))
         except PartialScoreError as err:  # keep what was scored before failing the run
             done = [(p, s) for p, s in zip(getattr(err, "pairs", ()), err.scores) if s is not None]
             if cache is not None and done:
-                cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done])
+                cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done], fit)
             raise
     return known
 

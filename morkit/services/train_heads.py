@@ -204,7 +204,7 @@ def train(rm_name: str, features_fn: Callable, specs: Sequence[str], out: Path, 
 TRAINABLE = ("smollm2-orm", "minilm-probe")
 
 
-def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *, max_tokens: int = 768,
+def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *, max_tokens: int | None = None,
                test_fraction: float = 0.25, seed: int = 0, device: str | None = None,
                data_dir: Path | None = None) -> tuple[LogisticHead, Path]:
     """Fit an embedded RM's head on the named data sets; writes it to `output` (default: the packaged head)."""
@@ -217,7 +217,7 @@ def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *,
         load_smollm2,
     )
     from morkit.reward_models.heads import packaged_head_path
-    from morkit.reward_models.hf import Truncation
+    from morkit.reward_models.truncation import Truncation
 
     checks.one_of(rm_name, TRAINABLE, "head")
     checks.share(test_fraction, "test_fraction")

@@ -2,7 +2,9 @@
 
 This module only describes them (no torch import). `CTTS_MODELS` is the one place their facts live:
 the catalog registers each record under its short name, and each adapter class reads its model id,
-kind and required files from the record of its `name`. Weights are found by `weights.locate_weights`
+kind and required files from the record of its `name`. A model's context window is its checkpoint's
+`max_position_embeddings`, capped where its model card states a shorter training length (of the eight,
+only Skywork-Reward-V2's card is known to: 16,384 tokens). Weights are found by `weights.locate_weights`
 (explicit `path=`, `$MORKIT_WEIGHTS_DIR/<org>/<name>`, or the Hugging Face cache), never downloaded.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from morkit.reward_models.weights import bf16_gib
+
+UNKNOWN_CONTEXT = 4096  # a config without max_position_embeddings (none of the eight's)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,21 @@ class CttsModel:
     required: tuple[str, ...] = ("config.json",)
     pooling: str = "classify"  # classify | token_classify | step (see morkit.reward_models.pooling_io)
     vllm_class: str | None = None  # a morkit class registered with vLLM (vllm_plugin); None: vLLM's own
+    trained_context: int | None = None  # the longest sequence its model card says it was trained on, if it says
+
+    def context_window(self, max_positions: int | None) -> int:
+        """The tokens it reads by default: the checkpoint's `max_position_embeddings`, capped by the length its
+        card says it was trained on (a longer input is beyond what the score was fitted for)."""
+        limits = [n for n in (max_positions, self.trained_context) if n]
+        return min(limits) if limits else UNKNOWN_CONTEXT
+
+    def describe_context(self, max_positions: int | None) -> str:
+        """How its window is set, for `morkit rms NAME`; `max_positions` is None where no config was found."""
+        card = f", capped at {self.trained_context:,} (trained length on its model card)" if self.trained_context else ""
+        if max_positions is None:
+            return f"the checkpoint's max_position_embeddings{card}; weights not found here (--max-tokens overrides)"
+        return (f"{self.context_window(max_positions):,} tokens: max_position_embeddings {max_positions:,} in its "
+                f"config{card} (--max-tokens overrides)")
 
     def adapter_class(self) -> type:
         """The transformers adapter class (imports its module; its `build_head` and `messages` serve every backend)."""
@@ -61,6 +80,7 @@ CTTS_MODELS = (
               "Gemma-2 quantile RM; gated expected reward (quantiles in Score.extra)",
               vllm_class="MorkitQRMGemma2RewardModel"),
     CttsModel("skywork-reward-v2-llama-3.1-8b", "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M", "orm",
-              f"{_PKG}.skywork:SkyworkV2LlamaRM", 7.5e9, "Llama-3.1 sequence classifier; raw Bradley-Terry logit"),
+              f"{_PKG}.skywork:SkyworkV2LlamaRM", 7.5e9, "Llama-3.1 sequence classifier; raw Bradley-Terry logit",
+              trained_context=16384),
 )
 CTTS_BY_NAME = {m.name: m for m in CTTS_MODELS}

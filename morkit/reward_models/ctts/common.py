@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from morkit.core.errors import ScoreError, UnavailableError
-from morkit.reward_models.hf import Batching, Truncation
+from morkit.reward_models.hf import Batching
 from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.reward_models.truncation import Truncation
 from morkit.reward_models.weights import locate_weights
 from morkit.runtime.device import resolve_device, resolve_dtype
 from morkit.runtime.models import quiet_loading
@@ -174,7 +175,6 @@ class CttsRM(PooledRM):
     system_prompt: str | None = None
     allowed_extra: tuple[str, ...] = ()
     required_files: tuple[str, ...] = ("config.json",)
-    max_context = 4096
     default_attn: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -187,9 +187,16 @@ class CttsRM(PooledRM):
 
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
                  batching: Batching | None = None, path: Path | None = None, prefix_reuse: bool = True):
-        super().__init__(backbone, truncation or Truncation(max_tokens=self.max_context), batching, prefix_reuse)
+        super().__init__(backbone, truncation, batching, prefix_reuse)
         self.score_head = score_head
         self.path = path
+
+    def context_window(self) -> int:
+        """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
+        from morkit.reward_models.ctts import CTTS_BY_NAME
+
+        positions = getattr(self.backbone.model.config, "max_position_embeddings", None)
+        return CTTS_BY_NAME[self.name].context_window(positions)
 
     @classmethod
     def messages(cls, question: str, answer: str) -> list[dict[str, str]]:

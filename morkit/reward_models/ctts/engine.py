@@ -18,7 +18,7 @@ from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
 
 def ctts_spec(name: str, root: Path) -> EngineSpec:
     """The spec of CTTS-MM RM `name` whose checkpoint (at least its config and tokenizer) is at `root`."""
-    from morkit.reward_models.ctts.common import load_tokenizer, render_chat
+    from morkit.reward_models.ctts.common import config_value, load_tokenizer, render_chat
 
     record = CTTS_BY_NAME[name]
     adapter = record.adapter_class()
@@ -33,7 +33,8 @@ def ctts_spec(name: str, root: Path) -> EngineSpec:
         from morkit.reward_models.ctts.qwen_math import STEP_TOKEN
 
         step_id = tokenizer.convert_tokens_to_ids(STEP_TOKEN)
-        fields.update(step_token_id=int(step_id), label=1, num_labels=2, prefix_caching=False)
+        fields.update(step_token_id=int(step_id), label=1, num_labels=2, prefix_caching=False,
+                      answer_steps=adapter.steps)
         fields["not_shown"] = lambda a: Score(float(floor), steps=(float(floor),)) \
             if is_empty_answer(a) or not adapter.steps(a) else None
     elif floor is not None:
@@ -43,7 +44,8 @@ def ctts_spec(name: str, root: Path) -> EngineSpec:
     if name == "qrm-gemma-2-27b":
         fields.update(_qrm_fields(root, tokenizer))
     return EngineSpec(name=name, cache_key=name, kind=record.kind, model_dir=root, pooling=record.pooling,
-                      render=render, tokenizer=tokenizer, max_context=adapter.max_context,
+                      render=render, tokenizer=tokenizer,
+                      max_context=record.context_window(config_value(root, "max_position_embeddings", None)),
                       architecture=record.vllm_class, **fields)
 
 

@@ -24,7 +24,6 @@ class InfOrmRM(FirstPadPooling, CttsRM):
     name = "inf-orm-llama3.1-70b"
     backbone_class = "LlamaModel"
     allowed_extra = ("score",)
-    max_context = 8192
 
     @classmethod
     def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:

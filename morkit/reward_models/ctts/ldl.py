@@ -43,7 +43,6 @@ class LDLRewardRM(FirstPadPooling, CttsRM):
     backbone_class = "Gemma2Model"
     empty_score = EMPTY_ANSWER_SCORE  # the score is an expectation over [0, 1]
     default_attn = "eager"
-    max_context = 8192
 
     @classmethod
     def build_head(cls, root: Path, config: Any, dtype: Any) -> Any:

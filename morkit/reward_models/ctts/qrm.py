@@ -52,7 +52,6 @@ class QRMGemmaRM(CttsRM):
     backbone_class = "Gemma2Model"
     allowed_extra = ("regression_layer", "gating", "reward_transform_matrix")
     default_attn = "eager"
-    max_context = 8192
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -28,6 +28,7 @@ from morkit.reward_models.ctts.common import (
     head_state,
     load_strict,
 )
+from morkit.reward_models.truncation import mark_cut
 
 STEP_TOKEN = "<extra_0>"
 
@@ -66,6 +67,8 @@ class QwenMathPRM(QwenMathRM):
     def steps(answer: str) -> list[str]:
         return [s.strip() for s in answer.replace(STEP_TOKEN, "").split("\n\n") if s.strip()]
 
+    answer_steps = steps  # a cut drops whole steps (see morkit.reward_models.truncation)
+
     @classmethod
     def messages(cls, question: str, answer: str) -> list[dict[str, str]]:
         text = "".join(step + STEP_TOKEN for step in cls.steps(answer))
@@ -93,11 +96,9 @@ class QwenMathPRM(QwenMathRM):
             return scores
         rows, encoded = self.pooled([pairs[i] for i in live])
         for i, steps, enc in zip(live, self.step_scores(rows), encoded):
-            if not steps:
-                raise ScoreError(f"{self.name}: no {STEP_TOKEN} position left in pair {i} (cut to "
-                                 f"{self.truncation.max_tokens} tokens?)")
-            if not enc.truncated and len(steps) != len(self.steps(pairs[i][1])):
-                raise ScoreError(f"{self.name}: pair {i} has {len(self.steps(pairs[i][1]))} steps but "
-                                 f"{len(steps)} {STEP_TOKEN} positions")
-            scores[i] = Score(reduce_steps(steps, self.reduction), steps=tuple(steps), truncated=enc.truncated)
+            shown = enc.kept_steps if enc.kept_steps is not None else range(len(self.steps(pairs[i][1])))
+            if not steps or len(steps) != len(shown):
+                raise ScoreError(f"{self.name}: pair {i} shows {len(shown)} steps but has {len(steps)} "
+                                 f"{STEP_TOKEN} positions")
+            scores[i] = mark_cut(Score(reduce_steps(steps, self.reduction), steps=tuple(steps)), enc)
         return scores

@@ -32,10 +32,8 @@ class SkyworkGemmaRM(_SeqClassRM):
     name = "skywork-reward-gemma-2-27b"
     backbone_class = "Gemma2Model"
     default_attn = "eager"
-    max_context = 8192
 
 
 class SkyworkV2LlamaRM(_SeqClassRM):
     name = "skywork-reward-v2-llama-3.1-8b"
     backbone_class = "LlamaModel"
-    max_context = 16384

@@ -1,0 +1,207 @@
+"""Fitting a (question, answer) pair into a model's window: which tokens a pair that is too long loses.
+
+An outcome RM judges an answer mostly by its conclusion, so the default policy, `middle`, keeps the
+start and the end of the answer and drops its middle; `right` keeps the start, `left` the end, and
+`error` refuses. Cuts are made in the text and the pair is rendered again, so the template's own tokens
+(turn ends, a PRM's step tags) always survive. A PRM's answer loses whole steps, and the step the policy
+keeps first (the last step; the first under `right`) always survives: when it cannot fit whole, it is
+shown alone, cut as tokens under the same policy, as one step. When the question leaves the answer less
+than half of the room the template leaves, the question is cut too, keeping its end, where the ask usually is. Every policy
+bounds the whole sequence; only a template that alone exceeds the window is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from morkit.core import checks
+from morkit.core.errors import InputError
+from morkit.core.types import Score
+
+log = logging.getLogger(__name__)
+
+TRUNCATION_POLICIES = ("middle", "right", "left", "error")
+DEFAULT_POLICY = "middle"
+POLICY_HELP = ("pair too long for the model: keep the start and end of the answer and drop its middle (middle, "
+               "default), keep its start (right) or its end (left), or fail (error); a PRM loses whole steps")
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """How to fit a pair into `max_tokens` (None: the model's own window) under `policy`.
+
+    A cut answer's Score is marked `truncated`, and each run reports how many were cut, so a shortened
+    answer is never silently scored as if it were whole.
+    """
+
+    max_tokens: int | None = None
+    policy: str = DEFAULT_POLICY
+
+    def __post_init__(self) -> None:
+        checks.one_of(self.policy, TRUNCATION_POLICIES, "truncation policy")
+        if self.max_tokens is not None and checks.positive_int(self.max_tokens, "max_tokens") < 8:
+            raise InputError(f"max_tokens must be at least 8, got {self.max_tokens}")
+
+    def within(self, window: int) -> "Truncation":
+        """This policy with the model's `window` as its limit, where no limit was given."""
+        return self if self.max_tokens is not None else replace(self, max_tokens=window)
+
+    @property
+    def signature(self) -> str:
+        """`policy@limit`: what a score was cut under (the score cache keeps it beside each score)."""
+        return f"{self.policy}@{self.max_tokens if self.max_tokens is not None else '?'}"
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A rendered pair's token ids, and what was cut to fit: the answer, the question, a PRM's steps."""
+
+    ids: tuple[int, ...]
+    truncated: bool = False
+    question_cut: bool = False
+    kept_steps: tuple[int, ...] | None = None  # a cut PRM answer: the indices of the steps it still shows
+
+
+Renderer = Callable[[str, str], list[int]]
+"""Turns (question, answer) into the exact token ids the model was trained on."""
+
+
+# -- which units survive -------------------------------------------------------------------------
+
+def _leading(weights: Sequence[int], budget: int) -> int:
+    """How many of the first units fit in `budget`."""
+    total = 0
+    for count, weight in enumerate(weights):
+        if total + weight > budget:
+            return count
+        total += weight
+    return len(weights)
+
+
+def kept_units(weights: Sequence[int], budget: int, policy: str) -> list[int]:
+    """Indices (in order) of the units that survive in `budget` tokens, each unit costing its weight.
+
+    `right` keeps a prefix, `left` a suffix; `middle` gives the end half the budget (all of it that the
+    last unit needs, so a conclusion that fits survives), the start what the end left, and the end any
+    rest: the dropped units are one block from the middle."""
+    n = len(weights)
+    if policy == "right":
+        return list(range(_leading(weights, budget)))
+    backwards = list(weights[::-1])
+    if policy == "left":
+        return list(range(n - _leading(backwards, budget), n))
+    end_budget = budget - budget // 2
+    if n and end_budget < weights[-1] <= budget:
+        end_budget = weights[-1]
+    tail = _leading(backwards, end_budget)
+    used = sum(weights[n - tail:])
+    head = _leading(weights[: n - tail], budget - used)
+    used += sum(weights[:head])
+    tail += _leading(backwards[tail: n - head], budget - used)
+    return list(range(head)) + list(range(n - tail, n))
+
+
+class _Tokens:
+    """An answer as tokens, each costing one; `step`: this is PRM step `step`, cut, and must stay one step."""
+
+    def __init__(self, tokenizer: Any, text: str, step: int | None = None):
+        self.tokenizer = tokenizer
+        self.ids = list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        self.weights = [1] * len(self.ids)
+        self.step = step
+
+    def text(self, kept: Sequence[int]) -> str:
+        text = self.tokenizer.decode([self.ids[i] for i in kept])
+        if self.step is not None:  # the cut may join two newlines: a blank line would split the step
+            text = re.sub(r"\n\s*\n", "\n", text)
+        return text
+
+    def kept_steps(self, kept: Sequence[int]) -> tuple[int, ...] | None:
+        return None if self.step is None else (self.step,)
+
+
+class _Steps:
+    """A PRM's answer as whole steps, each costing its tokens and one step tag."""
+
+    def __init__(self, tokenizer: Any, steps: Sequence[str]):
+        self.steps = list(steps)
+        self.weights = [len(tokenizer(s, add_special_tokens=False, verbose=False)["input_ids"]) + 1 for s in steps]
+
+    def text(self, kept: Sequence[int]) -> str:
+        return "\n\n".join(self.steps[i] for i in kept)
+
+    def kept_steps(self, kept: Sequence[int]) -> tuple[int, ...]:
+        return tuple(kept)
+
+
+# -- fitting -------------------------------------------------------------------------------------
+
+def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, truncation: Truncation,
+                steps: Callable[[str], list[str]] | None = None) -> Encoded:
+    """Render one pair; if it is over the limit, cut it under the policy until it fits.
+
+    `steps` (a PRM's step splitter) makes the answer lose whole steps, joined again by blank lines."""
+    limit = truncation.max_tokens
+    if limit is None:
+        raise ValueError("encode_pair needs a Truncation with max_tokens set (Truncation.within(window))")
+    ids = render(question, answer)
+    if len(ids) <= limit:
+        return Encoded(tuple(ids))
+    if truncation.policy == "error":
+        raise InputError(f"pair is {len(ids)} tokens, over the limit of {limit} (truncation policy 'error')")
+    units: _Tokens | _Steps = _Steps(tokenizer, steps(answer)) if steps is not None else _Tokens(tokenizer, answer)
+    room = limit - len(render("", ""))  # what the template leaves for the question and the answer
+    question, question_cut = fit_question(render, tokenizer, question, limit, min(sum(units.weights), room // 2))
+    budget = limit - len(render(question, ""))
+    while budget >= 0:
+        if isinstance(units, _Steps) and units.steps:
+            anchor = 0 if truncation.policy == "right" else len(units.steps) - 1  # the step the policy keeps first
+            if units.weights[anchor] > budget:  # it cannot fit whole: it is shown alone, cut as tokens
+                units = _Tokens(tokenizer, units.steps[anchor], step=anchor)
+                continue
+        kept = kept_units(units.weights, budget, truncation.policy)
+        ids = render(question, units.text(kept))
+        if len(ids) <= limit:
+            return Encoded(tuple(ids), True, question_cut, units.kept_steps(kept))
+        budget -= len(ids) - limit
+    raise InputError(f"the model's prompt template alone is {len(render('', ''))} tokens, over the limit of {limit}")
+
+
+def fit_question(render: Renderer, tokenizer: Any, question: str, limit: int, reserve: int) -> tuple[str, bool]:
+    """The question, cut from its start as far as needed to leave the answer `reserve` tokens; whether it was cut."""
+    over = len(render(question, "")) + reserve - limit
+    if over <= 0:
+        return question, False
+    ids = list(tokenizer(question, add_special_tokens=False, verbose=False)["input_ids"])
+    keep = len(ids) - over
+    while keep > 0:
+        text = tokenizer.decode(ids[-keep:])
+        over = len(render(text, "")) + reserve - limit
+        if over <= 0:
+            return text, True
+        keep -= over
+    return "", True
+
+
+def mark_cut(score: Score, encoded: Encoded) -> Score:
+    """The score marked `truncated` where its pair was cut, with a cut PRM answer's shown steps in `extra`."""
+    if not encoded.truncated:
+        return score
+    extra = {**(score.extra or {}), "kept_steps": encoded.kept_steps} if encoded.kept_steps is not None else score.extra
+    return replace(score, truncated=True, extra=extra)
+
+
+def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation) -> int:
+    """Count cut answers in one call (debug log; the scoring run warns once with the total); cut questions warn."""
+    count = sum(e.truncated for e in encoded)
+    questions = sum(e.question_cut for e in encoded)
+    if count:
+        log.debug("%s: %d of %d answers were cut to fit %d tokens (policy %r); their scores are marked truncated",
+                  name, count, len(encoded), truncation.max_tokens, truncation.policy)
+    if questions:
+        log.warning("%s: %d questions left the answer less than half of a %d-token window and were cut, keeping "
+                    "their end; those scores are marked truncated", name, questions, truncation.max_tokens)
+    return count
