@@ -7,11 +7,14 @@ Data (shared, labelled, with long answers):
 - ifeval_gpt4: the IFEval prompts with the one GPT-4 response each, labelled by morkit's instruction
   grader (strict). With one answer per prompt there is no PRR or best-of-n: the figure there is the same
   pairwise accuracy over every (followed, not followed) pair of responses across prompts (an AUC).
+- gsm8k_model_solutions questions 601-1000 (held out from both packaged heads) x 4 GPT-3 solutions, whose
+  final answer is their last line ("#### 42"), in a window of --gsm8k-tokens (default 128) that cuts most.
 
-Each RM runs with a window of --max-tokens (default 256, where almost every answer is cut) under the
+Each RM runs with a window of --max-tokens (default 256, where most answers are cut) under the
 `middle`, `right` and `left` policies; `error` is reported as the number of pairs it would refuse. The
 differences against `right` (the policy before `middle` became the default) come with a paired standard
-error over questions. No score cache is used.
+error over questions. No score cache is used. The packaged minilm-probe head was fitted on all 70
+Qwen2.5-Math problems (at 256 tokens, cut on the right) and smollm2-orm's on the first 30 (at 768).
 
     .venv/bin/python bench/truncation.py [--rms minilm-probe smollm2-orm] [--max-tokens 256] [--json out.json]
 """
@@ -31,15 +34,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 POLICIES = ("middle", "right", "left")
 
 
+GSM8K_HELD_OUT = slice(600, 1000)  # neither packaged head saw these questions
+
+
 def load_sets(data_dir: str | None, ifeval: bool) -> dict[str, list[Any]]:
-    """The labelled data sets: Qwen2.5-Math samples and, when asked, the graded IFEval GPT-4 responses."""
+    """The labelled data sets: Qwen2.5-Math samples, held-out GSM8K solutions and, when asked, the graded
+    IFEval GPT-4 responses."""
     from dataclasses import replace
 
     from morkit.core import settings
-    from morkit.data.datasets import ifeval_gpt4, qwen25_math_rm8
+    from morkit.data.datasets import gsm8k_model_solutions, ifeval_gpt4, qwen25_math_rm8
 
     root = settings.data_dir(data_dir)
-    sets = {"qwen25_math_rm8": qwen25_math_rm8(root)}
+    sets = {"qwen25_math_rm8": qwen25_math_rm8(root),
+            "gsm8k_model_solutions[600:1000]": gsm8k_model_solutions(root)[GSM8K_HELD_OUT]}
     if ifeval:
         from morkit.question_pool.ifeval import InstructionGrader
 
@@ -170,7 +178,10 @@ def print_table(results: Sequence[dict[str, Any]], shipped: dict[str, float] | N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rms", nargs="+", default=["minilm-probe"], help="RMs to run (default minilm-probe)")
-    parser.add_argument("--max-tokens", type=int, default=256, help="the window every RM gets (default 256)")
+    parser.add_argument("--max-tokens", type=int, default=256,
+                        help="the window every RM gets on the Qwen2.5-Math and IFEval answers (default 256)")
+    parser.add_argument("--gsm8k-tokens", type=int, default=128,
+                        help="the window on the shorter GSM8K solutions (default 128)")
     parser.add_argument("--no-ifeval", action="store_true", help="skip the IFEval GPT-4 responses")
     parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     parser.add_argument("--json", help="also write every figure to this file")
@@ -180,7 +191,8 @@ def main() -> None:
     for data, queries in sets.items():
         labels = [c.correct for q in queries for c in q.candidates]
         print(f"{data}: {len(queries)} queries, {len(labels)} answers, {sum(labels)} correct", file=sys.stderr)
-    results = [measure(name, data, queries, args.max_tokens) for name in args.rms for data, queries in sets.items()]
+    windows = {data: args.gsm8k_tokens if data.startswith("gsm8k") else args.max_tokens for data in sets}
+    results = [measure(name, data, queries, windows[data]) for name in args.rms for data, queries in sets.items()]
     shipped = shipped_row(sets["qwen25_math_rm8"])
     print_table(results, shipped)
     if args.json:

@@ -130,7 +130,8 @@ def test_a_short_answer_stays_whole_beside_a_long_question():
     question = " ".join(f"q{i}" for i in range(30))
     tok, enc = encode(question, "a b c", 10)
     assert enc.truncated and enc.question_cut and len(enc.ids) == 10
-    assert answer_words(tok, enc.ids) == ["a", "b", "c"] and question_words(tok, enc.ids) == ["q26", "q27", "q28", "q29"]
+    assert answer_words(tok, enc.ids) == ["a", "b", "c"]
+    assert question_words(tok, enc.ids) == ["q26", "q27", "q28", "q29"]
 
 
 def test_error_refuses_and_a_template_over_the_window_is_an_error():
@@ -207,3 +208,5 @@ def test_mark_cut_marks_scores_and_records_a_prms_shown_steps():
     cut = mark_cut(Score(0.5, steps=(0.5, 0.9)), Encoded((1,), True, kept_steps=(0, 4)))
     assert cut.truncated and cut.extra == {"kept_steps": (0, 4)}
     assert mark_cut(Score(0.5, extra={"q": 1}), Encoded((1,), True)).extra == {"q": 1}
+    assert mark_cut(Score(0.5), Encoded((1,), True, question_cut=True)).extra == {"question_cut": True}
+    assert mark_cut(Score(0.5), Encoded((1,), True)).extra is None

@@ -105,7 +105,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
                        description="A table of every registered RM (name, kind, backend, whether it can run here, "
                                    "GPU memory for its weights in bf16, the queries it applies to); NAME shows "
-                                   "one in full.")
+                                   "one in full, with its context window (the tokens a pair may have before it is "
+                                   "cut) and where that comes from.")
     p.add_argument("name", nargs="?", help="one RM to describe in full")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
     p.set_defaults(func=cmd_rms)

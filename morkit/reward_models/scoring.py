@@ -154,9 +154,11 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
         _log_skips(rm.name, queries, plan[rm.name])
     for name, table in per_rm.items():
         cut = sum(s.truncated for row in table if row is not None for s in row)
+        questions = sum(bool((s.extra or {}).get("question_cut")) for row in table if row is not None for s in row)
+        also = f" ({questions} newly scored with their question cut too, keeping its end)" if questions else ""
         if cut:
-            log.warning("%s: %d answers were too long and were cut before scoring; "
-                        "they are listed under each candidate's `truncated` key", name, cut)
+            log.warning("%s: %d answers were too long and were cut before scoring%s; they are listed under each "
+                        "candidate's `truncated` key", name, cut, also)
     return [_with_scores(query, qi, per_rm, plan) for qi, query in enumerate(queries)]
 
 

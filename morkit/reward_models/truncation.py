@@ -6,8 +6,9 @@ start and the end of the answer and drops its middle; `right` keeps the start, `
 (turn ends, a PRM's step tags) always survive. A PRM's answer loses whole steps, and the step the policy
 keeps first (the last step; the first under `right`) always survives: when it cannot fit whole, it is
 shown alone, cut as tokens under the same policy, as one step. When the question leaves the answer less
-than half of the room the template leaves, the question is cut too, keeping its end, where the ask usually is. Every policy
-bounds the whole sequence; only a template that alone exceeds the window is refused.
+than half of the room the template leaves, the question is cut too, keeping its end, where the ask
+usually is. Every policy bounds the whole sequence; only a template that alone exceeds the window is
+refused.
 """
 
 from __future__ import annotations
@@ -187,21 +188,23 @@ def fit_question(render: Renderer, tokenizer: Any, question: str, limit: int, re
 
 
 def mark_cut(score: Score, encoded: Encoded) -> Score:
-    """The score marked `truncated` where its pair was cut, with a cut PRM answer's shown steps in `extra`."""
+    """The score marked `truncated` where its pair was cut; `extra` says whether the question was cut too
+    (`question_cut`) and which steps a cut PRM answer still shows (`kept_steps`)."""
     if not encoded.truncated:
         return score
-    extra = {**(score.extra or {}), "kept_steps": encoded.kept_steps} if encoded.kept_steps is not None else score.extra
-    return replace(score, truncated=True, extra=extra)
+    extra = dict(score.extra or {})
+    if encoded.question_cut:
+        extra["question_cut"] = True
+    if encoded.kept_steps is not None:
+        extra["kept_steps"] = encoded.kept_steps
+    return replace(score, truncated=True, extra=extra or None)
 
 
 def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation) -> int:
-    """Count cut answers in one call (debug log; the scoring run warns once with the total); cut questions warn."""
+    """Count cut pairs in one call (debug log; the scoring run warns once with the totals)."""
     count = sum(e.truncated for e in encoded)
-    questions = sum(e.question_cut for e in encoded)
     if count:
-        log.debug("%s: %d of %d answers were cut to fit %d tokens (policy %r); their scores are marked truncated",
-                  name, count, len(encoded), truncation.max_tokens, truncation.policy)
-    if questions:
-        log.warning("%s: %d questions left the answer less than half of a %d-token window and were cut, keeping "
-                    "their end; those scores are marked truncated", name, questions, truncation.max_tokens)
+        log.debug("%s: %d of %d pairs were cut to fit %d tokens (policy %r), %d of them in the question too",
+                  name, count, len(encoded), truncation.max_tokens, truncation.policy,
+                  sum(e.question_cut for e in encoded))
     return count

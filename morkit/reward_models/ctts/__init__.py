@@ -41,7 +41,8 @@ class CttsModel:
 
     def describe_context(self, max_positions: int | None) -> str:
         """How its window is set, for `morkit rms NAME`; `max_positions` is None where no config was found."""
-        card = f", capped at {self.trained_context:,} (trained length on its model card)" if self.trained_context else ""
+        cap = self.trained_context
+        card = f", capped at {cap:,} (trained length on its model card)" if cap else ""
         if max_positions is None:
             return f"the checkpoint's max_position_embeddings{card}; weights not found here (--max-tokens overrides)"
         return (f"{self.context_window(max_positions):,} tokens: max_position_embeddings {max_positions:,} in its "
