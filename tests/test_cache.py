@@ -161,7 +161,11 @@ def test_several_writer_processes_lose_nothing(tmp_path):
     (False, "right@256", "middle@512", True),  # whole at 256 tokens is whole at 512
     (False, "right@512", "right@256", False),
     (False, None, "middle@256", True),
-    (False, "middle@?", "middle@256", True),
+    (True, "middle@window", "middle@window", True),
+    (True, "middle@window", "middle@window<=2048", False),  # a vLLM engine of 2048 tokens cuts differently
+    (False, "middle@window", "left@window", True),
+    (False, "middle@window", "middle@4096", False),  # the window's size is not known here
+    (False, "middle@512", "middle@window", False),
     (True, "middle@256", None, True),  # an RM that does not truncate takes what is there
 ])
 def test_fit_holds(truncated, made, wanted, holds):

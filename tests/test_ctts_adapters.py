@@ -9,7 +9,6 @@ out in this file, never from the adapter's own modules.
 
 from __future__ import annotations
 
-import math
 import shutil
 import zlib
 from pathlib import Path
@@ -528,69 +527,3 @@ def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
         info = rm_info(REWARD_MODELS.get(m.name))
         assert "GiB GPU memory in bf16" in info.needs and m.model_id in info.missing
         assert info.backend == "transformers" and info.kind == m.kind and info.model_id == m.model_id
-
-
-def test_context_windows_come_from_the_config_capped_by_the_model_card(adapters, checkpoints):
-    from morkit.reward_models.catalog import load_rm
-    from morkit.reward_models.ctts import CTTS_BY_NAME
-    from morkit.reward_models.truncation import Truncation
-
-    for rm in adapters.values():  # the tiny configs read 512 positions
-        assert rm.truncation == Truncation(512, "middle")
-    assert CTTS_BY_NAME["skywork-reward-v2-llama-3.1-8b"].context_window(131072) == 16384  # trained at 16k
-    assert CTTS_BY_NAME["inf-orm-llama3.1-70b"].context_window(131072) == 131072  # Llama-3.1's 128k
-    assert CTTS_BY_NAME["qwen2.5-math-rm-72b"].context_window(4096) == 4096
-    name = "skywork-reward-v2-llama-3.1-8b"
-    mine = load_rm(name, path=checkpoints[name]["root"], device="cpu", truncation=Truncation(64, "left"))
-    assert mine.truncation == Truncation(64, "left")  # --max-tokens and --truncation win
-
-
-def test_rms_name_shows_the_window_and_where_it_comes_from(capsys, monkeypatch, tmp_path):
-    import json
-
-    from morkit.cli import main
-
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
-    name = "skywork-reward-v2-llama-3.1-8b"
-    assert main(["rms", name, "--json"]) == 0
-    record = json.loads(capsys.readouterr().out)
-    assert record["context_tokens"] is None and "weights not found here" in record["context"]
-    root = tmp_path / "weights" / "Skywork" / "Skywork-Reward-V2-Llama-3.1-8B-40M"
-    root.mkdir(parents=True)
-    (root / "config.json").write_text(json.dumps({"max_position_embeddings": 131072}))
-    assert main(["rms", name]) == 0
-    out = capsys.readouterr().out
-    assert "16,384 tokens: max_position_embeddings 131,072 in its config, capped at 16,384" in out
-    assert main(["rms", "minilm-probe", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["context_tokens"] == 256
-
-
-def test_a_prm_cut_in_the_middle_shows_its_first_and_last_steps(adapters):
-    from morkit.reward_models.ctts.qwen_math import QwenMathPRM
-    from morkit.reward_models.truncation import Truncation
-
-    prm = adapters["qwen2.5-math-prm-7b"]
-    q, a = "x?", "\n\n".join(f"Step {i}: add two and three, then five." for i in range(4))  # 37 tokens + a tag each
-    whole = prm.score([(q, a)])[0]
-    cut = QwenMathPRM(prm.backbone, prm.score_head, truncation=Truncation(len(prm.render(q, a)) - 2 * 38))
-    (encoded,) = cut.encode([(q, a)])
-    assert encoded.kept_steps == (0, 3) and encoded.ids[-2:] == tuple(prm.render(q, a)[-2:])  # template end kept
-    (score,) = cut.score([(q, a)])
-    assert score.truncated and score.extra == {"kept_steps": (0, 3)} and len(score.steps) == 2
-    assert score.steps[0] == pytest.approx(whole.steps[0], abs=1e-5)  # a causal model: the first step sees the same
-
-
-@pytest.mark.parametrize("policy", ["middle", "right", "left"])
-def test_a_question_longer_than_the_window_is_cut_under_every_policy(adapters, policy):
-    from morkit.reward_models.truncation import Truncation
-
-    question = "Why is that so? " * 60  # 960 tokens, over the 512 of these configs
-    for name in ("qwen2.5-math-prm-7b", "skywork-reward-v2-llama-3.1-8b", "qrm-gemma-2-27b"):
-        rm = adapters[name]
-        cut = type(rm)(rm.backbone, rm.score_head, truncation=Truncation(policy=policy))
-        pairs = [(question, PAIRS[5][1]), (question, PAIRS[2][1])]
-        for enc in cut.encode(pairs):
-            assert enc.truncated and enc.question_cut and len(enc.ids) <= 512
-        scores = cut.score(pairs)
-        assert all(s.truncated and math.isfinite(s.value) for s in scores), name

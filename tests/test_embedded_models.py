@@ -175,7 +175,7 @@ def test_release_drops_resident_models_and_the_next_request_loads_anew():
     models.release("test-kind")
 
 
-@pytest.mark.parametrize("policy", ["middle", "right", "left"])
+@pytest.mark.parametrize("policy", ["middle", "right", "left", "error"])
 def test_minilm_keeps_its_window_under_every_policy_and_a_long_question(minilm, policy):
     # The reported crash: --truncation left replaced the probe's 256-token window by 2048, past MiniLM's 512
     # positions, and a question longer than the window was not cut at all.
@@ -184,9 +184,13 @@ def test_minilm_keeps_its_window_under_every_policy_and_a_long_question(minilm, 
 
     options = ScoringOptions(truncation=policy).load_options(REWARD_MODELS.get("minilm-probe"))
     rm = MiniLMProbe(minilm, load_packaged_head("minilm-probe"), truncation=options["truncation"])
-    assert rm.truncation == Truncation(256, policy)
+    assert (rm.truncation.limit, rm.truncation.policy) == (256, policy)
     question = "How many apples are left after the long story ends? " * 60
     answer = "We count them one by one. " * 40 + "So the answer is 7."
+    if policy == "error":
+        with pytest.raises(InputError, match="over the limit of 256"):
+            rm.encode([(question, answer)])
+        return
     (encoded,) = rm.encode([(question, answer)])
     assert encoded.question_cut and len(encoded.ids) <= 256
     (score,) = rm.score([(question, answer)])

@@ -141,8 +141,33 @@ def test_error_refuses_and_a_template_over_the_window_is_an_error():
     tok = WordTokenizer()
     framing = lambda q, a: [BOS] * 9 + tok(q)["input_ids"] + tok(a)["input_ids"]  # noqa: E731
     for policy in ("middle", "right", "left"):
-        with pytest.raises(InputError, match="template alone is 9 tokens, over the limit of 8"):
+        with pytest.raises(InputError, match="cannot be cut to 8 tokens: the model's prompt template alone takes 9"):
             encode_pair(framing, tok, QUESTION, ANSWER, Truncation(8, policy))
+
+
+class GrowingTokenizer(WordTokenizer):
+    """Decoding adds a word after every fourth, so a cut answer takes more tokens once rendered again."""
+
+    def decode(self, ids):
+        words = super().decode(ids).split()
+        return " ".join(w + (" ~" if i % 4 == 3 else "") for i, w in enumerate(words))
+
+
+@pytest.mark.parametrize("policy", ["middle", "right", "left"])
+def test_a_cut_that_grows_when_rendered_again_is_cut_further(policy):
+    tok = GrowingTokenizer()
+    enc = encode_pair(orm_render(tok), tok, QUESTION, ANSWER, Truncation(17, policy))
+    assert enc.truncated and 15 <= len(enc.ids) <= 17 and enc.ids[-1] == EOS
+
+
+def test_a_window_without_room_for_one_token_of_a_step_is_an_error_not_a_crash():
+    tok = WordTokenizer()
+    framed = lambda q, a: [BOS] * 3 + prm_render(tok)(q, a)  # noqa: E731  (6 framing tokens: 1 for the step)
+    with pytest.raises(InputError, match="not one token of a step fits"):
+        encode_pair(framed, tok, QUESTION, PRM_ANSWER, Truncation(8), split_steps)
+    with pytest.raises(InputError, match="template alone takes 9"):
+        encode_pair(lambda q, a: [BOS] * 6 + prm_render(tok)(q, a), tok, QUESTION, PRM_ANSWER, Truncation(8),
+                    split_steps)
 
 
 def test_truncation_values():
@@ -150,10 +175,18 @@ def test_truncation_values():
         Truncation(policy="bogus")
     with pytest.raises(ValueError, match="max_tokens"):
         Truncation(max_tokens=7)
+    with pytest.raises(ValueError, match="ceiling"):
+        Truncation(ceiling=4)
     assert TRUNCATION_POLICIES == ("middle", "right", "left", "error")
-    assert Truncation().within(512) == Truncation(512) and Truncation(64).within(512) == Truncation(64)
-    assert Truncation(4096, "left").signature == "left@4096" and Truncation().signature == "middle@?"
-    with pytest.raises(ValueError, match="max_tokens set"):
+    assert Truncation().limit is None and Truncation().within(512).limit == 512
+    assert Truncation(64).within(512).limit == 64 and Truncation(64, ceiling=32).within(512).limit == 32
+    assert Truncation(ceiling=256).within(512).limit == 256 and Truncation(ceiling=256).within(128).limit == 128
+    # the signature is what the user set, so it is known before the model (and its window) is
+    assert Truncation(4096, "left").within(512).signature == "left@4096"
+    assert Truncation().within(512).signature == Truncation().signature == "middle@window"
+    assert Truncation(ceiling=1024).signature == "middle@window<=1024"
+    assert Truncation(4096, ceiling=1024).signature == "middle@1024"
+    with pytest.raises(ValueError, match="limit is known"):
         encode_pair(orm_render(WordTokenizer()), WordTokenizer(), "q", "a", Truncation())
 
 
@@ -183,7 +216,7 @@ def test_the_last_step_survives_the_default_policy_and_a_step_too_long_is_cut_as
 def test_a_prm_question_longer_than_the_window_is_cut_too(policy, kept):
     question = " ".join(f"q{i}" for i in range(30))
     tok, enc = encode(question, PRM_ANSWER, 20, policy, prm=True)
-    assert enc.truncated and enc.question_cut and enc.kept_steps == kept and len(enc.ids) <= 20
+    assert enc.truncated and enc.question_cut and enc.kept_steps == kept and len(enc.ids) == 20
     assert question_words(tok, enc.ids) == [f"q{i}" for i in range(21, 30)]
     assert shown_steps(tok, enc.ids) == [STEPS[i] for i in kept]
 

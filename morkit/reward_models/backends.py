@@ -14,7 +14,7 @@ from typing import Any
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.registry import Entry
-from morkit.reward_models.catalog import REWARD_MODELS, load_rm
+from morkit.reward_models.catalog import REWARD_MODELS, has_window, load_rm
 from morkit.reward_models.options import ScoringOptions
 
 MODEL_BACKENDS = ("transformers", "vllm")
@@ -69,6 +69,11 @@ def check_fits(name: str, options: ScoringOptions, backend: str) -> None:
         spread = torch.cuda.device_count() if options.device_map and device.startswith("cuda") else 1
     dtype = _dtype_name(options, device)
     batch_tokens = options.max_model_len or 8192
+    if backend == "vllm":  # one sequence of the engine's full length must fit
+        from morkit.reward_models.ctts import CTTS_BY_NAME, max_positions
+
+        batch_tokens = options.max_model_len or options.max_tokens or CTTS_BY_NAME[name].context_window(
+            max_positions(root))
     memory.check_fit(name, memory.estimate(root, dtype, batch_tokens=batch_tokens, devices=max(spread, 1)),
                      device, dtype, backend=backend)
 
@@ -80,7 +85,7 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
     from morkit.reward_models.vllm_backend import VLLMRewardModel
 
     spec = engine_spec(name, options)
-    max_len = options.max_model_len or options.max_tokens or spec.max_context
+    max_len = options.max_model_len or options.max_tokens or spec.max_context  # the engine's length
     kwargs: dict[str, Any] = {"enable_prefix_caching": bool(options.prefix_reuse and spec.prefix_caching)}
     if not spec.prefix_caching:
         kwargs["enable_chunked_prefill"] = False  # whole prompts per step (QRM reads two positions)
@@ -95,7 +100,7 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
     engine = VLLMRewardModel(str(spec.model_dir), kind=spec.pooling, name=name, step_token_id=spec.step_token_id,
                              label=spec.label, num_labels=spec.num_labels, reduction=options.reduction,
                              max_model_len=max_len, llm_kwargs=kwargs, finish=spec.finish)
-    return EngineRM(spec, engine, options.truncation_for(spec.max_context, on_vllm=True))
+    return EngineRM(spec, engine, options.truncation_for(on_vllm=True))
 
 
 def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
@@ -107,17 +112,15 @@ def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
     engine = RemoteRewardModel(name, urls, name, task=spec.pooling, label=spec.label, num_labels=spec.num_labels,
                                step_token_id=spec.step_token_id, reduction=options.reduction, finish=spec.finish,
                                batch_size=min(options.batch_size, 16))
-    return EngineRM(spec, engine, options.truncation_for(spec.max_context))
+    return EngineRM(spec, engine, options.truncation_for())
 
 
 def truncation_of(name: str, options: ScoringOptions) -> Any:
-    """The truncation registered model RM `name` will score under with `options`, known without loading it
-    (the score cache keeps it beside each score); its limit is unknown (`?`) where neither `max_tokens` nor
-    the model's window can be read here."""
-    from morkit.reward_models.catalog import context_window
-
-    on_vllm = options.backend == "vllm" and not options.server_urls(name)
-    return options.truncation_for(context_window(name), on_vllm=on_vllm)
+    """The truncation registered RM `name` scores under with `options` (None for one that never cuts), known
+    without loading it or reading its checkpoint: its `signature` keys the score cache."""
+    if not has_window(REWARD_MODELS.get(name)):
+        return None
+    return options.truncation_for(on_vllm=options.backend == "vllm" and not options.server_urls(name))
 
 
 def build(name: str, options: ScoringOptions) -> Any:

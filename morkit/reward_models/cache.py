@@ -2,9 +2,9 @@
 
 SQLite in WAL mode: safe for several morkit processes at once, and each batch is committed as soon
 as it is scored, so a later failure loses nothing already computed. Each score of a model RM keeps the
-truncation it was made under (`middle@4096`): a cut score serves only the same truncation again, and a
-whole one any limit at least as large, so changing `--truncation` or `--max-tokens` never returns a
-score made under the old setting.
+truncation it was made under (`middle@4096`, `middle@window`; see `fit_holds`): a cut score serves only
+the same truncation again, so changing `--truncation` or `--max-tokens` never returns a score made under
+the old setting.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ LEGACY_COLUMNS = COLUMNS[:-1]  # caches written before scores kept their truncat
 
 
 def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
-    """Whether a score cached under truncation `made` (`policy@limit`; None: unrecorded) holds under `wanted`
-    (None: the RM does not truncate): a cut score only under the same truncation, a whole one under any limit
-    at least as large (an unknown limit, `?`, is taken as large enough)."""
+    """Whether a score cached under truncation `made` (a `Truncation.signature` such as `middle@4096` or
+    `middle@window`; None: made before signatures were kept) holds under `wanted` (None: the RM never cuts).
+
+    A cut score holds only under the same signature. A whole one holds under the same limit, or under a
+    larger number of tokens than the number it fitted in; `window` stands for the model's own window, which
+    is not compared with numbers."""
     if wanted is None:
         return True
     if truncated:
@@ -42,7 +45,7 @@ def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
     if made is None:
         return True
     then, now = made.rpartition("@")[2], wanted.rpartition("@")[2]
-    return "?" in (then, now) or int(then) <= int(now)
+    return then == now or (then.isdigit() and now.isdigit() and int(then) <= int(now))
 
 
 def cache_problem(path: str | os.PathLike) -> str | None:

@@ -20,7 +20,6 @@ passes.
 from __future__ import annotations
 
 import importlib.util
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -150,14 +149,18 @@ def rm_info(entry: Entry) -> RMInfo:
 
 def _max_positions(entry: Entry) -> int | None:
     """A CTTS-MM entry's `max_position_embeddings` from the config of its weights, where they are found here."""
+    from morkit.reward_models.ctts import max_positions
     from morkit.reward_models.weights import locate_weights
 
     try:
-        root = locate_weights(entry.meta["model_id"], required=("config.json",))
-        value = json.loads((root / "config.json").read_text()).get("max_position_embeddings")
+        return max_positions(locate_weights(entry.meta["model_id"], required=("config.json",)))
     except (MorkitError, OSError, ValueError):
         return None
-    return value if isinstance(value, int) and value > 0 else None
+
+
+def has_window(entry: Entry) -> bool:
+    """Whether the RM reads a model window, so that a pair too long for it is cut (a CTTS-MM or embedded RM)."""
+    return entry.name in CTTS_BY_NAME or bool(entry.meta.get("window"))
 
 
 def _context(entry: Entry) -> tuple[str | None, int | None]:
@@ -167,11 +170,6 @@ def _context(entry: Entry) -> tuple[str | None, int | None]:
         return record.describe_context(positions), record.context_window(positions) if positions else None
     window = entry.meta.get("window")
     return (f"{window:,} tokens (--max-tokens overrides)", window) if window else (None, None)
-
-
-def context_window(name: str) -> int | None:
-    """The tokens registered model RM `name` reads by default, where that can be known here without loading it."""
-    return _context(REWARD_MODELS.get(name))[1]
 
 
 def list_rms() -> list[RMInfo]:

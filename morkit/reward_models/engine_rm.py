@@ -62,8 +62,8 @@ class EngineRM:
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         scores: list[Score | None] = [self.spec.not_shown(a) for _, a in pairs]
         live = [i for i, s in enumerate(scores) if s is None]
-        spec = self.spec
-        encoded = [encode_pair(spec.render, spec.tokenizer, *pairs[i], self.truncation, spec.answer_steps) for i in live]
+        spec, truncation = self.spec, self.truncation
+        encoded = [encode_pair(spec.render, spec.tokenizer, *pairs[i], truncation, spec.answer_steps) for i in live]
         log_truncated(self.name, encoded, self.truncation)
         if self.spec.check is not None:
             for enc in encoded:

@@ -98,6 +98,7 @@ def check_fit(name: str, need: MemoryNeed, device: str, dtype: str, *, backend: 
     if len(free) >= need.devices and min(free) >= need.per_device:
         return
     ways = ("--tensor-parallel-size N with --backend vllm (N GPUs share the weights)",
+            "--max-model-len N with --backend vllm (a shorter engine: less memory, longer pairs cut to N tokens)",
             "--device-map auto with --backend transformers (layers spread over every visible GPU)",
             "--url to a vLLM server that holds the model")
     have = ", ".join(f"{b / GIB:.1f}" for b in free)

@@ -91,14 +91,10 @@ class ScoringOptions:
         bound = [url for name, url in parsed if name == rm]
         return bound or [url for name, url in parsed if name is None]
 
-    def truncation_for(self, window: int | None, on_vllm: bool = False) -> Truncation:
-        """How a model RM whose context is `window` tokens (None: not known here) cuts pairs: `max_tokens`, else
-        the window; on a vLLM engine (`on_vllm`), never past its `max_model_len`."""
-        limit = self.max_tokens
-        if on_vllm and self.max_model_len:
-            limit = min(limit or self.max_model_len, self.max_model_len)
-        truncation = Truncation(limit, self.truncation)
-        return truncation.within(window) if window else truncation
+    def truncation_for(self, on_vllm: bool = False) -> Truncation:
+        """How a model RM cuts pairs: under `truncation`, to `max_tokens`, else to the model's own window (the RM
+        fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`."""
+        return Truncation(self.max_tokens, self.truncation, ceiling=self.max_model_len if on_vllm else None)
 
     def load_options(self, entry: Entry) -> dict[str, Any]:
         """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation
@@ -108,7 +104,7 @@ class ScoringOptions:
         from morkit.reward_models.hf import Batching
 
         options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size), "prefix_reuse": self.prefix_reuse,
-                                   "truncation": Truncation(self.max_tokens, self.truncation)}
+                                   "truncation": self.truncation_for()}
         if self.device:
             options["device"] = self.device
         if entry.meta.get("model_id"):  # the CTTS adapters take dtype and a device map too

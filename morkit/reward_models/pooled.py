@@ -52,9 +52,9 @@ class PooledRM:
         self.backbone = backbone
         self.truncation = (truncation or Truncation()).within(self.context_window())
         positions = getattr(getattr(backbone.model, "config", None), "max_position_embeddings", None)
-        if self.absolute_positions and positions and self.truncation.max_tokens > positions:
+        if self.absolute_positions and positions and self.truncation.limit > positions:
             raise InputError(f"{self.name} reads at most {positions} tokens (its position embeddings); "
-                             f"max tokens {self.truncation.max_tokens} is over that")
+                             f"max tokens {self.truncation.limit} is over that")
         self.batching = batching or Batching()
         self.prefix_reuse = prefix_reuse and self.causal
 

@@ -7,8 +7,8 @@ start and the end of the answer and drops its middle; `right` keeps the start, `
 keeps first (the last step; the first under `right`) always survives: when it cannot fit whole, it is
 shown alone, cut as tokens under the same policy, as one step. When the question leaves the answer less
 than half of the room the template leaves, the question is cut too, keeping its end, where the ask
-usually is. Every policy bounds the whole sequence; only a template that alone exceeds the window is
-refused.
+usually is. Every policy bounds the whole sequence; a window too small for the template (and, for a PRM,
+one token of a step) is refused with an error.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ POLICY_HELP = ("pair too long for the model: keep the start and end of the answe
 
 @dataclass(frozen=True)
 class Truncation:
-    """How to fit a pair into `max_tokens` (None: the model's own window) under `policy`.
+    """How a pair is fitted to the model: `policy`, and a limit of `max_tokens` (given by the user), else the
+    model's own `window` (filled in by the RM), never past a `ceiling` (a vLLM engine's max_model_len).
 
     A cut answer's Score is marked `truncated`, and each run reports how many were cut, so a shortened
     answer is never silently scored as if it were whole.
@@ -40,20 +41,36 @@ class Truncation:
 
     max_tokens: int | None = None
     policy: str = DEFAULT_POLICY
+    window: int | None = None
+    ceiling: int | None = None
 
     def __post_init__(self) -> None:
         checks.one_of(self.policy, TRUNCATION_POLICIES, "truncation policy")
-        if self.max_tokens is not None and checks.positive_int(self.max_tokens, "max_tokens") < 8:
-            raise InputError(f"max_tokens must be at least 8, got {self.max_tokens}")
+        for name in ("max_tokens", "ceiling"):
+            value = getattr(self, name)
+            if value is not None and checks.positive_int(value, name) < 8:
+                raise InputError(f"{name} must be at least 8, got {value}")
+        checks.optional(checks.positive_int, self.window, "window")
 
     def within(self, window: int) -> "Truncation":
-        """This policy with the model's `window` as its limit, where no limit was given."""
-        return self if self.max_tokens is not None else replace(self, max_tokens=window)
+        """This truncation on a model whose own window is `window` tokens."""
+        return replace(self, window=window)
+
+    @property
+    def limit(self) -> int | None:
+        """The tokens a pair may have (None while the model's window is not known)."""
+        base = self.max_tokens or self.window
+        return min(base, self.ceiling) if base and self.ceiling else base
 
     @property
     def signature(self) -> str:
-        """`policy@limit`: what a score was cut under (the score cache keeps it beside each score)."""
-        return f"{self.policy}@{self.max_tokens if self.max_tokens is not None else '?'}"
+        """`policy@limit` as the user set it (`window` for the model's own), known without loading the model:
+        what a score was made under, which the score cache keeps beside it."""
+        if self.max_tokens:
+            bound = str(min(self.max_tokens, self.ceiling or self.max_tokens))
+        else:
+            bound = "window" + (f"<={self.ceiling}" if self.ceiling else "")
+        return f"{self.policy}@{bound}"
 
 
 @dataclass(frozen=True)
@@ -145,9 +162,9 @@ def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, tr
     """Render one pair; if it is over the limit, cut it under the policy until it fits.
 
     `steps` (a PRM's step splitter) makes the answer lose whole steps, joined again by blank lines."""
-    limit = truncation.max_tokens
+    limit = truncation.limit
     if limit is None:
-        raise ValueError("encode_pair needs a Truncation with max_tokens set (Truncation.within(window))")
+        raise ValueError("encode_pair needs a Truncation whose limit is known (Truncation.within(window))")
     ids = render(question, answer)
     if len(ids) <= limit:
         return Encoded(tuple(ids))
@@ -157,18 +174,26 @@ def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, tr
     room = limit - len(render("", ""))  # what the template leaves for the question and the answer
     question, question_cut = fit_question(render, tokenizer, question, limit, min(sum(units.weights), room // 2))
     budget = limit - len(render(question, ""))
-    while budget >= 0:
+    if budget <= 0:
+        raise InputError(f"a pair cannot be cut to {limit} tokens: the model's prompt template alone takes "
+                         f"{len(render('', ''))}")
+    while True:
         if isinstance(units, _Steps) and units.steps:
             anchor = 0 if truncation.policy == "right" else len(units.steps) - 1  # the step the policy keeps first
             if units.weights[anchor] > budget:  # it cannot fit whole: it is shown alone, cut as tokens
                 units = _Tokens(tokenizer, units.steps[anchor], step=anchor)
+                budget -= 1  # its step tag
                 continue
         kept = kept_units(units.weights, budget, truncation.policy)
+        if not kept and isinstance(units, _Tokens) and units.step is not None:
+            raise InputError(f"a pair cannot be cut to {limit} tokens: not one token of a step fits beside the "
+                             "model's prompt template")
         ids = render(question, units.text(kept))
         if len(ids) <= limit:
             return Encoded(tuple(ids), True, question_cut, units.kept_steps(kept))
-        budget -= len(ids) - limit
-    raise InputError(f"the model's prompt template alone is {len(render('', ''))} tokens, over the limit of {limit}")
+        if budget <= 0:
+            raise InputError(f"a pair cannot be cut to {limit} tokens: its shortest cut renders {len(ids)}")
+        budget = max(0, budget - (len(ids) - limit))  # text decoded and encoded again can take more tokens
 
 
 def fit_question(render: Renderer, tokenizer: Any, question: str, limit: int, reserve: int) -> tuple[str, bool]:
@@ -205,6 +230,6 @@ def log_truncated(name: str, encoded: Sequence[Encoded], truncation: Truncation)
     count = sum(e.truncated for e in encoded)
     if count:
         log.debug("%s: %d of %d pairs were cut to fit %d tokens (policy %r), %d of them in the question too",
-                  name, count, len(encoded), truncation.max_tokens, truncation.policy,
+                  name, count, len(encoded), truncation.limit, truncation.policy,
                   sum(e.question_cut for e in encoded))
     return count

@@ -10,11 +10,19 @@ only Skywork-Reward-V2's card is known to: 16,384 tokens). Weights are found by 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from morkit.reward_models.weights import bf16_gib
 
 UNKNOWN_CONTEXT = 4096  # a config without max_position_embeddings (none of the eight's)
+
+
+def max_positions(root: Path) -> int | None:
+    """`max_position_embeddings` from the config.json in checkpoint folder `root` (None where it has none)."""
+    value = json.loads((Path(root) / "config.json").read_text()).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 @dataclass(frozen=True)

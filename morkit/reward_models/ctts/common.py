@@ -187,15 +187,15 @@ class CttsRM(PooledRM):
 
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
                  batching: Batching | None = None, path: Path | None = None, prefix_reuse: bool = True):
+        self.path = path  # before the base class asks for the window, which reads its config
         super().__init__(backbone, truncation, batching, prefix_reuse)
         self.score_head = score_head
-        self.path = path
 
     def context_window(self) -> int:
         """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
-        from morkit.reward_models.ctts import CTTS_BY_NAME
+        from morkit.reward_models.ctts import CTTS_BY_NAME, max_positions
 
-        positions = getattr(self.backbone.model.config, "max_position_embeddings", None)
+        positions = max_positions(self.path) if self.path else self.backbone.model.config.max_position_embeddings
         return CTTS_BY_NAME[self.name].context_window(positions)
 
     @classmethod
