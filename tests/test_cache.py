@@ -160,7 +160,9 @@ def test_several_writer_processes_lose_nothing(tmp_path):
     (True, None, "middle@256", False),  # cut before truncations were recorded: under which policy is unknown
     (False, "right@256", "middle@512", True),  # whole at 256 tokens is whole at 512
     (False, "right@512", "right@256", False),
-    (False, None, "middle@256", True),
+    (False, None, "middle@256", False),  # made before limits were kept: which limit is unknown
+    (False, None, "middle@window", True),  # ... but no window today is smaller than the defaults of then
+    (False, None, "middle@window<=1024", False),
     (True, "middle@window", "middle@window", True),
     (True, "middle@window", "middle@window<=2048", False),  # a vLLM engine of 2048 tokens cuts differently
     (False, "middle@window", "left@window", True),
@@ -196,7 +198,8 @@ def test_a_cache_from_before_truncations_were_recorded_is_upgraded(tmp_path):
     db.commit()
     db.close()
     with ScoreCache(path) as cache:
-        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@256") == [None, Score(0.3)]
+        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@window") == [None, Score(0.3)]
+        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@256") == [None, None]
         assert cache.get_many("rm", [("q", "cut")]) == [Score(0.2, truncated=True)]
     columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(scores)")]
     assert columns[-1] == "fit"

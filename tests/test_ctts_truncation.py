@@ -73,6 +73,16 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
     assert truncation_of("vllm", ScoringOptions()) is None  # the bare vLLM entry sends prompts as they are
 
 
+def test_a_model_rm_registered_by_a_user_is_keyed_by_its_truncation_too(monkeypatch):
+    from morkit.core.registry import Entry
+    from morkit.reward_models import backends
+    from morkit.reward_models.options import ScoringOptions
+
+    mine = Entry("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", {"kind": "orm", "backend": "transformers"})
+    monkeypatch.setattr(backends.REWARD_MODELS, "get", lambda name: mine)
+    assert backends.truncation_of("my-rm", ScoringOptions(max_tokens=512)).signature == "middle@512"
+
+
 def test_rms_name_shows_the_window_and_where_it_comes_from(capsys, monkeypatch, tmp_path):
     from morkit.cli import main
 

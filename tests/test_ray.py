@@ -89,9 +89,9 @@ class CountingCache(ScoreCache):
         super().__init__(path)
         self.written, self.batches, self.die_after = [], 0, die_after
 
-    def put_many(self, rm, pairs, scores):
+    def put_many(self, rm, pairs, scores, fit=None):
         pairs = list(pairs)
-        super().put_many(rm, pairs, scores)
+        super().put_many(rm, pairs, scores, fit)
         self.written.extend(pairs)
         self.batches += 1
         if self.batches == self.die_after:

@@ -141,7 +141,7 @@ def test_error_refuses_and_a_template_over_the_window_is_an_error():
     tok = WordTokenizer()
     framing = lambda q, a: [BOS] * 9 + tok(q)["input_ids"] + tok(a)["input_ids"]  # noqa: E731
     for policy in ("middle", "right", "left"):
-        with pytest.raises(InputError, match="cannot be cut to 8 tokens: the model's prompt template alone takes 9"):
+        with pytest.raises(InputError, match="cannot be cut to 8 tokens: the model's prompt template takes 9 of them"):
             encode_pair(framing, tok, QUESTION, ANSWER, Truncation(8, policy))
 
 
@@ -165,7 +165,7 @@ def test_a_window_without_room_for_one_token_of_a_step_is_an_error_not_a_crash()
     framed = lambda q, a: [BOS] * 3 + prm_render(tok)(q, a)  # noqa: E731  (6 framing tokens: 1 for the step)
     with pytest.raises(InputError, match="not one token of a step fits"):
         encode_pair(framed, tok, QUESTION, PRM_ANSWER, Truncation(8), split_steps)
-    with pytest.raises(InputError, match="template alone takes 9"):
+    with pytest.raises(InputError, match="template takes 9 of them"):
         encode_pair(lambda q, a: [BOS] * 6 + prm_render(tok)(q, a), tok, QUESTION, PRM_ANSWER, Truncation(8),
                     split_steps)
 
@@ -175,7 +175,7 @@ def test_truncation_values():
         Truncation(policy="bogus")
     with pytest.raises(ValueError, match="max_tokens"):
         Truncation(max_tokens=7)
-    with pytest.raises(ValueError, match="ceiling"):
+    with pytest.raises(ValueError, match="max_model_len \\(--max-model-len\\) must be at least 8"):
         Truncation(ceiling=4)
     assert TRUNCATION_POLICIES == ("middle", "right", "left", "error")
     assert Truncation().limit is None and Truncation().within(512).limit == 512

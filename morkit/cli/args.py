@@ -120,8 +120,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device-map", choices=("auto", "balanced", "sequential"),
                    help="transformers: spread one model's layers over every visible GPU")
     g.add_argument("--max-model-len", type=POSITIVE_INT,
-                   help="vLLM: the engine's context length, which also bounds every pair (default: --max-tokens, "
-                        "else the model's window)")
+                   help="offline vLLM engine (--backend vllm) only: its context length, which also bounds every pair "
+                        "(default: --max-tokens, else the model's window)")
     g.add_argument("--gpu-memory-utilization", type=SHARE,
                    help="vLLM: share of device memory the engine may take (default 0.9 on GPU, 0.2 on CPU)")
     g.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",

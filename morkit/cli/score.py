@@ -88,7 +88,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     from morkit.services.train_heads import train_head
 
     output_file(args.output)
-    head, out = train_head(args.rm, args.data, args.output, max_tokens=args.max_tokens,
+    head, out = train_head(args.rm, args.data, args.output, max_tokens=args.max_tokens, truncation=args.truncation,
                            test_fraction=args.test_fraction, seed=args.seed, device=args.device, data_dir=args.data_dir)
     held = head.info["held_out"]
     print(f"{args.rm}: held-out accuracy {held['accuracy']:.3f} "
@@ -99,6 +99,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.reward_models.truncation import DEFAULT_POLICY, TRUNCATION_POLICIES
     from morkit.services.scoring import DEFAULT_RMS
     from morkit.services.train_heads import TRAINABLE
 
@@ -135,6 +136,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
     p.add_argument("--max-tokens", type=POSITIVE_INT,
                    help="tokens per pair (default: the RM's window, 2048 for smollm2-orm, 256 for minilm-probe)")
+    p.add_argument("--truncation", choices=TRUNCATION_POLICIES, default=DEFAULT_POLICY,
+                   help=f"how a longer pair is cut (default {DEFAULT_POLICY}; the packaged heads were fitted "
+                        "with right)")
     p.add_argument("--test-fraction", type=SHARE, default=0.25, help="held-out share of questions (default 0.25)")
     p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--device", help="torch device (default: auto)")

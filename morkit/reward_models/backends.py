@@ -14,7 +14,7 @@ from typing import Any
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.registry import Entry
-from morkit.reward_models.catalog import REWARD_MODELS, has_window, load_rm
+from morkit.reward_models.catalog import REWARD_MODELS, load_rm
 from morkit.reward_models.options import ScoringOptions
 
 MODEL_BACKENDS = ("transformers", "vllm")
@@ -116,9 +116,10 @@ def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
 
 
 def truncation_of(name: str, options: ScoringOptions) -> Any:
-    """The truncation registered RM `name` scores under with `options` (None for one that never cuts), known
-    without loading it or reading its checkpoint: its `signature` keys the score cache."""
-    if not has_window(REWARD_MODELS.get(name)):
+    """The truncation registered RM `name` scores under with `options`, known without loading it or reading
+    its checkpoint (its `signature` keys the score cache): every transformers-backed RM cuts (they get it from
+    `options.load_options`); the bare `vllm` and `remote` entries send prompts as they are (None)."""
+    if REWARD_MODELS.get(name).meta.get("backend") != "transformers":
         return None
     return options.truncation_for(on_vllm=options.backend == "vllm" and not options.server_urls(name))
 

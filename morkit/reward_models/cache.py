@@ -3,8 +3,8 @@
 SQLite in WAL mode: safe for several morkit processes at once, and each batch is committed as soon
 as it is scored, so a later failure loses nothing already computed. Each score of a model RM keeps the
 truncation it was made under (`middle@4096`, `middle@window`; see `fit_holds`): a cut score serves only
-the same truncation again, so changing `--truncation` or `--max-tokens` never returns a score made under
-the old setting.
+the same truncation again, so changing `--truncation`, `--max-tokens` or `--max-model-len` never returns a
+score that the new setting would make differently.
 """
 
 from __future__ import annotations
@@ -37,13 +37,15 @@ def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
 
     A cut score holds only under the same signature. A whole one holds under the same limit, or under a
     larger number of tokens than the number it fitted in; `window` stands for the model's own window, which
-    is not compared with numbers."""
+    is not compared with numbers (and assumes one checkpoint per cache key). A score from before signatures
+    were kept holds only if it was whole and is wanted under the model's own window (no window is smaller
+    than the defaults of that time)."""
     if wanted is None:
         return True
+    if made is None:
+        return not truncated and wanted.rpartition("@")[2] == "window"
     if truncated:
         return made == wanted
-    if made is None:
-        return True
     then, now = made.rpartition("@")[2], wanted.rpartition("@")[2]
     return then == now or (then.isdigit() and now.isdigit() and int(then) <= int(now))
 

@@ -8,7 +8,8 @@ packages, trained head or weights it needs, and `missing()` looks for them on di
 (the target is called with the RM's options and returns an object with `score(pairs)` or
 `score_query(query)`; see morkit.reward_models.base). Metadata keys: kind, backend, packages (import
 names), head (a packaged head), model_id/required/n_params (weights), window (the tokens a model RM reads by
-default; a CTTS-MM model's comes from its checkpoint's config), options (required load options),
+default, for `morkit rms NAME`; a CTTS-MM model's comes from its checkpoint's config), options (required load
+options),
 applies (the queries it scores: an `Applicability`, {"domains": [...], "fields": [...]}, or "all", the
 default; see morkit.reward_models.applicability), engine ("module:function" giving the EngineSpec that runs
 it on vLLM and servers; see `backends`).
@@ -156,11 +157,6 @@ def _max_positions(entry: Entry) -> int | None:
         return max_positions(locate_weights(entry.meta["model_id"], required=("config.json",)))
     except (MorkitError, OSError, ValueError):
         return None
-
-
-def has_window(entry: Entry) -> bool:
-    """Whether the RM reads a model window, so that a pair too long for it is cut (a CTTS-MM or embedded RM)."""
-    return entry.name in CTTS_BY_NAME or bool(entry.meta.get("window"))
 
 
 def _context(entry: Entry) -> tuple[str | None, int | None]:

@@ -7,8 +7,8 @@ start and the end of the answer and drops its middle; `right` keeps the start, `
 keeps first (the last step; the first under `right`) always survives: when it cannot fit whole, it is
 shown alone, cut as tokens under the same policy, as one step. When the question leaves the answer less
 than half of the room the template leaves, the question is cut too, keeping its end, where the ask
-usually is. Every policy bounds the whole sequence; a window too small for the template (and, for a PRM,
-one token of a step) is refused with an error.
+usually is. Every policy bounds the whole sequence; a window too small for the template and some answer
+(for a PRM, one token of a step) is refused with an error.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ class Truncation:
 
     def __post_init__(self) -> None:
         checks.one_of(self.policy, TRUNCATION_POLICIES, "truncation policy")
-        for name in ("max_tokens", "ceiling"):
+        for name, flag in (("max_tokens", "max_tokens (--max-tokens)"), ("ceiling", "max_model_len (--max-model-len)")):
             value = getattr(self, name)
-            if value is not None and checks.positive_int(value, name) < 8:
-                raise InputError(f"{name} must be at least 8, got {value}")
+            if value is not None and checks.positive_int(value, flag) < 8:
+                raise InputError(f"{flag} must be at least 8, got {value}")
         checks.optional(checks.positive_int, self.window, "window")
 
     def within(self, window: int) -> "Truncation":
@@ -175,8 +175,8 @@ def encode_pair(render: Renderer, tokenizer: Any, question: str, answer: str, tr
     question, question_cut = fit_question(render, tokenizer, question, limit, min(sum(units.weights), room // 2))
     budget = limit - len(render(question, ""))
     if budget <= 0:
-        raise InputError(f"a pair cannot be cut to {limit} tokens: the model's prompt template alone takes "
-                         f"{len(render('', ''))}")
+        raise InputError(f"a pair cannot be cut to {limit} tokens: the model's prompt template takes "
+                         f"{len(render('', ''))} of them and leaves no room for the answer")
     while True:
         if isinstance(units, _Steps) and units.steps:
             anchor = 0 if truncation.policy == "right" else len(units.steps) - 1  # the step the policy keeps first

@@ -22,6 +22,7 @@ from morkit.data.datasets import load_spec
 from morkit.data.jsonl import atomic_path
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.heads import LogisticHead
+from morkit.reward_models.truncation import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +206,10 @@ TRAINABLE = ("smollm2-orm", "minilm-probe")
 
 
 def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *, max_tokens: int | None = None,
-               test_fraction: float = 0.25, seed: int = 0, device: str | None = None,
+               truncation: str = DEFAULT_POLICY, test_fraction: float = 0.25, seed: int = 0, device: str | None = None,
                data_dir: Path | None = None) -> tuple[LogisticHead, Path]:
-    """Fit an embedded RM's head on the named data sets; writes it to `output` (default: the packaged head)."""
+    """Fit an embedded RM's head on the named data sets, its pairs cut to `max_tokens` (default: the RM's window)
+    under `truncation`; writes it to `output` (default: the packaged head)."""
     from morkit.core import checks
     from morkit.core.settings import cache_dir
     from morkit.reward_models.embedded import (
@@ -222,9 +224,9 @@ def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *,
     checks.one_of(rm_name, TRAINABLE, "head")
     checks.share(test_fraction, "test_fraction")
     checks.non_negative_int(seed, "seed")
-    truncation = Truncation(max_tokens=max_tokens)
-    untrained = {"smollm2-orm": lambda: SmolLM2ORM(load_smollm2(device), None, truncation=truncation),
-                 "minilm-probe": lambda: MiniLMProbe(load_minilm(device), None, truncation=truncation)}
+    fit = Truncation(max_tokens, truncation)
+    untrained = {"smollm2-orm": lambda: SmolLM2ORM(load_smollm2(device), None, truncation=fit),
+                 "minilm-probe": lambda: MiniLMProbe(load_minilm(device), None, truncation=fit)}
     rm = untrained[rm_name]()
     out = Path(output) if output else packaged_head_path(rm_name)
     head = train(rm_name, rm.features, data, out, test_fraction=test_fraction, seed=seed,

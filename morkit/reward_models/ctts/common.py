@@ -195,7 +195,8 @@ class CttsRM(PooledRM):
         """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
         from morkit.reward_models.ctts import CTTS_BY_NAME, max_positions
 
-        positions = max_positions(self.path) if self.path else self.backbone.model.config.max_position_embeddings
+        config = self.backbone.model.config
+        positions = max_positions(self.path) if self.path else getattr(config, "max_position_embeddings", None)
         return CTTS_BY_NAME[self.name].context_window(positions)
 
     @classmethod
