@@ -279,10 +279,14 @@ def close(a, b, tol=1e-4) -> bool:
 
 # -- fixtures -------------------------------------------------------------------------------------
 
+def build_checkpoints(base: Path, names) -> dict:
+    """Tiny checkpoints of `names` under `base`, each with its reference modules."""
+    return {name: build_checkpoint(name, base / name.replace(".", "_")) for name in names}
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    base = tmp_path_factory.mktemp("ctts")
-    return {name: build_checkpoint(name, base / name.replace(".", "_")) for name in MODELS}
+    return build_checkpoints(tmp_path_factory.mktemp("ctts"), MODELS)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_ctts_adapters import PAIRS, build_checkpoint  # noqa: E402
+from test_ctts_adapters import PAIRS, build_checkpoints  # noqa: E402
 
 from morkit.core.errors import InputError  # noqa: E402
 from morkit.reward_models.truncation import Truncation  # noqa: E402
@@ -23,8 +23,7 @@ SKYWORK_V2 = "skywork-reward-v2-llama-3.1-8b"
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    base = tmp_path_factory.mktemp("ctts-windows")
-    return {name: build_checkpoint(name, base / name.replace(".", "_")) for name in NAMES}
+    return build_checkpoints(tmp_path_factory.mktemp("ctts-windows"), NAMES)
 
 
 @pytest.fixture(scope="module")
