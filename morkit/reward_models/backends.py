@@ -70,10 +70,9 @@ def check_fits(name: str, options: ScoringOptions, backend: str) -> None:
     dtype = _dtype_name(options, device)
     batch_tokens = options.max_model_len or 8192
     if backend == "vllm":  # one sequence of the engine's full length must fit
-        from morkit.reward_models.ctts import CTTS_BY_NAME, max_positions
+        from morkit.reward_models.ctts import CTTS_BY_NAME
 
-        batch_tokens = options.max_model_len or options.max_tokens or CTTS_BY_NAME[name].context_window(
-            max_positions(root))
+        batch_tokens = options.engine_length(CTTS_BY_NAME[name].window_at(root))
     memory.check_fit(name, memory.estimate(root, dtype, batch_tokens=batch_tokens, devices=max(spread, 1)),
                      device, dtype, backend=backend)
 
@@ -85,7 +84,7 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
     from morkit.reward_models.vllm_backend import VLLMRewardModel
 
     spec = engine_spec(name, options)
-    max_len = options.max_model_len or options.max_tokens or spec.max_context  # the engine's length
+    max_len = options.engine_length(spec.max_context)
     kwargs: dict[str, Any] = {"enable_prefix_caching": bool(options.prefix_reuse and spec.prefix_caching)}
     if not spec.prefix_caching:
         kwargs["enable_chunked_prefill"] = False  # whole prompts per step (QRM reads two positions)

@@ -64,7 +64,7 @@ class EngineRM:
         live = [i for i, s in enumerate(scores) if s is None]
         spec, truncation = self.spec, self.truncation
         encoded = [encode_pair(spec.render, spec.tokenizer, *pairs[i], truncation, spec.answer_steps) for i in live]
-        log_truncated(self.name, encoded, self.truncation)
+        log_truncated(self.name, encoded, truncation)
         if self.spec.check is not None:
             for enc in encoded:
                 self.spec.check(list(enc.ids))

@@ -91,6 +91,10 @@ class ScoringOptions:
         bound = [url for name, url in parsed if name == rm]
         return bound or [url for name, url in parsed if name is None]
 
+    def engine_length(self, window: int) -> int:
+        """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens."""
+        return self.max_model_len or self.max_tokens or window
+
     def truncation_for(self, on_vllm: bool = False) -> Truncation:
         """How a model RM cuts pairs: under `truncation`, to `max_tokens`, else to the model's own window (the RM
         fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`."""

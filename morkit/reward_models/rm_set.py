@@ -39,19 +39,13 @@ class ResidentRM:
     Its cache key and truncation are known without loading, so cached pairs never load a model."""
 
     def __init__(self, models: "RewardModelSet", name: str):
+        from morkit.reward_models.backends import truncation_of
+
         self._models = models
         self.name = name
         self.kind = REWARD_MODELS.get(name).meta.get("kind", "orm")
         self.cache_key = cache_key(name)
-        self._truncation: Any = None
-
-    @property
-    def truncation(self) -> Any:
-        if self._truncation is None:
-            from morkit.reward_models.backends import truncation_of
-
-            self._truncation = truncation_of(self.name, self._models.options)
-        return self._truncation
+        self.truncation = truncation_of(name, models.options)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         return self._models.load(self.name).score(pairs)

@@ -67,7 +67,7 @@ class Truncation:
         """`policy@limit` as the user set it (`window` for the model's own), known without loading the model:
         what a score was made under, which the score cache keeps beside it."""
         if self.max_tokens:
-            bound = str(min(self.max_tokens, self.ceiling or self.max_tokens))
+            bound = str(self.limit)
         else:
             bound = "window" + (f"<={self.ceiling}" if self.ceiling else "")
         return f"{self.policy}@{bound}"

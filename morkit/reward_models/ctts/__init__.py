@@ -47,6 +47,10 @@ class CttsModel:
         limits = [n for n in (max_positions, self.trained_context) if n]
         return min(limits) if limits else UNKNOWN_CONTEXT
 
+    def window_at(self, root: Path) -> int:
+        """Its window with the checkpoint in folder `root`."""
+        return self.context_window(max_positions(root))
+
     def describe_context(self, max_positions: int | None) -> str:
         """How its window is set, for `morkit rms NAME`; `max_positions` is None where no config was found."""
         cap = self.trained_context

@@ -193,11 +193,12 @@ class CttsRM(PooledRM):
 
     def context_window(self) -> int:
         """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
-        from morkit.reward_models.ctts import CTTS_BY_NAME, max_positions
+        from morkit.reward_models.ctts import CTTS_BY_NAME
 
-        config = self.backbone.model.config
-        positions = max_positions(self.path) if self.path else getattr(config, "max_position_embeddings", None)
-        return CTTS_BY_NAME[self.name].context_window(positions)
+        record = CTTS_BY_NAME[self.name]
+        if self.path:
+            return record.window_at(self.path)
+        return record.context_window(getattr(self.backbone.model.config, "max_position_embeddings", None))
 
     @classmethod
     def messages(cls, question: str, answer: str) -> list[dict[str, str]]:

@@ -18,7 +18,6 @@ from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
 
 def ctts_spec(name: str, root: Path) -> EngineSpec:
     """The spec of CTTS-MM RM `name` whose checkpoint (at least its config and tokenizer) is at `root`."""
-    from morkit.reward_models.ctts import max_positions
     from morkit.reward_models.ctts.common import load_tokenizer, render_chat
 
     record = CTTS_BY_NAME[name]
@@ -46,7 +45,7 @@ def ctts_spec(name: str, root: Path) -> EngineSpec:
         fields.update(_qrm_fields(root, tokenizer))
     return EngineSpec(name=name, cache_key=name, kind=record.kind, model_dir=root, pooling=record.pooling,
                       render=render, tokenizer=tokenizer,
-                      max_context=record.context_window(max_positions(root)),
+                      max_context=record.window_at(root),
                       architecture=record.vllm_class, **fields)
 
 
