@@ -137,12 +137,14 @@ class CodeTests:
     """Test verifier: 1.0 if the candidate program passes all of its query's tests in the sandbox, else 0.0.
 
     The program is the answer's last fenced ```python block when it has one, else the whole text.
-    Two kinds of tests, either or both: `query.tests`, Python test code run after the candidate
-    (candidate + "\\n\\n" + tests) that must run to its end, and `extra["stdio_tests"]`, inputs the
-    candidate alone reads on stdin, each in its own sandbox, whose stdout must match the expected output
-    (LiveCodeBench's comparison, `stdio_output_matches`); a candidate stops at its first failed test.
-    Exiting early, even with status 0 (`sys.exit(0)`, `os._exit(0)`), fails the test code: the sandbox's
-    harness reports completion only after the last test line ran. A stdin/stdout test only needs exit 0."""
+    Two kinds of tests, either or both: `query.tests`, assert-style Python test code that must run to its
+    end against the candidate imported as module `solution` (its `__main__` block does not run), out of
+    its reach: in no file, on a thread and in a namespace of their own, taking only plain built-in
+    values as its functions' answers (runtime/sandbox_harness.py); and `extra["stdio_tests"]`, inputs
+    the candidate, run as a program, reads on stdin, each in its own sandbox, whose stdout must match the
+    expected output (LiveCodeBench's comparison, `stdio_output_matches`); a candidate stops at its first
+    failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
+    exit 0."""
 
     name: str = "code-tests"
     limits: SandboxLimits = SandboxLimits()
@@ -155,7 +157,7 @@ class CodeTests:
 
         def run(program: str) -> SandboxResult:
             if code is not None:
-                result = run_python(program + "\n\n" + code, self.limits, require_completion=True)
+                result = run_python(program, self.limits, tests=code)
                 if not result.passed or stdio is None:
                     return result
             return run_stdio_tests(program, stdio or [], self.limits)
@@ -169,13 +171,16 @@ class CodeTests:
 
     @property
     def cache_key(self) -> str:
-        """Version 3: the program is the answer's last fenced code block when it has one (version 2 ran the
+        """Version 4: test code runs out of the candidate's reach, against it imported as `solution` (version 3
+        ran both in one file as `__main__`, where trace hooks, frames, patched built-ins or an answer
+        whose `__eq__` always agrees passed wrong programs, and main blocks failed right ones).
+        Version 3: the program is the answer's last fenced code block when it has one (version 2 ran the
         whole text, so an LLM's fenced answer always failed); version 2: a run counts only if its tests ran
         to their end (version 1 accepted any exit 0).
 
         Stdin/stdout tests did not bump it: they extend the cache context (see there), and queries
         with test code only keep the context, and the meaning, their scores were cached under."""
-        return f"{self.name}@3"
+        return f"{self.name}@4"
 
     def score_query(self, query: Query) -> list[Score]:
         results = self.run_tests(query)

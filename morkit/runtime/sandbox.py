@@ -2,14 +2,16 @@
 
 Never runs the code in this process. sandbox_launcher.py (started in its own session) gives each run
 new PID, mount, network, IPC and UTS namespaces: the program sees only its own processes, no
-network, and a new root holding read-only system files, a fresh /proc and a size-capped tmpfs
-/work as cwd; as root it runs under a uid of its own, otherwise in a user namespace. Hard resource
+network, and a new root holding read-only system files, no /proc, a size-capped tmpfs /work as
+cwd and a private /dev/shm; as root it runs under a uid of its own, otherwise in a user namespace. Hard resource
 limits are low, capabilities are gone, and a seccomp filter refuses signals to other processes,
 namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit is enforced by the
 launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
 
-`require_completion=True` is for unit tests: the run passes only if the program ran to its end and
-the harness reported so on a pipe with a per-run token; exiting early (even with status 0) fails.
+`require_completion=True`: the run passes only if the program ran to its end and the harness reported
+so on a pipe with a per-run token; exiting early (even with status 0) fails. `tests=` (how unit tests
+run): `code` is the candidate, imported as module `solution`, and the test code, which never lands in a
+file the candidate could read, runs out of its reach until its end (sandbox_harness.py).
 
 `stdin` is the program's standard input: written to a file beside main.py, which the launcher opens
 read-only on fd 0 and unlinks just before the exec (without it fd 0 is /dev/null: reads give EOF).
@@ -38,6 +40,7 @@ STATUSES = ("passed", "failed", "timeout", "memory", "error")
 _GRACE_SECONDS = 5.0  # morkit's own backstop after the launcher's wall limit
 _NOT_FINISHED = "morkit-sandbox: the program did not run to its end (it exited before the tests finished)"
 _STDIN_FILE = ".stdin"  # in the workdir beside main.py; unlinked in the sandbox once it is on fd 0
+_TESTS_FILE = ".tests"  # likewise; the harness reads it from an fd and closes it before the candidate runs
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,13 @@ class SandboxResult:
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_completion: bool = False,
-               stdin: bytes | str | None = None) -> SandboxResult:
+               stdin: bytes | str | None = None, tests: str | None = None) -> SandboxResult:
     """Run `code` as a Python program in a fresh sandbox and classify the outcome.
 
     With `require_completion`, "passed" also needs the harness's report that the program ran to its end.
-    `stdin` (str: UTF-8) is what the program reads on fd 0; None gives it /dev/null."""
+    With `tests` (assert-style test code), `code` is the candidate: imported as module `solution`, not run
+    as `__main__`, and "passed" needs the tests, run out of its reach, to reach their end (see
+    sandbox_harness.py). `stdin` (str: UTF-8) is what the program reads on fd 0; None gives it /dev/null."""
     import shutil
     import subprocess
     import tempfile
@@ -89,6 +94,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
     workdir = tempfile.mkdtemp(prefix="morkit-sandbox-")
     try:
         status_r, status_w = _pipe(kept)
+        require_completion = require_completion or tests is not None
         token_r, token_w = _pipe(kept) if require_completion else (-1, -1)
         report_r, report_w = _pipe(kept) if require_completion else (-1, -1)
         down = [fd for fd in (status_w, token_r, report_w) if fd >= 0]  # the launcher's ends
@@ -96,13 +102,18 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
         with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
         data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-        if data is not None:
-            with open(os.path.join(workdir, _STDIN_FILE), "wb") as f:
-                f.write(data)
+        test_code = None if tests is None else tests.encode("utf-8")
+        hidden = {_STDIN_FILE: data, _TESTS_FILE: test_code}  # unlinked in the sandbox once opened
+        for name, content in hidden.items():
+            if content is not None:
+                with open(os.path.join(workdir, name), "wb") as f:
+                    f.write(content)
         config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
-                  "disk": limits.disk_bytes + len(data or b""), "inodes": limits.max_files + (data is not None),
+                  "disk": limits.disk_bytes + sum(len(c) for c in hidden.values() if c),
+                  "inodes": limits.max_files + sum(c is not None for c in hidden.values()),
                   "wall": limits.wall_seconds, "workdir": workdir, "parent": os.getpid(), "status_fd": status_w,
-                  "harness_fds": down[1:], "stdin": None if data is None else _STDIN_FILE}
+                  "harness_fds": down[1:], "stdin": None if data is None else _STDIN_FILE,
+                  "tests": None if test_code is None else _TESTS_FILE}
         cmd = [sys.executable, "-I", "-S", "-B", _LAUNCHER, json.dumps(config)]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:

@@ -6,11 +6,14 @@ Three processes, so that no limit depends on the candidate's goodwill or on mork
   PID, mount, network, IPC and UTS namespaces (and a user namespace when not root), forks the
   init, kills it at the wall limit, and reports how the run ended on morkit's status pipe;
 - the init (PID 1 of the new PID namespace, dies with the monitor): builds a new root of
-  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends) and
-  a size-capped tmpfs /work holding the program (no /proc: nothing of any process shows), pivots
-  into it, forks the program and waits for it. When the init exits the kernel kills every process left in the namespace;
+  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends), a
+  size-capped tmpfs /work holding the program and a private tmpfs /dev/shm (no /proc: nothing of any
+  process shows), pivots into it, forks the program and waits for it. When the init exits the kernel
+  kills every process left in the namespace;
 - the program: its own session and, when morkit runs as root, its own unused uid; low hard limits, no
-  capabilities, a seccomp filter, its input (if any) on fd 0; then exec's Python on /work/main.py.
+  capabilities, a seccomp filter, its input (if any) on fd 0 and its test code (if any) on an fd the
+  harness closes before the candidate runs, both unlinked from /work; then exec's Python with the
+  harness (sandbox_harness.py) on /work/main.py.
 
 Standard library only: there is no morkit on the path here. A failure before the exec is reported
 as {"setup": message}, and the program never runs.
@@ -64,54 +67,7 @@ _DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_
 # fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX and ioctl FIOSETOWN, SIOCSPGRP would aim signals at other processes
 _DENIED_ARGS = (("fcntl", (8, 10, 15)), ("ioctl", (0x8901, 0x8902)))
 
-# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them.
-_BOOTSTRAP = (
-    "import builtins, os, runpy, sys, _sitebuiltins as s\n"
-    "builtins.exit = s.Quitter('exit', 'Ctrl-D (i.e. EOF)')\n"
-    "builtins.quit = s.Quitter('quit', 'Ctrl-D (i.e. EOF)')\n"
-    "builtins.help = s._Helper()\n"
-    "del builtins, s\n"
-    "_path, _fds = sys.argv[1], [int(fd) for fd in sys.argv[2].split(',') if fd]\n"
-    "sys.argv = [_path]\n"
-    "if _fds:\n"
-    "    import collections, functools, operator\n"
-    "    exec(_HARNESS)\n"
-    "    collections.deque(map(operator.call, [functools.partial(runpy.run_path, _path, run_name='__main__'),\n"
-    "                                          *_start_report(_fds)]), 0)\n"
-    "else:\n"
-    "    runpy.run_path(_path, run_name='__main__')\n"
-)
-
-# With harness fds (unit tests) the token goes to morkit only once the program has run to its end.
-# The token lives only in a second thread (`_report`), which writes it when the lock `done` is
-# released. The program runs on the main thread from C: a deque drains a map that calls run_path,
-# then done.release, then waits until the token is written; the list of those calls sits on no
-# frame's variables, so nothing on the program's stack leads to the lock or the token. An audit hook
-# refuses what would (other threads' frames, gc's object lists, ctypes, hand-made code objects),
-# and the process is made non-dumpable so no other process of the uid can read its memory.
-_HARNESS = """
-def _report(fd, token, done, written):
-    done.acquire()
-    os.write(fd, token)
-    written.release()
-
-def _start_report(fds):
-    import _thread, ctypes
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    token = os.read(fds[0], 64)
-    os.close(fds[0])
-    done, written = _thread.allocate_lock(), _thread.allocate_lock()
-    done.acquire()
-    written.acquire()
-    _thread.start_new_thread(_report, (fds[1], token, done, written))
-    sys.addaudithook(_audit)  # from here on, no ctypes, gc lists or other threads' frames
-    return done.release, written.acquire
-
-def _audit(event, args, denied=('sys._current_frames', 'gc.get_objects', 'gc.get_referrers',
-                                'gc.get_referents', 'code.__new__')):
-    if event in denied or event.startswith('ctypes.'):
-        raise RuntimeError(f'morkit-sandbox: {event} is not allowed while tests run')
-"""
+HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_harness.py")  # run with -c
 
 
 def _monitor(config: dict) -> dict:
@@ -133,7 +89,8 @@ def _monitor(config: dict) -> dict:
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
     config = {**config, "run_as": FIRST_UID + os.getpid() if root else None,
-              "python": os.path.realpath(sys.executable)}  # resolved while the host's tree is visible
+              "python": os.path.realpath(sys.executable),  # resolved while the host's tree is visible
+              "harness": _read_text(HARNESS)}
     read_end, write_end = os.pipe()
     init = os.fork()
     if init == 0:
@@ -206,6 +163,9 @@ def _build_root(libc, config: dict) -> None:
         if os.path.exists("/dev/" + name):
             _bind(libc, "/dev/" + name, f"{root}/dev/{name}", devices=True)
     owner = config["run_as"] or 0
+    os.makedirs(root + "/dev/shm")  # POSIX semaphores and shared memory (multiprocessing), private to this run
+    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", _NOSUID | _NODEV,
+           f"size={config['disk']},nr_inodes={config['inodes']},mode=1777")
     os.mkdir(root + WORK)
     _mount(libc, "tmpfs", root + WORK, "tmpfs", _NOSUID | _NODEV,
            f"size={config['disk']},nr_inodes={config['inodes']},mode=700,uid={owner},gid={owner}")
@@ -249,6 +209,12 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
         os.dup2(fd := os.open(f"{WORK}/{config['stdin']}", os.O_RDONLY), 0)
         os.close(fd)
         os.unlink(f"{WORK}/{config['stdin']}")
+    harness_fds = list(config["harness_fds"])
+    if config.get("tests"):  # the test code: an fd the harness reads and closes before the candidate runs
+        fd = os.open(f"{WORK}/{config['tests']}", os.O_RDONLY)
+        os.set_inheritable(fd, True)
+        os.unlink(f"{WORK}/{config['tests']}")
+        harness_fds.append(fd)
     stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
     for res, value in ((resource.RLIMIT_CPU, config["cpu"]), (resource.RLIMIT_AS, config["memory"]),
                        (resource.RLIMIT_NPROC, config["nproc"]), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
@@ -272,9 +238,13 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
     if not _install_seccomp(libc, block_fork=config["nproc"] <= 1):
         raise OSError("cannot install the seccomp filter")
     python = config["python"]
-    fds = ",".join(map(str, config["harness_fds"]))
-    bootstrap = f"_HARNESS = {_HARNESS!r}\n" + _BOOTSTRAP
-    os.execve(python, [python, "-I", "-S", "-B", "-c", bootstrap, f"{WORK}/main.py", fds, MARK], _ENV)
+    fds = ",".join(map(str, harness_fds))
+    os.execve(python, [python, "-I", "-S", "-B", "-c", config["harness"], f"{WORK}/main.py", fds, MARK], _ENV)
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def _bind(libc, source: str, target: str, devices: bool = False) -> None:
@@ -352,7 +322,7 @@ def _install_seccomp(libc, block_fork: bool) -> bool:
     if sys.platform != "linux" or platform.machine() not in _SYSCALLS:
         return False
     arch, nr = _SYSCALLS[platform.machine()]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    ld, jeq, jgt, jge, jset, ret = 0x20, 0x15, 0x25, 0x35, 0x45, 0x06
     allow, eperm, enosys, kill = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000
     me = os.getpid()
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
@@ -371,8 +341,11 @@ def _install_seccomp(libc, block_fork: bool) -> bool:
         prog += [(jeq, 0, len(commands) + 3, nr[name]), (ld, 0, 0, 24)]
         prog += [(jeq, len(commands) - i, 0, c) for i, c in enumerate(commands)]
         prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    for name, targets in (("kill", (me, 0, -me & 0xFFFFFFFF)), ("rt_sigqueueinfo", (me,)),
-                          ("tgkill", (me,)), ("rt_tgsigqueueinfo", (me,))):
+    # kill: its own group (0, -me) or a process of its own (pid 2 and up: only its own live in its PID
+    # namespace, beside the init, pid 1); never the init, other groups or every process (-1)
+    prog += [(jeq, 0, 7, nr["kill"]), (ld, 0, 0, 16), (jeq, 4, 0, 0), (jeq, 3, 0, -me & 0xFFFFFFFF),
+             (jge, 0, 1, 2), (jgt, 0, 1, 0x7FFFFFFF), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    for name, targets in (("rt_sigqueueinfo", (me,)), ("tgkill", (me,)), ("rt_tgsigqueueinfo", (me,))):
         prog += [(jeq, 0, len(targets) + 3, nr[name]), (ld, 0, 0, 16)]
         prog += [(jeq, len(targets) - i, 0, t) for i, t in enumerate(targets)]
         prog += [(ret, 0, 0, eperm), (ret, 0, 0, allow)]

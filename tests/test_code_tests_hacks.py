@@ -1,0 +1,207 @@
+"""`code-tests` (and the code labels, which grade through it) cannot be gamed, and correct programs pass.
+
+Each hack below is a wrong HumanEval program that scored 1.0 when the tests ran in the candidate's own
+file, as `__main__`, beside its names and built-ins; each false negative a correct one that scored 0."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from morkit.core.types import Candidate, Query
+from morkit.reward_models.rules import CodeTests
+from morkit.runtime.sandbox import SandboxLimits, run_python
+
+LIMITS = SandboxLimits(wall_seconds=8)
+
+
+@pytest.fixture(scope="module")
+def humaneval(data_dir) -> dict[str, Query]:
+    from morkit.data.datasets import load_spec
+
+    return {q.id: q for q in load_spec("humaneval:33", str(data_dir))}
+
+
+def _outdent(body: str) -> str:
+    """The bodies below are written one level in: the function's own lines at 8 spaces, module lines at 4."""
+    return "\n".join(line[4:] if line.startswith("    ") else line for line in body.splitlines()) + "\n"
+
+
+def _score(query: Query, *bodies: str) -> list[float]:
+    programs = [query.question + _outdent(body) for body in bodies]
+    scored = replace(query, candidates=tuple(Candidate(p) for p in programs))
+    return [s.value for s in CodeTests(limits=LIMITS).score_query(scored)]
+
+
+# The caller's expected value: the assert line above has_close_elements's call ends in True or False.
+_READ_CALLER = """
+        import linecache
+        return linecache.getline(caller.f_code.co_filename, caller.f_lineno).rstrip().endswith("True")
+"""
+
+HACKS_ON_TASK_0 = {
+    "a trace hook jumps past the tests": """
+        return False
+    import sys
+    def _jump(frame, event, arg):
+        if frame.f_code.co_name != "check":
+            return None
+        last = max(line for _, _, line in frame.f_code.co_lines() if line)
+        def local(f, e, a):
+            if e == "line" and f.f_lineno < last:
+                f.f_lineno = last
+            return local
+        return local
+    sys.settrace(_jump)
+    """,
+    "a profile hook hands the function its caller's frame": """
+        return EXPECTED[-1]
+    import linecache, sys
+    EXPECTED = []
+    def _peek(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "has_close_elements":
+            caller = frame.f_back
+            EXPECTED.append(linecache.getline(caller.f_code.co_filename, caller.f_lineno).rstrip().endswith("True"))
+    sys.setprofile(_peek)
+    """,
+    "sys._getframe reads the caller's line": "        import sys\n        caller = sys._getframe(1)" + _READ_CALLER,
+    "a traceback's frame reads the caller's line": """
+        try:
+            raise ValueError
+        except ValueError as e:
+            caller = e.__traceback__.tb_frame.f_back
+    """ + _READ_CALLER,
+    "a generator's frame reads the caller's line": """
+        def me():
+            yield gen.gi_frame.f_back.f_back
+        gen = me()
+        caller = next(gen)
+    """ + _READ_CALLER,
+    "open(__file__) reads the tests": """
+        global CALLS
+        CALLS += 1
+        lines = [l for l in open(__file__).read().splitlines() if l.strip().startswith("assert candidate(")]
+        return lines[CALLS - 1].rstrip().endswith("True")
+    CALLS = 0
+    """,
+    "an answer whose __eq__ always agrees": """
+        class Anything:
+            def __eq__(self, other):
+                return True
+        return Anything()
+    """,
+    "a subclass of a built-in that always agrees": """
+        class Agreeable(int):
+            def __eq__(self, other):
+                return True
+        return Agreeable()
+    """,
+}
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS_ON_TASK_0))
+def test_hacks_score_zero(humaneval, hack):
+    assert _score(humaneval["HumanEval/0"], HACKS_ON_TASK_0[hack]) == [0.0]
+
+
+def test_patched_builtins_and_modules_do_not_reach_the_tests(humaneval):
+    abs_patched = """
+        return 0.5
+    import builtins
+    builtins.abs = lambda x: 0
+    """
+    shadowed = "        return 0.5\n    abs = lambda x: 0\n"
+    assert _score(humaneval["HumanEval/2"], abs_patched, shadowed) == [0.0, 0.0]
+    fabs_patched = "        return 0.0\n    import math\n    math.fabs = lambda x: 0.0\n"
+    assert _score(humaneval["HumanEval/32"], fabs_patched) == [0.0]
+
+
+def test_a_standard_class_patched_by_the_candidate_does_not_reach_the_tests():
+    program = "import collections\ncollections.Counter.__eq__ = lambda self, other: True\ndef letters():\n    return 'zz'\n"
+    result = run_python(program, LIMITS, tests="from collections import Counter\nassert Counter(letters()) == Counter('ab')\n")
+    assert not result.passed and "AssertionError" in result.stderr, result
+
+
+def test_an_audit_hook_of_the_candidates_never_sees_the_tests_code():
+    """The `exec` of the tests raises an audit event whose argument is their code object, constants and all."""
+    program = "import sys\nsys.addaudithook(lambda event, args: print('saw', event))\ndef f():\n    return 1\n"
+    result = run_python(program, LIMITS, tests="assert f() == 1\n")
+    assert result.passed and "saw" not in result.stdout, result
+
+
+CORRECT_ON_TASK_0 = {
+    "multiprocessing.Pool": """
+        from multiprocessing import Pool
+        pairs = [(a, b) for i, a in enumerate(numbers) for b in numbers[i + 1:]]
+        with Pool(2) as pool:
+            gaps = pool.map(_gap, pairs)
+        return any(g < threshold for g in gaps)
+    def _gap(pair):
+        return abs(pair[0] - pair[1])
+    """,
+    "a Process and a Queue": """
+        from multiprocessing import Process, Queue
+        queue = Queue()
+        worker = Process(target=_close, args=(numbers, threshold, queue))
+        worker.start()
+        found = queue.get()
+        worker.join()
+        return found
+    def _close(numbers, threshold, queue):
+        queue.put(any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]))
+    """,
+    "a ProcessPoolExecutor": """
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            return any(pool.map(_close_to_any, [(a, numbers[i + 1:], threshold) for i, a in enumerate(numbers)]))
+    def _close_to_any(job):
+        a, rest, threshold = job
+        return any(abs(a - b) < threshold for b in rest)
+    """,
+    "doctest.testmod() and traceback.print_exc()": """
+        import traceback
+        try:
+            return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+        except Exception:
+            traceback.print_exc()
+            raise
+    import doctest
+    doctest.testmod()
+    """,
+    "a main block that reads stdin": """
+        return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+    if __name__ == "__main__":
+        values = [float(x) for x in input().split()]
+        print(has_close_elements(values, float(input())))
+    """,
+    "a main block that exits": """
+        return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+    def main():
+        print(has_close_elements([1.0, 1.05], 0.1))
+        return 0
+    if __name__ == "__main__":
+        import sys
+        sys.exit(main())
+    """,
+}
+
+
+@pytest.mark.parametrize("program", sorted(CORRECT_ON_TASK_0))
+def test_correct_programs_score_one(humaneval, program):
+    assert _score(humaneval["HumanEval/0"], CORRECT_ON_TASK_0[program]) == [1.0]
+
+
+def test_code_labels_grade_through_the_same_harness(humaneval):
+    from morkit.question_pool.graders import GRADERS
+
+    query = humaneval["HumanEval/0"]
+    right = query.question + _outdent(CORRECT_ON_TASK_0["a main block that exits"])
+    hack = query.question + _outdent(HACKS_ON_TASK_0["an answer whose __eq__ always agrees"])
+    assert [g.correct for g in GRADERS.load("code")().grade(query, [right, hack])] == [True, False]
+
+
+def test_the_tests_read_no_file_and_the_failure_names_their_line():
+    program = "import os\ndef f():\n    return sorted(os.listdir('.'))\n"
+    result = run_python(program, LIMITS, tests="assert f() == ['main.py']\nassert f() == []\n")
+    assert not result.passed and 'File "<tests>", line 2' in result.stderr, result.stderr
