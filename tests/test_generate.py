@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 from fake_server import FakeServer
 
 from morkit.cli.main import main
 from morkit.data.contract import load_queries
+from morkit.llm.agents import load_agents
+from morkit.services.generating import answer_key
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +57,32 @@ def test_every_agent_answers_every_question_and_a_failure_stays_on_its_candidate
     assert not (tmp_path / "out.jsonl.partial").exists()
 
 
-def test_a_rerun_asks_only_for_what_the_resume_log_lacks(tmp_path, server):
+def test_a_rerun_asks_only_for_what_the_resume_log_lacks_or_asked_another_way(tmp_path, server):
     inp = _inputs(tmp_path, ["first question", "second question"])
     out = tmp_path / "out.jsonl"
     log = tmp_path / "out.jsonl.partial"
-    kept = {"text": "from an earlier run", "agent": "alpha", "generation": {"finish_reason": "stop"}}
-    log.write_text(json.dumps({"id": "q0", "agent": "alpha", "candidates": [kept]}) + "\n"
+    agents = _agents(tmp_path, server)
+    alpha, beta = load_agents(agents).agents
+    q0, q1 = load_queries(inp)
+
+    def logged(query, spec, text, key):
+        candidate = {"text": text, "agent": spec.name, "generation": {"finish_reason": "stop", **key}}
+        return json.dumps({"id": query.id, "agent": spec.name, "candidates": [candidate]}) + "\n"
+
+    log.write_text(logged(q0, alpha, "from an earlier run", {"key": answer_key(alpha, alpha.params, q0)})
+                   + logged(q0, beta, "made before answers had keys", {})
+                   + logged(q1, beta, "an answer to an older text",
+                            {"key": answer_key(beta, beta.params, replace(q1, question="older text"))})
                    + '{"id": "q1", "agent": "al')  # the torn line of a killed run
     before = server.requests
-    assert main(["generate", str(inp), "-o", str(out), "--agents", str(_agents(tmp_path, server)), "-q",
-                 "--chunk", "1"]) == 0
+    assert main(["generate", str(inp), "-o", str(out), "--agents", str(agents), "-q", "--chunk", "1"]) == 0
     assert server.requests - before == 3  # (q1, alpha), (q0, beta), (q1, beta)
-    queries = {q.id: q for q in load_queries(out)}
-    assert queries["q0"].candidates[0].text == "from an earlier run"
-    assert [c.agent for c in queries["q1"].candidates] == ["alpha", "beta"] and not log.exists()
+    queries = {q.id: q for q in load_queries(out)}  # the keyless and the stale answer are asked again
+    assert [(c.agent, c.text.split(" #")[0]) for c in queries["q0"].candidates] == [
+        ("alpha", "from an earlier run"), ("beta", "reply to first question")]
+    assert [(c.agent, c.text.split(" #")[0]) for c in queries["q1"].candidates] == [
+        ("alpha", "reply to second question"), ("beta", "reply to second question")]
+    assert not log.exists()
 
 
 def test_agents_are_asked_a_querys_prompt_when_it_has_one(tmp_path, server):
@@ -78,6 +94,45 @@ def test_agents_are_asked_a_querys_prompt_when_it_has_one(tmp_path, server):
                  "-q"]) == 0
     (query,) = load_queries(out)
     assert query.candidates[0].text.startswith("reply to templated ask") and query.extra["prompt"] == "templated ask"
+
+
+def test_bare_questions_are_answered_into_a_new_folder_and_still_refused_where_candidates_are_needed(
+        tmp_path, server, capsys):
+    inp = tmp_path / "bare.jsonl"
+    inp.write_text(json.dumps({"id": "b", "question": "What is 2+2?"}) + "\n")
+    out = tmp_path / "new" / "deeper" / "out.jsonl"
+    assert main(["generate", str(inp), "-o", str(out), "--agents", str(_agents(tmp_path, server)), "-q"]) == 0
+    (query,) = load_queries(out)
+    assert [c.agent for c in query.candidates] == ["alpha", "beta"] and query.candidates[0].text.startswith("reply")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl"]
+    capsys.readouterr()
+    assert main(["score", str(inp), "-o", str(tmp_path / "scored.jsonl"), "--rm", "math-consensus"]) == 2
+    assert "'candidates' must be a list" in capsys.readouterr().err  # scoring still needs candidates
+
+
+@pytest.mark.parametrize("agent_line, flags, message", [
+    ('base_url = "ftp://x"', [], "agent 'beta': base_url must be an http:// or https:// URL with a host, got "
+                                 "'ftp://x'"),
+    ('base_url = "http:///v1"', [], "agent 'beta': base_url must be an http:// or https:// URL with a host"),
+    ('base_url = "localhost:8000"', [], "agent 'beta': base_url must be an http:// or https:// URL with a host"),
+    ("n = 99999999999999999999", [], "agent 'beta': SamplingParams.n must be a whole number from 1 to 1,024"),
+    ("", ["--n", "99999999999999999999"], "--n: must be a whole number from 1 to 1,024"),
+])
+def test_a_bad_agent_or_sample_count_is_one_line_before_any_call(tmp_path, server, capsys, agent_line, flags,
+                                                                  message):
+    agents = _agents(tmp_path, server)
+    text = agents.read_text()
+    at = text.index('[[agent]]\nname = "beta"')
+    agents.write_text(text[:at] + text[at:].replace(f'base_url = "{server.v1}"\n', "") + agent_line + "\n")
+    out = tmp_path / "out.jsonl"
+    before = server.requests
+    with pytest.raises(SystemExit) if flags else nullcontext() as flag_error:  # a bad flag stops argparse
+        assert main(["generate", str(_inputs(tmp_path, ["q"])), "-o", str(out), "--agents", str(agents), *flags]) == 2
+    assert flag_error is None or flag_error.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and err.startswith("morkit: error:")
+    assert flags or err.startswith(f"morkit: error: {agents}: ")
+    assert server.requests == before and not out.exists() and not (tmp_path / "out.jsonl.partial").exists()
 
 
 def test_a_folder_as_output_is_one_line_and_nothing_runs(tmp_path, server, capsys):

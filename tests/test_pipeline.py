@@ -9,13 +9,22 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from dataclasses import fields, replace
 
 import pytest
 from fake_server import FakeServer
 
 from morkit.cli.main import main
 from morkit.data.contract import load_queries
+from morkit.llm.agents import AgentSpec
+from morkit.llm.base import SamplingParams
+from morkit.reward_models.options import ScoringOptions
 from morkit.search.aggregate import MOA_SYSTEM
+from morkit.services.generating import ANSWER_NEUTRAL, answer_key
+from morkit.services.pipeline.keys import SCORE_NEUTRAL, scoring_key
+
+BENCHMARKS = ('[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 3\n'
+              '[[benchmark]]\nname = "humaneval"\ndata = "humaneval:40"\nvalidation = 3\ntest = 2\n')
 
 
 def _answers(data_dir):
@@ -56,7 +65,8 @@ def server(data_dir):
     s.close()
 
 
-def _config(tmp_path, server, *, rms='["math-consensus", "minilm-probe"]', search='["acs"]', extra=""):
+def _config(tmp_path, server, *, rms='["math-consensus", "minilm-probe"]', search='["acs"]', extra="",
+            benchmarks=BENCHMARKS):
     agents = tmp_path / "agents.toml"
     agents.write_text("[defaults]\nbackend = \"openai\"\nmodel = \"m\"\nbase_url = \"" + server.v1
                       + "\"\napi_key_env = \"\"\ntimeout = 5\nmax_tokens = 64\n"
@@ -64,8 +74,7 @@ def _config(tmp_path, server, *, rms='["math-consensus", "minilm-probe"]', searc
                       + "[aggregator]\nname = \"agg\"\n")
     config = tmp_path / "pipeline.toml"
     config.write_text(f'workdir = "run"\nagents = "agents.toml"\nrms = {rms}\nsearch = {search}\n{extra}\n'
-                      '[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 3\n'
-                      '[[benchmark]]\nname = "humaneval"\ndata = "humaneval:40"\nvalidation = 3\ntest = 2\n')
+                      + benchmarks)
     return config
 
 
@@ -145,6 +154,141 @@ def test_an_unreachable_agent_fails_its_candidates_and_the_run_goes_on(tmp_path,
     assert server.requests == asked and "validation.generate: running" in err and "test.generate: running" in err
     regenerated = load_queries(run / "validation.generated.jsonl")
     assert sum(c.agent == "gone" for q in regenerated for c in q.candidates) == 7
+
+
+def _bare_questions(path, rows):
+    """A JSONL file of bare questions (no `candidates`, no `prompt`): the agents are asked the question itself."""
+    path.write_text("".join(json.dumps({"id": f"g{i}", "question": q.question, "domain": "math",
+                                        "reference": q.reference}) + "\n" for i, q in enumerate(rows)))
+
+
+def test_an_edited_question_is_asked_again_and_relabelled_never_answered_by_its_old_answers(tmp_path, server,
+                                                                                            capsys):
+    from morkit.data.datasets import load_spec
+
+    gsm8k = load_spec("gsm8k_test:40")
+    data = tmp_path / "questions.jsonl"
+    _bare_questions(data, gsm8k[:6])
+    config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
+                     benchmarks='[[benchmark]]\nname = "mine"\ndata = "questions.jsonl"\nvalidation = 4\ntest = 2\n')
+    assert main(["pipeline", str(config), "-q"]) == 0
+    run = tmp_path / "run"
+    edited = load_queries(run / "validation.questions.jsonl")[0].id
+    index = int(edited[1:])
+    _bare_questions(data, [gsm8k[20] if i == index else q for i, q in enumerate(gsm8k[:6])])  # same id, new text
+    asked = server.requests
+    capsys.readouterr()
+    assert main(["pipeline", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert server.requests - asked == 3  # the edited question, once per agent; every other answer reused
+    assert "validation.label: running" in err and "pool: running" in err and "test.generate: done before" in err
+    (query,) = [q for q in load_queries(run / "validation.labelled.jsonl") if q.id == edited]
+    assert query.question == gsm8k[20].question and query.reference == gsm8k[20].reference
+    by_agent = {c.agent: c for c in query.candidates}
+    assert f"\\boxed{{{gsm8k[20].reference}}}" in by_agent["right"].text  # answers to the new text, ...
+    assert by_agent["right"].correct is True and by_agent["wrong"].correct is False  # ... graded on its reference
+    generated = {q.id: q for q in load_queries(run / "validation.generated.jsonl")}
+    assert all(c.extra["generation"]["key"] for q in generated.values() for c in q.candidates)
+
+
+def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothing(tmp_path, server, capsys):
+    config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
+                     benchmarks='[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 2\n')
+    assert main(["pipeline", str(config), "-q"]) == 0
+    asked = server.requests
+    config.write_text(config.read_text().replace("[[benchmark]]", "[scoring]\nmax_model_len = 512\n[[benchmark]]", 1))
+    capsys.readouterr()
+    assert main(["pipeline", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert server.requests == asked
+    for stage in ("validation.generate", "validation.label", "test.generate", "test.label"):
+        assert f"{stage}: done before" in err
+    for stage in ("validation.score", "test.score", "pool", "rank"):
+        assert f"{stage}: running" in err
+
+
+def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, server, capsys, monkeypatch):
+    from morkit.reward_models.rules import CodeTests
+    from morkit.services.pipeline.keys import rm_versions
+
+    assert rm_versions(["code-tests", "math-consensus", "given"]) == {
+        "code-tests": CodeTests().cache_key, "math-consensus": "math-consensus", "given": "given"}
+    config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
+                     benchmarks='[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 2\n')
+    assert main(["pipeline", str(config), "-q"]) == 0
+    monkeypatch.setattr(CodeTests, "cache_key", property(lambda self: "code-tests@999"))
+    capsys.readouterr()
+    assert main(["pipeline", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "validation.generate: done before" in err
+    for stage in ("validation.label", "validation.score", "test.label", "test.score", "pool", "rank"):
+        assert f"{stage}: running" in err
+
+
+# A value per ScoringOptions field that can change a score, away from its default; SCORE_NEUTRAL holds the rest.
+SCORING_CHANGES = {"device": "cpu", "max_tokens": 512, "truncation": "right", "reduction": "last", "backend": "vllm",
+                   "urls": ("http://127.0.0.1:1",), "dtype": "bf16", "tensor_parallel_size": 2, "device_map": "auto",
+                   "max_model_len": 512, "gpu_memory_utilization": 0.5, "prefix_reuse": False, "ray": "auto"}
+NEUTRAL_CHANGES = {"progress": True, "cache": "elsewhere.sqlite", "chunk": 8, "batch_size": 4, "ray_workers": 2,
+                   "check_fit": False}
+
+
+def test_the_scoring_key_covers_every_scoring_option_but_the_documented_neutral_ones():
+    names = {f.name for f in fields(ScoringOptions)}
+    assert set(NEUTRAL_CHANGES) == set(SCORE_NEUTRAL)
+    assert set(SCORING_CHANGES) == names - set(SCORE_NEUTRAL), (
+        "a new ScoringOptions field: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
+        "or to pipeline.keys.SCORE_NEUTRAL, saying why it cannot")
+    base = ScoringOptions(ray="auto")  # so that ray_workers may be set
+    for name, value in SCORING_CHANGES.items():
+        start = ScoringOptions() if name in ("urls", "ray") else base
+        assert scoring_key(replace(start, **{name: value})) != scoring_key(start), name
+    for name, value in NEUTRAL_CHANGES.items():
+        assert scoring_key(replace(base, **{name: value})) == scoring_key(base), name
+
+
+def test_an_answers_key_covers_the_question_asked_and_every_agent_setting_but_the_neutral_ones():
+    from morkit.core.types import Query
+
+    changes = {"backend": "openai", "model": "other", "params": SamplingParams(temperature=0.1),
+               "system": "be brief", "base_url": "http://127.0.0.1:1/v1"}
+    names = {f.name for f in fields(AgentSpec)}
+    assert set(changes) == names - set(ANSWER_NEUTRAL), "a new AgentSpec field: add it here or to ANSWER_NEUTRAL"
+    spec, query = AgentSpec("a"), Query("q", "What is 2+2?", ())
+    key = answer_key(spec, spec.params, query)
+    for name, value in changes.items():
+        changed = replace(spec, **{name: value})
+        assert answer_key(changed, changed.params, query) != key, name
+    for value in (replace(query, question="What is 3+3?"), replace(query, extra={"prompt": "templated"})):
+        assert answer_key(spec, spec.params, value) != key
+    assert answer_key(spec, replace(spec.params, n=2), query) != key
+    assert answer_key(spec, replace(spec.params, timeout_s=5.0), query) == key  # a deadline changes no answer
+    neutral = replace(spec, name="b", api_key_env=None, timeout=1.0, retries=0, concurrency=1, cost=0.5)
+    assert answer_key(neutral, neutral.params, query) == key
+
+
+@pytest.mark.parametrize("rms, extra, agents_line, message", [
+    ('["math-consensus", "no-such-rm"]', "", "", "rms: unknown reward model 'no-such-rm'"),
+    ('["math-consensus"]', "[scoring]\ndevice = 5", "", "[scoring] device must be text, got 5"),
+    ('["math-consensus"]', '[scoring]\ndevice = "tpu"', "", "[scoring] device: unknown device 'tpu'"),
+    ('["math-consensus"]', "n = 99999999999999999999", "",
+     "n must be a whole number from 1 to 1,024, got 99999999999999999999"),
+    ('["math-consensus"]', "", 'base_url = "ftp://x"',
+     "agent 'right': base_url must be an http:// or https:// URL with a host"),
+    ('["math-consensus"]', "", "n = 99999999999999999999",
+     "agent 'right': SamplingParams.n must be a whole number from 1 to 1,024"),
+])
+def test_a_config_that_would_fail_fails_before_anything_is_asked_or_written(tmp_path, server, capsys, rms, extra,
+                                                                            agents_line, message):
+    config = _config(tmp_path, server, rms=rms, search="[]", extra=extra)
+    agents = tmp_path / "agents.toml"
+    agents.write_text(agents.read_text().replace('system = "right"\n', f'system = "right"\n{agents_line}\n'))
+    asked = server.requests
+    assert main(["pipeline", str(config), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    named = agents if agents_line else config
+    assert err.startswith(f"morkit: error: {named}: ") and message in err and "\n" not in err
+    assert server.requests == asked and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("text, message", [

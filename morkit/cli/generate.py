@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from morkit.cli.args import CONTRACT, POSITIVE_INT, add_input_options, output_file
+from morkit.cli.args import CONTRACT, POSITIVE_INT, add_input_options, checked, output_file
+from morkit.llm.base import MAX_SAMPLES, sample_count
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -16,7 +17,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     output_file(args.output)
     agents = load_agents(args.agents)
-    queries, _ = load_inputs(args.input, args.dataset, args.data_dir)
+    queries, _ = load_inputs(args.input, args.dataset, args.data_dir, bare=True)  # questions need no candidates
     report = generate(queries, agents, args.output,
                       GenerateOptions(n=args.n, chunk=args.chunk, progress=not args.quiet))
     resumed = f", {report.resumed} resumed from {args.output}.partial" if report.resumed else ""
@@ -35,11 +36,13 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                                    "sampling, finish reason and tokens; a failed request becomes a candidate with "
                                    "empty text and an 'error'. Finished chunks go to OUT.partial at once, so a "
                                    "rerun resumes; OUT is written atomically at the end.")
-    p.add_argument("input", nargs="*", help=f"query files ({CONTRACT}); existing candidates are kept")
+    p.add_argument("input", nargs="*", help=f"query files ({CONTRACT}; `candidates` may be left out); existing "
+                                            "candidates are kept")
     add_input_options(p)
-    p.add_argument("-o", "--output", required=True, help="output JSONL")
+    p.add_argument("-o", "--output", required=True, help="output JSONL (its folder is made if missing)")
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
-    p.add_argument("--n", type=POSITIVE_INT, help="samples per agent and question (default: each agent's own n)")
+    p.add_argument("--n", type=checked(int, sample_count),
+                   help=f"samples per agent and question, 1 to {MAX_SAMPLES} (default: each agent's own n)")
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,
                    help="questions per call to an agent's LLM, also what a rerun redoes at most (default 16)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -54,7 +54,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                                    "questions; the agents answer the validation questions; grade the answers; "
                                    "score them with the pool RMs; build the pool; the agents answer the test "
                                    "questions; rank them with MoR and run the search methods. Every stage writes "
-                                   "its output to the workdir and is skipped on a rerun unless its inputs changed. "
+                                   "its output to the workdir and is skipped on a rerun unless its inputs changed; an "
+                                   "answer is reused only for the same prompt and agent settings. The whole config "
+                                   "is checked before the first stage. "
                                    "report.html compares, per benchmark, the best single agent, majority vote, "
                                    "best-of-N with the best single RM, MoR rank and the search methods, with "
                                    "their accuracy, tokens, calls and seconds.")

@@ -47,10 +47,12 @@ def finite(value: Any, what: str) -> float:
     return value
 
 
-def positive_int(value: Any, what: str) -> int:
-    """A whole number >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{what} must be a whole number >= 1, got {shown(value)}")
+def positive_int(value: Any, what: str, at_most: int | None = None) -> int:
+    """A whole number >= 1, and <= `at_most` where a larger one can only be a typo (it would overflow later)."""
+    if (isinstance(value, bool) or not isinstance(value, int) or value < 1
+            or (at_most is not None and value > at_most)):
+        bound = ">= 1" if at_most is None else f"from 1 to {at_most:,}"
+        raise InputError(f"{what} must be a whole number {bound}, got {shown(value)}")
     return value
 
 
@@ -98,6 +100,21 @@ def one_of(value: Any, choices: Iterable[str], what: str) -> str:
     choices = tuple(choices)
     if value not in choices:
         raise InputError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def http_url(value: Any, what: str) -> str:
+    """An http:// or https:// URL with a host (and a valid port, if any): a server morkit may send requests to."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value) if isinstance(value, str) else None
+        ok = parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
+        ok = ok and (parts.port is None or parts.port > 0)
+    except ValueError:  # a bad port or bracketed host
+        ok = False
+    if not ok:
+        raise InputError(f"{what} must be an http:// or https:// URL with a host, got {shown(value)}")
     return value
 
 

@@ -55,8 +55,12 @@ def parse_candidate(obj: Any, where: str, path: str | None = None, line: int | N
     )
 
 
-def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None = None) -> Query:
-    """Turn one contract object into a Query; every problem names the file, line and id."""
+def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None = None, *,
+                bare: bool = False) -> Query:
+    """Turn one contract object into a Query; every problem names the file, line and id.
+
+    `bare`: the object may leave `candidates` out (a question still to answer, as `generate` takes); it then
+    has none. Everywhere else `candidates` is required, so a missing list is never taken for an empty one."""
     qid = obj.get("id")
     if qid is None or isinstance(qid, (dict, list, bool)):
         raise InputError("missing or invalid 'id'", path=path, line=line)
@@ -64,7 +68,7 @@ def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None =
     question = obj.get("question")
     if not isinstance(question, str):
         raise InputError(f"query {qid!r}: 'question' must be a string", path=path, line=line)
-    candidates = obj.get("candidates")
+    candidates = [] if bare and "candidates" not in obj else obj.get("candidates")
     if not isinstance(candidates, list):
         raise InputError(f"query {qid!r}: 'candidates' must be a list", path=path, line=line)
     parsed = tuple(
@@ -84,12 +88,12 @@ def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None =
     )
 
 
-def load_queries(path: str | os.PathLike) -> list[Query]:
-    """Read a contract JSONL file; duplicate ids are an error naming both lines."""
+def load_queries(path: str | os.PathLike, *, bare: bool = False) -> list[Query]:
+    """Read a contract JSONL file; duplicate ids are an error naming both lines (`bare`: see `parse_query`)."""
     queries: list[Query] = []
     seen: dict[str, int] = {}
     for line, obj in read_jsonl(path):
-        query = parse_query(obj, path=str(path), line=line)
+        query = parse_query(obj, path=str(path), line=line, bare=bare)
         if query.id in seen:
             raise InputError(f"duplicate id {query.id!r} (first on line {seen[query.id]})", path=str(path), line=line)
         seen[query.id] = line

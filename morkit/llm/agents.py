@@ -43,6 +43,7 @@ class AgentSpec:
         checks.positive(self.timeout, "timeout")
         checks.non_negative_int(self.retries, "retries")
         checks.positive_int(self.concurrency, "concurrency")
+        checks.optional(checks.http_url, self.base_url, "base_url")  # before any call, not as every call's failure
 
 
 @dataclass(frozen=True)

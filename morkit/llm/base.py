@@ -19,6 +19,14 @@ from morkit.core.errors import InputError
 Message = Mapping[str, str]
 Conversation = Sequence[Message]
 
+MAX_SAMPLES = 1024
+"""Samples per conversation (`n`) at most: more is a typo, and would overflow on its way to a server."""
+
+
+def sample_count(value: object, what: str) -> int:
+    """A number of samples per conversation: a whole number from 1 to MAX_SAMPLES."""
+    return checks.positive_int(value, what, at_most=MAX_SAMPLES)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -37,7 +45,7 @@ class SamplingParams:
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        checks.positive_int(self.n, "SamplingParams.n")
+        sample_count(self.n, "SamplingParams.n")
         checks.positive_int(self.max_tokens, "SamplingParams.max_tokens")
         checks.non_negative(self.temperature, "SamplingParams.temperature")
         if checks.positive(self.top_p, "SamplingParams.top_p") > 1:

@@ -38,8 +38,8 @@ PRISTINE_MODULES = ("math", "cmath", "re", "string", "itertools", "functools", "
                     "random", "decimal", "copy", "operator", "typing")
 # refused on every thread: ways to reach another thread's frames or any object, or to read raw memory
 DENIED_EVENTS = frozenset({"sys._current_frames", "sys._current_exceptions", "sys._settraceallthreads",
-                           "sys._setprofileallthreads", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
-                           "gc.get_referents", "code.__new__"})
+                           "sys._setprofileallthreads", "sys.addaudithook", "sys.monitoring.register_callback",
+                           "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__"})
 # refused on the thread that runs the tests: its frames lead to them (elsewhere frames lead nowhere near them)
 TESTS_THREAD_DENIED = frozenset({"sys.settrace", "sys.setprofile", "sys._getframe"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -230,13 +230,17 @@ def _tests_thread(fds, handoff, main_thread):
         handoff.exit_code = 0
     os.close(report)
     del token
-    if failure is not None:
-        if guard is not None:
-            guard.open = True  # the token is gone: the traceback may read frames now
-        import traceback
+    try:
+        if failure is not None:
+            if guard is not None:
+                guard.open = True  # the token is gone: the traceback may read frames now
+            import traceback
 
-        traceback.print_exception(failure)
-    handoff.calls.finish()
+            traceback.print_exception(failure)
+    except BaseException:  # noqa: BLE001 - an exception of the candidate's that cannot be shown
+        pass
+    finally:
+        handoff.calls.finish()
 
 
 class Pristine:

@@ -9,13 +9,21 @@ servers). Each finished chunk is appended to `OUT.partial` at once; a rerun read
 for the (question, agent) pairs it lacks or that failed, and the output is written atomically at the end. A request
 that fails becomes a candidate with empty text and an `error`, never losing the rest of its chunk.
 A candidate's `generation.seconds` is its question's share of the call's wall time (call time / chunk size).
+
+Each candidate's `generation.key` is a hash of what its agent was asked (the conversation) and how (every
+AgentSpec field but ANSWER_NEUTRAL, with the sampling used): an earlier answer, from the resume log or an
+earlier output, is reused only under the key it would be asked under now, so an edited question or prompt,
+or a changed model or sampling, is asked again and never answered by a stale text. One without a key (made
+before keys existed) is asked again too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -29,7 +37,14 @@ from morkit.llm.agents import (
     agent_conversation,
     question_asked,
 )
-from morkit.llm.base import Completion, SamplingParams
+from morkit.llm.base import Completion, SamplingParams, sample_count
+
+ANSWER_NEUTRAL = ("name", "api_key_env", "timeout", "retries", "concurrency", "cost")
+"""AgentSpec fields that cannot change an answer (what it is called, its credentials, how long and how often
+to try, how many calls at once, its price), left out of `answer_key`; every other field is in it."""
+
+GENERATE_NEUTRAL = ("chunk", "progress")
+"""GenerateOptions fields that cannot change an answer (how many questions per call, the progress bar)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,7 @@ class GenerateOptions:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        checks.optional(checks.positive_int, self.n, "GenerateOptions.n")
+        checks.optional(sample_count, self.n, "GenerateOptions.n")
         checks.positive_int(self.chunk, "GenerateOptions.chunk")
 
 
@@ -77,19 +92,24 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
     log = Path(str(output) + ".partial")
     from morkit.data.jsonl import logged_records
 
+    sampling = {spec.name: spec.params if options.n is None else replace(spec.params, n=options.n)
+                for spec in agents.agents}
+    keys = {(q.id, spec.name): key for spec in agents.agents
+            for q, key in zip(queries, _answer_keys(spec, sampling[spec.name], queries))}
     earlier_records = (record for query in earlier for record in _log_records(query))
-    done = {**_done(earlier_records), **_done(logged_records(log))}
+    done = {**_done(earlier_records, keys), **_done(logged_records(log), keys)}
     resumed = sum(len(c) for c in done.values())
     jobs = [(spec, [q for q in queries if (q.id, spec.name) not in done]) for spec in agents.agents]
     total = sum(len(todo) for _, todo in jobs)
     generated = failed = tokens = 0
     start = time.perf_counter()
+    log.parent.mkdir(parents=True, exist_ok=True)  # as the atomic write of the output would: `-o new/out.jsonl`
     with open(log, "ab") as out, tqdm(total=total, desc="generate", unit="question", disable=not options.progress,
                                        leave=False) as bar:
         for spec, todo in jobs:
-            params = spec.params if options.n is None else replace(spec.params, n=options.n)
+            params = sampling[spec.name]
             for chunk in _chunks(todo, options.chunk):
-                for query, candidates, used in _ask(llms, spec, params, chunk):
+                for query, candidates, used in _ask(llms, spec, params, chunk, keys):
                     out.write(encoded_line({"id": query.id, "agent": spec.name, "candidates": candidates},
                                            str(log), len(done) + 1))
                     done[(query.id, spec.name)] = candidates
@@ -107,8 +127,24 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
                           time.perf_counter() - start)
 
 
-def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence[Query]
-         ) -> Iterator[tuple[Query, list[dict[str, Any]], int]]:
+def answer_key(spec: AgentSpec, params: SamplingParams, query: Query) -> str:
+    """The key of `spec`'s answers to `query` under `params`: a hash of the conversation asked and of every
+    AgentSpec field but ANSWER_NEUTRAL (backend, model, endpoint, system prompt), with the sampling used
+    but its deadline."""
+    return next(_answer_keys(spec, params, [query]))
+
+
+def _answer_keys(spec: AgentSpec, params: SamplingParams, queries: Sequence[Query]) -> Iterator[str]:
+    settings = {k: v for k, v in asdict(spec).items() if k not in ANSWER_NEUTRAL}
+    settings["params"] = {k: v for k, v in asdict(params).items() if k != "timeout_s"}
+    how = json.dumps(settings, sort_keys=True, default=str)
+    for query in queries:
+        asked = json.dumps(agent_conversation(spec, question_asked(query)), sort_keys=True)
+        yield hashlib.sha256(f"{how}\n{asked}".encode()).hexdigest()[:16]
+
+
+def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence[Query],
+         keys: dict[tuple[str, str], str]) -> Iterator[tuple[Query, list[dict[str, Any]], int]]:
     """Each question of the chunk with its candidates (as contract records) and the tokens they used."""
     conversations = [agent_conversation(spec, question_asked(q)) for q in chunk]
     started = time.perf_counter()
@@ -122,17 +158,18 @@ def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence
     sampling = {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
                 "max_tokens": params.max_tokens, "seed": params.seed}
     for query, result in zip(chunk, results):
+        key = keys[(query.id, spec.name)]
         if isinstance(result, Completion):
             per_sample = round(result.completion_tokens / max(len(result.texts), 1), 1)
             candidates = [{"text": _unicode(text), "agent": spec.name, "generation": {
-                "sampling": sampling, "finish_reason": reason, "prompt_tokens": result.prompt_tokens,
+                "key": key, "sampling": sampling, "finish_reason": reason, "prompt_tokens": result.prompt_tokens,
                 "completion_tokens": per_sample, "seconds": seconds}}
                 for text, reason in zip(result.texts, result.finish_reasons)]
             yield query, candidates, result.prompt_tokens + result.completion_tokens
         else:
             reason = getattr(result, "reason", None) or f"{type(result).__name__}: {result}"
             yield query, [{"text": "", "agent": spec.name, "error": _unicode(" ".join(str(reason).split())[:500]),
-                           "generation": {"sampling": sampling, "seconds": seconds}}] * params.n, 0
+                           "generation": {"key": key, "sampling": sampling, "seconds": seconds}}] * params.n, 0
 
 
 def _unicode(text: str) -> str:
@@ -152,19 +189,25 @@ def _log_records(query: Query) -> Iterator[dict[str, Any]]:
                                                               for c in query.candidates if c.agent == agent]}
 
 
-def _done(records: Iterable[Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(question id, agent) -> candidate records (malformed records, and failed requests, which a rerun
-    asks again, are dropped)."""
+def _done(records: Iterable[Any], keys: dict[tuple[str, str], str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(question id, agent) -> candidate records made under the key that pair has now (`keys`). Dropped, so a
+    rerun asks again: malformed records, failed requests, and answers made under another key or none."""
     done: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in records:
         try:
+            pair = (str(record["id"]), str(record["agent"]))
             candidates = list(record["candidates"])
-            if any("error" in c for c in candidates):  # a failed request is asked again
+            if pair not in keys or any("error" in c or _key_of(c) != keys[pair] for c in candidates):
                 continue
-            done[(str(record["id"]), str(record["agent"]))] = candidates
-        except (KeyError, TypeError):
+            done[pair] = candidates
+        except (KeyError, TypeError, AttributeError):
             continue
     return done
+
+
+def _key_of(candidate: dict[str, Any]) -> str | None:
+    generation = candidate.get("generation")
+    return generation.get("key") if isinstance(generation, dict) else None
 
 
 def _chunks(items: Sequence[Query], size: int) -> Iterator[Sequence[Query]]:

@@ -41,17 +41,19 @@ def _sha256(path: str | os.PathLike) -> str:
 
 
 def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str] = (),
-                data_dir: str | os.PathLike | None = None) -> tuple[list[Query], list[dict[str, Any]]]:
+                data_dir: str | os.PathLike | None = None, *, bare: bool = False
+                ) -> tuple[list[Query], list[dict[str, Any]]]:
     """Queries from JSONL files and registered data sets ('NAME' or 'NAME:N'), with provenance per input.
 
-    An id seen in two inputs is an error."""
+    An id seen in two inputs is an error. `bare`: a file's queries may leave `candidates` out (questions to
+    answer, as `generate` takes)."""
     from morkit.data.contract import load_queries
     from morkit.data.datasets import load_spec
 
     queries: list[Query] = []
     provenance: list[dict[str, Any]] = []
     for path in paths:
-        loaded = load_queries(path)
+        loaded = load_queries(path, bare=bare)
         queries.extend(loaded)
         provenance.append({"file": str(Path(path).resolve()), "sha256": _sha256(path), "queries": len(loaded)})
     for spec in datasets:

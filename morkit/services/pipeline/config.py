@@ -18,6 +18,9 @@
 A benchmark may instead name `validation_data` and `test_data` (data sets or files); the counts then
 cap each. Questions are drawn with a seeded shuffle (`seed`), so a split is the same on every run.
 Relative paths in the file (workdir, agents, data files) are from the file's folder.
+
+`load_config` checks what the file says (keys, types, ranges); `check_config` what it names (reward models,
+the device, the agents file), before the pipeline's first stage: a config that would fail spends nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from morkit.core.errors import InputError
+from morkit.core import checks
+from morkit.core.errors import InputError, UnavailableError
 from morkit.data.toml import read_toml
+from morkit.llm.base import sample_count
 from morkit.question_pool.pool import PoolConfig
 from morkit.reward_models.options import ScoringOptions
 from morkit.search.methods import SEARCH_METHODS, SearchOptions
@@ -68,6 +73,9 @@ _TOP_KEYS = {"workdir", "agents", "n", "rms", "search", "aggregator", "strict_gr
 _BENCHMARK_KEYS = {f for f in Benchmark.__dataclass_fields__}
 _POOL_KEYS = {f for f in PoolConfig.__dataclass_fields__} - {"index"} | {"embedder"}
 _SCORING_KEYS = {f for f in ScoringOptions.__dataclass_fields__} - {"progress"}
+_SCORING_TEXTS = ("device", "cache", "device_map")  # text fields ScoringOptions takes as given: check_config checks
+SEED_BITS = 63
+"""A seed is a signed 64-bit whole number, as every seeded library takes."""
 
 
 def _keys(table: Any, allowed: set[str], where: str, path: str) -> Mapping[str, Any]:
@@ -79,10 +87,16 @@ def _keys(table: Any, allowed: set[str], where: str, path: str) -> Mapping[str, 
     return table
 
 
+def _checked(check: Any, value: Any, where: str, path: str) -> Any:
+    """`check(value, where)` (a `core.checks` check), its error naming the config file; None stays None."""
+    try:
+        return checks.optional(check, value, where)
+    except InputError as exc:
+        raise InputError(str(exc), path=path) from None
+
+
 def _count(value: Any, where: str, path: str) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError(f"{where} must be a whole number >= 1, got {value!r}", path=path)
-    return value
+    return _checked(checks.positive_int, value, where, path)
 
 
 def _names(value: Any, where: str, path: str) -> tuple[str, ...]:
@@ -157,21 +171,59 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         raise InputError(str(exc), path=path) from None
     pool_table = dict(_keys(raw.get("pool", {}), _POOL_KEYS, "[pool]", path))
     embedder = pool_table.pop("embedder", None)
+    if embedder is not None and not (isinstance(embedder, str) and embedder):
+        raise InputError(f"[pool] embedder must be a model name or path, got {checks.shown(embedder)}", path=path)
     try:
         if "weightings" in pool_table:
             pool_table["weightings"] = tuple(_names(pool_table["weightings"], "[pool] weightings", path))
         pool = PoolConfig(**pool_table)
-        scoring_table = dict(_keys(raw.get("scoring", {}), _SCORING_KEYS, "[scoring]", path))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"[pool] {exc}", path=path) from exc
+    scoring_table = dict(_keys(raw.get("scoring", {}), _SCORING_KEYS, "[scoring]", path))
+    try:
         if "urls" in scoring_table:
             scoring_table["urls"] = _names(scoring_table["urls"], "[scoring] urls", path)
         scoring = ScoringOptions(**scoring_table)
     except (TypeError, ValueError) as exc:
-        raise InputError(str(exc), path=path) from exc
+        raise InputError(f"[scoring] {exc}", path=path) from exc
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InputError(f"seed must be a whole number, got {seed!r}", path=path)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2 ** SEED_BITS <= seed < 2 ** SEED_BITS:
+        raise InputError(f"seed must be a whole number of at most 64 bits, got {checks.shown(seed)}", path=path)
     return PipelineConfig(
         source=path, workdir=(base / workdir).resolve(), benchmarks=benchmarks,
-        agents=str(base / agents) if agents else None, n=_count(raw.get("n"), "n", path), rms=rms, search=search,
+        agents=str(base / agents) if agents else None, n=_checked(sample_count, raw.get("n"), "n", path), rms=rms,
+        search=search,
         search_options=search_options, seed=seed, embedder=embedder,
         scoring=scoring, pool=pool, raw={**raw, "benchmark": [asdict(b) for b in benchmarks]})
+
+
+def check_config(config: PipelineConfig) -> None:
+    """What the config names, checked before the first stage so that nothing is spent on a run that would fail:
+    every RM registered, the scoring device known here, the score cache writable, the agents file a valid
+    agent pool. Errors name the config file and key (the agents file's own, its file, agent and field)."""
+    from morkit.llm.agents import load_agents
+    from morkit.reward_models.cache import cache_problem
+    from morkit.services.scoring import check_rm_names
+
+    _checked(sample_count, config.n, "n", config.source)  # a PipelineConfig made in Python skips load_config
+    for key in _SCORING_TEXTS:
+        value = getattr(config.scoring, key)
+        if value is not None and not (isinstance(value, (str, os.PathLike)) and str(value)):
+            raise InputError(f"[scoring] {key} must be text, got {checks.shown(value)}", path=config.source)
+    try:
+        check_rm_names(config.rms, ())  # the questions carry no scores: every RM must be registered
+    except InputError as exc:
+        raise InputError(f"rms: {exc}", path=config.source) from None
+    if config.scoring.device is not None:
+        from morkit.runtime.device import resolve_device
+
+        try:
+            resolve_device(config.scoring.device)
+        except InputError as exc:
+            raise InputError(f"[scoring] device: {exc}", path=config.source) from None
+        except UnavailableError as exc:
+            raise UnavailableError(f"{config.source}: [scoring] device: {exc}") from None
+    problem = config.scoring.cache is not None and cache_problem(config.scoring.cache)
+    if problem:
+        raise InputError(f"[scoring] cache {config.scoring.cache}: {problem}", path=config.source)
+    load_agents(config.agents)

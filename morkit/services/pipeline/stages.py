@@ -1,15 +1,16 @@
 """The CTTS-MM flow as resumable stages: split, generate, label, score, pool, then the same on test, rank, search.
 
 Each stage writes one output in the workdir, atomically, and records in `run.json` the key it was made
-under (a hash of the config parts it depends on and the keys of the stages before it) and how long it
-took. A rerun skips every stage whose output exists under the same key, and redoes a stage whose inputs
-changed (and so everything after it). Within a stage, `generate` and `search` resume from their own
-`.partial` logs and scores come from the score cache, so an interrupted stage loses only what was in flight.
+under (a hash of everything in the config that can change its output and the keys of the stages before
+it, `pipeline.keys`) and how long it took. A rerun skips every stage whose output exists under the same key,
+and redoes a stage whose inputs changed (and so everything after it). Within a stage, `generate` reuses
+only answers asked the same way (each answer's own key) and resumes from its `.partial` log, `search` from
+its own, and scores come from the score cache, so an interrupted stage loses only what was in flight.
+The whole config is checked (`config.check_config`) and the benchmarks split before anything is written.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
@@ -18,17 +19,10 @@ from typing import Any, Callable, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
-from morkit.services.pipeline.config import Benchmark, PipelineConfig
+from morkit.services.pipeline.config import Benchmark, PipelineConfig, check_config
+from morkit.services.pipeline.keys import digest, file_digest, rm_versions, scoring_key, settings
 
 SPLITS = ("validation", "test")
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _file_digest(path: str | None) -> str | None:
-    return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 @dataclass
@@ -91,14 +85,15 @@ class Run:
 
 
 def _load(spec: str, source: str | None) -> list[Query]:
-    """Questions of a registered data set ('NAME' or 'NAME:N') or a JSONL file, without candidates."""
+    """Questions of a registered data set ('NAME' or 'NAME:N') or a JSONL file (whose lines may leave
+    `candidates` out), without candidates."""
     from morkit.data.contract import load_queries
     from morkit.data.datasets import DATASETS, load_spec
 
     if spec.partition(":")[0] in DATASETS:
         loaded = load_spec(spec)
     elif Path(spec).is_file():
-        loaded = load_queries(spec)
+        loaded = load_queries(spec, bare=True)
     else:
         raise InputError(f"{spec!r} is neither a registered data set ({', '.join(DATASETS.names())}) nor a file",
                          path=source)
@@ -148,33 +143,38 @@ def _split_all(config: PipelineConfig) -> dict[str, list[Query]]:
 
 def run_pipeline(config: PipelineConfig, *, progress: bool = False,
                  log: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
-    """Run (or resume) every stage and write report.json and report.html; returns the report."""
+    """Run (or resume) every stage and write report.json and report.html; returns the report.
+
+    The config is checked whole and the benchmarks split first: a config that would fail costs no LLM
+    call and writes no file."""
     from morkit.data.contract import save_queries
+    from morkit.llm.agents import default_agents_path
     from morkit.services.pipeline.evaluate import evaluate
     from morkit.services.pipeline.report import write_reports
 
     if config.workdir.exists() and not config.workdir.is_dir():
         raise InputError("the workdir is a file, not a folder", path=str(config.workdir))
-    config.workdir.mkdir(parents=True, exist_ok=True)
+    check_config(config)
+    splits = _split_all(config)  # cheap, so always redone: an edited data file reaches every later stage
     run = Run(config, progress, log)
+    config.workdir.mkdir(parents=True, exist_ok=True)
     scoring = replace(config.scoring, progress=progress,
                       cache=config.scoring.cache or config.workdir / "scores.sqlite")  # scores survive a crash
-    agents_key = _file_digest(config.agents) if config.agents else "packaged"
-    splits = _split_all(config)  # cheap, so always redone: an edited data file reaches every later stage
+    agents_key = file_digest(config.agents or default_agents_path())
     for split, queries in splits.items():
         save_queries(run.path(f"{split}.questions.jsonl"), queries)
     run.record["stages"]["split"] = {split: len(queries) for split, queries in splits.items()}
     run.visited.append("split")
     keys = {}
     for split in SPLITS:
-        questions = _file_digest(str(run.path(f"{split}.questions.jsonl")))
+        questions = file_digest(run.path(f"{split}.questions.jsonl"))
         keys[split] = _candidates(run, split, questions, agents_key, scoring)
-    pool_key = run.stage("pool", _digest(keys["validation"], config.pool.to_json(), config.embedder),
+    pool_key = run.stage("pool", digest(keys["validation"], settings(config.pool), config.embedder),
                          run.path("pool") / "pool.json", lambda: _build_pool(run, scoring))
-    rank_key = _digest(pool_key, keys["test"])
+    rank_key = digest(pool_key, keys["test"])
     run.stage("rank", rank_key, run.path("test.ranked.jsonl"), lambda: _rank(run, scoring))
     if config.search:
-        run.stage("search", _digest(rank_key, config.search, agents_key, *_changed_search_options(config)),
+        run.stage("search", digest(rank_key, config.search, agents_key, settings(config.search_options)),
                   run.path("test.search.jsonl"), lambda: _search(run, scoring))
     report = evaluate(run)
     write_reports(run, report)
@@ -189,20 +189,17 @@ def _candidates(run: Run, split: str, key: str, agents_key: str, scoring: Any) -
     from morkit.data.contract import load_queries, save_queries
     from morkit.llm.agents import load_agents
     from morkit.question_pool.labels import fill_labels
-    from morkit.services.generating import GenerateOptions, generate
+    from morkit.services.generating import GENERATE_NEUTRAL, GenerateOptions, generate
 
     config = run.config
-
-    asked = _digest(agents_key, config.n)
+    options = GenerateOptions(n=config.n, progress=run.progress)
     generated = run.path(f"{split}.generated.jsonl")
 
     def generate_stage() -> dict[str, Any]:
         queries = load_queries(run.path(f"{split}.questions.jsonl"))
-        same_agents = run.facts(f"{split}.generate").get("asked") == asked and generated.exists()
-        report = generate(queries, load_agents(config.agents), generated,  # same agents: only new questions asked
-                          GenerateOptions(n=config.n, progress=run.progress),
-                          earlier=load_queries(generated) if same_agents else ())
-        return {"asked": asked, "candidates": report.generated + report.resumed, "failed": report.failed,
+        report = generate(queries, load_agents(config.agents), generated, options,  # an earlier answer is reused
+                          earlier=load_queries(generated) if generated.exists() else ())  # only under its key
+        return {"candidates": report.generated + report.resumed, "failed": report.failed,
                 "tokens": report.tokens, "incomplete": report.failed > 0}  # a rerun asks the failed ones again
 
     def label_stage() -> dict[str, Any]:
@@ -228,16 +225,13 @@ def _candidates(run: Run, split: str, key: str, agents_key: str, scoring: Any) -
         save_queries(run.path(f"{split}.scored.jsonl"), queries)
         return {"rm_seconds": rm_seconds, "labelled": key}
 
-    key = run.stage(f"{split}.generate", _digest(key, split, asked), generated, generate_stage)
-    key = _digest(key, _file_digest(str(generated)))  # a retried failure that now answers changes what follows
-    key = run.stage(f"{split}.label", _digest(key), run.path(f"{split}.labelled.jsonl"), label_stage)
-    return run.stage(f"{split}.score", _digest(key, config.rms, _scoring_key(scoring)),
+    key = run.stage(f"{split}.generate", digest(key, split, agents_key, settings(options, GENERATE_NEUTRAL)),
+                    generated, generate_stage)
+    key = digest(key, file_digest(generated))  # a retried failure that now answers changes what follows
+    key = run.stage(f"{split}.label", digest(key, rm_versions(["code-tests"])),  # code labels grade through it
+                    run.path(f"{split}.labelled.jsonl"), label_stage)
+    return run.stage(f"{split}.score", digest(key, config.rms, rm_versions(config.rms), scoring_key(scoring)),
                      run.path(f"{split}.scored.jsonl"), score_stage)
-
-
-def _scoring_key(scoring: Any) -> dict[str, Any]:
-    fields = ("backend", "urls", "dtype", "max_tokens", "truncation", "reduction")
-    return {f: getattr(scoring, f) for f in fields}
 
 
 def _build_pool(run: Run, scoring: Any) -> dict[str, Any]:
@@ -273,15 +267,6 @@ def _search(run: Run, scoring: Any) -> dict[str, Any]:
                          methods=list(run.config.search), options=run.config.search_options, scoring=scoring,
                          output=run.path("test.search.jsonl"))
     return {"queries": len(records)}
-
-
-def _changed_search_options(config: PipelineConfig) -> list[dict[str, Any]]:
-    """The search options the config sets away from the pipeline's defaults (none: the stage keeps the key
-    it had before these options existed)."""
-    default = PipelineConfig.search_options
-    changed = {f: getattr(config.search_options, f) for f in ("aggregator", "strict_grading")
-               if getattr(config.search_options, f) != getattr(default, f)}
-    return [changed] if changed else []
 
 
 def _answered(queries: Sequence[Query]) -> list[Query]:

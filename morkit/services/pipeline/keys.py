@@ -1,0 +1,64 @@
+"""What each pipeline stage's key is made of, so that a stage is kept only when nothing that shapes its output changed.
+
+A stage's key hashes its inputs' keys and its settings. Settings enter whole (every field of their options
+dataclass), minus a short, named list of fields that cannot change the output, so that an option added
+later is in the key without anyone remembering to add it. Generated answers carry keys of their own
+(`services.generating.answer_key`): a rerun of the generate stage reuses only answers asked the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from morkit.reward_models.options import ScoringOptions
+
+SCHEME = 2
+"""The key scheme, part of every key. Keys made under an older scheme (whose generate stage reused answers by
+question id whatever the question said, and whose score stage left options out) cannot vouch for their
+outputs, so a run.json from before differs everywhere and every stage reruns once."""
+
+SCORE_NEUTRAL = ("progress", "cache", "chunk", "batch_size", "ray_workers", "check_fit")
+"""ScoringOptions fields that cannot change a score: the progress bar, where scores are cached, how many pairs
+go per call or per forward pass (a pair scores the same in any batch), how many Ray replicas share the work,
+and the memory check made before a model loads. Every other field is in the scoring key."""
+
+
+def digest(*parts: Any) -> str:
+    """A short hash of JSON-able parts (paths and other objects by their text), under the current SCHEME."""
+    return hashlib.sha256(json.dumps([SCHEME, *parts], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def file_digest(path: str | Path | None) -> str | None:
+    """A short hash of a file's bytes (None for no file)."""
+    return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def settings(options: Any, neutral: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of an options dataclass (nested ones as dicts) but the `neutral` ones, for a key."""
+    return {name: value for name, value in asdict(options).items() if name not in neutral}
+
+
+def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
+    """What in the scoring options can change a score: every field but SCORE_NEUTRAL."""
+    return settings(scoring, SCORE_NEUTRAL)
+
+
+def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Each named RM's cache key, which carries its version (a rule's own, a packaged head's hash, a declared
+    version), known without loading a model: a new version of an RM rescores, of `code-tests` relabels."""
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.rm_set import cache_key
+
+    versions = {}
+    for name in names:
+        if name not in REWARD_MODELS:  # scores given in the input (a table RM)
+            versions[name] = name
+        elif REWARD_MODELS.get(name).meta.get("kind") == "rule":
+            versions[name] = getattr(REWARD_MODELS.load(name)(), "cache_key", name)
+        else:
+            versions[name] = cache_key(name)
+    return versions
