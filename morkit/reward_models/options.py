@@ -28,8 +28,7 @@ def split_url(text: str) -> tuple[str | None, str]:
     """`RM=URL` binds a server to one RM; a bare URL serves every model RM of the run."""
     bound = _BOUND_URL.match(text)
     name, url = (bound.group(1), bound.group(2)) if bound else (None, text)
-    if not re.match(r"^https?://[^\s/]+", url):
-        raise InputError(f"server URL must start with http:// or https://, got {text!r}")
+    checks.http_url(url, "server URL")
     return name, url.rstrip("/")
 
 
