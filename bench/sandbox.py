@@ -3,8 +3,8 @@
 Paths, each run `--runs` times one after another, then `run_many` with 2 workers:
   bare python     `python -I -S -B -c "pass"` in a subprocess (no isolation: the floor)
   sandbox         morkit's sandbox on the same trivial program (namespaces, new root, limits, seccomp)
-  test harness    a one-line function and one assert through `run_python(tests=...)`: the tests on their own
-                  thread, fresh standard modules, the audit guard, the answer check, the completion report
+  test harness    a one-line function and one assert through `run_python(tests=...)`: the candidate's and the
+                  tests' processes, one call across the pipe, the completion report
   humaneval       code-tests on real HumanEval completions (program + tests, completion report)
 
     .venv/bin/python bench/sandbox.py [--runs 40] [--references]

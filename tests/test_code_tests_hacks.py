@@ -1,7 +1,8 @@
 """`code-tests` (and the code labels, which grade through it) cannot be gamed, and correct programs pass.
 
 Each hack below is a wrong HumanEval program that scored 1.0 when the tests ran in the candidate's own
-file, as `__main__`, beside its names and built-ins; each false negative a correct one that scored 0."""
+file, as `__main__`, beside its names and built-ins (or, the later ones, in its own process behind an
+audit hook); each false negative a correct one that scored 0."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ LIMITS = SandboxLimits(wall_seconds=8)
 def humaneval(data_dir) -> dict[str, Query]:
     from morkit.data.datasets import load_spec
 
-    return {q.id: q for q in load_spec("humaneval:33", str(data_dir))}
+    return {q.id: q for q in load_spec("humaneval:112", str(data_dir))}
 
 
 def _outdent(body: str) -> str:
@@ -100,6 +101,54 @@ HACKS_ON_TASK_0 = {
 }
 
 
+# Found by a red-team review of an earlier harness that ran the tests in the candidate's own process.
+HACKS_ON_TASK_0.update({
+    "the harness's own globals patched through __main__": """
+        return False
+    import __main__
+    __main__.exec = lambda *a, **k: None
+    """,
+    "an exception that overrides with_traceback": """
+        raise Done()
+    class Done(BaseException):
+        def with_traceback(self, tb):
+            return None
+    """,
+    "a gc callback on the tests' thread hands a traceback to a thief": """
+        return False
+    import gc, os, _thread, time
+    MAIN = _thread.get_ident()
+    box, mine = [], {MAIN}
+    def _callback(phase, info):
+        if box or _thread.get_ident() in mine:
+            return
+        try:
+            raise KeyError
+        except KeyError as e:
+            box.append(e.__traceback__)
+    def _thief():
+        while not box:
+            time.sleep(0.0005)
+        f = box[0].tb_frame
+        while f is not None:
+            if f.f_locals.get("token") and "report" in f.f_locals:
+                os.write(f.f_locals["report"], f.f_locals["token"])
+                os._exit(0)
+            f = f.f_back
+    mine.add(_thread.start_new_thread(_thief, ()))
+    time.sleep(0.05)
+    gc.callbacks.append(_callback)
+    gc.set_threshold(1, 1, 1)
+    """,
+    "ctypes makes False equal True": """
+        return False
+    import ctypes
+    ctypes.cast(id(False), ctypes.POINTER(ctypes.c_ssize_t))[2] = 1
+    ctypes.cast(id(False) + 24, ctypes.POINTER(ctypes.c_uint32))[0] = 1
+    """,
+})
+
+
 @pytest.mark.parametrize("hack", sorted(HACKS_ON_TASK_0))
 def test_hacks_score_zero(humaneval, hack):
     assert _score(humaneval["HumanEval/0"], HACKS_ON_TASK_0[hack]) == [0.0]
@@ -117,6 +166,23 @@ def test_patched_builtins_and_modules_do_not_reach_the_tests(humaneval):
     assert _score(humaneval["HumanEval/32"], fabs_patched) == [0.0]
 
 
+def test_a_real_counter_answer_with_patched_collections_globals_scores_zero(humaneval):
+    """Counter.__eq__ reads `all` and `isinstance` from the globals of the candidate's `collections`."""
+    patched = """
+        return collections.Counter()
+    import collections
+    collections.all = lambda *a, **k: True
+    collections.isinstance = lambda *a, **k: True
+    """
+    assert _score(humaneval["HumanEval/111"], patched) == [0.0]
+
+
+def test_answers_of_standard_types_compare_as_they_would_in_one_process():
+    program = "from collections import Counter\ndef letters(s):\n    return Counter(s)\n"
+    tests = "from collections import Counter\nassert letters('abca') == Counter('abca') == {'a': 2, 'b': 1, 'c': 1}\n"
+    assert run_python(program, LIMITS, tests=tests).passed
+
+
 def test_a_standard_class_patched_by_the_candidate_does_not_reach_the_tests():
     program = "import collections\ncollections.Counter.__eq__ = lambda self, other: True\ndef letters():\n    return 'zz'\n"
     result = run_python(program, LIMITS, tests="from collections import Counter\nassert Counter(letters()) == Counter('ab')\n")
@@ -125,7 +191,8 @@ def test_a_standard_class_patched_by_the_candidate_does_not_reach_the_tests():
 
 def test_an_audit_hook_of_the_candidates_never_sees_the_tests_code():
     """The `exec` of the tests raises an audit event whose argument is their code object, constants and all."""
-    program = "import sys\nsys.addaudithook(lambda event, args: print('saw', event))\ndef f():\n    return 1\n"
+    program = ("import sys\nsys.addaudithook(lambda event, args: print('saw', event) if '<tests>' in repr(args) else 0)\n"
+               "def f():\n    return 1\n")
     result = run_python(program, LIMITS, tests="assert f() == 1\n")
     assert result.passed and "saw" not in result.stdout, result
 

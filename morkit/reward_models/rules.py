@@ -139,8 +139,8 @@ class CodeTests:
     The program is the answer's last fenced ```python block when it has one, else the whole text.
     Two kinds of tests, either or both: `query.tests`, assert-style Python test code that must run to its
     end against the candidate imported as module `solution` (its `__main__` block does not run), out of
-    its reach: in no file, on a thread and in a namespace of their own, taking only plain built-in
-    values as its functions' answers (runtime/sandbox_harness.py); and `extra["stdio_tests"]`, inputs
+    its reach: in no file, in a process of their own that takes only plain built-in values from its
+    functions (runtime/sandbox_harness.py); and `extra["stdio_tests"]`, inputs
     the candidate, run as a program, reads on stdin, each in its own sandbox, whose stdout must match the
     expected output (LiveCodeBench's comparison, `stdio_output_matches`); a candidate stops at its first
     failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
@@ -171,9 +171,9 @@ class CodeTests:
 
     @property
     def cache_key(self) -> str:
-        """Version 4: test code runs out of the candidate's reach, against it imported as `solution` (version 3
-        ran both in one file as `__main__`, where trace hooks, frames, patched built-ins or an answer
-        whose `__eq__` always agrees passed wrong programs, and main blocks failed right ones).
+        """Version 4: test code runs in a process of its own, against the candidate imported as `solution` in
+        another (version 3 ran both in one file as `__main__`, where trace hooks, frames, patched built-ins
+        or an answer whose `__eq__` always agrees passed wrong programs, and main blocks failed right ones).
         Version 3: the program is the answer's last fenced code block when it has one (version 2 ran the
         whole text, so an LLM's fenced answer always failed); version 2: a run counts only if its tests ran
         to their end (version 1 accepted any exit 0).

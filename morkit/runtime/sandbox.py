@@ -8,10 +8,11 @@ limits are low, capabilities are gone, and a seccomp filter refuses signals to o
 namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit is enforced by the
 launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
 
-`require_completion=True`: the run passes only if the program ran to its end and the harness reported
-so on a pipe with a per-run token; exiting early (even with status 0) fails. `tests=` (how unit tests
-run): `code` is the candidate, imported as module `solution`, and the test code, which never lands in a
-file the candidate could read, runs out of its reach until its end (sandbox_harness.py).
+`tests=` (assert-style test code): `code` is the candidate, imported as module `solution` in a process
+of its own; the test code, which never lands in a file, runs in the harness's other process, which the
+candidate's code never runs in, calling its functions across a pipe (sandbox_harness.py). The run passes
+only if that process reports, on a pipe with a per-run token, that the tests ran to their end; exiting
+early (even with status 0) fails.
 
 `stdin` is the program's standard input: written to a file beside main.py, which the launcher opens
 read-only on fd 0 and unlinks just before the exec (without it fd 0 is /dev/null: reads give EOF).
@@ -77,14 +78,14 @@ class SandboxResult:
         return self.status == "passed"
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_completion: bool = False,
-               stdin: bytes | str | None = None, tests: str | None = None) -> SandboxResult:
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: bytes | str | None = None,
+               tests: str | None = None) -> SandboxResult:
     """Run `code` as a Python program in a fresh sandbox and classify the outcome.
 
-    With `require_completion`, "passed" also needs the harness's report that the program ran to its end.
     With `tests` (assert-style test code), `code` is the candidate: imported as module `solution`, not run
-    as `__main__`, and "passed" needs the tests, run out of its reach, to reach their end (see
-    sandbox_harness.py). `stdin` (str: UTF-8) is what the program reads on fd 0; None gives it /dev/null."""
+    as `__main__`, and "passed" needs the harness's report that the tests, run in another process, reached
+    their end (see sandbox_harness.py). `stdin` (str: UTF-8) is what the program reads on fd 0; None gives
+    it /dev/null."""
     import shutil
     import subprocess
     import tempfile
@@ -94,9 +95,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
     workdir = tempfile.mkdtemp(prefix="morkit-sandbox-")
     try:
         status_r, status_w = _pipe(kept)
-        require_completion = require_completion or tests is not None
-        token_r, token_w = _pipe(kept) if require_completion else (-1, -1)
-        report_r, report_w = _pipe(kept) if require_completion else (-1, -1)
+        reported = tests is not None  # the tests' process reports their end with the token
+        token_r, token_w = _pipe(kept) if reported else (-1, -1)
+        report_r, report_w = _pipe(kept) if reported else (-1, -1)
         down = [fd for fd in (status_w, token_r, report_w) if fd >= 0]  # the launcher's ends
         token = secrets.token_hex(16).encode()
         with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
@@ -108,7 +109,8 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
             if content is not None:
                 with open(os.path.join(workdir, name), "wb") as f:
                     f.write(content)
-        config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes, "nproc": limits.max_processes,
+        config = {"cpu": limits.cpu_seconds, "memory": limits.memory_bytes,
+                  "nproc": limits.max_processes + reported,  # the tests' process, beside the candidate's
                   "disk": limits.disk_bytes + sum(len(c) for c in hidden.values() if c),
                   "inodes": limits.max_files + sum(c is not None for c in hidden.values()),
                   "wall": limits.wall_seconds, "workdir": workdir, "parent": os.getpid(), "status_fd": status_w,
@@ -125,7 +127,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
                 for fd in down:
                     kept.remove(fd)
                     os.close(fd)
-            if require_completion:
+            if reported:
                 _write_quietly(token_w, token)
                 kept.remove(token_w)
                 os.close(token_w)
@@ -136,7 +138,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
                 _, wait_status, usage = os.wait4(proc.pid, 0)
                 proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait
             outcome = {"timeout": True} if backstop else _read_outcome(status_r)
-            finished = not require_completion or _read_small(report_r) == token
+            finished = not reported or _read_small(report_r) == token
             stdout = _read_capped(out, limits.max_output_bytes)
             stderr = _read_capped(err, limits.max_output_bytes)
         status, returncode, stderr = _classify(outcome, stderr, usage.ru_utime + usage.ru_stime, limits, finished)
@@ -147,10 +149,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, require_co
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_many(codes: Iterable[str], limits: SandboxLimits = SandboxLimits(), workers: int = 2, *,
-             require_completion: bool = False) -> list[SandboxResult]:
+def run_many(codes: Iterable[str], limits: SandboxLimits = SandboxLimits(), workers: int = 2) -> list[SandboxResult]:
     """Run several programs, each in its own sandbox, `workers` at a time; results keep input order."""
-    return in_parallel(lambda c: run_python(c, limits, require_completion=require_completion), codes, workers)
+    return in_parallel(lambda c: run_python(c, limits), codes, workers)
 
 
 def in_parallel(run: Callable[[_T], _R], items: Iterable[_T], workers: int = 2) -> list[_R]:

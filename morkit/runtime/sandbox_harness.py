@@ -4,183 +4,246 @@ Standard library only: the launcher hands this file's text to a fresh interprete
 morkit is not importable. FDS picks how /work/main.py runs:
 
 - none: as a program (`__main__`), reading its input on stdin;
-- TOKEN,REPORT: as a program that must run to its end; the per-run token read from TOKEN goes out on
-  REPORT only once its last line ran;
-- TOKEN,REPORT,TESTS: as the candidate of the assert-style tests read from TESTS. The candidate is module
-  `solution` (never `__main__`, so its `if __name__ == "__main__":` block does not run). The tests run on
-  a thread of their own, in a namespace of their own: the built-ins and common standard modules as they
-  were before the candidate ran, and the candidate's names, its functions behind proxies that run them
-  on the main thread and accept only answers made of plain built-in values. The token goes out once the
-  tests ran to their end.
+- TOKEN,REPORT,TESTS: as the candidate of the assert-style tests read from TESTS, in two processes. The
+  harness forks before it reads anything: the child imports the candidate as module `solution` (never
+  `__main__`, so its `if __name__ == "__main__":` block does not run) and answers calls of its functions;
+  the parent, which the candidate's code never runs in, reads the per-run token and the tests, runs the
+  tests in its own untouched interpreter with the candidate's functions behind proxies, and writes the
+  token on REPORT only once the tests ran to their end.
 
-From before the candidate's first line, an audit hook (`Guard`) refuses the ways a program could read or
-rewrite the tests that call it: on the thread that runs the tests, trace and profile hooks and frames
-(a stack there leads to the tests); on every thread, other threads' frames, gc's object lists, ctypes,
-hand-made code objects, new code for a function, new audit hooks, and changes to classes that existed
-before it. On the main thread, where the candidate's functions and signal handlers run, frames and
-trace hooks are allowed: its stack holds nothing of the tests'.
+Between the two, only data crosses, as JSON trees of tagged plain values (`encode`, `decode`): a
+function's arguments one way, its answer (or the exception it raised) and its arguments as it left them
+the other. The parent rebuilds each answer from built-in types only, so no object of the candidate's,
+no `__eq__` that always agrees and no patched module or built-in reaches the tests.
 """
 
-import _sitebuiltins
-import _thread
 import builtins
+import json
 import os
 import sys
 
-# -S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them.
-builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
-builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
-builtins.help = _sitebuiltins._Helper()
-
 CANDIDATE = "solution"
-# the tests get these as they were before the candidate ran; other modules are shared with it
-PRISTINE_MODULES = ("math", "cmath", "re", "string", "itertools", "functools", "collections", "heapq", "bisect",
-                    "random", "decimal", "copy", "operator", "typing")
-# refused on every thread: ways to reach another thread's frames or any object, or to read raw memory
-DENIED_EVENTS = frozenset({"sys._current_frames", "sys._current_exceptions", "sys._settraceallthreads",
-                           "sys._setprofileallthreads", "sys.addaudithook", "sys.monitoring.register_callback",
-                           "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__"})
-# refused on the thread that runs the tests: its frames lead to them (elsewhere frames lead nowhere near them)
-TESTS_THREAD_DENIED = frozenset({"sys.settrace", "sys.setprofile", "sys._getframe"})
-FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-
-
-class AccessDenied(AttributeError, ValueError):
-    """What the guard raises: an AttributeError and a ValueError both, so that the standard library's own
-    fallbacks for a missing frame (namedtuple, logging, typing, enum) still work."""
+MAX_MESSAGE = 64 << 20  # bytes of one message between the processes; a larger answer is refused
+MAX_DEPTH = 200  # nesting of one value
+# names a candidate may bind to a module, which the tests then import themselves (never these)
+UNSAFE_MODULES = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser"})
 
 
 class AnswerRefused(TypeError):
-    """A candidate's function returned something other than plain built-in values."""
+    """A value that cannot cross between the processes (what the tests pass, or what the candidate answers)."""
 
 
-class Guard:
-    """The audit hook, made on the thread that runs the tests. Only that thread holds it (never the
-    candidate's stack); it opens once the verdict is out and the token gone, to print a failure's traceback."""
-
-    def __init__(self):
-        self.open = False
-        self.old_types = _live_type_ids()
-        self.tests_thread = _thread.get_ident()
-
-    def __call__(self, event, args):
-        if self.open:
-            return
-        if event in DENIED_EVENTS or event.startswith("ctypes.") or (
-                event in ("object.__setattr__", "object.__delattr__") and (
-                args[1] == "__code__" or id(args[0]) in self.old_types)) or (
-                _thread.get_ident() == self.tests_thread and (event in TESTS_THREAD_DENIED or (
-                    event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES))):
-            raise AccessDenied(f"morkit-sandbox: {event} is not allowed while tests run")
+class CandidateError(Exception):
+    """The candidate raised an exception that is not one of Python's built-in ones (its type's name and message)."""
 
 
-def _live_type_ids():
-    """The ids of every class alive now (each kept alive by its module, so no id is reused)."""
-    seen, todo = {id(object)}, [object]
-    while todo:
-        for sub in type.__subclasses__(todo.pop()):
-            if id(sub) not in seen:
-                seen.add(id(sub))
-                todo.append(sub)
-    return frozenset(seen)
+def _install_site_builtins():
+    """-S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them."""
+    import _sitebuiltins
+
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    builtins.help = _sitebuiltins._Helper()
 
 
-def _start_report(fds, guard):
-    """Read the token and start the thread that writes it once `done` is released (the program's own run)."""
-    import ctypes
+# -- the codec: plain values as JSON trees [tag, ...] ------------------------------------------------------
 
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no process of this uid reads our memory
-    token = os.read(fds[0], 64)
-    os.close(fds[0])
-    done, written = _thread.allocate_lock(), _thread.allocate_lock()
-    done.acquire()
-    written.acquire()
-    _thread.start_new_thread(_report, (fds[1], token, done, written))
-    sys.addaudithook(guard)
-    return done.release, written.acquire
-
-
-def _report(fd, token, done, written):
-    done.acquire()
-    os.write(fd, token)
-    written.release()
-
-
-def run_program(path, fds):
-    """main.py as `__main__`; with fds, the token goes out only after its last line ran.
-
-    The program runs on the main thread from C: a deque drains a map that calls run_path, then
-    done.release, then waits until the token is written, so no frame of its stack holds the lock."""
-    import runpy
-
-    if not fds:
-        runpy.run_path(path, run_name="__main__")
-        return
+def encode(value, depth=0):
+    """`value` as a JSON tree, by its built-in base type (a subclass crosses as its plain value); raises
+    AnswerRefused for anything else (functions, objects of other classes)."""
     import collections
-    import functools
-    import operator
+    import decimal
+    import fractions
+    import re
 
-    collections.deque(map(operator.call, [functools.partial(runpy.run_path, path, run_name="__main__"),
-                                          *_start_report(fds, Guard())]), 0)
-
-
-class Calls:
-    """Hands the tests thread's calls of candidate functions to the main thread, one at a time."""
-
-    def __init__(self):
-        self.asked, self.answered = _thread.allocate_lock(), _thread.allocate_lock()
-        self.asked.acquire()
-        self.answered.acquire()
-        self.job = self.result = None
-
-    def call(self, fn, args, kwargs):
-        self.job = (fn, args, kwargs)
-        self.asked.release()
-        self.answered.acquire()
-        (ok, value), self.result = self.result, None
-        if ok:
-            return value
-        raise value
-
-    def finish(self):
-        self.job = None
-        self.asked.release()
-
-    def serve(self):
-        """On the main thread: run the calls asked for until finish()."""
-        while True:
-            self.asked.acquire()
-            job, self.job = self.job, None
-            if job is None:
-                return
-            fn, args, kwargs = job
-            try:
-                self.result = (True, fn(*args, **kwargs))
-            except BaseException as exc:  # noqa: BLE001 - raised again on the tests thread
-                self.result = (False, exc)
-            self.answered.release()
-
-
-class Handoff:
-    """What the main thread and the tests thread share: nothing the candidate could use (no token, no tests,
-    not the guard), since a signal handler's frame shows the candidate the main thread's stack."""
-
-    def __init__(self):
-        self.ready, self.loaded = _thread.allocate_lock(), _thread.allocate_lock()
-        self.ready.acquire()
-        self.loaded.acquire()
-        self.calls = Calls()
-        self.namespace = self.failure = None
-        self.exit_code = 1
+    if depth > MAX_DEPTH:
+        raise AnswerRefused("a value nested too deep")
+    down = depth + 1
+    if value is None:
+        return ["N"]
+    if isinstance(value, bool):
+        return ["T" if value else "F"]
+    if isinstance(value, int):
+        return ["i", hex(int.__index__(value))]
+    if isinstance(value, float):
+        return ["f", float.hex(float(value))]
+    if isinstance(value, complex):
+        return ["c", float.hex(value.real), float.hex(value.imag)]
+    if isinstance(value, str):
+        return ["s", str.__str__(value)]
+    if isinstance(value, (bytes, bytearray)):
+        return ["b" if isinstance(value, bytes) else "ba", bytes(value).decode("latin-1")]
+    if isinstance(value, decimal.Decimal):
+        return ["D", str(value)]
+    if isinstance(value, fractions.Fraction):
+        return ["Q", hex(value.numerator), hex(value.denominator)]
+    if isinstance(value, range):
+        return ["r", hex(value.start), hex(value.stop), hex(value.step)]
+    if isinstance(value, re.Match):
+        return ["m", encode(value.group(0), down), value.start(), value.end()]
+    for kind, tag in ((collections.Counter, "C"), (collections.OrderedDict, "o"), (collections.defaultdict, "dd"),
+                      (dict, "d")):
+        if isinstance(value, kind):
+            pairs = [[encode(k, down), encode(v, down)] for k, v in dict.items(value)]
+            if tag == "dd":
+                factory = value.default_factory
+                name = None if factory is None else getattr(factory, "__name__", None)
+                if factory is not None and getattr(builtins, str(name), None) is not factory:
+                    raise AnswerRefused("a defaultdict whose factory is not a built-in")
+                return [tag, name, pairs]
+            return [tag, pairs]
+    for kind, tag in ((list, "l"), (tuple, "t"), (set, "S"), (frozenset, "F"), (collections.deque, "q")):
+        if isinstance(value, kind):
+            items = [encode(v, down) for v in value]
+            return ["q", items, value.maxlen] if tag == "q" else [tag, items]
+    if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):  # a generator, map, zip, ...
+        return ["it", [encode(v, down) for v in value]]
+    raise AnswerRefused(f"a {type(value).__name__!s:.60}")
 
 
-def run_tests(path, fds):
-    """The candidate at `path` as module `solution` on the main thread; the tests on their own thread."""
+def decode(node, depth=0):
+    """The value of a JSON tree from `encode`, built from built-in types only; AnswerRefused where the tree
+    is not one `encode` could have made (the other process may send anything)."""
+    import collections
+    import decimal
+    import fractions
+
+    if depth > MAX_DEPTH + 1:
+        raise AnswerRefused("a value nested too deep")
+    down = depth + 1
+    try:
+        tag, *rest = node
+        if type(tag) is not str:
+            raise ValueError
+        if tag in ("N", "T", "F") and not rest:
+            return {"N": None, "T": True, "F": False}[tag]
+        if tag in ("l", "t", "S", "F", "it"):
+            items = [decode(v, down) for v in _list(rest)]
+            return {"l": list, "t": tuple, "S": set, "F": frozenset, "it": iter}[tag](items)
+        if tag in ("d", "C", "o"):
+            pairs = [(decode(k, down), decode(v, down)) for k, v in _list(rest)]
+            mapping = {"d": dict, "C": collections.Counter, "o": collections.OrderedDict}[tag]()
+            mapping.update(dict(pairs) if tag == "C" else pairs)  # a Counter adds counts given as pairs
+            return mapping
+        if tag == "dd":
+            name, pairs = rest
+            factory = None if name is None else getattr(builtins, _text(name))
+            if factory is not None and not isinstance(factory, type):
+                raise ValueError
+            return collections.defaultdict(factory, [(decode(k, down), decode(v, down)) for k, v in _list([pairs])])
+        if tag == "q":
+            items, maxlen = rest
+            if maxlen is not None and type(maxlen) is not int:
+                raise ValueError
+            return collections.deque([decode(v, down) for v in _list([items])], maxlen)
+        (first, *more) = rest
+        if tag == "i" and not more:
+            return int(_text(first), 16)
+        if tag == "f" and not more:
+            return float.fromhex(_text(first))
+        if tag == "c" and len(more) == 1:
+            return complex(float.fromhex(_text(first)), float.fromhex(_text(more[0])))
+        if tag == "s" and not more:
+            return _text(first)
+        if tag in ("b", "ba") and not more:
+            return (bytes if tag == "b" else bytearray)(_text(first).encode("latin-1"))
+        if tag == "D" and not more:
+            return decimal.Decimal(_text(first))
+        if tag == "Q" and len(more) == 1:
+            return fractions.Fraction(int(_text(first), 16), int(_text(more[0]), 16))
+        if tag == "r" and len(more) == 2:
+            return range(*(int(_text(x), 16) for x in (first, *more)))
+        if tag == "m" and len(more) == 2 and all(type(x) is int for x in more):
+            return Matched(decode(first, down), *more)
+    except (ValueError, TypeError, AttributeError, KeyError, decimal.InvalidOperation, ZeroDivisionError):
+        pass
+    raise AnswerRefused("a malformed value")
+
+
+def _list(rest):
+    if len(rest) != 1 or type(rest[0]) is not list:
+        raise ValueError
+    return rest[0]
+
+
+def _text(value):
+    if type(value) is not str:
+        raise ValueError
+    return value
+
+
+class Matched:
+    """A regular-expression match the candidate answered with: true, with its text and span."""
+
+    def __init__(self, text, start, end):
+        self._text, self._span = text, (start, end)
+
+    def group(self, index=0):
+        if index != 0:
+            raise IndexError("only the whole match crosses from the candidate's process")
+        return self._text
+
+    def span(self, index=0):
+        self.group(index)
+        return self._span
+
+    def start(self, index=0):
+        return self.span(index)[0]
+
+    def end(self, index=0):
+        return self.span(index)[1]
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return f"<match span={self._span}, match={self._text!r}>"
+
+
+# -- messages between the processes: a length, then JSON ---------------------------------------------------
+
+def send(fd, message):
+    data = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    data = len(data).to_bytes(8, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def receive(fd):
+    """The next message, or None at the end of the pipe; AnswerRefused for one too large or not JSON."""
+    head = _read_exactly(fd, 8)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "big")
+    if size > MAX_MESSAGE:
+        raise AnswerRefused(f"a message of {size:,} bytes (at most {MAX_MESSAGE:,})")
+    data = _read_exactly(fd, size)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode("utf-8", "surrogatepass"))
+    except ValueError:
+        raise AnswerRefused("a message that is not JSON") from None
+
+
+def _read_exactly(fd, size):
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the candidate's process ----------------------------------------------------------------------------------
+
+def serve_candidate(path, requests, answers):
+    """Import the candidate as `solution`, say what it defines, then answer calls until the tests are done."""
+    import traceback
     import types
 
-    handoff = Handoff()
-    _thread.start_new_thread(_tests_thread, (fds, handoff, _thread.get_ident()))
-    handoff.ready.acquire()  # the token and tests are read, their fds closed, the pristine state kept, the guard on
     module = types.ModuleType(CANDIDATE)
     module.__file__ = path
     sys.modules[CANDIDATE] = module
@@ -188,171 +251,201 @@ def run_tests(path, fds):
         with open(path, encoding="utf-8") as f:
             source = f.read()
         exec(compile(source, path, "exec"), module.__dict__)
-    except BaseException as exc:  # noqa: BLE001 - reported by the tests thread
-        handoff.failure = exc
-    handoff.namespace = module.__dict__
-    handoff.loaded.release()
-    handoff.calls.serve()
+    except BaseException as exc:  # noqa: BLE001 - reported to the tests, which then fail
+        send(answers, ["failed", "".join(traceback.format_exception(exc))[-4000:]])
+        _flush_and_exit(1)
+    send(answers, ["loaded", _exports(module.__dict__)])
+    while True:
+        message = receive(requests)
+        if message is None:
+            _flush_and_exit(0)
+        _, name, args, kwargs = message
+        args, kwargs = decode(args), decode(kwargs)
+        try:
+            value = module.__dict__[name](*args, **kwargs)
+            reply = ["ok", encode(value), encode(args), encode(kwargs)]
+        except AnswerRefused as exc:
+            reply = ["refused", f"{name}() answered {exc}, which is not made of plain built-in values"]
+        except BaseException as exc:  # noqa: BLE001 - raised again on the tests' side
+            where = "".join(traceback.format_exception(exc))[-4000:]
+            reply = ["raised", type(exc).__name__, str(exc)[:4000], where]
+        send(answers, reply)
+
+
+def _exports(namespace):
+    """What the candidate defines at module level, for the tests: name -> ["call"], ["module", name] or
+    ["value", tree]; values that cannot cross are left out."""
+    import types
+
+    exports = {}
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            exports[name] = ["module", str(getattr(value, "__name__", ""))]
+        elif callable(value):
+            exports[name] = ["call"]
+        else:
+            try:
+                exports[name] = ["value", encode(value)]
+            except (AnswerRefused, RecursionError):
+                pass
+    return exports
+
+
+def _flush_and_exit(code):
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - the candidate's own streams
             pass
-    os._exit(handoff.exit_code)
+    os._exit(code)
 
 
-def _tests_thread(fds, handoff, main_thread):
-    """Read the tests, keep the pristine state, turn the guard on, wait for the candidate, run the tests."""
-    token, report, failure, guard = b"", fds[1], None, None
+# -- the tests' process ---------------------------------------------------------------------------------------
+
+def run_tests(path, fds):
+    """Fork the candidate's process first (so it never holds the token or the tests), then run the tests."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no process of this uid reads our memory or fds
+    token_fd, report, tests_fd = fds
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        for fd in (token_fd, report, tests_fd, requests_w, answers_r):
+            os.close(fd)
+        serve_candidate(path, requests_r, answers_w)
+    for fd in (requests_r, answers_w):
+        os.close(fd)
+    token = os.read(token_fd, 64)
+    os.close(token_fd)
+    with os.fdopen(tests_fd, "r", encoding="utf-8") as f:
+        tests = f.read()
     try:
-        import ctypes
+        code = compile(tests, "<tests>", "exec")
+        namespace = _tests_namespace(receive(answers_r), requests_w, answers_r)
+        exec(code, namespace)
+    except BaseException as exc:  # noqa: BLE001 - any exception fails the tests
+        import traceback
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no process of this uid reads our memory
-        token = os.read(fds[0], 64)
-        os.close(fds[0])
-        with os.fdopen(fds[2], "r", encoding="utf-8") as f:
-            code = compile(f.read(), "<tests>", "exec")
-        pristine = Pristine()
-        guard = Guard()
-        sys.addaudithook(guard)
-    except BaseException as exc:  # noqa: BLE001 - tests that cannot be read or compiled fail the run
-        failure = exc
-    handoff.ready.release()
-    handoff.loaded.acquire()
-    failure = failure or handoff.failure
-    if failure is None:
-        try:
-            exec(code, pristine.namespace(handoff.namespace, handoff.calls, main_thread))
-        except BaseException as exc:  # noqa: BLE001 - any exception fails the tests
-            failure = exc.with_traceback(exc.__traceback__.tb_next)  # from the tests' own line on
-    if failure is None:
-        os.write(report, token)
-        handoff.exit_code = 0
+        os.close(report)
+        if exc.__traceback__ is not None:  # shown from the tests' own line on (only this process's classes here)
+            BaseException.with_traceback(exc, exc.__traceback__.tb_next)
+        traceback.print_exception(exc)
+        _end(child, requests_w, 1)
+    os.write(report, token)
     os.close(report)
-    del token
+    _end(child, requests_w, 0)
+
+
+def _end(child, requests, code):
+    """Let the candidate's process see the end of its calls and flush its output (a second at most), then exit."""
+    import select
+    import signal
+
+    os.close(requests)
     try:
-        if failure is not None:
-            if guard is not None:
-                guard.open = True  # the token is gone: the traceback may read frames now
-            import traceback
-
-            traceback.print_exception(failure)
-    except BaseException:  # noqa: BLE001 - an exception of the candidate's that cannot be shown
+        pidfd = os.pidfd_open(child)
+        select.select([pidfd], [], [], 1.0)
+        os.kill(child, signal.SIGKILL)
+    except OSError:
         pass
-    finally:
-        handoff.calls.finish()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
-class Pristine:
-    """Built-ins and standard modules as they were before the candidate ran, for the tests' namespace."""
-
-    def __init__(self):
-        import collections
-        import decimal
-        import importlib.util
-        import re
-        import types
-
-        self.module_type = types.ModuleType
-        self.modules = {name: self._fresh(importlib.util, name) for name in PRISTINE_MODULES}
-        self.builtins = dict(builtins.__dict__)
-        self.real_import = builtins.__import__
-        plain = frozenset(map(id, (type(None), bool, int, float, complex, str, bytes, range, decimal.Decimal,
-                                   re.Match)))
-        sequences = frozenset(map(id, (list, tuple, set, frozenset, collections.deque)))
-        mappings = frozenset(map(id, (dict, collections.OrderedDict, collections.Counter)))
-        self.check = _answer_check(plain, sequences, mappings, collections.defaultdict)
-
-    def _fresh(self, util, name):
-        """A copy of module `name` for the tests alone. One written in Python is run anew, so its classes are
-        its own and no patch of the candidate's reaches them; one built in C (nothing of it patchable but
-        its namespace) is a module over a copy of its namespace, taking what it lacks from the real one."""
-        real = __import__(name)
-        spec = util.find_spec(name)
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            module = util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-        module = self.module_type(name)
-        module.__dict__.update(real.__dict__)
-        module.__dict__["__getattr__"] = lambda attr: getattr(real, attr)
-        return module
-
-    def importer(self, name, globals=None, locals=None, fromlist=(), level=0):
-        """The tests' __import__: a pristine module for those kept, else the ordinary import."""
-        found = self.real_import(name, globals, locals, fromlist, level)
-        top = name.partition(".")[0]
-        if level == 0 and top in self.modules and not (fromlist and "." in name):
-            return self.modules[top]
-        return found
-
-    def namespace(self, candidate, calls, main_thread):
-        """The tests' globals: fresh built-ins, then the candidate's names (functions behind proxies); a
-        candidate name that shadows a built-in is left out, so the tests keep the real one."""
-        own = dict(self.builtins, __import__=self.importer)
-        namespace = {"__builtins__": own, "__name__": "__tests__"}
-        for name, value in list(candidate.items()):
-            if name.startswith("__") or name in own:
-                continue
-            if type(value) is self.module_type and value.__dict__.get("__name__") in self.modules:
-                value = self.modules[value.__dict__["__name__"]]
-            elif callable(value) and not issubclass(type(value), type):
-                value = _proxy(name, value, calls, main_thread, self.check)
-            namespace[name] = value
-        return namespace
+def _tests_namespace(loaded, requests, answers):
+    """The tests' globals: this process's own built-ins, then the candidate's names: its functions behind
+    proxies, its modules imported here, its values decoded. A name that shadows a built-in is left out, so
+    the tests keep the real one."""
+    if not (isinstance(loaded, list) and loaded and loaded[0] in ("loaded", "failed")):
+        raise RuntimeError("morkit-sandbox: the candidate exited before the tests ran")
+    if loaded[0] == "failed" or not isinstance(loaded[1], dict):
+        raise RuntimeError(f"morkit-sandbox: the candidate failed before the tests ran:\n{str(loaded[1])[-4000:]}")
+    namespace = {"__builtins__": builtins, "__name__": "__tests__"}
+    for name, (kind, *detail) in loaded[1].items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__") or hasattr(builtins, name):
+            continue
+        if kind == "call":
+            namespace[name] = _proxy(name, requests, answers)
+        elif kind == "value":
+            namespace[name] = decode(detail[0])
+        elif kind == "module" and _safe_module(detail[0]):
+            try:
+                namespace[name] = __import__(detail[0], fromlist=["_"])
+            except ImportError:
+                pass
+    return namespace
 
 
-def _proxy(name, fn, calls, main_thread, check):
-    """Call the candidate's `fn` on the main thread (where its signal handlers run, far from the tests'
-    frames) and refuse an answer not made of plain built-in values. Its closure holds nothing mutable
-    of the harness's, should the tests hand it to the candidate."""
+def _safe_module(name):
+    return isinstance(name, str) and name.partition(".")[0] in sys.stdlib_module_names - UNSAFE_MODULES
+
+
+def _proxy(name, requests, answers):
+    """Call the candidate's `name` in its process; its answer comes back as plain values, and the lists,
+    dicts and sets passed to it take the contents it left them with."""
 
     def proxy(*args, **kwargs):
-        if _thread.get_ident() == main_thread:  # called back by the candidate itself
-            value = fn(*args, **kwargs)
-        else:
-            value = calls.call(fn, args, kwargs)
-        check(name, value)
-        return value
+        try:
+            sent = [encode(args), encode(kwargs)]
+        except AnswerRefused as exc:
+            raise AnswerRefused(f"morkit-sandbox: the tests pass {name}() {exc}, which cannot cross to the "
+                                "candidate's process") from None
+        send(requests, ["call", name, *sent])
+        reply = receive(answers)
+        if not isinstance(reply, list) or not reply:
+            raise RuntimeError(f"morkit-sandbox: the candidate's process ended during {name}()")
+        if reply[0] == "ok" and len(reply) == 4:
+            value = decode(reply[1])
+            _update(args, decode(reply[2]))
+            _update(kwargs, decode(reply[3]))
+            return value
+        if reply[0] == "raised" and len(reply) == 4 and all(isinstance(x, str) for x in reply[1:]):
+            raise _rebuilt(*reply[1:])
+        raise AnswerRefused(f"morkit-sandbox: {str(reply[1:])[:400]}")
 
     proxy.__name__ = proxy.__qualname__ = name
     return proxy
 
 
-def _answer_check(plain, sequences, mappings, defaultdict):
-    """check(name, value): raise AnswerRefused unless `value` is plain built-in values all the way down
-    (exact classes, compared by identity, so no class of the candidate's can pass for one)."""
-    factories = plain | sequences
+def _update(sent, returned):
+    """Give each list, dict, set and bytearray the tests passed the contents the candidate left it with."""
+    pairs = zip(sent, returned) if isinstance(sent, tuple) else ((sent[k], returned.get(k)) for k in sent)
+    for before, after in pairs:
+        if type(before) is type(after) and type(before) in (list, bytearray):
+            before[:] = after
+        elif type(before) is type(after) and type(before) in (dict, set):
+            before.clear()
+            before.update(after)
 
-    def check(name, value):
-        seen, todo = set(), [value]
-        while todo:
-            item = todo.pop()
-            kind = type(item)
-            if id(kind) in plain or id(item) in seen:
-                continue
-            if id(kind) in sequences:
-                seen.add(id(item))
-                todo.extend(item)
-            elif id(kind) in mappings or (kind is defaultdict and (
-                    item.default_factory is None or id(item.default_factory) in factories)):
-                seen.add(id(item))
-                todo.extend(dict.keys(item))
-                todo.extend(dict.values(item))
-            else:
-                raise AnswerRefused(f"morkit-sandbox: {name}() returned a {kind.__name__!s:.60}, not an answer "
-                                    "made of built-in values")
 
-    return check
+def _rebuilt(kind, message, where):
+    """The candidate's exception as one of this process's own: the built-in of that name, else CandidateError."""
+    cls = getattr(builtins, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls, message = CandidateError, f"{kind}: {message}"
+    try:
+        exc = cls(message)
+    except Exception:  # noqa: BLE001 - a built-in that takes other arguments (UnicodeDecodeError)
+        exc = CandidateError(f"{kind}: {message}")
+    exc.add_note(f"in the candidate's process:\n{where}")
+    return exc
 
 
 def main():
     path, fds = sys.argv[1], [int(fd) for fd in sys.argv[2].split(",") if fd]
     sys.argv = [path]
+    _install_site_builtins()
     if len(fds) == 3:
         run_tests(path, fds)
     else:
-        run_program(path, fds)
+        import runpy
+
+        runpy.run_path(path, run_name="__main__")
 
 
 if __name__ == "__main__":
