@@ -272,3 +272,46 @@ def test_the_tests_read_no_file_and_the_failure_names_their_line():
     program = "import os\ndef f():\n    return sorted(os.listdir('.'))\n"
     result = run_python(program, LIMITS, tests="assert f() == ['main.py']\nassert f() == []\n")
     assert not result.passed and 'File "<tests>", line 2' in result.stderr, result.stderr
+
+
+def test_a_module_named_by_the_candidate_never_runs_in_the_tests_process(humaneval):
+    """A second red-team round: a module object named `unittest.__main__` made the tests' process import it,
+    which ran test discovery over /work, where the candidate had written code that sent the token."""
+    payload = """
+        return False
+    import types
+    open("test_zz.py", "w").write("import os, sys\\nos._exit(0)\\n")
+    helper = types.ModuleType("unittest.__main__")
+    """
+    assert _score(humaneval["HumanEval/0"], payload) == [0.0]
+
+
+ROUND_TRIPS = {
+    "an endless generator, taken item by item": (
+        "def fib():\n    a, b = 0, 1\n    while True:\n        yield a\n        a, b = b, a + b\n",
+        "g = fib()\nassert [next(g) for _ in range(6)] == [0, 1, 1, 2, 3, 5]\n"),
+    "an exception of a class deriving from a built-in one, with its arguments": (
+        "import statistics\nclass BadInput(ValueError):\n    pass\n"
+        "def mean(xs):\n    return statistics.mean(xs)\ndef check(x):\n    raise BadInput('no', x)\n"
+        "def look(d):\n    return d['x']\n",
+        "try:\n    mean([])\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError\n"
+        "try:\n    check(3)\nexcept ValueError as e:\n    assert e.args == ('no', 3)\n"
+        "try:\n    look({})\nexcept KeyError as e:\n    assert e.args[0] == 'x'\n"),
+    "module-level iterators and files stay with the candidate": (
+        "import itertools\nids = itertools.count()\nit = iter([1, 2, 3])\nwith open(__file__) as fh:\n"
+        "    src = fh.read()\ndef first():\n    return next(it)\n",
+        "assert first() == 1 and first() == 2\n"),
+    "from solution import, dict views, dates and in-place changes": (
+        "import datetime\ndef keys(d):\n    return d.keys()\ndef later(day):\n    return day + datetime.timedelta(1)\n"
+        "def grow(xs):\n    xs.append(1)\n",
+        "import datetime\nfrom solution import keys\nassert keys({'a': 1}) == {'a'}\n"
+        "assert later(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)\n"
+        "xs = []\ngrow(xs)\nassert xs == [1]\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
+def test_what_crosses_between_the_processes_behaves_as_in_one(case):
+    program, tests = ROUND_TRIPS[case]
+    result = run_python(program, LIMITS, tests=tests)
+    assert result.passed, result.stderr[-1500:]

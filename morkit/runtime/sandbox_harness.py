@@ -25,8 +25,13 @@ import sys
 CANDIDATE = "solution"
 MAX_MESSAGE = 64 << 20  # bytes of one message between the processes; a larger answer is refused
 MAX_DEPTH = 200  # nesting of one value
-# names a candidate may bind to a module, which the tests then import themselves (never these)
-UNSAFE_MODULES = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser"})
+# modules the tests import themselves where the candidate bound one of these names (never any other: an
+# import can run code, and the candidate's files lie in /work)
+SHARED_MODULES = frozenset({"abc", "array", "bisect", "calendar", "cmath", "collections", "collections.abc", "copy",
+                            "dataclasses", "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq",
+                            "itertools", "json", "math", "numbers", "operator", "os", "os.path", "random", "re",
+                            "statistics", "string", "struct", "sys", "textwrap", "time", "typing", "unicodedata"})
+MAX_EXPORTED_ITEMS = 10_000  # a module-level container larger than this is not handed to the tests
 
 
 class AnswerRefused(TypeError):
@@ -48,10 +53,12 @@ def _install_site_builtins():
 
 # -- the codec: plain values as JSON trees [tag, ...] ------------------------------------------------------
 
-def encode(value, depth=0):
-    """`value` as a JSON tree, by its built-in base type (a subclass crosses as its plain value); raises
-    AnswerRefused for anything else (functions, objects of other classes)."""
+def encode(value, handles=None, depth=0):
+    """`value` as a JSON tree, by its built-in base type (a subclass crosses as its plain value); an iterator
+    (a generator, map, zip, ...) stays in `handles` and crosses as its number (without `handles`, it is
+    refused unread). Raises AnswerRefused for anything else (functions, objects of other classes)."""
     import collections
+    import datetime
     import decimal
     import fractions
     import re
@@ -80,11 +87,16 @@ def encode(value, depth=0):
     if isinstance(value, range):
         return ["r", hex(value.start), hex(value.stop), hex(value.step)]
     if isinstance(value, re.Match):
-        return ["m", encode(value.group(0), down), value.start(), value.end()]
+        return ["m", encode(value.group(0), handles, down), value.start(), value.end()]
+    if isinstance(value, datetime.timedelta):
+        return ["td", value.days, value.seconds, value.microseconds]
+    for kind, tag in ((datetime.datetime, "dt"), (datetime.date, "da"), (datetime.time, "ti")):
+        if isinstance(value, kind):
+            return [tag, kind.isoformat(value)]
     for kind, tag in ((collections.Counter, "C"), (collections.OrderedDict, "o"), (collections.defaultdict, "dd"),
                       (dict, "d")):
         if isinstance(value, kind):
-            pairs = [[encode(k, down), encode(v, down)] for k, v in dict.items(value)]
+            pairs = [[encode(k, handles, down), encode(v, handles, down)] for k, v in dict.items(value)]
             if tag == "dd":
                 factory = value.default_factory
                 name = None if factory is None else getattr(factory, "__name__", None)
@@ -92,19 +104,44 @@ def encode(value, depth=0):
                     raise AnswerRefused("a defaultdict whose factory is not a built-in")
                 return [tag, name, pairs]
             return [tag, pairs]
-    for kind, tag in ((list, "l"), (tuple, "t"), (set, "S"), (frozenset, "F"), (collections.deque, "q")):
+    for kind, tag in ((list, "l"), (tuple, "t")):
         if isinstance(value, kind):
-            items = [encode(v, down) for v in value]
+            compact = _compact(value)
+            if compact:
+                return [tag + compact, list(value)]
+    for kind, tag in ((list, "l"), (tuple, "t"), (set, "S"), (frozenset, "F"), (collections.deque, "q"),
+                      (type({}.keys()), "dk"), (type({}.values()), "dv"), (type({}.items()), "di")):
+        if isinstance(value, kind):
+            items = [encode(v, handles, down) for v in value]
             return ["q", items, value.maxlen] if tag == "q" else [tag, items]
-    if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):  # a generator, map, zip, ...
-        return ["it", [encode(v, down) for v in value]]
+    if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):
+        if handles is None:
+            raise AnswerRefused("an iterator")
+        handles.append(value)
+        return ["it", len(handles) - 1]
     raise AnswerRefused(f"a {type(value).__name__!s:.60}")
 
 
-def decode(node, depth=0):
-    """The value of a JSON tree from `encode`, built from built-in types only; AnswerRefused where the tree
-    is not one `encode` could have made (the other process may send anything)."""
+def _compact(items):
+    """'i', 's' or 'f' when every item is a small int, a str, or a finite float (JSON holds them as they are)."""
+    import math
+
+    kinds = {type(x) for x in items}
+    if kinds == {int} and all(-(1 << 53) < x < (1 << 53) for x in items):
+        return "i"
+    if kinds == {str}:
+        return "s"
+    if kinds == {float} and all(math.isfinite(x) for x in items):
+        return "f"
+    return ""
+
+
+def decode(node, remote=None, depth=0):
+    """The value of a JSON tree from `encode`, built from built-in types only (an iterator as a RemoteIterator
+    over `remote`, where given); AnswerRefused where the tree is not one `encode` could have made (the other
+    process may send anything)."""
     import collections
+    import datetime
     import decimal
     import fractions
 
@@ -117,11 +154,32 @@ def decode(node, depth=0):
             raise ValueError
         if tag in ("N", "T", "F") and not rest:
             return {"N": None, "T": True, "F": False}[tag]
-        if tag in ("l", "t", "S", "F", "it"):
-            items = [decode(v, down) for v in _list(rest)]
-            return {"l": list, "t": tuple, "S": set, "F": frozenset, "it": iter}[tag](items)
+        if tag in ("li", "ti", "ls", "ts", "lf", "tf"):
+            items = _list(rest)
+            if any(type(x) is not {"i": int, "s": str, "f": float}[tag[1]] for x in items):
+                raise ValueError
+            return (list if tag[0] == "l" else tuple)(items)
+        if tag in ("l", "t", "S", "F", "dk", "dv"):
+            items = [decode(v, remote, down) for v in _list(rest)]
+            if tag == "dk":
+                return dict.fromkeys(items).keys()
+            if tag == "dv":
+                return dict(enumerate(items)).values()
+            return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
+        if tag == "di":
+            items = [decode(v, remote, down) for v in _list(rest)]
+            if any(type(x) is not tuple or len(x) != 2 for x in items):
+                raise ValueError
+            return dict(items).items()
+        if tag == "it" and len(rest) == 1 and type(rest[0]) is int and remote is not None:
+            return RemoteIterator(remote, rest[0])
+        if tag == "td" and len(rest) == 3 and all(type(x) is int for x in rest):
+            return datetime.timedelta(*rest)
+        if tag in ("dt", "da", "ti") and len(rest) == 1:
+            kind = {"dt": datetime.datetime, "da": datetime.date, "ti": datetime.time}[tag]
+            return kind.fromisoformat(_text(rest[0]))
         if tag in ("d", "C", "o"):
-            pairs = [(decode(k, down), decode(v, down)) for k, v in _list(rest)]
+            pairs = [(decode(k, remote, down), decode(v, remote, down)) for k, v in _list(rest)]
             mapping = {"d": dict, "C": collections.Counter, "o": collections.OrderedDict}[tag]()
             mapping.update(dict(pairs) if tag == "C" else pairs)  # a Counter adds counts given as pairs
             return mapping
@@ -130,12 +188,13 @@ def decode(node, depth=0):
             factory = None if name is None else getattr(builtins, _text(name))
             if factory is not None and not isinstance(factory, type):
                 raise ValueError
-            return collections.defaultdict(factory, [(decode(k, down), decode(v, down)) for k, v in _list([pairs])])
+            return collections.defaultdict(factory, [(decode(k, remote, down), decode(v, remote, down))
+                                                     for k, v in _list([pairs])])
         if tag == "q":
             items, maxlen = rest
             if maxlen is not None and type(maxlen) is not int:
                 raise ValueError
-            return collections.deque([decode(v, down) for v in _list([items])], maxlen)
+            return collections.deque([decode(v, remote, down) for v in _list([items])], maxlen)
         (first, *more) = rest
         if tag == "i" and not more:
             return int(_text(first), 16)
@@ -154,7 +213,7 @@ def decode(node, depth=0):
         if tag == "r" and len(more) == 2:
             return range(*(int(_text(x), 16) for x in (first, *more)))
         if tag == "m" and len(more) == 2 and all(type(x) is int for x in more):
-            return Matched(decode(first, down), *more)
+            return Matched(decode(first, remote, down), *more)
     except (ValueError, TypeError, AttributeError, KeyError, decimal.InvalidOperation, ZeroDivisionError):
         pass
     raise AnswerRefused("a malformed value")
@@ -240,7 +299,8 @@ def _read_exactly(fd, size):
 # -- the candidate's process ----------------------------------------------------------------------------------
 
 def serve_candidate(path, requests, answers):
-    """Import the candidate as `solution`, say what it defines, then answer calls until the tests are done."""
+    """Import the candidate as `solution`, say what it defines, then answer the tests' calls (and the `next`
+    of iterators it answered with) until they are done."""
     import traceback
     import types
 
@@ -255,41 +315,56 @@ def serve_candidate(path, requests, answers):
         send(answers, ["failed", "".join(traceback.format_exception(exc))[-4000:]])
         _flush_and_exit(1)
     send(answers, ["loaded", _exports(module.__dict__)])
+    handles = []  # iterators answered so far, by number
     while True:
         message = receive(requests)
         if message is None:
             _flush_and_exit(0)
-        _, name, args, kwargs = message
-        args, kwargs = decode(args), decode(kwargs)
         try:
-            value = module.__dict__[name](*args, **kwargs)
-            reply = ["ok", encode(value), encode(args), encode(kwargs)]
+            if message[0] == "next":
+                reply = ["ok", encode(next(handles[message[1]]), handles)]
+            else:
+                _, name, args, kwargs = message
+                args, kwargs = decode(args), decode(kwargs)
+                value = module.__dict__[name](*args, **kwargs)
+                reply = ["ok", encode(value, handles), encode(args), encode(kwargs)]
         except AnswerRefused as exc:
-            reply = ["refused", f"{name}() answered {exc}, which is not made of plain built-in values"]
+            reply = ["refused", f"an answer of {exc}, which is not made of plain built-in values"]
+        except StopIteration:
+            reply = ["stop"]
         except BaseException as exc:  # noqa: BLE001 - raised again on the tests' side
-            where = "".join(traceback.format_exception(exc))[-4000:]
-            reply = ["raised", type(exc).__name__, str(exc)[:4000], where]
+            reply = _raised(exc, traceback.format_exception(exc))
         send(answers, reply)
+
+
+def _raised(exc, lines):
+    """An exception as a reply: the first built-in class it derives from, its arguments (or its text)."""
+    kind = next(c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c)
+    try:
+        args = encode(tuple(exc.args))
+    except (AnswerRefused, RecursionError, TypeError):
+        args = encode((str(exc)[:4000],))
+    return ["raised", kind, args, "".join(lines)[-4000:]]
 
 
 def _exports(namespace):
     """What the candidate defines at module level, for the tests: name -> ["call"], ["module", name] or
-    ["value", tree]; values that cannot cross are left out."""
+    ["value", tree] (plain values only, none larger than MAX_EXPORTED_ITEMS; iterators and files stay)."""
     import types
 
     exports = {}
     for name, value in list(namespace.items()):
         if name.startswith("__"):
             continue
-        if isinstance(value, types.ModuleType):
-            exports[name] = ["module", str(getattr(value, "__name__", ""))]
-        elif callable(value):
-            exports[name] = ["call"]
-        else:
-            try:
+        try:
+            if isinstance(value, types.ModuleType):
+                exports[name] = ["module", str(getattr(value, "__name__", ""))]
+            elif callable(value):
+                exports[name] = ["call"]
+            elif not (hasattr(value, "__len__") and len(value) > MAX_EXPORTED_ITEMS):
                 exports[name] = ["value", encode(value)]
-            except (AnswerRefused, RecursionError):
-                pass
+        except Exception:  # noqa: BLE001 - what cannot cross stays with the candidate
+            pass
     return exports
 
 
@@ -325,7 +400,7 @@ def run_tests(path, fds):
         tests = f.read()
     try:
         code = compile(tests, "<tests>", "exec")
-        namespace = _tests_namespace(receive(answers_r), requests_w, answers_r)
+        namespace = _tests_namespace(receive(answers_r), Link(requests_w, answers_r))
         exec(code, namespace)
     except BaseException as exc:  # noqa: BLE001 - any exception fails the tests
         import traceback
@@ -357,59 +432,88 @@ def _end(child, requests, code):
     os._exit(code)
 
 
-def _tests_namespace(loaded, requests, answers):
+def _tests_namespace(loaded, link):
     """The tests' globals: this process's own built-ins, then the candidate's names: its functions behind
-    proxies, its modules imported here, its values decoded. A name that shadows a built-in is left out, so
-    the tests keep the real one."""
-    if not (isinstance(loaded, list) and loaded and loaded[0] in ("loaded", "failed")):
+    proxies, its values decoded, the common standard modules it bound imported here; also module `solution`.
+    A name that shadows a built-in is left out, so the tests keep the real one."""
+    import types
+
+    if not (isinstance(loaded, list) and len(loaded) == 2 and loaded[0] in ("loaded", "failed")):
         raise RuntimeError("morkit-sandbox: the candidate exited before the tests ran")
     if loaded[0] == "failed" or not isinstance(loaded[1], dict):
         raise RuntimeError(f"morkit-sandbox: the candidate failed before the tests ran:\n{str(loaded[1])[-4000:]}")
     namespace = {"__builtins__": builtins, "__name__": "__tests__"}
-    for name, (kind, *detail) in loaded[1].items():
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__") or hasattr(builtins, name):
+    for name, export in loaded[1].items():
+        if not (isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+                and not hasattr(builtins, name) and isinstance(export, list) and export):
             continue
-        if kind == "call":
-            namespace[name] = _proxy(name, requests, answers)
-        elif kind == "value":
-            namespace[name] = decode(detail[0])
-        elif kind == "module" and _safe_module(detail[0]):
-            try:
-                namespace[name] = __import__(detail[0], fromlist=["_"])
-            except ImportError:
-                pass
+        if export == ["call"]:
+            namespace[name] = link.proxy(name)
+        elif export[0] == "value" and len(export) == 2:
+            namespace[name] = decode(export[1])
+        elif export[0] == "module" and len(export) == 2 and export[1] in SHARED_MODULES:
+            namespace[name] = __import__(export[1], fromlist=["_"])
+    solution = types.ModuleType(CANDIDATE)  # `from solution import f` in the tests
+    solution.__dict__.update({k: v for k, v in namespace.items() if not k.startswith("__")})
+    sys.modules[CANDIDATE] = solution
     return namespace
 
 
-def _safe_module(name):
-    return isinstance(name, str) and name.partition(".")[0] in sys.stdlib_module_names - UNSAFE_MODULES
+class Link:
+    """The tests' side of the pipes: calls of the candidate's functions and `next` of its iterators."""
 
+    def __init__(self, requests, answers):
+        self.requests, self.answers = requests, answers
 
-def _proxy(name, requests, answers):
-    """Call the candidate's `name` in its process; its answer comes back as plain values, and the lists,
-    dicts and sets passed to it take the contents it left them with."""
+    def proxy(self, name):
+        """The candidate's `name`, called in its process: the answer comes back as plain values, and the
+        lists, dicts and sets passed to it take the contents it left them with."""
+        link = self
 
-    def proxy(*args, **kwargs):
-        try:
-            sent = [encode(args), encode(kwargs)]
-        except AnswerRefused as exc:
-            raise AnswerRefused(f"morkit-sandbox: the tests pass {name}() {exc}, which cannot cross to the "
-                                "candidate's process") from None
-        send(requests, ["call", name, *sent])
-        reply = receive(answers)
-        if not isinstance(reply, list) or not reply:
-            raise RuntimeError(f"morkit-sandbox: the candidate's process ended during {name}()")
-        if reply[0] == "ok" and len(reply) == 4:
-            value = decode(reply[1])
-            _update(args, decode(reply[2]))
-            _update(kwargs, decode(reply[3]))
+        def proxy(*args, **kwargs):
+            try:
+                sent = [encode(args), encode(kwargs)]
+            except AnswerRefused as exc:
+                raise AnswerRefused(f"morkit-sandbox: the tests pass {name}() {exc}, which cannot cross to the "
+                                    "candidate's process") from None
+            value, args_after, kwargs_after = link.ask(["call", name, *sent], f"{name}()", 4)
+            _update(args, decode(args_after))
+            _update(kwargs, decode(kwargs_after))
             return value
-        if reply[0] == "raised" and len(reply) == 4 and all(isinstance(x, str) for x in reply[1:]):
-            raise _rebuilt(*reply[1:])
-        raise AnswerRefused(f"morkit-sandbox: {str(reply[1:])[:400]}")
 
-    proxy.__name__ = proxy.__qualname__ = name
-    return proxy
+        proxy.__name__ = proxy.__qualname__ = name
+        return proxy
+
+    def next(self, handle):
+        return self.ask(["next", handle], "next()", 2)[0]
+
+    def ask(self, message, what, size):
+        """Send `message`; the decoded answer and the other parts of an "ok" reply of `size` parts, else the
+        candidate's exception raised here (StopIteration at an iterator's end)."""
+        send(self.requests, message)
+        reply = receive(self.answers)
+        if not isinstance(reply, list) or not reply:
+            raise RuntimeError(f"morkit-sandbox: the candidate's process ended during {what}")
+        if reply[0] == "ok" and len(reply) == size:
+            return decode(reply[1], self), *reply[2:]
+        if reply == ["stop"]:
+            raise StopIteration
+        if reply[0] == "raised" and len(reply) == 4 and isinstance(reply[1], str) and isinstance(reply[3], str):
+            raise _rebuilt(reply[1], decode(reply[2]), reply[3])
+        raise AnswerRefused(f"morkit-sandbox: {what}: {str(reply[1:])[:400]}")
+
+
+class RemoteIterator:
+    """An iterator the candidate answered with: each item is asked for in its process when the tests need it."""
+
+    def __init__(self, link, handle):
+        self._link, self._handle = link, handle
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._link.next(self._handle)
 
 
 def _update(sent, returned):
@@ -423,15 +527,16 @@ def _update(sent, returned):
             before.update(after)
 
 
-def _rebuilt(kind, message, where):
-    """The candidate's exception as one of this process's own: the built-in of that name, else CandidateError."""
+def _rebuilt(kind, args, where):
+    """The candidate's exception as one of this process's own: the built-in class it derives from, with its
+    arguments; one deriving from no built-in Exception is a CandidateError."""
     cls = getattr(builtins, kind, None)
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
-        cls, message = CandidateError, f"{kind}: {message}"
+        cls = CandidateError
     try:
-        exc = cls(message)
-    except Exception:  # noqa: BLE001 - a built-in that takes other arguments (UnicodeDecodeError)
-        exc = CandidateError(f"{kind}: {message}")
+        exc = cls(*args) if isinstance(args, tuple) else cls(str(args))
+    except Exception:  # noqa: BLE001 - arguments that class does not take
+        exc = CandidateError(*args) if isinstance(args, tuple) else CandidateError(str(args))
     exc.add_note(f"in the candidate's process:\n{where}")
     return exc
 
