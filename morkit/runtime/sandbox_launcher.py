@@ -68,7 +68,8 @@ _DENIED = ("tkill", "pidfd_send_signal", "pidfd_getfd", "ptrace", "process_vm_re
 # fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX and ioctl FIOSETOWN, SIOCSPGRP would aim signals at other processes
 _DENIED_ARGS = (("fcntl", (8, 10, 15)), ("ioctl", (0x8901, 0x8902)))
 
-HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_harness.py")  # run with -c
+HARNESS = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)  # their texts, one after the other,
+           for name in ("sandbox_codec.py", "sandbox_harness.py")]     # run with -c
 
 
 def _monitor(config: dict) -> dict:
@@ -91,7 +92,7 @@ def _monitor(config: dict) -> dict:
                 f.write(text)
     config = {**config, "run_as": FIRST_UID + os.getpid() if root else None,
               "python": os.path.realpath(sys.executable),  # resolved while the host's tree is visible
-              "harness": _read_text(HARNESS)}
+              "harness": "\n".join(map(_read_text, HARNESS))}
     read_end, write_end = os.pipe()
     init = os.fork()
     if init == 0:
