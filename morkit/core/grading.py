@@ -8,11 +8,16 @@ the main thread. Nothing is ever `eval`ed.
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
+import time
+from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
-from typing import Hashable, Sequence
+from typing import Hashable, Iterator, Sequence
+
+from morkit.core.answer_scan import A_LINE, ANSWER_IS, last_boxed, strip_calc
 
 VERIFY_SECONDS = 5
 """Time guard for one math_verify parse or comparison; past it the answers count as different."""
@@ -20,18 +25,16 @@ _MAX_SYMBOLIC_CHARS = 300
 _REL_TOL = Fraction(1, 10**6)
 
 _HASHES = re.compile(r"####\s*([^\n]+)")
-_A_LINE = re.compile(r"(?im)^\s*A\s*:\s*(.+?)\s*$")
-_ANSWER_IS = re.compile(r"(?i)(?:final answer|the answer)\s*(?:is|:|=)\s*:?\s*([^\n]+)")
-_CALC = re.compile(r"<<[^>]*>>")
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _UNWRAP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-_UNITS = re.compile(r"^([-+]?[\d.,/]+)\s*(?:[a-zA-Z]{2,}\.?\s*)+$")
+_UNITS = re.compile(r"^([-+]?[\d.,/]+)\s*(?:[a-zA-Z]{2,}+\.?\s*)+$")  # possessive: linear
 _THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
+_HUGE_EXPONENT = re.compile(r"[eE][-+]?0*[1-9]\d{3,}$")
 _SLASH = re.compile(r"^([-+]?\d+)/(\d+)$")
 _FRAC = re.compile(r"^([-+]?)(\d+)?\\frac\{([-+]?\d+(?:\.\d+)?)\}\{([-+]?\d+(?:\.\d+)?)\}$")
 _FRAC_SHORT = re.compile(r"^([-+]?)\\frac(\d)(\d)$")
-_COSTLY = re.compile(r"\^\s*\{[^{}]*\^|(?:\^|\*\*)\s*\{?\s*\(?\s*\d{4,}|\d{4,}\s*!")
+_COSTLY = re.compile(r"\^\s*\{[^{}]*\^|(?:\^|\*\*)\s*\{?\s*\(?\s*\d{4,}|\d{4,}\s*!|\d[eE][-+]?\d{4,}")
 
 
 def extract_answer(text: str | None, strict: bool = False) -> str | None:
@@ -40,10 +43,10 @@ def extract_answer(text: str | None, strict: bool = False) -> str | None:
     text; None when there is none."""
     if text is None or not text.strip():
         return None
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip() or None
-    for pattern in (_HASHES, _A_LINE, _ANSWER_IS):
+    for pattern in (_HASHES, A_LINE, ANSWER_IS):
         matches = pattern.findall(text)
         if matches:
             answer = re.split(r"\.\s", matches[-1].strip(), maxsplit=1)[0].strip().rstrip(".").strip()
@@ -51,35 +54,15 @@ def extract_answer(text: str | None, strict: bool = False) -> str | None:
                 return answer
     if strict:
         return None
-    numbers = _NUMBER.findall(_CALC.sub(" ", text))
+    numbers = _NUMBER.findall(strip_calc(text))
     return numbers[-1] if numbers else None
-
-
-def _last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} / \\fbox{...} with balanced (nested) braces."""
-    for match in reversed(list(re.finditer(r"\\(?:boxed|fbox)\s*", text))):
-        i = match.end()
-        if i < len(text) and text[i] != "{":
-            token = re.match(r"[^\s$]+", text[i:])  # \boxed 5
-            if token:
-                return token.group(0)
-            continue
-        depth = 0
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1 : j]
-    return None
 
 
 def normalize_answer(answer: str) -> str:
     """Strip formatting that never changes the value: $, \\text{}, \\left/\\right, thousands
     commas, spaces, a trailing period, degree/percent signs, units after a number, 'x ='."""
     s = answer.strip()
-    boxed = _last_boxed(s)
+    boxed = last_boxed(s)
     s = boxed if boxed is not None else s
     for _ in range(3):
         s = _UNWRAP.sub(r"\1", s)
@@ -102,6 +85,8 @@ def as_number(answer: str) -> Fraction | None:
     """The exact value of a normalised plain number, a/b, \\frac{a}{b} or mixed 12\\frac{3}{5}."""
     try:
         if _DECIMAL.match(answer):
+            if _HUGE_EXPONENT.search(answer):  # 1e10000000 would take minutes to expand exactly
+                return None
             return Fraction(answer)
         if m := _SLASH.match(answer):
             return Fraction(int(m.group(1)), int(m.group(2)))
@@ -138,13 +123,24 @@ def is_correct(answer: str | None, reference: str | None, strict: bool = False) 
     return answers_equivalent(extract_answer(answer, strict=strict), reference_answer(reference))
 
 
+MAX_SYMBOLIC_CLASSES = 16
+"""The classes a new answer is compared with symbolically (math_verify, 10-50 ms a comparison), the first
+ones met that can be; past them an answer joins a class only by its normalised text or its exact value."""
+
+
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
     """Group final answers by value: each answer's class index (0, 1, ... in order of first appearance),
-    None for a missing answer. Each answer is compared with one representative per class; identical
-    normalised answers skip the comparison."""
-    reps: list[str] = []
+    None for a missing answer. An answer joins the first class whose representative it is equivalent to
+    (`answers_equivalent`), found without comparing it with every class: identical normalised answers
+    share a class at once, exact values are looked up in a sorted index, and only classes a symbolic
+    comparison could join are compared, at most MAX_SYMBOLIC_CLASSES of them. Near-linear in the number
+    of answers; the same classes as comparing with every representative in turn, up to that bound."""
     by_norm: dict[str, int] = {}
+    numbers = _NumberIndex()
+    symbolic: list[tuple[int, str]] = []  # (class, normalised representative) math_verify may compare
+    symbolic_non_numbers: list[tuple[int, str]] = []  # the same, less exact numbers (two numbers never go there)
     classes: list[int | None] = []
+    count = 0
     for answer in answers:
         if answer is None:
             classes.append(None)
@@ -152,13 +148,65 @@ def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
         norm = normalize_answer(answer)
         index = by_norm.get(norm)
         if index is None:
-            index = next((i for i, rep in enumerate(reps) if answers_equivalent(rep, answer)), None)
+            value = as_number(norm) if norm else None
+            index = _first_equivalent(norm, value, numbers, symbolic_non_numbers if value is not None else symbolic)
             if index is None:
-                index = len(reps)
-                reps.append(answer)
+                index, count = count, count + 1
+                if value is not None:
+                    numbers.add(value, index)
+                if norm and _symbolic_candidate(norm):
+                    for found in (symbolic,) if value is not None else (symbolic, symbolic_non_numbers):
+                        if len(found) < MAX_SYMBOLIC_CLASSES:
+                            found.append((index, norm))
             by_norm[norm] = index
         classes.append(index)
     return classes
+
+
+def _symbolic_candidate(norm: str) -> bool:
+    """Whether `_symbolic_equal` could ever find `norm` equal to another answer (it refuses these at once)."""
+    return len(norm) <= _MAX_SYMBOLIC_CHARS and not _COSTLY.search(norm)
+
+
+def _first_equivalent(norm: str, value: Fraction | None, numbers: _NumberIndex,
+                      symbolic: list[tuple[int, str]]) -> int | None:
+    """The first class (lowest index) whose representative is equivalent to a new normalised answer, or None.
+
+    An empty answer is equivalent to none; two exact numbers are equivalent only within _REL_TOL (no
+    symbolic comparison); any other pair only by math_verify, tried in class order below the numeric match."""
+    if not norm:
+        return None
+    best = numbers.first_close(value) if value is not None else None
+    if _symbolic_candidate(norm):
+        for index, rep in symbolic:
+            if best is not None and index >= best:
+                break
+            if _symbolic_equal(rep, norm):
+                return index
+    return best
+
+
+class _NumberIndex:
+    """Exact values of the numeric class representatives, sorted, to find the classes within _REL_TOL of a
+    value in logarithmic time (all of them lie within 2 * _REL_TOL * max(1, |value|) of it)."""
+
+    def __init__(self) -> None:
+        self._values: list[Fraction] = []
+        self._classes: list[int] = []
+
+    def add(self, value: Fraction, index: int) -> None:
+        at = bisect.bisect_right(self._values, value)
+        self._values.insert(at, value)
+        self._classes.insert(at, index)
+
+    def first_close(self, value: Fraction) -> int | None:
+        """The lowest class whose value is equivalent to `value` (as `answers_equivalent` compares numbers)."""
+        reach = 2 * _REL_TOL * max(1, abs(value))
+        low = bisect.bisect_left(self._values, value - reach)
+        high = bisect.bisect_right(self._values, value + reach)
+        close = [self._classes[i] for i in range(low, high)
+                 if abs(self._values[i] - value) <= _REL_TOL * max(1, abs(self._values[i]), abs(value))]
+        return min(close) if close else None
 
 
 def key_groups(keys: Sequence[Hashable | None]) -> list[list[int]]:
@@ -192,8 +240,28 @@ def answers_equivalent(a: str | None, b: str | None) -> bool:
     return _symbolic_equal(na, nb)
 
 
+_CALLER = threading.local()
+
+
+@contextmanager
+def comparisons_until(deadline: float | None) -> Iterator[None]:
+    """On this thread, within the block, symbolic comparisons after `deadline` (a time.monotonic() value) count
+    as different at once, as one past its own time guard does: a server's engine stops paying for answers that
+    nobody waits for any more (every request of its batch is past its deadline)."""
+    previous = getattr(_CALLER, "deadline", None)
+    _CALLER.deadline = deadline
+    try:
+        yield
+    finally:
+        _CALLER.deadline = previous
+
+
 def _symbolic_equal(a: str, b: str) -> bool:
-    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused."""
+    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused, and so is
+    any comparison past the deadline of `comparisons_until`."""
+    deadline = getattr(_CALLER, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        return False
     if any(len(s) > _MAX_SYMBOLIC_CHARS or _COSTLY.search(s) for s in (a, b)):
         return False
     try:
