@@ -13,9 +13,11 @@ Measured, in one process, on one RoutingEngine (the server's own; models residen
   - server, micro-batching on (--max-batch, --max-wait-ms) and off (max_batch 1): --clients concurrent
     asyncio+httpx clients, --requests requests in all, each run capped at --duration seconds.
 Throughput is queries per second; latency is per request (client side, from send to reply), p50 and p99.
-Every server reply is checked against the direct result for its query.
+Every server reply is checked against the direct result for its query. The server runs with its default
+request limits (ServeLimits: body, items, candidates, text, bytes held) and, with --api-key, requires the
+key (the clients send it).
 
-    .venv/bin/python bench/serve_load.py [--clients 8] [--requests 32] [--duration 45]
+    .venv/bin/python bench/serve_load.py [--clients 8] [--requests 32] [--duration 45] [--api-key KEY]
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def request_queries(count: int) -> list:
     return [replace(queries[i % len(queries)], id=f"r{i}") for i in range(count)]
 
 
-async def load(url: str, bodies: list[dict], clients: int, duration: float) -> tuple[list[float], list, float]:
+async def load(url: str, bodies: list[dict], clients: int, duration: float,
+               headers: dict[str, str]) -> tuple[list[float], list, float]:
     import httpx
 
     latencies: list[float] = []
@@ -79,26 +82,22 @@ async def load(url: str, bodies: list[dict], clients: int, duration: float) -> t
             replies[i] = reply
 
     started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=max(duration, 30)) as http:
+    async with httpx.AsyncClient(timeout=max(duration, 30), headers=headers) as http:
         await asyncio.gather(*(client(http) for _ in range(clients)))
     return latencies, replies, time.perf_counter() - started
 
 
-def run_server(engine, limits, bodies, clients, duration):
-    import socket
-
+def run_server(engine, limits, bodies, clients, duration, api_key=None):
     from morkit.services.serving.server import make_server
 
-    with socket.socket() as s:  # a free port on 127.0.0.1
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = make_server(engine, limits, port=port)
+    server = make_server(engine, limits, port=0, api_key=api_key)  # binds a free port on 127.0.0.1 now
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.02)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        return asyncio.run(load(f"http://127.0.0.1:{port}", bodies, clients, duration))
+        return asyncio.run(load(f"http://127.0.0.1:{server.port}", bodies, clients, duration, headers))
     finally:
         server.should_exit = True
         thread.join(60)
@@ -112,6 +111,7 @@ def main() -> None:
     ap.add_argument("--pool-questions", type=int, default=24, help="pool size (default 24)")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
+    ap.add_argument("--api-key", help="run the server with this API key (the clients send it)")
     args = ap.parse_args()
 
     from morkit.data.contract import query_to_json
@@ -144,7 +144,7 @@ def main() -> None:
     for label, limits in ((f"server, micro-batching on (max_batch {args.max_batch}, {args.max_wait_ms:g} ms)",
                            ServeLimits(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)),
                           ("server, micro-batching off (max_batch 1)", ServeLimits(max_batch=1, max_wait_ms=0))):
-        latencies, replies, seconds = run_server(engine, limits, bodies, args.clients, args.duration)
+        latencies, replies, seconds = run_server(engine, limits, bodies, args.clients, args.duration, args.api_key)
         done = [(i, r) for i, r in enumerate(replies) if r is not None]
         bad = [i for i, r in done if r.status_code != 200 or r.json()["results"][0]["best_index"]
                != direct[i]["best_index"]]
@@ -154,7 +154,8 @@ def main() -> None:
     engine.close()
 
     base = rows[0][1] / rows[0][2]
-    print(f"\n{args.clients} clients, {args.requests} requests of 1 query x 8 answers each; CPU; no score cache\n")
+    key = "; API key required and sent" if args.api_key else ""
+    print(f"\n{args.clients} clients, {args.requests} requests of 1 query x 8 answers each; CPU; no score cache{key}\n")
     print(f"{'how':<58} {'queries':>7} {'seconds':>8} {'q/s':>7} {'x direct':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for label, n, seconds, p50, p99 in rows:
         rate = n / seconds

@@ -41,10 +41,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def live(engine, limits=ServeLimits()):
-    """The real app under uvicorn in a background thread; yields its base URL."""
-    port = free_port()
-    server = make_server(engine, limits, port=port)
+def live(engine, limits=ServeLimits(), **options):
+    """The real app under uvicorn in a background thread, on a port it binds itself; yields its base URL."""
+    server = make_server(engine, limits, port=0, **options)
+    port = server.port
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -171,7 +171,7 @@ def test_openrlhf_get_reward(engine, math_queries):
     assert reply.status_code == 200, reply.text
     assert decoded.status_code == 200 and decoded.json() == reply.json()
     got = reply.json()
-    job = reward_job(body, 100)
+    job = reward_job(body)
     rankings = engine.rank(job.queries)  # the same grouped queries, in process
     assert len(job.queries) == 3 and got["rewards"] == [r.scores[c] for r, (q, c) in
                                                         zip([rankings[q] for q, _ in job.positions], job.positions)]

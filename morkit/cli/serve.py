@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -12,33 +13,63 @@ from morkit.cli.args import (
     POSITIVE_INT,
     add_scoring_options,
     add_select_options,
+    checked,
+    non_empty,
     scoring_options,
     select_options,
 )
 
 
+def _port_number(value: int, what: str) -> int:
+    from morkit.core.errors import InputError
+
+    if not 1 <= value <= 65535:
+        raise InputError(f"{what} must be a port number from 1 to 65535, got {value}")
+    return value
+
+
+PORT = checked(int, _port_number)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from morkit.core import settings
     from morkit.core.errors import InputError
     from morkit.question_pool.pool import load_pool
-    from morkit.services.serving.app import ServeLimits
     from morkit.services.serving.engine import RoutingEngine
-    from morkit.services.serving.server import require_packages, serve
+    from morkit.services.serving.limits import ServeLimits
+    from morkit.services.serving.server import bind_socket, require_packages, serve
 
     require_packages()
     if args.ray:
         raise InputError("--ray: morkit serve keeps its RMs resident in this process; score on Ray with "
                          "`morkit score --ray`, or run one server per node")
     limits = ServeLimits(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
-                         timeout_s=args.timeout, max_body_bytes=args.max_body_bytes, max_items=args.max_items)
-    pool = load_pool(args.pool)
-    engine = RoutingEngine(pool, select_options(args), scoring_options(args), rms=args.rm)  # refuses a misfit
+                         timeout_s=args.timeout, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
+                         max_candidates=args.max_candidates, max_text_chars=args.max_text_chars,
+                         max_inflight_bytes=args.max_inflight_bytes, grace_s=args.grace)
+    api_key = args.api_key or settings.api_key()
+    sock = bind_socket(args.host, args.port)  # a bad host or a port in use: exit 2 now, before any model loads
+    try:
+        pool = load_pool(args.pool)
+        engine = RoutingEngine(pool, select_options(args), scoring_options(args), rms=args.rm)  # refuses a misfit
+    except BaseException:
+        sock.close()
+        raise
+    clean = True
     try:
         resident = ", ".join(engine.models) or "none (cached scores only)"
         print(f"morkit serve: pool {args.pool} ({len(pool)} questions), {engine.method}, resident RMs: {resident}",
               file=sys.stderr, flush=True)
-        serve(engine, limits, host=args.host, port=args.port, log_level="info" if getattr(args, "verbose", False) else "warning")
+        clean = serve(engine, limits, api_key=api_key, sock=sock,
+                      log_level="info" if getattr(args, "verbose", False) else "warning")
     finally:
-        engine.close()
+        if clean:
+            engine.close()
+    if not clean:  # a model call that hangs must not keep the process: exit without waiting for its thread
+        print(f"morkit serve: an engine call was still running {args.grace:g} s after the signal; exiting "
+              "without it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     return 0
 
 
@@ -52,7 +83,10 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     '({"query": [prompt + response], "prompts": [...], "labels": [...]} -> {"rewards", "scores"}). '
                     "GET /health, GET /metrics (Prometheus). Concurrent requests are micro-batched into one "
                     "engine thread; every RM the pool may run is loaded once and stays resident; the score "
-                    "cache is shared. SIGTERM finishes the requests in flight, then exits 0.")
+                    "cache is shared. Every request is bounded before any work (body bytes, items, candidates, "
+                    "text) and memory by the bytes of bodies held at once. With an API key (--api-key or "
+                    "MORKIT_API_KEY) every route but /health needs 'Authorization: Bearer KEY'. SIGTERM finishes "
+                    "the requests in flight and exits 0; after --grace seconds it exits anyway (1).")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     p.add_argument("--rm", action="append", default=[], metavar="NAME",
                    help="score with this fixed pool RM instead of routing per query; repeat for a fixed ensemble "
@@ -62,7 +96,11 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     add_select_options(p)
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
-    s.add_argument("--port", type=POSITIVE_INT, default=8000, help="port (default 8000)")
+    s.add_argument("--port", type=PORT, default=8000, help="port, 1-65535 (default 8000)")
+    s.add_argument("--api-key", type=non_empty, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every route but /health (default: $MORKIT_API_KEY; "
+                        "prefer the variable: a flag shows in the process list). Without a key, listening on "
+                        "another address than 127.0.0.1/::1 prints a warning")
     s.add_argument("--max-batch", type=POSITIVE_INT, default=32,
                    help="requests per engine call (default 32; 1 turns micro-batching off)")
     s.add_argument("--max-wait-ms", type=NON_NEGATIVE, default=5.0,
@@ -74,6 +112,19 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     s.add_argument("--max-body-bytes", type=POSITIVE_INT, default=16 * 2**20,
                    help="largest request body; a larger one is refused (413) before it is parsed (default 16 MiB)")
     s.add_argument("--max-items", type=POSITIVE_INT, default=4096,
-                   help="most queries (/v1/rank) or items (/get_reward) in one request (default 4096)")
+                   help="most queries (/v1/rank) or items (/get_reward) in one request; more are a 400 (default 4096)")
+    s.add_argument("--max-candidates", type=POSITIVE_INT, default=4096,
+                   help="most candidates in one request, all its queries together; more are a 413 before any "
+                        "scoring (default 4096)")
+    s.add_argument("--max-text-chars", type=POSITIVE_INT, default=8 * 2**20,
+                   help="most characters in the strings of one request body; more are a 413 before any scoring "
+                        "(default 8388608)")
+    s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=256 * 2**20,
+                   help="request bodies the server holds at once (being read, queued or scored); a request that "
+                        "would pass it is answered 503 with Retry-After at once (default 256 MiB; the parsed "
+                        "requests take a few times that in memory)")
+    s.add_argument("--grace", type=POSITIVE, default=30.0,
+                   help="seconds after SIGTERM/SIGINT to finish the requests in flight; then the process exits "
+                        "anyway, even if a model call hangs (default 30)")
     add_scoring_options(p)
     p.set_defaults(func=cmd_serve)

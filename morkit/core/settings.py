@@ -19,6 +19,8 @@ ENVIRONMENT = {
     "MORKIT_DTYPE": "model dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16, float16",
     "MORKIT_ALLOW_DOWNLOADS": "1 lets morkit download an embedder named in a pool or flag that is neither a local "
                               "path nor in the local Hugging Face cache (default: never download)",
+    "MORKIT_API_KEY": "the key `morkit serve` requires as `Authorization: Bearer KEY` (unless --api-key is given), "
+                      "and the one its clients (the TRL reward function) send",
     "OPENAI_BASE_URL": "default server of the `openai` LLM backend",
     "OPENAI_API_KEY": "default key of the `openai` LLM backend",
 }
@@ -53,6 +55,11 @@ def weights_dir() -> Path | None:
     """$MORKIT_WEIGHTS_DIR, where reward-model weights live as <org>/<name> (None when unset)."""
     env = os.environ.get("MORKIT_WEIGHTS_DIR")
     return Path(env).expanduser() if env else None
+
+
+def api_key() -> str | None:
+    """The `morkit serve` API key from $MORKIT_API_KEY; None when unset or empty."""
+    return os.environ.get("MORKIT_API_KEY") or None
 
 
 def device_preference() -> str:

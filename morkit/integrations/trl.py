@@ -5,8 +5,9 @@ TRL's GRPOTrainer calls each reward function as `f(prompts=..., completions=...,
 None) per completion. Prompts and completions are strings, or conversations (lists of
 {"role", "content"} messages): the question is the prompt's last user message, the answer the completion's
 text. A prompt's completions are scored together as one query, as GRPO groups them. The scores come from
-the same engine as `morkit serve`, either in this process or from a running server (`url=`), so both give
-the same rewards. TRL itself is not needed to build or call the function.
+the same engine as `morkit serve`, either in this process or from a running server (`url=`, with the
+server's API key as a bearer token), so both give the same rewards. TRL itself is not needed to build or
+call the function.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from morkit.core import settings
 from morkit.core.errors import InputError, MorkitError
 from morkit.llm.base import message_text
 
@@ -23,16 +25,20 @@ class RoutedReward:
 
     Backed by an in-process `RoutingEngine` (built on first call from `pool` and the options) or by a
     `morkit serve` URL (an httpx client built on first call; every request has `timeout_s` and is retried
-    `retries` times on connection errors and 503/504). `reference_column` names a dataset column whose value
-    becomes the query's reference answer (default: none)."""
+    `retries` times on connection errors and 503/504; `api_key`, default $MORKIT_API_KEY, is sent as
+    `Authorization: Bearer KEY`). `reference_column` names a dataset column whose value becomes the query's
+    reference answer (default: none)."""
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
                  select: Any = None, scoring: Any = None, rms: Sequence[str] = (),
                  reference_column: str | None = None, timeout_s: float = 300.0, retries: int = 3,
-                 name: str = "morkit_routed_reward"):
+                 api_key: str | None = None, name: str = "morkit_routed_reward"):
         if sum(x is not None for x in (pool, url, engine)) != 1:
             raise InputError("give exactly one of pool= (score in this process), url= (a morkit serve server) "
                              "or engine=")
+        if api_key is not None and not api_key:
+            raise InputError("api_key= must not be empty (leave it out to use $MORKIT_API_KEY)")
+        self._api_key = api_key if api_key is not None else settings.api_key()
         self._pool, self._engine, self._client = pool, engine, None
         self.url = url.rstrip("/") if url else None
         self._select, self._scoring, self._rms = select, scoring, tuple(rms)
@@ -73,7 +79,8 @@ class RoutedReward:
         import httpx
 
         if self._client is None:
-            self._client = httpx.Client(timeout=self.timeout_s)
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._client = httpx.Client(timeout=self.timeout_s, headers=headers)
         body = {"query": [q + a for q, a in zip(questions, answers)], "prompts": questions, "labels": references}
         last = ""
         for attempt in range(self.retries + 1):
@@ -85,6 +92,10 @@ class RoutedReward:
                 if reply.status_code == 200:
                     return reply.json()
                 reason = _reason(reply)
+                if reply.status_code == 401:
+                    raise MorkitError(f"{self.url}/get_reward answered 401: {reason} ("
+                                      + ("the api_key given is not the server's)" if self._api_key else
+                                         "give api_key= or set MORKIT_API_KEY)"))
                 if reply.status_code not in (503, 504):
                     raise MorkitError(f"{self.url}/get_reward answered {reply.status_code}: {reason}")
                 last = f"{reply.status_code}: {reason}"
@@ -110,5 +121,6 @@ def _reason(reply: Any) -> str:
 
 def routed_reward(pool: Any = None, *, url: str | None = None, **options: Any) -> RoutedReward:
     """The reward function for `GRPOTrainer(reward_funcs=...)`: `routed_reward("pool/")` scores in this process,
-    `routed_reward(url="http://127.0.0.1:8000")` through `morkit serve`. Options: see RoutedReward."""
+    `routed_reward(url="http://127.0.0.1:8000", api_key=...)` through `morkit serve` (the key defaults to
+    $MORKIT_API_KEY). Options: see RoutedReward."""
     return RoutedReward(pool=pool, url=url, **options)

@@ -71,7 +71,7 @@ class Ranking:
 
     selection: Selection
     scores: tuple[float, ...]
-    best_index: int
+    best_index: int | None  # None: the query had no candidates
     tied: tuple[int, ...]
     confidence: float = float("nan")
     abstain: bool | None = None
@@ -225,7 +225,10 @@ class Selector:
         return self._calibrator
 
     def rank_selected(self, query: Query, selection: Selection, abstain_below: float | None = None) -> Ranking:
-        """MoR scores of the query's candidates under a selection, the pick and its confidence."""
+        """MoR scores of the query's candidates under a selection, the pick and its confidence; a query without
+        candidates has no pick (best_index None), as `score` passes it through with no scores."""
+        if not query.candidates:
+            return Ranking(selection, (), None, (), float("nan"), None if abstain_below is None else True)
         if not selection.choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
             picked = pick_best(query.id, np.zeros(len(query.candidates)))
             return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"),

@@ -1,48 +1,40 @@
 """The HTTP app of `morkit serve` (FastAPI): /v1/rank, OpenRLHF's /get_reward, /health and /metrics.
 
 Every scoring request goes through one micro-batcher into the engine. Limits are enforced where input
-enters: the body size before parsing (413), the number of items (400), a bounded queue (503 with
-Retry-After), and a per-request timeout (504). A bad body is a 400 with a one-line reason. A client that
-disconnects has its queued work dropped before the engine runs it.
+enters, before any work: an API key (401, every route but /health), the body size before reading (413),
+the bytes of bodies held at once (503 with Retry-After, never queued), the items, candidates and text of
+one request (400/413, checked on the decoded JSON before any query is built), a bounded queue (503), and
+one deadline for the whole request, reading its body included (408, 504). Bodies are decoded and parsed
+on a worker thread, so the event loop (and /health) keeps answering. A bad body is a 400 with a one-line
+reason. A request that times out or whose client disconnects leaves the queue at once.
 """
 
+# no `from __future__ import annotations`: FastAPI reads the handlers' `Request` annotation at run time
 
 import asyncio
+import hashlib
+import hmac
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from morkit.core import checks
 from morkit.core.errors import InputError, MorkitError
-from morkit.services.serving.batcher import Batcher, Overloaded
+from morkit.services.serving.batcher import Batcher
+from morkit.services.serving.limits import ByteBudget, Overloaded, Reservation, ServeLimits, size_text
 from morkit.services.serving.metrics import ServerMetrics
 from morkit.services.serving.protocol import (
+    TooLarge,
     decode_body,
     rank_queries,
     reward_job,
     reward_reply,
 )
 
+__all__ = ["ServeLimits", "create_app"]
 
-@dataclass(frozen=True)
-class ServeLimits:
-    """Micro-batching and the request limits of one server."""
-
-    max_batch: int = 32  # requests per engine call (1 turns micro-batching off)
-    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    queue_size: int = 256  # requests waiting at most; more get 503
-    timeout_s: float = 120.0  # per request, queueing included; then 504
-    max_body_bytes: int = 16 * 2**20
-    max_items: int = 4096  # queries of a /v1/rank body, items of a /get_reward body
-
-    def __post_init__(self) -> None:
-        checks.positive_int(self.max_batch, "max_batch")
-        checks.non_negative(self.max_wait_ms, "max_wait_ms")
-        checks.positive_int(self.queue_size, "queue_size")
-        checks.positive(self.timeout_s, "timeout_s")
-        checks.positive_int(self.max_body_bytes, "max_body_bytes")
-        checks.positive_int(self.max_items, "max_items")
+ROUTES = ("/v1/rank", "/get_reward", "/health", "/metrics")
 
 
 class _Refused(Exception):
@@ -55,14 +47,21 @@ class _Refused(Exception):
         self.headers = headers
 
 
-async def _read_body(request: Any, limit: int) -> bytes:
+def _declared_length(request: Any, limit: int) -> int | None:
+    """The body's Content-Length, refused (413) when over `limit` before a byte is read; None when chunked."""
     length = request.headers.get("content-length")
-    if length is not None:
-        if not length.isdigit():
-            raise _Refused(400, f"bad Content-Length header {length!r}")
-        if int(length) > limit:
-            raise _Refused(413, f"request body of {length} bytes is over this server's limit of {limit} bytes "
-                                "(--max-body-bytes); send fewer queries per request")
+    if length is None:
+        return None
+    if not length.isdigit():
+        raise _Refused(400, f"bad Content-Length header {length[:40]!r}")
+    if int(length) > limit:
+        raise _Refused(413, f"request body of {length} bytes is over this server's limit of {limit} bytes "
+                            "(--max-body-bytes); send fewer queries per request")
+    return int(length)
+
+
+async def _read_body(request: Any, limit: int, reservation: Reservation, chunked: bool) -> bytes:
+    """The body; a chunked one grows its reservation as it arrives (503 when the budget runs out)."""
     from starlette.requests import ClientDisconnect
 
     chunks, size = [], 0
@@ -71,9 +70,13 @@ async def _read_body(request: Any, limit: int) -> bytes:
             size += len(chunk)
             if size > limit:
                 raise _Refused(413, f"request body is over this server's limit of {limit} bytes (--max-body-bytes)")
+            if chunked:
+                reservation.grow(len(chunk))
             chunks.append(chunk)
     except ClientDisconnect:
         raise _Refused(499, "the client closed the connection while sending the body") from None
+    except Overloaded as exc:
+        raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
     return b"".join(chunks)
 
 
@@ -85,56 +88,132 @@ async def _client_gone(request: Any) -> None:
             return
 
 
-async def _outcome(request: Any, future: asyncio.Future, timeout_s: float) -> Any:
+async def _closing_cutoff(app: Any) -> None:
+    """Returns when the server, shutting down, stops waiting for the engine: a request still waiting then is
+    answered 503 before uvicorn cancels it (at 0.8 of the grace)."""
+    await app.state.closing.wait()
+    await asyncio.sleep(max(app.state.stop_by - 0.3 * app.state.limits.grace_s - time.monotonic(), 0.0))
+
+
+async def _outcome(request: Any, future: asyncio.Future, timeout_s: float, budget_s: float) -> Any:
     gone = asyncio.ensure_future(_client_gone(request))
+    closing = asyncio.ensure_future(_closing_cutoff(request.app))
     try:
-        done, _ = await asyncio.wait({future, gone}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({future, gone, closing}, timeout=max(budget_s, 0.0),
+                                     return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
+        closing.cancel()
+        if not future.done():
+            future.cancel()  # queued: it leaves the queue now; running: its result is dropped
     if future in done:
         return future.result()
-    future.cancel()  # still queued: the batcher drops it; running: its result is dropped
     if gone in done:
         raise _Refused(499, "the client closed the connection")
+    if closing in done:
+        raise _Refused(503, "the server is shutting down and the engine did not answer this request within its "
+                            "grace (--grace); retry elsewhere or later", {"Retry-After": "1"})
     raise _Refused(504, f"not answered within {timeout_s:g} s (--timeout); the server is busy or the request "
                         "is too large")
 
 
-def create_app(engine: Any, limits: ServeLimits = ServeLimits()) -> Any:
-    """The FastAPI app over `engine` (a RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`)."""
+class _BearerKey:
+    """ASGI middleware: every HTTP route but /health needs `Authorization: Bearer KEY`, else 401 before the
+    body is read. The key is compared by its SHA-256 in constant time (neither its content nor length leaks)."""
+
+    def __init__(self, app: Any, key: str, metrics: ServerMetrics):
+        self.app = app
+        self._digest = hashlib.sha256(key.encode("utf-8")).digest()
+        self._metrics = metrics
+
+    def _allowed(self, scope: dict) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    hashlib.sha256(token.strip()).digest(), self._digest)
+        return False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health" or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"error": "missing or wrong API key: send the header 'Authorization: Bearer KEY' "
+                                    "with this server's key (--api-key or MORKIT_API_KEY)"}).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", b'Bearer realm="morkit serve"')]})
+        await send({"type": "http.response.body", "body": body})
+        self._metrics.observe_request(scope["path"] if scope["path"] in ROUTES else "other", 401, 0.0)
+
+
+def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str | None = None) -> Any:
+    """The FastAPI app over `engine` (a RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`).
+
+    With `api_key`, every route but /health needs it as a bearer token. On SIGTERM the server sets
+    `app.state.stop_by` (a time.monotonic() deadline: now + grace) and `app.state.closing`: requests still
+    waiting at 0.7 of the grace are answered 503, and the batcher gets what is left to let the engine finish."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 
+    if api_key is not None and not api_key:
+        raise InputError("the API key must not be empty")
     batcher: Batcher | None = None
-    metrics = ServerMetrics(getattr(engine, "cache", None), lambda: batcher.depth if batcher else 0)
+    budget = ByteBudget(limits.max_inflight_bytes)
+    metrics = ServerMetrics(getattr(engine, "cache", None), lambda: batcher.depth if batcher else 0,
+                            lambda: budget.used)
     batcher = Batcher(engine.run, max_batch=limits.max_batch, max_wait_ms=limits.max_wait_ms,
                       queue_size=limits.queue_size, on_batch=metrics.observe_batch)
+    parsers: list[ThreadPoolExecutor] = []
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
+        parsers.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="morkit-parse"))
+        app.state.closing = asyncio.Event()  # set by the server when it begins to shut down
         await batcher.start()
         try:
             yield
-        finally:
-            await batcher.stop()  # SIGTERM: uvicorn has finished the requests in flight; nothing is left queued
+        finally:  # SIGTERM: uvicorn has finished (or, past the grace, cancelled) the requests in flight
+            stop_by = app.state.stop_by or time.monotonic() + limits.grace_s
+            await batcher.stop(max(stop_by - time.monotonic(), 0.0))
+            parsers.pop().shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="morkit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine, app.state.batcher, app.state.metrics, app.state.limits = engine, batcher, metrics, limits
+    app.state.budget, app.state.stop_by, app.state.closing = budget, None, None
+    if api_key is not None:
+        app.add_middleware(_BearerKey, key=api_key, metrics=metrics)
 
     async def scored(request: Request, route: str, parse: Callable[[dict], tuple[Any, Any]],
                      reply: Callable[[Any, Any], dict]) -> Any:
         started, status = time.perf_counter(), 500
+        deadline = time.monotonic() + limits.timeout_s
+        reservation: Reservation | None = None
         try:
-            raw = await _read_body(request, limits.max_body_bytes)
+            length = _declared_length(request, limits.max_body_bytes)
             try:
-                job, context = parse(decode_body(raw))
-                future = batcher.submit(job)
+                reservation = budget.reserve(length or 0)  # before a byte is read: a full budget refuses at once
+            except Overloaded as exc:
+                raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
+            try:
+                raw = await asyncio.wait_for(_read_body(request, limits.max_body_bytes, reservation, length is None),
+                                             limits.timeout_s)
+            except asyncio.TimeoutError:
+                raise _Refused(408, f"the body did not arrive within {limits.timeout_s:g} s (--timeout)") from None
+            try:
+                job, context = await asyncio.get_running_loop().run_in_executor(
+                    parsers[0], lambda: parse(decode_body(raw)))
+                del raw  # the parsed job is what is held from here on
+                future = batcher.submit(job, reservation, deadline)
+            except TooLarge as exc:
+                raise _Refused(413, str(exc)) from None
             except InputError as exc:
                 raise _Refused(400, str(exc)) from None
             except Overloaded as exc:
                 raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
             try:
-                body = reply(context, await _outcome(request, future, limits.timeout_s))
+                body = reply(context, await _outcome(request, future, limits.timeout_s,
+                                                     deadline - time.monotonic()))
             except InputError as exc:
                 raise _Refused(400, str(exc)) from None
             except MorkitError as exc:
@@ -149,12 +228,14 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits()) -> Any:
             status = refused.status
             return JSONResponse({"error": refused.reason}, status_code=refused.status, headers=refused.headers)
         finally:
+            if reservation is not None:
+                reservation.release()
             metrics.observe_request(route, status, time.perf_counter() - started)
 
     @app.post("/v1/rank")
     async def rank(request: Request) -> Any:
         """Body {"queries": [contract queries]}; reply {"results": [one `morkit rank` line per query]}."""
-        return await scored(request, "/v1/rank", lambda body: (rank_queries(body, limits.max_items), None),
+        return await scored(request, "/v1/rank", lambda body: (rank_queries(body, limits), None),
                             lambda _, rankings: {"results": [r.to_json() for r in rankings]})
 
     @app.post("/get_reward")
@@ -162,7 +243,7 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits()) -> Any:
         """OpenRLHF's remote RM: body {"query", "prompts", "labels"}; reply {"rewards", "scores"}."""
 
         def parse(body: dict) -> tuple[Any, Any]:
-            job = reward_job(body, limits.max_items)
+            job = reward_job(body, limits)
             return job.queries, job
 
         return await scored(request, "/get_reward", parse,
@@ -170,8 +251,17 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits()) -> Any:
 
     @app.get("/health")
     async def health() -> Any:
-        metrics.observe_request("/health", 200, 0.0)
-        return {**engine.health(), "queue_depth": batcher.depth, "in_flight": batcher.in_flight}
+        """The engine's state, the queue, and whether an engine call has run past --timeout (503 "stalled":
+        every request in it has had its 504, and nothing else can run)."""
+        busy = None if batcher.busy_since is None else time.monotonic() - batcher.busy_since
+        body = {**engine.health(), "queue_depth": batcher.depth, "in_flight": batcher.in_flight,
+                "engine_busy_s": None if busy is None else round(busy, 3), "held_bytes": budget.used,
+                "held": size_text(budget.used)}
+        stalled = busy is not None and busy > limits.timeout_s
+        if stalled:
+            body["status"] = "stalled"
+        metrics.observe_request("/health", 503 if stalled else 200, 0.0)
+        return JSONResponse(body, status_code=503 if stalled else 200)
 
     @app.get("/metrics")
     async def prometheus() -> Any:

@@ -1,7 +1,7 @@
 """The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash).
 
 Requests by route and status, request latency, engine batch sizes and times, queued requests dropped
-before scoring, queue depth, and the shared score cache's hits and misses.
+before scoring, queue depth, the bytes of request bodies held, and the shared score cache's hits and misses.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class _CacheCollector:
 class ServerMetrics:
     """Counters, histograms and gauges of one server app; `render()` gives the Prometheus text."""
 
-    def __init__(self, cache: Any, queue_depth: Callable[[], int]):
+    def __init__(self, cache: Any, queue_depth: Callable[[], int], held_bytes: Callable[[], int] | None = None):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -49,6 +49,10 @@ class ServerMetrics:
                                registry=self.registry)
         depth = Gauge("morkit_queue_depth", "requests waiting for the engine", registry=self.registry)
         depth.set_function(queue_depth)
+        if held_bytes is not None:
+            held = Gauge("morkit_held_bytes", "bytes of request bodies held (read, queued or scored)",
+                         registry=self.registry)
+            held.set_function(held_bytes)
         self.registry.register(_CacheCollector(cache))
 
     def observe_batch(self, stats: BatchStats) -> None:

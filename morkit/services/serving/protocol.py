@@ -1,10 +1,12 @@
 """The server's request and reply bodies: contract queries for /v1/rank, OpenRLHF's remote-RM protocol.
 
 Bodies are decoded with the JSONL contract's own reader and queries with its own parser, so a bad body
-gets the same one-line reasons as a bad input file (naming the query's index and id). OpenRLHF sends
-`{"query": [prompt + response, ...], "prompts": [...], "labels": [...]}`; each text is split into its
-prompt and response, responses are grouped by prompt into one contract query per prompt (labels become
-the query's `reference`), and the reply gives each item its routed ensemble's score.
+gets the same one-line reasons as a bad input file (naming the query's index and id). Before any query is
+built, a body's size is checked against the server's limits: items, candidates and characters of text
+(`TooLarge`, a 413). OpenRLHF sends `{"query": [prompt + response, ...], "prompts": [...], "labels": [...]}`;
+each text is split into its prompt and response, responses are grouped by prompt into one contract query
+per prompt (labels become the query's `reference`), and the reply gives each item its routed ensemble's
+score. Everything here is linear in the body's size.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from morkit.data.contract import parse_query
 from morkit.data.jsonl import (
     _parsed,  # the contract reader's decoder: same checks, same messages
 )
+from morkit.services.serving.limits import ServeLimits
+
+
+class TooLarge(InputError):
+    """A body over one of the server's size limits (413): it names the limit and its flag."""
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
@@ -45,11 +52,41 @@ def _list(body: dict[str, Any], key: str, limit: int, *, required: bool = True) 
     return value
 
 
-def rank_queries(body: dict[str, Any], max_queries: int) -> tuple[Query, ...]:
-    """The contract queries of a /v1/rank body `{"queries": [...]}`; every problem names the index and id."""
-    items = _list(body, "queries", max_queries)
+def text_chars(body: Any) -> int:
+    """Characters in every string of a decoded body (keys included), walked without recursion."""
+    total, stack = 0, [body]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            total += sum(len(k) for k in value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return total
+
+
+def check_size(body: dict[str, Any], candidates: int, limits: ServeLimits) -> None:
+    """TooLarge when a body holds more candidates or characters of text than the server takes per request."""
+    if candidates > limits.max_candidates:
+        raise TooLarge(f"request body: {candidates} candidates in all; this server takes at most "
+                       f"{limits.max_candidates} per request (--max-candidates); split it")
+    chars = text_chars(body)
+    if chars > limits.max_text_chars:
+        raise TooLarge(f"request body: {chars} characters of text; this server takes at most "
+                       f"{limits.max_text_chars} per request (--max-text-chars); split it")
+
+
+def rank_queries(body: dict[str, Any], limits: ServeLimits = ServeLimits()) -> tuple[Query, ...]:
+    """The contract queries of a /v1/rank body `{"queries": [...]}`; every problem names the index and id.
+
+    A query needs at least one candidate here (a request to rank nothing is a client's mistake)."""
+    items = _list(body, "queries", limits.max_items)
     if not items:
         raise InputError("request body: 'queries' is empty")
+    check_size(body, sum(len(q["candidates"]) for q in items
+                         if isinstance(q, dict) and isinstance(q.get("candidates"), list)), limits)
     out: list[Query] = []
     seen: dict[str, int] = {}
     for i, obj in enumerate(items):
@@ -61,6 +98,9 @@ def rank_queries(body: dict[str, Any], max_queries: int) -> tuple[Query, ...]:
             raise InputError(f"queries[{i}]: {exc}") from None
         if query.id in seen:
             raise InputError(f"queries[{i}]: duplicate id {query.id!r} (first at queries[{seen[query.id]}])")
+        if not query.candidates:
+            raise InputError(f"queries[{i}]: query {query.id!r}: 'candidates' is empty; send at least one "
+                             "candidate to rank")
         seen[query.id] = i
         out.append(query)
     return tuple(out)
@@ -103,27 +143,51 @@ def _label(value: Any, i: int) -> str | None:
 
 _SPECIAL = r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</?s>|<pad>|<eos>|<bos>|\[PAD\]|\[CLS\]|\[SEP\])"
 _LEADING_SPECIAL = re.compile(rf"^(?:{_SPECIAL})+")
-_TRAILING_SPECIAL = re.compile(rf"(?:{_SPECIAL})+\s*$")
 """Special tokens as decoded text: OpenRLHF decodes with skip_special_tokens=False, so a query text may start
 with left padding or BOS and end with EOS and padding; they are not part of the prompt or the response."""
+_FIXED_SPECIAL = ("</s>", "<s>", "<pad>", "<eos>", "<bos>", "[PAD]", "[CLS]", "[SEP]")
+_SPECIAL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+
+
+def _special_ending_at(text: str, end: int) -> int | None:
+    """Where the special token that ends at `end` starts, if one does (at most one can: no two end alike)."""
+    for token in _FIXED_SPECIAL:
+        start = end - len(token)
+        if start >= 0 and text.startswith(token, start):
+            return start
+    if end >= 5 and text.startswith("|>", end - 2):  # <|name|>: a name holds no '<' or '|', so the last '<|'
+        start = text.rfind("<|", max(0, end - 44), end - 3)
+        if start >= 0 and _SPECIAL_NAME.fullmatch(text, start + 2, end - 2):
+            return start
+    return None
+
+
+def strip_trailing_special(text: str) -> str:
+    """`text` less the special tokens it ends with and the whitespace after them, scanned from the end in one
+    pass (a regex anchored at the end would retry from every start: quadratic on a long run of tokens)."""
+    end = len(text.rstrip())
+    cut = None
+    while (start := _special_ending_at(text, end)) is not None:
+        end = cut = start
+    return text if cut is None else text[:cut]
 
 
 def split_response(text: str, prompt: str) -> str | None:
     """The response of an OpenRLHF query text: what follows its prompt, special tokens around it removed;
     None where the text (less leading special tokens) does not start with the prompt."""
-    for candidate in (text, _LEADING_SPECIAL.sub("", text)):
-        for head in (prompt, _LEADING_SPECIAL.sub("", prompt)):
+    for candidate in (text, _LEADING_SPECIAL.sub("", text, count=1)):
+        for head in (prompt, _LEADING_SPECIAL.sub("", prompt, count=1)):
             if candidate.startswith(head):
-                return _TRAILING_SPECIAL.sub("", candidate[len(head):])
+                return strip_trailing_special(candidate[len(head):])
     return None
 
 
-def reward_job(body: dict[str, Any], max_items: int) -> RewardJob:
+def reward_job(body: dict[str, Any], limits: ServeLimits = ServeLimits()) -> RewardJob:
     """The RewardJob of an OpenRLHF body; each text must start with its prompt (after any leading special
     tokens; a mismatch names the item)."""
-    texts = _list(body, "query", max_items)
-    prompts = _list(body, "prompts", max_items, required=False)
-    labels = _list(body, "labels", max_items, required=False)
+    texts = _list(body, "query", limits.max_items)
+    prompts = _list(body, "prompts", limits.max_items, required=False)
+    labels = _list(body, "labels", limits.max_items, required=False)
     if not texts:
         raise InputError("request body: 'query' is empty")
     if prompts is None:
@@ -132,6 +196,7 @@ def reward_job(body: dict[str, Any], max_items: int) -> RewardJob:
     for key, values in (("prompts", prompts), ("labels", labels)):
         if values is not None and len(values) != len(texts):
             raise InputError(f"request body: {len(values)} {key} for {len(texts)} items in 'query'")
+    check_size(body, len(texts), limits)
     responses = []
     for i, (text, prompt) in enumerate(zip(texts, prompts)):
         if not isinstance(text, str) or not isinstance(prompt, str):

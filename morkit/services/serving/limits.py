@@ -1,0 +1,106 @@
+"""What one `morkit serve` may take: `ServeLimits` (batching, sizes, deadlines) and `ByteBudget`, the request
+bodies it holds at once.
+
+Memory is bounded by bytes, not by a count of requests: every body is reserved from one budget before it is
+read (its Content-Length, or chunk by chunk) and given back only when nothing holds it any more (its
+handler has answered and the engine is not running it). A body that would overflow the budget is refused
+at once (503), never queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from morkit.core import checks
+from morkit.core.errors import InputError, MorkitError
+
+MIB = 2**20
+
+
+class Overloaded(MorkitError):
+    """The server cannot take this request now (queue or byte budget full, or shutting down): come back later."""
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Micro-batching, the request limits and the shutdown grace of one server."""
+
+    max_batch: int = 32  # requests per engine call (1 turns micro-batching off)
+    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
+    queue_size: int = 256  # requests waiting at most; more get 503
+    timeout_s: float = 120.0  # per request, queueing included; then 504
+    max_body_bytes: int = 16 * MIB
+    max_items: int = 4096  # queries of a /v1/rank body, items of a /get_reward body
+    max_candidates: int = 4096  # candidates of one request, all its queries together (413)
+    max_text_chars: int = 8 * MIB  # characters of text in one request: questions, candidates, references (413)
+    max_inflight_bytes: int = 256 * MIB  # request bodies held at once, read, queued or running (503)
+    grace_s: float = 30.0  # after SIGTERM: finish what is in flight for this long, then exit anyway
+
+    def __post_init__(self) -> None:
+        checks.positive_int(self.max_batch, "max_batch")
+        checks.non_negative(self.max_wait_ms, "max_wait_ms")
+        checks.positive_int(self.queue_size, "queue_size")
+        checks.positive(self.timeout_s, "timeout_s")
+        checks.positive_int(self.max_body_bytes, "max_body_bytes")
+        checks.positive_int(self.max_items, "max_items")
+        checks.positive_int(self.max_candidates, "max_candidates")
+        checks.positive_int(self.max_text_chars, "max_text_chars")
+        checks.positive_int(self.max_inflight_bytes, "max_inflight_bytes")
+        checks.positive(self.grace_s, "grace_s")
+        if self.max_inflight_bytes < self.max_body_bytes:
+            raise InputError(f"max_inflight_bytes (--max-inflight-bytes {self.max_inflight_bytes}) must be at least "
+                             f"max_body_bytes (--max-body-bytes {self.max_body_bytes}), or the largest body could "
+                             "never be taken")
+
+
+def size_text(n: int) -> str:
+    """A byte count for messages: '16.0 MiB', '1.5 MiB', '900 bytes'."""
+    return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n} bytes"
+
+
+class ByteBudget:
+    """Bytes that request bodies may hold at once; `reserve` hands out a `Reservation` or raises Overloaded.
+
+    Used from the event loop's thread only (the engine thread never touches it), so it needs no lock."""
+
+    def __init__(self, capacity: int):
+        self.capacity = checks.positive_int(capacity, "capacity")
+        self.used = 0
+
+    def reserve(self, n: int) -> Reservation:
+        reservation = Reservation(self)
+        reservation.grow(n)
+        return reservation
+
+    def _take(self, n: int) -> None:
+        if self.used + n > self.capacity:
+            raise Overloaded(f"the server holds {size_text(self.used)} of request bodies and this one needs "
+                             f"{size_text(n)} more, over its budget of {size_text(self.capacity)} "
+                             "(--max-inflight-bytes); retry later")
+        self.used += n
+
+
+class Reservation:
+    """Bytes held for one request. Whoever keeps the body alive `hold()`s it (the handler from the start, the
+    batcher while the job waits or runs) and `release()`s it when done; the bytes return at the last release."""
+
+    def __init__(self, budget: ByteBudget):
+        self._budget = budget
+        self.bytes = 0
+        self._holders = 1
+
+    def grow(self, n: int) -> None:
+        """Take `n` more bytes (a body read in chunks); Overloaded when the budget cannot give them."""
+        if self._holders <= 0:
+            raise RuntimeError("grow() after the last release()")
+        self._budget._take(n)
+        self.bytes += n
+
+    def hold(self) -> None:
+        self._holders += 1
+
+    def release(self) -> None:
+        self._holders -= 1
+        if self._holders == 0:
+            self._budget.used -= self.bytes
+            self.bytes = 0
