@@ -22,7 +22,7 @@ import pytest
 from test_serve import BlockingEngine, free_port, hash_pool, live, math_queries  # noqa: F401 (fixtures)
 
 from morkit.cli import main
-from morkit.core import grading
+from morkit.core import budget, grading
 from morkit.core.errors import MorkitError
 from morkit.reward_models.rules import consensus_scores
 from morkit.services.serving.limits import ServeLimits
@@ -266,8 +266,12 @@ def test_consensus_compares_few_classes_and_keeps_first_match_classes(monkeypatc
     numbers = [f"\\boxed{{{i}}}" for i in range(2000)]
     assert consensus_scores(numbers) == [1 / 2000] * 2000 and calls == []  # exact values: no comparison at all
     distinct = [f"t{i}" for i in range(2000)]  # 2000 classes: 2 million comparisons before
-    assert grading.equivalence_classes(distinct) == list(range(2000))
-    assert len(calls) <= 2000 * grading.MAX_SYMBOLIC_CLASSES
+    with budget.work_bounded(None, grading.SERVER_SYMBOLIC_CLASSES):  # as the server's engine runs
+        assert grading.equivalence_classes(distinct) == list(range(2000))
+    assert len(calls) <= 2000 * grading.SERVER_SYMBOLIC_CLASSES
+    calls.clear()
+    beyond = [f"t{i}" for i in range(40)] + ["t39"]
+    assert grading.equivalence_classes(beyond) == reference(beyond)  # unbounded elsewhere (pools, loops)
 
 
 def test_answer_extraction_is_linear_on_crafted_answers():
@@ -288,10 +292,16 @@ def test_answer_extraction_is_linear_on_crafted_answers():
     assert time.monotonic() - started < 20
 
 
-def test_symbolic_comparisons_stop_past_the_deadline():
-    with grading.comparisons_until(time.monotonic() - 1):
-        assert grading._symbolic_equal("\\sqrt{4}", "2") is False
-    assert grading._symbolic_equal("x+1", "1+x") is True
+def test_work_past_the_deadline_fails_the_call_rather_than_change_a_score():
+    from morkit.core.types import Candidate, Query
+    from morkit.reward_models.rules import CodeTests
+
+    with budget.work_bounded(time.monotonic() - 1), pytest.raises(budget.DeadlinePassed):
+        grading._symbolic_equal("\\sqrt{4}", "2")
+    query = Query("q", "add", (Candidate("def add(a, b):\n    return a + b\n"),), tests="assert add(1, 2) == 3")
+    with budget.work_bounded(time.monotonic() - 1), pytest.raises(budget.DeadlinePassed):
+        CodeTests().run_tests(query)
+    assert grading._symbolic_equal("x+1", "1+x") is True and CodeTests().run_tests(query)[0].passed
 
 
 # ------------------------------------------------------------------------------------------ API key

@@ -46,7 +46,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = ServeLimits(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                          timeout_s=args.timeout, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                          max_candidates=args.max_candidates, max_text_chars=args.max_text_chars,
-                         max_inflight_bytes=args.max_inflight_bytes, grace_s=args.grace)
+                         max_json_values=args.max_json_values, max_inflight_bytes=args.max_inflight_bytes,
+                         body_timeout_s=args.body_timeout, max_connections=args.max_connections, grace_s=args.grace)
     api_key = args.api_key or settings.api_key()
     sock = bind_socket(args.host, args.port)  # a bad host or a port in use: exit 2 now, before any model loads
     try:
@@ -94,6 +95,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (no model is loaded)")
     add_select_options(p)
+    from morkit.services.serving.limits import ServeLimits
+
+    limits = ServeLimits()  # the defaults shown
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
     s.add_argument("--port", type=PORT, default=8000, help="port, 1-65535 (default 8000)")
@@ -119,10 +123,18 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     s.add_argument("--max-text-chars", type=POSITIVE_INT, default=8 * 2**20,
                    help="most characters in the strings of one request body; more are a 413 before any scoring "
                         "(default 8388608)")
+    s.add_argument("--max-json-values", type=POSITIVE_INT, default=limits.max_json_values,
+                   help="most JSON values (objects, lists, strings, numbers) in one request body; more are a 413 "
+                        f"before any scoring: they bound what a body becomes in memory (default {limits.max_json_values})")
     s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=256 * 2**20,
                    help="request bodies the server holds at once (being read, queued or scored); a request that "
                         "would pass it is answered 503 with Retry-After at once (default 256 MiB; the parsed "
                         "requests take a few times that in memory)")
+    s.add_argument("--body-timeout", type=POSITIVE, default=limits.body_timeout_s,
+                   help=f"seconds a request body may take to arrive; then a 408 (default {limits.body_timeout_s:g})")
+    s.add_argument("--max-connections", type=POSITIVE_INT, default=limits.max_connections,
+                   help="open connections and requests at once; more are answered 503 (default "
+                        f"{limits.max_connections}). Headers are capped at 64 KiB a connection")
     s.add_argument("--grace", type=POSITIVE, default=30.0,
                    help="seconds after SIGTERM/SIGINT to finish the requests in flight; then the process exits "
                         "anyway, even if a model call hangs (default 30)")

@@ -11,12 +11,11 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-import time
-from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
-from typing import Hashable, Iterator, Sequence
+from typing import Hashable, Sequence
 
+from morkit.core import budget
 from morkit.core.answer_scan import A_LINE, ANSWER_IS, last_boxed, strip_calc
 
 VERIFY_SECONDS = 5
@@ -123,9 +122,10 @@ def is_correct(answer: str | None, reference: str | None, strict: bool = False) 
     return answers_equivalent(extract_answer(answer, strict=strict), reference_answer(reference))
 
 
-MAX_SYMBOLIC_CLASSES = 16
-"""The classes a new answer is compared with symbolically (math_verify, 10-50 ms a comparison), the first
-ones met that can be; past them an answer joins a class only by its normalised text or its exact value."""
+SERVER_SYMBOLIC_CLASSES = 16
+"""What the reward server passes to `core.budget.work_bounded`: the classes a new answer is compared with
+symbolically (math_verify, 10-50 ms a comparison), the first ones met that can be; past them an answer joins
+a class only by its normalised text or its exact value. Elsewhere every class is compared."""
 
 
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
@@ -133,8 +133,9 @@ def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
     None for a missing answer. An answer joins the first class whose representative it is equivalent to
     (`answers_equivalent`), found without comparing it with every class: identical normalised answers
     share a class at once, exact values are looked up in a sorted index, and only classes a symbolic
-    comparison could join are compared, at most MAX_SYMBOLIC_CLASSES of them. Near-linear in the number
-    of answers; the same classes as comparing with every representative in turn, up to that bound."""
+    comparison could join are compared (under `core.budget.work_bounded`, at most its `symbolic_classes`).
+    The same classes as comparing with every representative in turn, up to that bound."""
+    cap = budget.current().symbolic_classes
     by_norm: dict[str, int] = {}
     numbers = _NumberIndex()
     symbolic: list[tuple[int, str]] = []  # (class, normalised representative) math_verify may compare
@@ -156,7 +157,7 @@ def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
                     numbers.add(value, index)
                 if norm and _symbolic_candidate(norm):
                     for found in (symbolic,) if value is not None else (symbolic, symbolic_non_numbers):
-                        if len(found) < MAX_SYMBOLIC_CLASSES:
+                        if cap is None or len(found) < cap:
                             found.append((index, norm))
             by_norm[norm] = index
         classes.append(index)
@@ -240,28 +241,10 @@ def answers_equivalent(a: str | None, b: str | None) -> bool:
     return _symbolic_equal(na, nb)
 
 
-_CALLER = threading.local()
-
-
-@contextmanager
-def comparisons_until(deadline: float | None) -> Iterator[None]:
-    """On this thread, within the block, symbolic comparisons after `deadline` (a time.monotonic() value) count
-    as different at once, as one past its own time guard does: a server's engine stops paying for answers that
-    nobody waits for any more (every request of its batch is past its deadline)."""
-    previous = getattr(_CALLER, "deadline", None)
-    _CALLER.deadline = deadline
-    try:
-        yield
-    finally:
-        _CALLER.deadline = previous
-
-
 def _symbolic_equal(a: str, b: str) -> bool:
-    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused, and so is
-    any comparison past the deadline of `comparisons_until`."""
-    deadline = getattr(_CALLER, "deadline", None)
-    if deadline is not None and time.monotonic() > deadline:
-        return False
+    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused. Past the
+    deadline of `core.budget.work_bounded`, DeadlinePassed (never a False that would change a score)."""
+    budget.current().check()
     if any(len(s) > _MAX_SYMBOLIC_CHARS or _COSTLY.search(s) for s in (a, b)):
         return False
     try:

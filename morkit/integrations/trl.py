@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from morkit.core import settings
+from morkit.core import checks, settings
 from morkit.core.errors import InputError, MorkitError
 from morkit.llm.base import message_text
 
@@ -24,15 +24,16 @@ class RoutedReward:
     """A GRPO reward function: each completion's score under its prompt's routed ensemble.
 
     Backed by an in-process `RoutingEngine` (built on first call from `pool` and the options) or by a
-    `morkit serve` URL (an httpx client built on first call; every request has `timeout_s` and is retried
-    `retries` times on connection errors and 503/504; `api_key`, default $MORKIT_API_KEY, is sent as
-    `Authorization: Bearer KEY`). `reference_column` names a dataset column whose value becomes the query's
+    `morkit serve` URL (an httpx client built on first call; one call's requests, of at most
+    `max_request_items` completions each, a prompt's completions together, have `timeout_s` in all, retries
+    on connection errors and 503/504 included (`retries` at most); `api_key`, default $MORKIT_API_KEY, is
+    sent as `Authorization: Bearer KEY`). `reference_column` names a dataset column whose value becomes the query's
     reference answer (default: none)."""
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
                  select: Any = None, scoring: Any = None, rms: Sequence[str] = (),
                  reference_column: str | None = None, timeout_s: float = 300.0, retries: int = 3,
-                 api_key: str | None = None, name: str = "morkit_routed_reward"):
+                 api_key: str | None = None, max_request_items: int = 1024, name: str = "morkit_routed_reward"):
         if sum(x is not None for x in (pool, url, engine)) != 1:
             raise InputError("give exactly one of pool= (score in this process), url= (a morkit serve server) "
                              "or engine=")
@@ -43,8 +44,9 @@ class RoutedReward:
         self.url = url.rstrip("/") if url else None
         self._select, self._scoring, self._rms = select, scoring, tuple(rms)
         self.reference_column = reference_column
-        self.timeout_s = timeout_s
-        self.retries = retries
+        self.timeout_s = checks.positive(timeout_s, "timeout_s")
+        self.retries = checks.non_negative_int(retries, "retries")
+        self.max_request_items = checks.positive_int(max_request_items, "max_request_items")
         self.__name__ = name  # TRL logs each reward function under its __name__
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
@@ -76,16 +78,32 @@ class RoutedReward:
         return self._engine
 
     def _remote(self, questions: list[str], answers: list[str], references: list[str | None] | None) -> dict:
+        """The server's rewards for every completion, asked in requests of at most `max_request_items`
+        completions (a prompt's completions stay together), within `timeout_s` in all, retries included."""
         import httpx
 
         if self._client is None:
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             self._client = httpx.Client(timeout=self.timeout_s, headers=headers)
-        body = {"query": [q + a for q, a in zip(questions, answers)], "prompts": questions, "labels": references}
+        deadline = time.monotonic() + self.timeout_s
+        rewards: list[float | None] = [None] * len(answers)
+        for part in _requests_by_prompt(questions, self.max_request_items):
+            body = {"query": [questions[i] + answers[i] for i in part], "prompts": [questions[i] for i in part],
+                    "labels": None if references is None else [references[i] for i in part]}
+            for i, reward in zip(part, self._post(body, deadline)["rewards"]):
+                rewards[i] = reward
+        return {"rewards": rewards}
+
+    def _post(self, body: dict, deadline: float) -> dict:
+        import httpx
+
         last = ""
         for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             try:
-                reply = self._client.post(f"{self.url}/get_reward", json=body)
+                reply = self._client.post(f"{self.url}/get_reward", json=body, timeout=left)
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
@@ -100,8 +118,9 @@ class RoutedReward:
                     raise MorkitError(f"{self.url}/get_reward answered {reply.status_code}: {reason}")
                 last = f"{reply.status_code}: {reason}"
             if attempt < self.retries:
-                time.sleep(min(2.0**attempt, 10.0))
-        raise MorkitError(f"{self.url}/get_reward failed after {self.retries + 1} tries: {last}")
+                time.sleep(max(min(2.0**attempt, 10.0, deadline - time.monotonic()), 0.0))
+        raise MorkitError(f"{self.url}/get_reward gave no rewards within {self.timeout_s:g} s "
+                          f"(timeout_s; {self.retries + 1} tries at most): {last or 'no time left'}")
 
     def close(self) -> None:
         if self._client is not None:
@@ -110,6 +129,21 @@ class RoutedReward:
         if self._engine is not None and self._pool is not None:  # built here: ours to close
             self._engine.close()
             self._engine = None
+
+
+def _requests_by_prompt(prompts: Sequence[str], limit: int) -> list[list[int]]:
+    """Indices of the completions grouped into requests of at most `limit` each, a prompt's group never split
+    (a group larger than `limit` goes alone)."""
+    groups: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(prompt, []).append(i)
+    requests: list[list[int]] = []
+    for group in groups.values():
+        if requests and len(requests[-1]) + len(group) <= limit:
+            requests[-1].extend(group)
+        else:
+            requests.append(list(group))
+    return requests
 
 
 def _reason(reply: Any) -> str:

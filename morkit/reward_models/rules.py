@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Mapping, Sequence
 
+from morkit.core import budget
 from morkit.core.errors import InputError
 from morkit.core.grading import (
     equivalence_classes,
@@ -113,15 +114,18 @@ def stdio_tests(query: Query) -> list[dict[str, str]] | None:
     return [{"input": t["input"], "output": t["output"]} for t in tests]
 
 
-def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: SandboxLimits) -> SandboxResult:
+def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: SandboxLimits,
+                    bound: budget.WorkBound = budget.WorkBound()) -> SandboxResult:
     """Run `program` once per test, in its own sandbox with the test's input on stdin, until one fails.
 
     A test passes when the program exits 0 within `limits` and its stdout matches the expected output
     (stdio_output_matches). The result is the failing test's (a wrong answer: status "failed" with the
     reason appended to stderr), else the last test's. The output cap is raised to twice the expected
-    output's size (plus 4 KiB) where that is more, so a long right answer is never cut."""
+    output's size (plus 4 KiB) where that is more, so a long right answer is never cut. Each run first checks
+    `bound` (DeadlinePassed once its deadline has passed)."""
     result = _NOT_RUN
     for number, test in enumerate(tests, start=1):
+        bound.check()
         room = max(limits.max_output_bytes, 2 * len(test["output"].encode("utf-8")) + 4096)
         result = run_python(program, replace(limits, max_output_bytes=room), stdin=test["input"])
         where = f"morkit: stdin/stdout test {number} of {len(tests)}"
@@ -154,13 +158,15 @@ class CodeTests:
     def run_tests(self, query: Query) -> list[SandboxResult]:
         """One sandbox result per candidate (why it failed: status, stderr); empty ones are not run."""
         code, stdio = self._tests(query)
+        bound = budget.current()  # this thread's: the workers below check it before every run
 
         def run(program: str) -> SandboxResult:
             if code is not None:
+                bound.check()
                 result = run_python(program, self.limits, tests=code)
                 if not result.passed or stdio is None:
                     return result
-            return run_stdio_tests(program, stdio or [], self.limits)
+            return run_stdio_tests(program, stdio or [], self.limits, bound)
 
         todo = [i for i, c in enumerate(query.candidates) if not is_empty_answer(c.text)]
         ran = in_parallel(run, [program_text(query.candidates[i].text) for i in todo], self.workers)

@@ -60,8 +60,9 @@ def _declared_length(request: Any, limit: int) -> int | None:
     return int(length)
 
 
-async def _read_body(request: Any, limit: int, reservation: Reservation, chunked: bool) -> bytes:
-    """The body; a chunked one grows its reservation as it arrives (503 when the budget runs out)."""
+async def _read_body(request: Any, limit: int, reservation: Reservation) -> bytes:
+    """The body; its reservation grows as its bytes arrive (503 when the budget runs out), so a slow sender
+    holds only what it sent."""
     from starlette.requests import ClientDisconnect
 
     chunks, size = [], 0
@@ -70,8 +71,7 @@ async def _read_body(request: Any, limit: int, reservation: Reservation, chunked
             size += len(chunk)
             if size > limit:
                 raise _Refused(413, f"request body is over this server's limit of {limit} bytes (--max-body-bytes)")
-            if chunked:
-                reservation.grow(len(chunk))
+            reservation.grow(len(chunk))
             chunks.append(chunk)
     except ClientDisconnect:
         raise _Refused(499, "the client closed the connection while sending the body") from None
@@ -135,8 +135,12 @@ class _BearerKey:
         return False
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] == "/health" or self._allowed(scope):
+        if scope["type"] == "lifespan" or (scope["type"] == "http" and (
+                scope["path"] == "/health" or self._allowed(scope))):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket or anything else: this server has none
+            await send({"type": "websocket.close", "code": 1008})
             return
         body = json.dumps({"error": "missing or wrong API key: send the header 'Authorization: Bearer KEY' "
                                     "with this server's key (--api-key or MORKIT_API_KEY)"}).encode()
@@ -192,14 +196,16 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
         try:
             length = _declared_length(request, limits.max_body_bytes)
             try:
-                reservation = budget.reserve(length or 0)  # before a byte is read: a full budget refuses at once
+                budget.check_room(length or 0)  # before a byte is read: a full budget refuses at once
+                reservation = budget.reserve(0)
             except Overloaded as exc:
                 raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
             try:
-                raw = await asyncio.wait_for(_read_body(request, limits.max_body_bytes, reservation, length is None),
-                                             limits.timeout_s)
+                raw = await asyncio.wait_for(_read_body(request, limits.max_body_bytes, reservation),
+                                             min(limits.body_timeout_s, limits.timeout_s))
             except asyncio.TimeoutError:
-                raise _Refused(408, f"the body did not arrive within {limits.timeout_s:g} s (--timeout)") from None
+                raise _Refused(408, f"the body did not arrive within {min(limits.body_timeout_s, limits.timeout_s):g}"
+                                    " s (--body-timeout)") from None
             try:
                 job, context = await asyncio.get_running_loop().run_in_executor(
                     parsers[0], lambda: parse(decode_body(raw)))
@@ -211,6 +217,8 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
                 raise _Refused(400, str(exc)) from None
             except Overloaded as exc:
                 raise _Refused(503, str(exc), {"Retry-After": "1"}) from None
+            except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # e.g. JSON nested too deep
+                raise _Refused(400, f"request body: cannot be parsed ({type(exc).__name__})") from None
             try:
                 body = reply(context, await _outcome(request, future, limits.timeout_s,
                                                      deadline - time.monotonic()))

@@ -33,7 +33,10 @@ class ServeLimits:
     max_items: int = 4096  # queries of a /v1/rank body, items of a /get_reward body
     max_candidates: int = 4096  # candidates of one request, all its queries together (413)
     max_text_chars: int = 8 * MIB  # characters of text in one request: questions, candidates, references (413)
+    max_json_values: int = 256 * 1024  # JSON values (objects, lists, strings, numbers) in one request body (413)
     max_inflight_bytes: int = 256 * MIB  # request bodies held at once, read, queued or running (503)
+    body_timeout_s: float = 30.0  # a body still arriving after this long is a 408 (slow senders hold no budget)
+    max_connections: int = 1024  # open connections and requests at once; more are answered 503 by uvicorn
     grace_s: float = 30.0  # after SIGTERM: finish what is in flight for this long, then exit anyway
 
     def __post_init__(self) -> None:
@@ -45,7 +48,10 @@ class ServeLimits:
         checks.positive_int(self.max_items, "max_items")
         checks.positive_int(self.max_candidates, "max_candidates")
         checks.positive_int(self.max_text_chars, "max_text_chars")
+        checks.positive_int(self.max_json_values, "max_json_values")
         checks.positive_int(self.max_inflight_bytes, "max_inflight_bytes")
+        checks.positive(self.body_timeout_s, "body_timeout_s")
+        checks.positive_int(self.max_connections, "max_connections")
         checks.positive(self.grace_s, "grace_s")
         if self.max_inflight_bytes < self.max_body_bytes:
             raise InputError(f"max_inflight_bytes (--max-inflight-bytes {self.max_inflight_bytes}) must be at least "
@@ -66,6 +72,11 @@ class ByteBudget:
     def __init__(self, capacity: int):
         self.capacity = checks.positive_int(capacity, "capacity")
         self.used = 0
+
+    def check_room(self, n: int) -> None:
+        """Overloaded unless `n` more bytes fit now (nothing is taken)."""
+        if self.used + n > self.capacity:
+            self._take(n)
 
     def reserve(self, n: int) -> Reservation:
         reservation = Reservation(self)

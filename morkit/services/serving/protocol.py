@@ -48,31 +48,36 @@ def _list(body: dict[str, Any], key: str, limit: int, *, required: bool = True) 
         raise InputError(f"request body: {key!r} must be a list")
     if len(value) > limit:
         raise InputError(f"request body: {key!r} has {len(value)} items; this server takes at most {limit} "
-                         "per request (split it)")
+                         "per request (--max-items); split it")
     return value
 
 
-def text_chars(body: Any) -> int:
-    """Characters in every string of a decoded body (keys included), walked without recursion."""
-    total, stack = 0, [body]
+def body_extent(body: Any) -> tuple[int, int]:
+    """(characters in every string, keys included; JSON values) of a decoded body, walked without recursion."""
+    chars, values, stack = 0, 0, [body]
     while stack:
         value = stack.pop()
+        values += 1
         if isinstance(value, str):
-            total += len(value)
+            chars += len(value)
         elif isinstance(value, dict):
-            total += sum(len(k) for k in value)
+            chars += sum(len(k) for k in value)
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-    return total
+    return chars, values
 
 
 def check_size(body: dict[str, Any], candidates: int, limits: ServeLimits) -> None:
-    """TooLarge when a body holds more candidates or characters of text than the server takes per request."""
+    """TooLarge when a body holds more candidates, JSON values or characters of text than the server takes per
+    request (values bound what a small body becomes in memory: `[{}, {}, ...]` is 24 times its bytes)."""
     if candidates > limits.max_candidates:
         raise TooLarge(f"request body: {candidates} candidates in all; this server takes at most "
                        f"{limits.max_candidates} per request (--max-candidates); split it")
-    chars = text_chars(body)
+    chars, values = body_extent(body)
+    if values > limits.max_json_values:
+        raise TooLarge(f"request body: {values} JSON values; this server takes at most {limits.max_json_values} "
+                       "per request (--max-json-values); split it")
     if chars > limits.max_text_chars:
         raise TooLarge(f"request body: {chars} characters of text; this server takes at most "
                        f"{limits.max_text_chars} per request (--max-text-chars); split it")

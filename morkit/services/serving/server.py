@@ -140,8 +140,11 @@ def make_server(engine: Any, limits: ServeLimits = ServeLimits(), *, host: str =
 
     # uvicorn waits this long for the requests in flight, then cancels them; the rest of the grace is the
     # batcher's, to let the engine's last call return
+    # h11 (not httptools, which grows a header without bound, copying it on every read): at most 64 KiB of
+    # headers per connection, and at most max_connections of them at once (uvicorn answers 503 past it)
     config = uvicorn.Config(app, host=bound_host, port=bound_port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=limits.grace_s * 0.8, access_log=False)
+                            timeout_graceful_shutdown=limits.grace_s * 0.8, access_log=False, http="h11",
+                            h11_max_incomplete_event_size=64 * 1024, limit_concurrency=limits.max_connections)
     return Server(config)
 
 
