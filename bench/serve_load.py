@@ -4,7 +4,7 @@ library calls in the same run, and what micro-batching gains (on vs off).
 Setup: a real pool of qwen25_math_rm8 questions 0..--pool-questions-1 over the cached Qwen2.5-Math-RM-72B
 table, math-consensus (a rule) and minilm-probe (MiniLM + a trained head, run on CPU), embedded with the
 real all-MiniLM-L6-v2. Requests: one contract query each (questions 40..69, 8 answers, the table score
-kept, the other RMs left to run), routed with the default stacker, so every request embeds its question
+kept, the other RMs left to run), routed with the default method, so every request embeds its question
 and runs math-consensus and minilm-probe on its 8 answers. No score cache (every request computes).
 
 Measured, in one process, on one RoutingEngine (the server's own; models resident):
