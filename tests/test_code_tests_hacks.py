@@ -310,8 +310,37 @@ ROUND_TRIPS = {
 }
 
 
+ROUND_TRIPS.update({
+    "a defaultdict of a lambda, an exception's own text, a match's groups": (
+        "import collections, re\nclass Oops(ValueError):\n    def __str__(self):\n        return 'oops'\n"
+        "def counts(s):\n    d = collections.defaultdict(lambda: 0)\n    for c in s:\n        d[c] += 1\n    return d\n"
+        "def fail():\n    raise Oops()\ndef date(s):\n    return re.search(r'(\\d+)-(\\d+)', s)\n",
+        "assert counts('aab') == {'a': 2, 'b': 1}\n"
+        "try:\n    fail()\nexcept ValueError as e:\n    assert str(e) == 'oops'\n"
+        "m = date('on 12-25')\nassert m.group(1) == '12' and m.groups() == ('12', '25') and m.group() == '12-25'\n"),
+})
+
+
 @pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
 def test_what_crosses_between_the_processes_behaves_as_in_one(case):
     program, tests = ROUND_TRIPS[case]
     result = run_python(program, LIMITS, tests=tests)
     assert result.passed, result.stderr[-1500:]
+
+
+def test_a_third_round_stop_iteration_and_redefined_prompt_helpers_score_zero(humaneval):
+    """A StopIteration from a call ended the tests' own map() quietly; a prompt's finished helper (HumanEval/38's
+    encode_cyclic, which the tests use to check decode_cyclic) was the candidate's to redefine."""
+    stop = run_python("def f(x):\n    raise StopIteration\n", LIMITS,
+                      tests="assert all(map(lambda c: f(c[0]) == c[1], [(1, 2), (2, 4)]))\n")
+    assert not stop.passed and "raised StopIteration" in stop.stderr
+    identity = """
+        return s
+    def encode_cyclic(s):
+        return s
+    """
+    query = humaneval["HumanEval/38"]
+    assert _score(query, identity) == [0.0]
+    right = query.question + "    return encode_cyclic(encode_cyclic(s))\n"
+    assert [s.value for s in CodeTests(limits=LIMITS).score_query(replace(query, candidates=(Candidate(right),)))] == [1.0]
+

@@ -136,6 +136,35 @@ def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: Sa
     return result
 
 
+def prompt_helpers(question: str) -> str:
+    """The imports and finished functions a code prompt defines for the tests to use (HumanEval/32's `poly`,
+    /38's `encode_cyclic`), as source to run in the tests' namespace after the candidate's names, so that a
+    candidate cannot redefine what its tests rely on. A function whose body is only a docstring, `pass`,
+    `...` or `raise NotImplementedError` (and imports) is the one to write, and stays the candidate's. ''
+    for prose."""
+    import ast
+
+    if len(question) > 100_000 or "def " not in question:
+        return ""
+    try:
+        tree = ast.parse(question)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    kept = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_stub(node))]
+    return "".join(ast.get_source_segment(question, node, padded=False) + "\n" for node in kept
+                   if ast.get_source_segment(question, node) is not None)
+
+
+def _is_stub(function: Any) -> bool:
+    import ast
+
+    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                             or isinstance(s, (ast.Import, ast.ImportFrom)))]
+    return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Raise) and "NotImplementedError" in ast.dump(s))
+               for s in body)
+
+
 @dataclass(frozen=True)
 class CodeTests:
     """Test verifier: 1.0 if the candidate program passes all of its query's tests in the sandbox, else 0.0.
@@ -144,7 +173,8 @@ class CodeTests:
     Two kinds of tests, either or both: `query.tests`, assert-style Python test code that must run to its
     end against the candidate imported as module `solution` (its `__main__` block does not run), out of
     its reach: in no file, in a process of their own that takes only plain built-in values from its
-    functions (runtime/sandbox_harness.py); and `extra["stdio_tests"]`, inputs
+    functions (runtime/sandbox_harness.py), with the finished helpers of its prompt (`prompt_helpers`);
+    and `extra["stdio_tests"]`, inputs
     the candidate, run as a program, reads on stdin, each in its own sandbox, whose stdout must match the
     expected output (LiveCodeBench's comparison, `stdio_output_matches`); a candidate stops at its first
     failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
@@ -158,6 +188,8 @@ class CodeTests:
     def run_tests(self, query: Query) -> list[SandboxResult]:
         """One sandbox result per candidate (why it failed: status, stderr); empty ones are not run."""
         code, stdio = self._tests(query)
+        if code is not None:
+            code = prompt_helpers(query.question) + code
         bound = budget.current()  # this thread's: the workers below check it before every run
 
         def run(program: str) -> SandboxResult:

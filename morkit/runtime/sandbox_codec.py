@@ -52,7 +52,7 @@ def encode(value, handles=None, depth=0):
     if isinstance(value, range):
         return ["r", hex(value.start), hex(value.stop), hex(value.step)]
     if isinstance(value, re.Match):
-        return ["m", encode(value.group(0), handles, down), value.start(), value.end()]
+        return ["m", encode((value.group(0), *value.groups()), handles, down), value.start(), value.end()]
     if isinstance(value, datetime.timedelta):
         return ["td", value.days, value.seconds, value.microseconds]
     for kind, tag in ((datetime.datetime, "dt"), (datetime.date, "da"), (datetime.time, "ti")):
@@ -62,12 +62,10 @@ def encode(value, handles=None, depth=0):
                       (dict, "d")):
         if isinstance(value, kind):
             pairs = [[encode(k, handles, down), encode(v, handles, down)] for k, v in dict.items(value)]
-            if tag == "dd":
+            if tag == "dd":  # a factory of the candidate's own (a lambda) crosses as none: equality is the same
                 factory = value.default_factory
                 name = None if factory is None else getattr(factory, "__name__", None)
-                if factory is not None and getattr(builtins, str(name), None) is not factory:
-                    raise AnswerRefused("a defaultdict whose factory is not a built-in")
-                return [tag, name, pairs]
+                return [tag, name if getattr(builtins, str(name), None) is factory else None, pairs]
             return [tag, pairs]
     for kind, tag in ((list, "l"), (tuple, "t")):
         if isinstance(value, kind):
@@ -178,7 +176,10 @@ def decode(node, remote=None, depth=0):
         if tag == "r" and len(more) == 2:
             return range(*(int(_text(x), 16) for x in (first, *more)))
         if tag == "m" and len(more) == 2 and all(type(x) is int for x in more):
-            return Matched(decode(first, remote, down), *more)
+            groups = decode(first, remote, down)
+            if type(groups) is not tuple or not groups:
+                raise ValueError
+            return Matched(groups, *more)
     except (ValueError, TypeError, AttributeError, KeyError, decimal.InvalidOperation, ZeroDivisionError):
         pass
     raise AnswerRefused("a malformed value")
@@ -197,18 +198,23 @@ def _text(value):
 
 
 class Matched:
-    """A regular-expression match the candidate answered with: true, with its text and span."""
+    """A regular-expression match the candidate answered with: true, with its groups' texts and its span."""
 
-    def __init__(self, text, start, end):
-        self._text, self._span = text, (start, end)
+    def __init__(self, groups, start, end):
+        self._groups, self._span = groups, (start, end)
 
-    def group(self, index=0):
-        if index != 0:
-            raise IndexError("only the whole match crosses from the candidate's process")
-        return self._text
+    def group(self, *indices):
+        if any(type(i) is not int or not 0 <= i < len(self._groups) for i in indices):
+            raise IndexError("no such group")
+        found = tuple(self._groups[i] for i in (indices or (0,)))
+        return found[0] if len(found) == 1 else found
+
+    def groups(self, default=None):
+        return tuple(default if g is None else g for g in self._groups[1:])
 
     def span(self, index=0):
-        self.group(index)
+        if index != 0:
+            raise IndexError("only the whole match's span crosses from the candidate's process")
         return self._span
 
     def start(self, index=0):
@@ -217,11 +223,14 @@ class Matched:
     def end(self, index=0):
         return self.span(index)[1]
 
+    def __getitem__(self, index):
+        return self.group(index)
+
     def __bool__(self):
         return True
 
     def __repr__(self):
-        return f"<match span={self._span}, match={self._text!r}>"
+        return f"<match span={self._span}, match={self._groups[0]!r}>"
 
 
 # -- messages between the processes: a length, then JSON ---------------------------------------------------

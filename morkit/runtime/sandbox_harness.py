@@ -94,7 +94,7 @@ def _raised(exc, lines):
     """An exception as a reply: the first built-in class it derives from, its arguments (or its text)."""
     kind = next(c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c)
     try:
-        args = encode(tuple(exc.args))
+        args = encode(tuple(exc.args) if exc.args else (str(exc)[:4000],) if str(exc) else ())
     except (AnswerRefused, RecursionError, TypeError):
         args = encode((str(exc)[:4000],))
     return ["raised", kind, args, "".join(lines)[-4000:]]
@@ -249,8 +249,12 @@ class Link:
             raise RuntimeError(f"morkit-sandbox: the candidate's process ended during {what}")
         if reply[0] == "ok" and len(reply) == size:
             return decode(reply[1], self), *reply[2:]
-        if reply == ["stop"]:
+        stop = reply == ["stop"] or (reply[0] == "raised" and reply[1:2] in (["StopIteration"],
+                                                                             ["StopAsyncIteration"]))
+        if stop and message[0] == "next" and reply == ["stop"]:
             raise StopIteration
+        if stop:  # from a call, it would end the tests' own map() or generator quietly (as PEP 479 says)
+            raise RuntimeError(f"morkit-sandbox: {what} raised StopIteration")
         if reply[0] == "raised" and len(reply) == 4 and isinstance(reply[1], str) and isinstance(reply[3], str):
             raise _rebuilt(reply[1], decode(reply[2]), reply[3])
         raise AnswerRefused(f"morkit-sandbox: {what}: {str(reply[1:])[:400]}")
