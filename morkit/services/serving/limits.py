@@ -40,19 +40,12 @@ class ServeLimits:
     grace_s: float = 30.0  # after SIGTERM: finish what is in flight for this long, then exit anyway
 
     def __post_init__(self) -> None:
-        checks.positive_int(self.max_batch, "max_batch")
         checks.non_negative(self.max_wait_ms, "max_wait_ms")
-        checks.positive_int(self.queue_size, "queue_size")
-        checks.positive(self.timeout_s, "timeout_s")
-        checks.positive_int(self.max_body_bytes, "max_body_bytes")
-        checks.positive_int(self.max_items, "max_items")
-        checks.positive_int(self.max_candidates, "max_candidates")
-        checks.positive_int(self.max_text_chars, "max_text_chars")
-        checks.positive_int(self.max_json_values, "max_json_values")
-        checks.positive_int(self.max_inflight_bytes, "max_inflight_bytes")
-        checks.positive(self.body_timeout_s, "body_timeout_s")
-        checks.positive_int(self.max_connections, "max_connections")
-        checks.positive(self.grace_s, "grace_s")
+        for name in ("timeout_s", "body_timeout_s", "grace_s"):
+            checks.positive(getattr(self, name), name)
+        for name in ("max_batch", "queue_size", "max_body_bytes", "max_items", "max_candidates", "max_text_chars",
+                     "max_json_values", "max_inflight_bytes", "max_connections"):
+            checks.positive_int(getattr(self, name), name)
         if self.max_inflight_bytes < self.max_body_bytes:
             raise InputError(f"max_inflight_bytes (--max-inflight-bytes {self.max_inflight_bytes}) must be at least "
                              f"max_body_bytes (--max-body-bytes {self.max_body_bytes}), or the largest body could "
