@@ -18,17 +18,9 @@ from morkit.cli.args import (
     scoring_options,
     select_options,
 )
+from morkit.services.serving.limits import ServeLimits, port_number
 
-
-def _port_number(value: int, what: str) -> int:
-    from morkit.core.errors import InputError
-
-    if not 1 <= value <= 65535:
-        raise InputError(f"{what} must be a port number from 1 to 65535, got {value}")
-    return value
-
-
-PORT = checked(int, _port_number)
+PORT = checked(int, port_number)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -36,7 +28,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from morkit.core.errors import InputError
     from morkit.question_pool.pool import load_pool
     from morkit.services.serving.engine import RoutingEngine
-    from morkit.services.serving.limits import ServeLimits
     from morkit.services.serving.server import bind_socket, require_packages, serve
 
     require_packages()
@@ -95,8 +86,6 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (no model is loaded)")
     add_select_options(p)
-    from morkit.services.serving.limits import ServeLimits
-
     limits = ServeLimits()  # the defaults shown
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
@@ -105,28 +94,28 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: $MORKIT_API_KEY; "
                         "prefer the variable: a flag shows in the process list). Without a key, listening on "
                         "another address than 127.0.0.1/::1 prints a warning")
-    s.add_argument("--max-batch", type=POSITIVE_INT, default=32,
+    s.add_argument("--max-batch", type=POSITIVE_INT, default=limits.max_batch,
                    help="requests per engine call (default 32; 1 turns micro-batching off)")
-    s.add_argument("--max-wait-ms", type=NON_NEGATIVE, default=5.0,
+    s.add_argument("--max-wait-ms", type=NON_NEGATIVE, default=limits.max_wait_ms,
                    help="how long a batch's first request waits for others to join it (default 5 ms)")
-    s.add_argument("--queue-size", type=POSITIVE_INT, default=256,
+    s.add_argument("--queue-size", type=POSITIVE_INT, default=limits.queue_size,
                    help="requests that may wait for the engine; more are answered 503 with Retry-After (default 256)")
-    s.add_argument("--timeout", type=POSITIVE, default=120.0,
+    s.add_argument("--timeout", type=POSITIVE, default=limits.timeout_s,
                    help="seconds a request may take, queueing included, before a 504 (default 120)")
-    s.add_argument("--max-body-bytes", type=POSITIVE_INT, default=16 * 2**20,
+    s.add_argument("--max-body-bytes", type=POSITIVE_INT, default=limits.max_body_bytes,
                    help="largest request body; a larger one is refused (413) before it is parsed (default 16 MiB)")
-    s.add_argument("--max-items", type=POSITIVE_INT, default=4096,
+    s.add_argument("--max-items", type=POSITIVE_INT, default=limits.max_items,
                    help="most queries (/v1/rank) or items (/get_reward) in one request; more are a 400 (default 4096)")
-    s.add_argument("--max-candidates", type=POSITIVE_INT, default=4096,
+    s.add_argument("--max-candidates", type=POSITIVE_INT, default=limits.max_candidates,
                    help="most candidates in one request, all its queries together; more are a 413 before any "
                         "scoring (default 4096)")
-    s.add_argument("--max-text-chars", type=POSITIVE_INT, default=8 * 2**20,
+    s.add_argument("--max-text-chars", type=POSITIVE_INT, default=limits.max_text_chars,
                    help="most characters in the strings of one request body; more are a 413 before any scoring "
                         "(default 8388608)")
     s.add_argument("--max-json-values", type=POSITIVE_INT, default=limits.max_json_values,
                    help="most JSON values (objects, lists, strings, numbers) in one request body; more are a 413 "
                         f"before any scoring: they bound what a body becomes in memory (default {limits.max_json_values})")
-    s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=256 * 2**20,
+    s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=limits.max_inflight_bytes,
                    help="request bodies the server holds at once (being read, queued or scored); a request that "
                         "would pass it is answered 503 with Retry-After at once (default 256 MiB; the parsed "
                         "requests take a few times that in memory)")
@@ -135,7 +124,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     s.add_argument("--max-connections", type=POSITIVE_INT, default=limits.max_connections,
                    help="open connections and requests at once; more are answered 503 (default "
                         f"{limits.max_connections}). Headers are capped at 64 KiB a connection")
-    s.add_argument("--grace", type=POSITIVE, default=30.0,
+    s.add_argument("--grace", type=POSITIVE, default=limits.grace_s,
                    help="seconds after SIGTERM/SIGINT to finish the requests in flight; then the process exits "
                         "anyway, even if a model call hangs (default 30)")
     add_scoring_options(p)

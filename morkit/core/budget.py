@@ -3,7 +3,7 @@
 Within `work_bounded(deadline, symbolic_classes)`, on this thread, answer grading compares a new answer
 symbolically with at most `symbolic_classes` classes, and grading or sandbox work past `deadline` (a
 `time.monotonic()` value) raises `DeadlinePassed` instead of going on: the call fails, and no score made
-with less work than asked is ever returned. Outside it (the CLI, pools, loops) nothing is bounded.
+with part of the work is ever returned. Outside it (the CLI, pools, loops) nothing is bounded.
 """
 
 from __future__ import annotations

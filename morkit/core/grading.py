@@ -123,9 +123,10 @@ def is_correct(answer: str | None, reference: str | None, strict: bool = False) 
 
 
 SERVER_SYMBOLIC_CLASSES = 16
-"""What the reward server passes to `core.budget.work_bounded`: the classes a new answer is compared with
-symbolically (math_verify, 10-50 ms a comparison), the first ones met that can be; past them an answer joins
-a class only by its normalised text or its exact value. Elsewhere every class is compared."""
+"""What the routing engine (`morkit serve`, the TRL reward) passes to `core.budget.work_bounded`: the classes a
+new answer is compared with symbolically (math_verify, 10-50 ms a comparison), the first ones met that can be;
+past them an answer joins a class only by its normalised text or its exact value. Elsewhere every class is
+compared."""
 
 
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:

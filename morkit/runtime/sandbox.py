@@ -9,7 +9,7 @@ namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit 
 launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
 
 `tests=` (assert-style test code): `code` is the candidate, imported as module `solution` in a process
-of its own; the test code, which never lands in a file, runs in the harness's other process, which the
+of its own; the test code, never in a file the candidate can open, runs in the harness's other process, which the
 candidate's code never runs in, calling its functions across a pipe (sandbox_harness.py). The run passes
 only if that process reports, on a pipe with a per-run token, that the tests ran to their end; exiting
 early (even with status 0) fails.

@@ -38,8 +38,6 @@ class CandidateError(Exception):
     """The candidate raised an exception that derives from no built-in Exception (SystemExit, say)."""
 
 
-# -- the codec: plain values as JSON trees [tag, ...] ------------------------------------------------------
-
 def _install_site_builtins():
     """-S skips `site`, which is also what defines exit(), quit() and help(); LLM code calls them."""
     import _sitebuiltins

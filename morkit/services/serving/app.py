@@ -90,7 +90,7 @@ async def _client_gone(request: Any) -> None:
 
 async def _closing_cutoff(app: Any) -> None:
     """Returns when the server, shutting down, stops waiting for the engine: a request still waiting then is
-    answered 503 before uvicorn cancels it (at 0.8 of the grace)."""
+    answered 503 at 0.7 of the grace, before uvicorn cancels it at 0.8."""
     await app.state.closing.wait()
     await asyncio.sleep(max(app.state.stop_by - 0.3 * app.state.limits.grace_s - time.monotonic(), 0.0))
 

@@ -6,9 +6,9 @@ the synchronous engine call in one dedicated thread, so models are only ever use
 whose future is cancelled (its client went away, or its deadline passed) leaves the queue at once and
 gives back its byte reservation; one cancelled while the engine runs it is dropped when the call returns.
 Items may carry a deadline: past the latest one of a batch, nobody waits for its results, and the engine's
-grading and sandbox runs raise DeadlinePassed rather than go on (`core.budget.work_bounded`, which also caps
-the symbolic comparisons of one answer). The engine thread is a daemon: `stop`
-waits for it at most its timeout, so a hung model call cannot keep the process alive.
+grading and sandbox runs raise DeadlinePassed rather than go on (`core.budget.work_bounded`). The engine
+thread is a daemon: `stop` waits for it at most its timeout, so a hung model call cannot keep the process
+alive.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any, Callable, Sequence
 
 from morkit.core import checks
 from morkit.core.budget import work_bounded
-from morkit.core.grading import SERVER_SYMBOLIC_CLASSES
 from morkit.services.serving.limits import Overloaded, Reservation
 
 log = logging.getLogger(__name__)
@@ -70,7 +69,7 @@ class _EngineThread:
             future, fn, arg, deadline = call
             if future.set_running_or_notify_cancel():
                 try:
-                    with work_bounded(deadline, SERVER_SYMBOLIC_CLASSES):
+                    with work_bounded(deadline):
                         future.set_result(fn(arg))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting batch
                     future.set_exception(exc)

@@ -97,7 +97,16 @@ class RoutingEngine:
 
     # ------------------------------------------------------------------------------------------ batches
     def run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
-        """Rankings for every job of a micro-batch, or the exception that failed that job alone."""
+        """Rankings for every job of a micro-batch, or the exception that failed that job alone. Math answers
+        are compared symbolically with at most SERVER_SYMBOLIC_CLASSES classes each (the server and the TRL
+        reward alike), within any deadline the caller set (`core.budget`)."""
+        from morkit.core import budget
+        from morkit.core.grading import SERVER_SYMBOLIC_CLASSES
+
+        with budget.work_bounded(budget.current().deadline, SERVER_SYMBOLIC_CLASSES):
+            return self._run(jobs)
+
+    def _run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
         flat = [(j, q) for j, job in enumerate(jobs) for q in job]
         failed: dict[int, Exception] = {}
         selections: list[Selection | None] = [None] * len(flat)

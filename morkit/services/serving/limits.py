@@ -52,6 +52,14 @@ class ServeLimits:
                              "never be taken")
 
 
+def port_number(value: object, what: str = "--port", *, any_free: bool = False) -> int:
+    """A TCP port, 1-65535 (0 too, with `any_free`: the system picks one); InputError naming `what`."""
+    low = 0 if any_free else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        raise InputError(f"{what} must be a port number from {low} to 65535, got {value!r}")
+    return value
+
+
 def size_text(n: int) -> str:
     """A byte count for messages: '16.0 MiB', '1.5 MiB', '900 bytes'."""
     return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n} bytes"
@@ -67,9 +75,9 @@ class ByteBudget:
         self.used = 0
 
     def check_room(self, n: int) -> None:
-        """Overloaded unless `n` more bytes fit now (nothing is taken)."""
+        """Overloaded unless `n` more bytes fit now; nothing is taken (the bytes are, as they arrive)."""
         if self.used + n > self.capacity:
-            self._take(n)
+            raise Overloaded(self._full(n))
 
     def reserve(self, n: int) -> Reservation:
         reservation = Reservation(self)
@@ -78,10 +86,12 @@ class ByteBudget:
 
     def _take(self, n: int) -> None:
         if self.used + n > self.capacity:
-            raise Overloaded(f"the server holds {size_text(self.used)} of request bodies and this one needs "
-                             f"{size_text(n)} more, over its budget of {size_text(self.capacity)} "
-                             "(--max-inflight-bytes); retry later")
+            raise Overloaded(self._full(n))
         self.used += n
+
+    def _full(self, n: int) -> str:
+        return (f"the server holds {size_text(self.used)} of request bodies and this one needs {size_text(n)} "
+                f"more, over its budget of {size_text(self.capacity)} (--max-inflight-bytes); retry later")
 
 
 class Reservation:

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.services.serving.app import create_app
-from morkit.services.serving.limits import ServeLimits
+from morkit.services.serving.limits import ServeLimits, port_number
 
 SERVE_INSTALL = "morkit serve needs {missing}, which is not installed here: pip install 'morkit[serve]'"
 RESOLVE_SECONDS = 10.0
@@ -63,8 +63,7 @@ def bind_socket(host: str = "127.0.0.1", port: int = 8000, *, backlog: int = 204
                 resolve_s: float = RESOLVE_SECONDS) -> socket.socket:
     """A TCP socket bound to `host`:`port` and listening (port 0: any free port); InputError naming --host or
     --port, at once, when the host does not resolve or the address cannot be taken."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise InputError(f"--port must be a port number from 1 to 65535, got {port!r}")
+    port_number(port, any_free=True)
     family, kind, proto, _, address = _resolve(host, port, resolve_s)
     sock = socket.socket(family, kind, proto)
     try:
