@@ -114,7 +114,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                         "(default 8388608)")
     s.add_argument("--max-json-values", type=POSITIVE_INT, default=limits.max_json_values,
                    help="most JSON values (objects, lists, strings, numbers) in one request body; more are a 413 "
-                        f"before any scoring: they bound what a body becomes in memory (default {limits.max_json_values})")
+                        "before any scoring: they bound what a body becomes in memory "
+                        f"(default {limits.max_json_values})")
     s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=limits.max_inflight_bytes,
                    help="request bodies the server holds at once (being read, queued or scored); a request that "
                         "would pass it is answered 503 with Retry-After at once (default 256 MiB; the parsed "

@@ -150,10 +150,10 @@ def prompt_helpers(question: str) -> str:
         tree = ast.parse(question)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ""
-    kept = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+    kept = [ast.get_source_segment(question, node) for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
             or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_stub(node))]
-    return "".join(ast.get_source_segment(question, node, padded=False) + "\n" for node in kept
-                   if ast.get_source_segment(question, node) is not None)
+    return "".join(source + "\n" for source in kept if source is not None)
 
 
 def _is_stub(function: Any) -> bool:
@@ -174,10 +174,9 @@ class CodeTests:
     end against the candidate imported as module `solution` (its `__main__` block does not run), out of
     its reach: in no file, in a process of their own that takes only plain built-in values from its
     functions (runtime/sandbox_harness.py), with the finished helpers of its prompt (`prompt_helpers`);
-    and `extra["stdio_tests"]`, inputs
-    the candidate, run as a program, reads on stdin, each in its own sandbox, whose stdout must match the
-    expected output (LiveCodeBench's comparison, `stdio_output_matches`); a candidate stops at its first
-    failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
+    and `extra["stdio_tests"]`, inputs the candidate, run as a program, reads on stdin, each in its own
+    sandbox, whose stdout must match the expected output (LiveCodeBench's comparison,
+    `stdio_output_matches`); a candidate stops at its first failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
     exit 0."""
 
     name: str = "code-tests"

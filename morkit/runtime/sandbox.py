@@ -3,14 +3,14 @@
 Never runs the code in this process. sandbox_launcher.py (started in its own session) gives each run
 new PID, mount, network, IPC and UTS namespaces: the program sees only its own processes, no
 network, and a new root holding read-only system files, no /proc, a size-capped tmpfs /work as
-cwd and a private /dev/shm; as root it runs under a uid of its own, otherwise in a user namespace. Hard resource
-limits are low, capabilities are gone, and a seccomp filter refuses signals to other processes,
+cwd and a private /dev/shm; as root it runs under a uid of its own, otherwise in a user namespace.
+Hard resource limits are low, capabilities are gone, and a seccomp filter refuses signals to other processes,
 namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit is enforced by the
 launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
 
 `tests=` (assert-style test code): `code` is the candidate, imported as module `solution` in a process
-of its own; the test code, never in a file the candidate can open, runs in the harness's other process, which the
-candidate's code never runs in, calling its functions across a pipe (sandbox_harness.py). The run passes
+of its own; the test code, never in a file the candidate can open, runs in the harness's other process,
+which the candidate's code never runs in, calling its functions across a pipe (sandbox_harness.py). The run passes
 only if that process reports, on a pipe with a per-run token, that the tests ran to their end; exiting
 early (even with status 0) fails.
 

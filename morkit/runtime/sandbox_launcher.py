@@ -61,8 +61,9 @@ _SYSCALLS = {
                                  pidfd_getfd=438)),
 }
 _DENIED = ("tkill", "pidfd_send_signal", "pidfd_getfd", "ptrace", "process_vm_readv", "process_vm_writev", "setsid",
-           "setpgid", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open", "userfaultfd",
-           "keyctl", "add_key", "request_key", "io_uring_setup", "open_tree", "move_mount", "fsopen", "fsmount",
+           "setpgid", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open",
+           "userfaultfd", "keyctl", "add_key", "request_key", "io_uring_setup", "open_tree", "move_mount", "fsopen",
+           "fsmount",
            "mount_setattr", "fsconfig", "fspick",
            "shmget", "semget", "msgget")  # System V IPC: shared memory would not count against RLIMIT_AS
 # fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX and ioctl FIOSETOWN, SIOCSPGRP would aim signals at other processes
@@ -207,15 +208,12 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
     bounds = [2, *sorted({status_fd, *config["harness_fds"]}), resource.getrlimit(resource.RLIMIT_NOFILE)[0]]
     for low, high in zip(bounds, bounds[1:]):  # close everything between the fds kept
         os.closerange(low + 1, high)
-    if config["stdin"]:  # the input, read-only on fd 0 (else the launcher's /dev/null); unlinked from /work
-        os.dup2(fd := os.open(f"{WORK}/{config['stdin']}", os.O_RDONLY), 0)
+    if config["stdin"]:  # the input, read-only on fd 0 (else the launcher's /dev/null)
+        os.dup2(fd := _open_hidden(config["stdin"]), 0)
         os.close(fd)
-        os.unlink(f"{WORK}/{config['stdin']}")
     harness_fds = list(config["harness_fds"])
     if config.get("tests"):  # the test code: an fd the harness reads and closes before the candidate runs
-        fd = os.open(f"{WORK}/{config['tests']}", os.O_RDONLY)
-        os.set_inheritable(fd, True)
-        os.unlink(f"{WORK}/{config['tests']}")
+        os.set_inheritable(fd := _open_hidden(config["tests"]), True)
         harness_fds.append(fd)
     stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
     for res, value in ((resource.RLIMIT_CPU, config["cpu"]), (resource.RLIMIT_AS, config["memory"]),
@@ -242,6 +240,13 @@ def _exec_program(libc, config: dict, status_fd: int) -> None:
     python = config["python"]
     fds = ",".join(map(str, harness_fds))
     os.execve(python, [python, "-I", "-S", "-B", "-c", config["harness"], f"{WORK}/main.py", fds, MARK], _ENV)
+
+
+def _open_hidden(name: str) -> int:
+    """A read-only fd on /work/`name`, which is unlinked from /work at once: the program finds no such file."""
+    fd = os.open(f"{WORK}/{name}", os.O_RDONLY)
+    os.unlink(f"{WORK}/{name}")
+    return fd
 
 
 def _read_text(path: str) -> str:
