@@ -101,7 +101,7 @@ class CountingCache(ScoreCache):
 def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.cli.main import main
-    from morkit.reward_models.rm_set import cache_key
+    from morkit.reward_models.catalog import cache_key
 
     assert _values(morkit.score(queries, [RM], ray="auto", chunk=CHUNK)) == local_scores
 
@@ -124,7 +124,7 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
     import morkit
     from morkit.reward_models.options import ScoringOptions
     from morkit.reward_models.ray_scoring import RayRM
-    from morkit.reward_models.rm_set import cache_key
+    from morkit.reward_models.catalog import cache_key
 
     marker = tmp_path / "died"
     rm = RayRM(RM, functools.partial(DiesOnce, str(marker)), ScoringOptions(ray="auto", chunk=CHUNK, ray_workers=2),

@@ -199,3 +199,16 @@ def applicability_of(rm: str | Any) -> Applicability:
     if name in REWARD_MODELS:
         return Applicability.of(REWARD_MODELS.get(name).meta.get("applies"))
     return ALL
+
+
+def cache_key(name: str) -> str:
+    """The key a registered RM's scores are cached under, known without loading it (its packaged head's
+    hash, or its declared version), so cached pairs never load a model."""
+    entry = REWARD_MODELS.get(name)
+    if entry.meta.get("head"):
+        from morkit.reward_models.heads import head_cache_key, load_packaged_head
+
+        return head_cache_key(name, load_packaged_head(entry.meta["head"]))
+    if entry.meta.get("version"):
+        return f"{name}@{entry.meta['version']}"
+    return name

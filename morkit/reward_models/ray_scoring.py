@@ -245,8 +245,7 @@ def ray_rm(name: str, options: ScoringOptions) -> RayRM:
     """The registered model RM `name` on Ray: each actor builds it with `backends.build` and these options
     (without `ray`, so it loads in the actor, on the backend they pick)."""
     from morkit.reward_models import backends
-    from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.reward_models.rm_set import cache_key
+    from morkit.reward_models.catalog import REWARD_MODELS, cache_key
 
     local = replace(options, ray=None, ray_workers=None, progress=False, cache=None)
     return RayRM(name, functools.partial(backends.build, name, local), options,

@@ -13,24 +13,11 @@ import logging
 from typing import Any, Mapping, Sequence
 
 from morkit.core.types import Score
-from morkit.reward_models.catalog import REWARD_MODELS
+from morkit.reward_models.catalog import REWARD_MODELS, cache_key
 from morkit.reward_models.options import ScoringOptions
 from morkit.runtime.models import free_memory
 
 log = logging.getLogger(__name__)
-
-
-def cache_key(name: str) -> str:
-    """The key a registered RM's scores are cached under, known without loading it (its packaged head's
-    hash, or its declared version), so cached pairs never load a model."""
-    entry = REWARD_MODELS.get(name)
-    if entry.meta.get("head"):
-        from morkit.reward_models.heads import head_cache_key, load_packaged_head
-
-        return head_cache_key(name, load_packaged_head(entry.meta["head"]))
-    if entry.meta.get("version"):
-        return f"{name}@{entry.meta['version']}"
-    return name
 
 
 class ResidentRM:

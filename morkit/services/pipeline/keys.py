@@ -50,8 +50,7 @@ def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
 def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Each named RM's cache key, which carries its version (a rule's own, a packaged head's hash, a declared
     version), known without loading a model: a new version of an RM rescores, of `code-tests` relabels."""
-    from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.reward_models.rm_set import cache_key
+    from morkit.reward_models.catalog import REWARD_MODELS, cache_key
 
     versions = {}
     for name in names:
