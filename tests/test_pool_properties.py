@@ -152,6 +152,17 @@ def test_random_json_in_pool_json(copy_of, data):
     loads_or_names_a_file(root)
 
 
+@pytest.mark.parametrize("step_rms", [None, "prm", [1], ["not-an-rm"], ["x", "x"]])
+def test_a_malformed_step_rms_names_pool_json(copy_of, step_rms):
+    """Found by the property above in CI: `"step_rms": null` was a TypeError, not an InputError."""
+    root = copy_of()
+    header = json.loads((root / "pool.json").read_text())
+    header["step_rms"] = step_rms
+    (root / "pool.json").write_text(json.dumps(header))
+    with pytest.raises(InputError, match="malformed key 'step_rms'"):
+        load_pool(root)
+
+
 @SETTINGS
 @given(data=st.data())
 def test_random_json_in_questions(copy_of, data):

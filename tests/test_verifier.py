@@ -97,3 +97,21 @@ class _FixedMoR:
         from morkit.core.types import Verdict
 
         return [Verdict(0.0) for _ in answers]
+
+
+def test_only_verifiers_whose_scores_mean_the_same_in_every_call_say_so():
+    """Loops compare scores across calls only when `scores_are_absolute`; otherwise they re-score in one call."""
+    from morkit.verify.base import scores_are_absolute
+
+    normalizer = Normalizer("zscore", {"length": 10.0, "math-consensus": 0.5}, {"length": 5.0, "math-consensus": 0.25})
+    alone = Ensemble(("length",), (1.0,), "sum")
+    with_consensus = Ensemble(("length", "math-consensus"), (1.0, 1.0), "sum")
+    rms = {"length": LengthRM(), "math-consensus": MathConsensus()}
+    critic = LLMVerifier(ScriptedLLM(lambda conversation, i: "Score: 5/10"))
+    assert scores_are_absolute(MoRVerifier(alone, "pool-zscore", normalizer, rms))
+    assert not scores_are_absolute(MoRVerifier(alone, "query-zscore", normalizer, rms))  # z-scores within the call
+    assert not scores_are_absolute(MoRVerifier(with_consensus, "pool-zscore", normalizer, rms))  # reads siblings
+    assert not scores_are_absolute(MoRVerifier(alone, "pool-zscore", normalizer, rms, scorer=object()))  # learned
+    assert scores_are_absolute(critic) and not scores_are_absolute(object())
+    assert scores_are_absolute(CombinedVerifier(MoRVerifier(alone, "pool-zscore", normalizer, rms), critic))
+    assert not scores_are_absolute(CombinedVerifier(MoRVerifier(with_consensus, "pool-zscore", normalizer, rms), critic))

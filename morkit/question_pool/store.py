@@ -198,6 +198,9 @@ def _header(path: Path) -> dict[str, Any]:
     expect("not_applicable", _is_dict_of(header.get("not_applicable", {}), lambda v: _is_dict_of(
         v, lambda n: _is_int(n) and n >= 0)), "counts by RM and domain")
     expect("applies", _is_dict_of(header.get("applies", {}), lambda v: isinstance(v, dict)), "rules by RM")
+    step_rms = header.get("step_rms", [])
+    expect("step_rms", isinstance(step_rms, list) and all(isinstance(n, str) and n in names for n in step_rms)
+           and len(set(step_rms)) == len(step_rms), "a list of distinct names from rm_names")
     expect("learned_subsets", isinstance(header.get("learned_subsets", []), list) and all(
         isinstance(f, dict) for f in header.get("learned_subsets", [])), "a list of fits")
     return header

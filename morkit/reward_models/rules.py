@@ -51,6 +51,7 @@ class MathConsensus:
 
     name: str = "math-consensus"
     kind: ClassVar[str] = "rule"
+    relative_scores: ClassVar[bool] = True  # a score depends on the siblings scored with it
 
     def score_query(self, query: Query) -> list[Score]:
         return [Score(v) for v in consensus_scores([c.text for c in query.candidates])]

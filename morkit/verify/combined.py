@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from morkit.core.types import Verdict
+from morkit.verify.base import scores_are_absolute
 
 
 @dataclass
@@ -16,6 +17,10 @@ class CombinedVerifier:
     critic: Any
     weight: float = 1.0
     name: str = "mor+llm"
+
+    @property
+    def absolute_scores(self) -> bool:
+        return scores_are_absolute(self.mor) and scores_are_absolute(self.critic)
 
     @property
     def rm_calls(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from morkit.core.types import Verdict
 from morkit.llm.base import SamplingParams
@@ -38,6 +38,7 @@ class LLMVerifier:
     unparsed_score: float = 0.5
     name: str = "llm-verifier"
     calls: int = 0
+    absolute_scores: ClassVar[bool] = True  # each answer is read alone and scored out of 10
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
         params = self.params or SamplingParams(temperature=0.0, max_tokens=192)

@@ -42,6 +42,14 @@ class MoRVerifier:
             raise InputError(f"no RM given for ensemble members {missing}")
         self.name = self.name or f"mor:{self.ensemble.name}"
 
+    @property
+    def absolute_scores(self) -> bool:
+        """True for a weighted sum under the pool's fixed normaliser of members that score each answer alone;
+        a learned ranker (within-call features), `query-zscore`, or a member that reads the siblings
+        (`relative_scores`, such as math-consensus) makes the scores comparable only within one call."""
+        return (self.scorer is None and self.transform == "pool-zscore"
+                and not any(getattr(self.rms[m], "relative_scores", False) for m in self.ensemble.members))
+
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
         from morkit.reward_models.scoring import score_queries
 
