@@ -19,12 +19,14 @@ REFERENCE = "98765"  # never produced by any scripted LLM: if it shows up in a p
 @dataclass
 class Recorder:
     """An LLM that records every (conversation, params) and answers with `reply(conversation, call_index)`;
-    `tokens` (prompt, completion) are reported per call when given."""
+    `tokens` (prompt, completion) are reported per call when given; `takes_reasoning_effort` plays a backend
+    that sends SamplingParams.reasoning_effort."""
 
     reply: object
     name: str = "recorder"
     tokens: tuple[int, int] = (0, 0)
     seen: list = field(default_factory=list)
+    takes_reasoning_effort: bool = False
 
     def chat(self, conversations, params=SamplingParams()):
         out = []
@@ -59,27 +61,39 @@ def orchestrator(decisions, synthesis="Both agree. The answer is 42."):
     return Recorder(reply, name="orchestrator")
 
 
-def solver(*texts, name="solver", tokens=(0, 0)):
-    """A recording solver replying with texts in turn (cycling); an exception instance is raised."""
+def solver(*texts, name="solver", tokens=(0, 0), reasoning=False):
+    """A recording solver replying with texts in turn (cycling); an exception instance is raised. `reasoning`:
+    its backend takes a reasoning-effort setting."""
     def reply(_, i):
         text = texts[i % len(texts)]
         if isinstance(text, Exception):
             raise text
         return text
 
-    return Recorder(reply, name=name, tokens=tokens)
+    return Recorder(reply, name=name, tokens=tokens, takes_reasoning_effort=reasoning)
 
 
 @dataclass
 class ScriptedVerifier:
-    """Score 0.9 for a final answer of 42, else 0.2; records what it was asked."""
+    """Score 0.9 for a final answer of 42, else 0.2, plus `shift` times the number of earlier calls (a verifier
+    whose raw scores drift between calls); records what it was asked. Absolute (the same in every call) unless
+    told otherwise."""
 
     name: str = "scripted-verifier"
     calls: list = field(default_factory=list)
+    absolute_scores: bool = True
+    shift: float = 0.0
 
     def verify(self, question, answers, context=()):
+        offset = self.shift * len(self.calls)
         self.calls.append((question, list(answers), list(context)))
-        return [Verdict(0.9 if "42" in a else 0.2, "looks right" if "42" in a else "check the sum") for a in answers]
+        return [Verdict((0.9 if "42" in a else 0.2) + offset, "looks right" if "42" in a else "check the sum")
+                for a in answers]
+
+
+def shifting_verifier(shift=1.0):
+    """A verifier whose raw scores rise by `shift` per call, and that says they compare only within a call."""
+    return ScriptedVerifier("shifting-verifier", absolute_scores=False, shift=shift)
 
 
 def atlas(orch, solvers, verifier=None, budget=Budget(), **config):

@@ -166,3 +166,16 @@ def test_local_agents_answer_a_shared_benchmark(tmp_path):
     queries = load_queries(out)
     new = [c for q in queries for c in q.candidates if "generation" in c.extra]
     assert len(new) == 4 and all(c.text and c.extra["generation"]["completion_tokens"] <= 16 for c in new)
+
+
+def test_a_sampling_field_added_later_keeps_older_answer_keys_until_it_is_set():
+    """The key below was written by morkit before SamplingParams had `reasoning_effort`: answers generated then
+    still resume; setting the new field is a different request, so a different key."""
+    from morkit.core.types import Query
+    from morkit.llm.agents import AgentSpec
+    from morkit.llm.base import SamplingParams
+
+    params = SamplingParams(temperature=0.5, max_tokens=64, seed=3)
+    spec, query = AgentSpec("alpha", params=params), Query("q0", "What is 2+2?", ())
+    assert answer_key(spec, params, query) == "cf9bf59b72697be5"
+    assert answer_key(spec, replace(params, reasoning_effort="high"), query) != "cf9bf59b72697be5"

@@ -34,7 +34,10 @@ class SamplingParams:
 
     `timeout_s` is the deadline of the whole call, retries included (None: the backend's own limits);
     a loop passes the time left in its budget here, so no call it makes can outlast the budget. Backends
-    that cannot stop a generation midway (the local one) may ignore it."""
+    that cannot stop a generation midway (the local one) may ignore it.
+
+    `reasoning_effort` is a reasoning model's own effort setting ("low", "medium", "high", ...), sent only by
+    backends that declare `takes_reasoning_effort` (the OpenAI-compatible one); others ignore it."""
 
     n: int = 1
     temperature: float = 0.7
@@ -43,6 +46,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     timeout_s: float | None = None
+    reasoning_effort: str | None = None
 
     def __post_init__(self) -> None:
         sample_count(self.n, "SamplingParams.n")
@@ -52,6 +56,18 @@ class SamplingParams:
             raise InputError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         checks.optional(checks.non_negative_int, self.seed, "SamplingParams.seed")
         checks.optional(checks.positive, self.timeout_s, "SamplingParams.timeout_s")
+        if self.reasoning_effort is not None and not (isinstance(self.reasoning_effort, str)
+                                                      and _EFFORT.fullmatch(self.reasoning_effort)):
+            raise InputError(f"SamplingParams.reasoning_effort must be a lower-case word such as 'high', "
+                             f"got {checks.shown(self.reasoning_effort)}")
+
+
+_EFFORT = re.compile(r"[a-z][a-z_-]*")
+
+
+def takes_reasoning_effort(llm: object) -> bool:
+    """Whether `llm` passes SamplingParams.reasoning_effort on to its model (its class says so)."""
+    return bool(getattr(llm, "takes_reasoning_effort", False))
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ class _Deadline:
 class OpenAIChatLLM:
     """Chat completions from an OpenAI-compatible server; base_url/api_key default to $OPENAI_BASE_URL/$OPENAI_API_KEY."""
 
+    takes_reasoning_effort = True  # SamplingParams.reasoning_effort goes out as the request's `reasoning_effort`
+
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, retries: int = 3, concurrency: int = 8, backoff: float = 0.5,
                  extra_body: dict[str, Any] | None = None, name: str | None = None,
@@ -146,6 +148,8 @@ class OpenAIChatLLM:
             payload["stop"] = list(params.stop)
         if seed is not None:
             payload["seed"] = seed
+        if params.reasoning_effort is not None:
+            payload["reasoning_effort"] = params.reasoning_effort
         payload.update(self.extra_body)
         return payload
 

@@ -127,6 +127,9 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
                           time.perf_counter() - start)
 
 
+_KEYED_WHEN_SET = ("reasoning_effort",)
+
+
 def answer_key(spec: AgentSpec, params: SamplingParams, query: Query) -> str:
     """The key of `spec`'s answers to `query` under `params`: a hash of the conversation asked and of every
     AgentSpec field but ANSWER_NEUTRAL (backend, model, endpoint, system prompt), with the sampling used
@@ -136,7 +139,9 @@ def answer_key(spec: AgentSpec, params: SamplingParams, query: Query) -> str:
 
 def _answer_keys(spec: AgentSpec, params: SamplingParams, queries: Sequence[Query]) -> Iterator[str]:
     settings = {k: v for k, v in asdict(spec).items() if k not in ANSWER_NEUTRAL}
-    settings["params"] = {k: v for k, v in asdict(params).items() if k != "timeout_s"}
+    # fields added after keys were first written count only when set, so older answers keep their keys
+    settings["params"] = {k: v for k, v in asdict(params).items()
+                          if k != "timeout_s" and not (k in _KEYED_WHEN_SET and v is None)}
     how = json.dumps(settings, sort_keys=True, default=str)
     for query in queries:
         asked = json.dumps(agent_conversation(spec, question_asked(query)), sort_keys=True)

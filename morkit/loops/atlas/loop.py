@@ -10,14 +10,14 @@ in an ACTION line) and the explore's result, the solver's response WHOLE. The ac
     ACTION: stop
     ACTION: give_up
 
-`explore` runs one solver on the ORIGINAL problem (its user message is the problem; settings and the
-additional prompt go to its system prompt; it sees no other candidate), optionally choosing the solver
-(ATLAS-MM, priced per 1k tokens), a reasoning effort and a prompting variant. Its response, final answer
-and (morkit's addition) verifier score + feedback join the conversation. `stop`, or the explore cap or the
-Budget, ends exploring: the orchestrator then writes the final answer in the same conversation (or, with
-`synthesis="integrator"`, a separate stateless call does: the paper's ablation). `give_up` ends the run
-with an empty answer. Responses are kept whole within `pool_tokens`; one that does not fit is left out
-whole, with a note of how many were.
+`explore` runs one solver on the ORIGINAL problem (its user message is the problem; the prompting variant and
+the additional prompt go to its system prompt; it sees no other candidate), optionally choosing the solver
+(ATLAS-MM, priced per 1k tokens), a reasoning effort (the solver model's own setting, `reasoning_effort`) and a
+prompting variant. Its whole response and final answer join the conversation (verifier scores only with
+`show_scores`, morkit's addition: see scoring.py). `stop`, or the explore cap or the Budget, ends exploring:
+the orchestrator then writes the final answer in the same conversation (or, with `synthesis="integrator"`, a
+separate stateless call does: the paper's ablation). `give_up` ends the run with an empty answer. Responses
+are kept whole within `pool_tokens`; one that does not fit is left out whole, with a note of how many were.
 
 Parsing is regex-only, never eval: the LAST line starting with `ACTION:` counts (the reasoning above may
 mention actions). Defaults, each recorded in the trace and told to the orchestrator in its next turn:
@@ -26,8 +26,8 @@ mention actions). Defaults, each recorded in the trace and told to the orchestra
 - `stop` / `give_up` before `min_explores` explores: explore with the default solver instead;
 - an unknown solver / effort / prompt name: the default solver / no effort / no prompt variant.
 With a call budget, exploring stops while one call is still left for the final answer. If that call fails
-(LLMError, BudgetExhausted, empty text), the answer falls back to the best-verified candidate, or without a
-verifier to the most common final answer.
+(LLMError, BudgetExhausted, empty text), the answer falls back to the best-verified candidate (scored in one
+call), or without a verifier to the most common final answer.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any, Mapping
 
 from morkit.core.errors import InputError, LLMError
 from morkit.core.grading import extract_answer
-from morkit.llm.base import LLM, Completion, SamplingParams
-from morkit.loops.atlas import prompts
+from morkit.llm.base import LLM, Completion, SamplingParams, takes_reasoning_effort
+from morkit.loops.atlas import prompts, scoring
 from morkit.loops.atlas.protocol import (
     ATLASConfig,
     Decision,
@@ -60,7 +60,6 @@ from morkit.loops.base import (
     Spend,
     Trace,
     finish,
-    metered_verifier,
 )
 
 __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "parse_action"]
@@ -70,10 +69,12 @@ __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "parse_action"]
 class RunState:
     """Mutable state of one run: meter, trace, evidence, decisions, the orchestrator's conversation, costs."""
 
+    problem: str
     spend: Spend
     trace: Trace
     conversation: list[dict[str, str]]
     pending: list[str]  # user text not yet sent: it opens the orchestrator's next turn
+    table: dict[str, Any] | None = None  # the latest one-call scores of every candidate (show_scores, not absolute)
     evidence: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
@@ -86,7 +87,7 @@ class ATLAS:
 
     `solvers` maps names to Solvers (or LLMs, or (llm, params, system, cost) tuples); a single LLM or Solver
     becomes {"default": ...}. `default_solver` (else the first name) serves defaults. `verifier` (optional)
-    scores each candidate and, at the end, all candidates in one call."""
+    scores the final answer or picks the fallback, and with `show_scores` scores what the orchestrator sees."""
 
     name = "atlas"
 
@@ -121,11 +122,12 @@ class ATLAS:
 
         `reference` is only compared with the answers afterwards (state), never shown to an LLM."""
         system = prompts.orchestrator_system(self.config, list(self.solvers), self.default_solver, self.costs)
-        run = RunState(Spend(self.budget), Trace(), [{"role": "system", "content": system}],
-                   [prompts.problem_turn(problem)])
+        run = RunState(problem, Spend(self.budget), Trace(), [{"role": "system", "content": system}],
+                       [prompts.problem_turn(problem)])
         run.trace.add("start", loop=self.name, solvers=list(self.solvers), default_solver=self.default_solver,
                       max_explores=self.config.max_explores, min_explores=self.config.min_explores,
-                      synthesis=self.config.synthesis, prices=dict(self.costs))
+                      synthesis=self.config.synthesis, prices=dict(self.costs), show_scores=self.config.show_scores,
+                      show_tally=self.config.show_tally, effort_mode=self.config.effort_mode)
         orchestrator = MeteredLLM(self.orchestrator, run.spend)
         stop_reason, end = self._explore_loop(problem, orchestrator, run)
         final = final_answer(self, problem, orchestrator, run, end)
@@ -156,7 +158,7 @@ class ATLAS:
                             else f"protocol default stop ({decision.source})"), "stop"
                 if decision.action == "give_up":
                     return "orchestrator gave up", "give_up"
-                self._explore(problem, decision, run)
+                self._explore(decision, run)
             except BudgetExhausted as err:
                 run.trace.add("budget", error=str(err))
                 return str(err), "limit"
@@ -174,7 +176,9 @@ class ATLAS:
         return None
 
     def status(self, run: RunState) -> str:
-        return prompts.pool_status(run.evidence, self.config, self.total_cost(run))
+        """Where the run stands, for the orchestrator's next turn (re-scoring the candidates first when due)."""
+        scoring.refresh_table(self, run)
+        return prompts.pool_status(run.evidence, self.config, self.total_cost(run), scoring.table_line(run))
 
     def take_pending(self, run: RunState, close: str) -> None:
         """Send the pending evidence and `close` as the orchestrator's next user turn."""
@@ -233,7 +237,7 @@ class ATLAS:
         if solver not in self.solvers:
             notes.append(f"unknown solver {solver!r}: using the default solver {self.default_solver!r}")
             solver = self.default_solver
-        effort = self._menu_choice(args.get("effort"), self.config.efforts, "effort", notes)
+        effort = self._menu_choice(args.get("effort"), self.config.effort_menu(), "effort", notes)
         prompt = self._menu_choice(args.get("prompt"), self.config.prompts, "prompt", notes)
         additional = parsed.additional_prompt
         if additional and not self.config.additional_prompt:
@@ -251,19 +255,21 @@ class ATLAS:
 
     # -- exploring ------------------------------------------------------------------------------
 
-    def _explore(self, problem: str, decision: Decision, run: RunState) -> None:
+    def _explore(self, decision: Decision, run: RunState) -> None:
         """Run the chosen solver on the original problem; its result (an error too) joins the evidence and the
         orchestrator's pending turn."""
         name = decision.solver or self.default_solver
         solver = self.solvers[name]
         index = len(run.evidence) + 1
-        params, system = self._solver_setup(solver, decision, index)
+        params, system, effort_notes = self._solver_setup(solver, decision, index)
         item: dict[str, Any] = {"index": index, "solver": name, "model": solver.llm.name, "effort": decision.effort,
-                                "prompt": decision.prompt, "additional_prompt": decision.additional_prompt,
-                                "max_tokens": params.max_tokens, "text": None, "final": None, "score": None,
-                                "feedback": None, "error": None, "tokens": 0, "cost": None, "est_tokens": 0,
-                                "in_context": True}
-        conversation = [{"role": "system", "content": system}, {"role": "user", "content": problem}]
+                                "reasoning_effort": params.reasoning_effort, "prompt": decision.prompt,
+                                "additional_prompt": decision.additional_prompt, "max_tokens": params.max_tokens,
+                                "text": None, "final": None, "score": None, "feedback": None, "error": None,
+                                "tokens": 0, "cost": None, "est_tokens": 0, "in_context": True}
+        for note in effort_notes:
+            run.trace.add("note", round=len(run.decisions), note=note)
+        conversation = [{"role": "system", "content": system}, {"role": "user", "content": run.problem}]
         try:
             completion = MeteredLLM(solver.llm, run.spend).chat([conversation], params)[0]
         except BudgetExhausted:
@@ -273,11 +279,11 @@ class ATLAS:
             item["error"] = f"{type(err).__name__}: {err}"
         else:
             self._take_response(item, completion, run)
-            self._verify_item(problem, item, run)
+            scoring.score_explore(self, item, run)
         run.evidence.append(item)
         run.usage[name] = run.usage.get(name, 0) + 1
         run.trace.add("explore", **item)
-        run.pending.append(prompts.result_block(item, decision.notes, self.config.show_scores))
+        run.pending.append(prompts.result_block(item, [*decision.notes, *effort_notes], self.config.show_scores))
 
     def _take_response(self, item: dict[str, Any], completion: Completion, run: RunState) -> None:
         """The response, its final answer, tokens and cost; whether it fits the pool budget WHOLE (decided once)."""
@@ -296,37 +302,28 @@ class ATLAS:
         else:
             run.trace.add("left_out", index=item["index"], est_tokens=item["est_tokens"], pool_used=run.pool_used)
 
-    def _solver_setup(self, solver: Solver, decision: Decision, index: int) -> tuple[SamplingParams, str]:
-        """The solver's params and system prompt: prompt variant, effort, additional prompt, a seed per explore."""
-        params, parts = replace(solver.params, n=1), [solver.system]
+    def _solver_setup(self, solver: Solver, decision: Decision, index: int) -> tuple[SamplingParams, str, list[str]]:
+        """The solver's params and system prompt (prompt variant, effort, additional prompt, a seed per explore),
+        and notes on an effort the solver's backend cannot express (run without it, never cut instead)."""
+        params, parts, notes = replace(solver.params, n=1), [solver.system], []
         if decision.prompt and self.config.prompts[decision.prompt]:
             parts.append(self.config.prompts[decision.prompt])
         if decision.effort:
-            effort = self.config.efforts[decision.effort]
-            params = replace(params, max_tokens=effort.max_tokens)
+            effort = self.config.effort_menu()[decision.effort]
+            if effort.reasoning is not None and takes_reasoning_effort(solver.llm):
+                params = replace(params, reasoning_effort=effort.reasoning)
+            elif effort.reasoning is not None:
+                notes.append(f"effort {decision.effort!r} was not applied: solver "
+                             f"{decision.solver or self.default_solver!r} has no reasoning-effort setting")
+            if effort.max_tokens is not None:
+                params = replace(params, max_tokens=effort.max_tokens)
             if effort.instruction:
                 parts.append(effort.instruction)
         if decision.additional_prompt:
             parts.append(decision.additional_prompt)
         if params.seed is not None:  # repeated explores of one solver must not replay the same sample
             params = replace(params, seed=params.seed + index)
-        return params, " ".join(p for p in parts if p)
-
-    def _verify_item(self, problem: str, item: dict[str, Any], run: RunState) -> None:
-        if self.verifier is None:
-            return
-        context = [e["text"] for e in run.evidence if e["text"]]
-        verdicts = self.verify(problem, [item["text"]], context, run)
-        if verdicts:
-            item["score"], item["feedback"] = float(verdicts[0].score), verdicts[0].feedback
-
-    def verify(self, problem: str, answers: list[str], context: Any, run: RunState) -> list[Any] | None:
-        """The verifier's verdicts, or None (recorded) when it fails: a failed verifier loses scores, not the run."""
-        try:
-            return list(metered_verifier(self.verifier, run.spend).verify(problem, answers, context))
-        except Exception as err:  # noqa: BLE001 - any verifier backend; recorded, the loop goes on
-            run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
-            return None
+        return params, " ".join(p for p in parts if p), notes
 
     # -- cost -----------------------------------------------------------------------------------
 

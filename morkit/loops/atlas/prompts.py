@@ -1,11 +1,15 @@
 """What ATLAS's orchestrator (and the integrator of the ablation) reads: its system prompt, each turn, each candidate.
 
-The orchestrator's principles follow the paper (Qin, Cao, Xie, arXiv 2606.01667): explore dispatches a FRESH,
-independent solver on the original problem, optionally choosing solver, reasoning effort and prompting strategy;
-the orchestrator weighs the evidence, decides when to stop, and writes the final answer itself; repeated failures
-mean give up (an empty answer) rather than a guess; the final answer rests on the evidence and is not a new
-solution the synthesis invents. The wording below is morkit's, not the paper's appendix prompt (the README's
-ATLAS fidelity table says what follows the paper and what is morkit's choice).
+The principles are the paper's published orchestrator prompts (Qin, Cao, Xie, arXiv 2606.01667, Appendix H), in
+its words: one version for plain ATLAS, one for ATLAS-MM (priced solvers), one that offers additional_prompt.
+morkit picks the version by its config (priced solvers: ATLAS-MM; else ADDITIONAL_PROMPT offered: the
+additional_prompt version; else plain ATLAS) and adapts it in marked ways only: the name additional_prompt is
+written ADDITIONAL_PROMPT as in morkit's action syntax; with priced solvers and ADDITIONAL_PROMPT offered, the
+additional_prompt sentence joins ATLAS-MM's principle 3; sentences about giving up go when give_up is off, and
+those asking for written reasoning when reason_first is off; plain ATLAS's principles 1-2 are not legible in
+the text and are taken from ATLAS-MM; two sentences cut off in the text end where they become unreadable.
+The rest (the opening line, the action block, the menus, each turn's text, the final-answer turn, the
+integrator) is morkit's wording: the paper's explore description and finalize instructions are not legible.
 """
 
 from __future__ import annotations
@@ -20,49 +24,107 @@ INTEGRATOR_SYSTEM = ("You write the final answer to a problem from independent s
                      "support; do not introduce an answer that no candidate supports. If no candidate gives a "
                      "usable answer, reply with the single line 'ACTION: give_up'.")
 
-_PRINCIPLES = (
-    "Each explore runs a fresh, independent solver on the original problem. It sees nothing of the other "
-    "candidates, only the problem and the settings you give it.",
-    "Read the candidates' reasoning, not only their final answers. Agreement is strong evidence when it comes "
-    "from different solvers, efforts or methods; candidates that repeat the same method can share the same "
-    "mistake.",
-    "Explore while the evidence is thin or conflicting, and vary the explore (solver, effort, prompting "
-    "strategy) to get evidence you do not have yet. Stop as soon as the evidence is enough: every explore costs.",
-    "If attempts keep failing (errors, no usable answer, no candidates agreeing after several tries), more "
-    "exploring will not help: give up, which ends the run with an empty answer, rather than guess.",
-    "Your final answer must rest on the evidence: take the answer the strongest independent candidates "
-    "support. Do not write a new solution that no candidate supports.",
-)
-_COST_PRINCIPLE = ("Solvers differ in strength and price: use a cheaper solver where it should suffice, and a "
-                   "stronger, dearer one where the evidence is weak or conflicting.")
+# -- the paper's principles (Appendix H), as published: (sentence, what it needs) per principle ----------------
+_ANY, _GIVE_UP, _REASON = "", "give_up", "reason_first"
+_NO_SOLVING = [
+    ("You cannot solve problems yourself.", _ANY),
+    ("Your only window into the problem is what solvers return.", _ANY),
+    ("Reasoning about the problem content -- analyzing algorithms, deriving formulas, writing code -- constitutes "
+     "solving, even when framed as \"analysis\" or \"synthesis\".", _ANY)]
+_ADDITIONAL = ("additional_prompt is your tool for forcing method diversity when the explore pool has drifted into "
+               "method-redundancy.", _ANY)
+PAPER_PRINCIPLES: Mapping[str, Sequence[Sequence[tuple[str, str]]]] = {
+    "atlas": [  # principles 1-2 are not legible in this version: ATLAS-MM's below
+        [*_NO_SOLVING, ("Any answer without candidate evidence is baseless and undermines the system.", _ANY)],
+        [("A single candidate, regardless of its self-reported confidence, does not constitute sufficient "
+          "evidence.", _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)],
+        [("Genuine convergence means independent solvers arriving at the same answer through different methods.",
+          _ANY), ("Candidates that agree but share the same reasoning path may reflect a shared misconception "
+                  "rather than true convergence.", _ANY)],
+        [("Solver failure (timeout, empty answer) reflects the problem's difficulty.", _ANY),
+         ("Repeated failures reinforce this -- more attempts will not help.", _ANY),
+         ("If solvers timed out, you will almost certainly fail too.", _GIVE_UP),
+         # the paper goes on ", because you would als..." (cut off in the text)
+         ("When solvers consistently fail, the problem is practically unsolvable -- submitting an empty answer is "
+          "better than attempting it yourself.", _GIVE_UP)],
+        [("CRITICAL: Each explore costs budget.", _ANY),
+         ("Giving up is a valid and preferred action -- when candidates provide no useful information, you MUST "
+          "submit an empty answer immediately rather than wasting budget or attempting to solve.", _GIVE_UP),
+         ("Every decision you make must be grounded in one of the principles above.", _REASON),
+         ("Explicitly cite which principle justifies your action.", _REASON)]],
+    "atlas-mm": [
+        [*_NO_SOLVING, ("Any answer without candidate evidence is baseless and undermines the system.", _ANY)],
+        [("A single candidate, regardless of its self-reported confidence, does not constitute sufficient "
+          "evidence.", _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)],
+        [("Genuine convergence means independent solvers arriving at the same answer through different methods.",
+          _ANY), ("Candidates from different models that agree provide stronger evidence than candidates from the "
+                  "same model.", _ANY)],
+        [("A weaker model failing does not mean a stronger model will also fail.", _ANY),
+         ("Start with cheaper models first; escalate when they fail or disagree.", _ANY),
+         ("Only when the strongest model fails repeatedly is the problem beyond reach.", _ANY)],
+        [("CRITICAL: Each explore costs real money.", _ANY),
+         ("Giving up is a valid and preferred action -- when candidates provide no useful information, you MUST "
+          "submit an empty answer immediately rather than wasting budget or attempting to solve.", _GIVE_UP),
+         # the paper's list goes on past (b) (cut off in the text)
+         ("Before each explore call, explicitly reason about: (a) which model to use and why, citing cost data; "
+          "(b) what you expect to learn.", _REASON)]],
+    "additional_prompt": [
+        [*_NO_SOLVING, ("Any answer without candidate evidence is baseless.", _ANY)],
+        [("A single candidate, regardless of self-reported confidence, does not constitute sufficient evidence.",
+          _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)],
+        [("Genuine convergence means independent solvers arriving at the same answer through DIFFERENT methods.",
+          _ANY), ("Same-method agreement may reflect a shared misconception.", _ANY), _ADDITIONAL],
+        [("Solver failure (timeout, empty answer) reflects the problem's difficulty.", _ANY),
+         ("Repeated failures reinforce this -- more attempts will not help.", _ANY)],
+        [("CRITICAL: Each explore costs budget.", _ANY),
+         ("Giving up is valid -- when candidates provide no useful information, submit an empty answer immediately "
+          "rather than wasting budget or attempting to solve.", _GIVE_UP),
+         ("Every decision must cite which principle justifies the action.", _REASON)]],
+}
+
+
+def paper_version(config: ATLASConfig, priced: bool) -> str:
+    """Which of the paper's prompt versions this configuration is: atlas-mm | additional_prompt | atlas."""
+    return "atlas-mm" if priced else "additional_prompt" if config.additional_prompt else "atlas"
+
+
+def principles(config: ATLASConfig, priced: bool) -> list[str]:
+    """The paper's principles for this configuration, adapted as the module docstring says."""
+    version = paper_version(config, priced)
+    chosen = [list(p) for p in PAPER_PRINCIPLES[version]]
+    if version == "atlas-mm" and config.additional_prompt:
+        chosen[2].append(_ADDITIONAL)
+    offered = {_ANY, *([_GIVE_UP] if config.give_up else []), *([_REASON] if config.reason_first else [])}
+    return [" ".join(text.replace("additional_prompt", "ADDITIONAL_PROMPT") for text, needs in p if needs in offered)
+            for p in chosen]
 
 
 def orchestrator_system(config: ATLASConfig, solvers: Sequence[str], default: str,
                         costs: Mapping[str, float]) -> str:
-    """The orchestrator's role, principles, its action block, and the menus (solvers with prices, efforts, prompts)."""
-    principles = list(_PRINCIPLES if config.give_up else _PRINCIPLES[:3] + _PRINCIPLES[4:])
-    if costs:
-        principles.insert(3, _COST_PRINCIPLE)
+    """The orchestrator's role, the paper's principles, its action block, and the menus (solvers with prices,
+    efforts, prompts)."""
     priced = [f"{name}{' (default)' if name == default else ''}"
               + (f": price {costs[name]:g} per 1k tokens" if name in costs else "") for name in solvers]
     actions = ["ACTION: explore solver=<name> effort=<effort> prompt=<prompt>",
-               "  runs one more fresh solver on the original problem; solver, effort and prompt are optional"]
+               "  runs one more fresh, independent solver on the original problem; solver, effort and prompt are "
+               "optional"]
     if config.additional_prompt:
         actions += ["  optionally followed by a line 'ADDITIONAL_PROMPT: <free text>' (to the end of your reply):",
                     "  extra instructions for that solver, e.g. a method to try"]
-    actions += ["ACTION: stop", "  ends exploring; you then write the final answer"]
+    actions += ["ACTION: stop", "  ends exploring; you then write the final answer from the candidates"]
     if config.give_up:
-        actions += ["ACTION: give_up", "  ends the run with an empty answer"]
+        actions += ["ACTION: give_up", "  submits an empty answer: the run ends"]
     extra = " (and, for explore, an optional ADDITIONAL_PROMPT)" if config.additional_prompt else ""
     style = (f"Each turn, first think about the evidence in free text, then end your reply with exactly one ACTION "
              f"line{extra}." if config.reason_first else
              f"Reply with exactly one ACTION line{extra} and nothing else.")
     lines = ["You are the orchestrator of independent solvers working on one problem. You gather evidence with the "
-             "explore action, decide when to stop, and write the final answer yourself.", "", "Principles:"]
-    lines += [f"{i}. {p}" for i, p in enumerate(principles, 1)]
+             "explore action, decide when to stop, and write the final answer from the evidence.", "", "Principles:"]
+    lines += [f"{i}. {p}" for i, p in enumerate(principles(config, bool(costs)), 1)]
     lines += ["", "Actions:", *actions, "",
               "Solvers: " + "; ".join(priced) + ".",
-              f"Efforts: {', '.join(config.efforts) or 'none'}. Prompts: {', '.join(config.prompts) or 'none'}.",
+              f"Efforts: {', '.join(config.effort_menu()) or 'none'}. "
+              f"Prompts: {', '.join(config.prompts) or 'none'}.",
               style]
     return "\n".join(lines)
 
@@ -100,16 +162,20 @@ def candidate_block(item: Mapping[str, Any], show_scores: bool) -> str:
     return f"{head}:\n{body}\n{' '.join(tail)}"
 
 
-def pool_status(evidence: Sequence[Mapping[str, Any]], config: ATLASConfig, total_cost: float | None) -> str:
-    """Explores used, candidates left out of the context (how many, never cut), the answer tally, cost so far."""
+def pool_status(evidence: Sequence[Mapping[str, Any]], config: ATLASConfig, total_cost: float | None,
+                scores: str | None = None) -> str:
+    """Explores used, candidates left out of the context (how many, never cut), the answer tally (`show_tally`),
+    the verifier's one-call scores when given, cost so far."""
     left_out = sum(1 for e in evidence if e["text"] and not e.get("in_context", True))
     parts = [f"Explores used: {len(evidence)} of {config.max_explores}."]
     if left_out:
         parts.append(f"{left_out} of {len(evidence)} candidate responses are left out whole (the candidate pool is "
                      f"over its budget of {config.pool_tokens} tokens); their final answers are shown.")
-    if evidence:
+    if evidence and config.show_tally:
         tally = ", ".join(f"{final} (x{len(members)})" for final, members in groups(evidence))
         parts.append(f"Final answers so far: {tally or 'none'}.")
+    if scores:
+        parts.append(scores)
     if total_cost is not None:
         parts.append(f"Cost so far: {total_cost:.4g}.")
     return " ".join(parts)
@@ -131,9 +197,9 @@ def synthesis_turn(why: str, status: str, config: ATLASConfig) -> str:
             f"{give_up}")
 
 
-def integrator_prompt(problem: str, evidence: Sequence[Mapping[str, Any]], config: ATLASConfig,
-                      total_cost: float | None) -> str:
-    """The ablation's stateless integrator: the problem and the candidate pool (same budget), no orchestrator turns."""
+def integrator_prompt(problem: str, evidence: Sequence[Mapping[str, Any]], config: ATLASConfig, status: str) -> str:
+    """The ablation's stateless integrator: the problem, the candidate pool (same budget) and the run's status,
+    no orchestrator turns."""
     blocks = "\n\n".join(candidate_block(e, config.show_scores) for e in evidence) or "(no candidates)"
-    return (f"Problem:\n{problem}\n\nCandidates:\n{blocks}\n\n{pool_status(evidence, config, total_cost)}\n\n"
+    return (f"Problem:\n{problem}\n\nCandidates:\n{blocks}\n\n{status}\n\n"
             "Write the final answer. End with a line 'The answer is X.'")

@@ -21,17 +21,29 @@ SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end
 
 @dataclass(frozen=True)
 class Effort:
-    """A reasoning effort: the solver's max_tokens and an instruction added to its system prompt."""
+    """An explore effort: the solver model's own reasoning-effort setting (`reasoning`, the paper's meaning), or,
+    for a model without one, a token cap and an instruction (`max_tokens`, `instruction`). What is set applies."""
 
-    max_tokens: int
+    max_tokens: int | None = None
     instruction: str = ""
+    reasoning: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is None and not self.instruction and self.reasoning is None:
+            raise InputError("Effort: set reasoning, or max_tokens and/or instruction")
+        # fail here rather than at the first call
+        SamplingParams(max_tokens=1 if self.max_tokens is None else self.max_tokens, reasoning_effort=self.reasoning)
 
 
-DEFAULT_EFFORTS: Mapping[str, Effort] = {
+REASONING_EFFORTS: Mapping[str, Effort] = {name: Effort(reasoning=name) for name in ("low", "medium", "high")}
+"""The default menu: each effort is the solver's reasoning-effort setting of that name; its answer is not capped."""
+TOKEN_CAP_EFFORTS: Mapping[str, Effort] = {
     "low": Effort(128, "Answer briefly."),
     "medium": Effort(256, "Solve step by step."),
     "high": Effort(512, "Think step by step carefully and check every step before giving the answer."),
 }
+"""`effort_mode=token_cap`: for small local models without a reasoning-effort setting; each effort caps the
+answer's tokens and adds an instruction, so a long answer is cut."""
 DEFAULT_PROMPTS: Mapping[str, str] = {
     "direct": "",
     "plan": "First write a short plan, then carry it out.",
@@ -48,8 +60,11 @@ class ATLASConfig:
     min_explores: int = 1
     """A stop / give-up / unparseable reply before this many explores explores with the default solver instead
     (morkit: an answer needs evidence; 0 lets the orchestrator answer or give up at once)."""
-    efforts: Mapping[str, Effort] = field(default_factory=lambda: dict(DEFAULT_EFFORTS))
-    """Reasoning efforts an explore may name (`effort=`): each a solver max_tokens and an instruction (Python only)."""
+    efforts: Mapping[str, Effort] | None = None
+    """Efforts an explore may name (`effort=`), Python only; None: the menu `effort_mode` names."""
+    effort_mode: Literal["reasoning_effort", "token_cap"] = "reasoning_effort"
+    """The default effort menu: low / medium / high as the solver's reasoning-effort setting (the paper's; sent
+    where the backend can, else noted as not applied), or as token caps 128 / 256 / 512 with an instruction."""
     prompts: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_PROMPTS))
     """Named prompting variants an explore may name (`prompt=`), added to the solver's system prompt (Python only)."""
     additional_prompt: bool = True
@@ -76,15 +91,22 @@ class ATLASConfig:
     """ATLAS-MM: 'name=price' per solver, price per 1,000 tokens (prompt + generated). Shown to the orchestrator
     beside each solver and summed per explore into the result's cost; overrides Solver.cost."""
     show_scores: bool = False
-    """Show the verifier's score and feedback per candidate to the orchestrator (morkit's addition). Off by
-    default, as in the paper, whose orchestrator judges the evidence itself; the verifier still scores the
-    final answer and picks the fallback answer."""
+    """Show the verifier's scores to the orchestrator (morkit's addition). Off by default, as in the paper, whose
+    orchestrator judges the evidence itself: then no explore is verified, and the verifier only scores the final
+    answer (or picks the fallback answer) in one call. On: an absolute verifier scores each explore once, shown
+    with it; any other re-scores every candidate so far in one call per turn, shown as that turn's table."""
+    show_tally: bool = False
+    """Show a morkit-counted tally of the final answers so far in every turn (not in the paper, which leaves the
+    weighing to the orchestrator; a tally nudges it towards a majority vote)."""
 
     def __post_init__(self) -> None:
         if self.max_explores < 1 or not 0 <= self.min_explores <= self.max_explores:
             raise InputError(f"ATLASConfig: need 1 <= max_explores and 0 <= min_explores <= max_explores, got "
                              f"max_explores={self.max_explores!r}, min_explores={self.min_explores!r}")
-        for name in [*self.efforts, *self.prompts]:
+        if self.effort_mode not in ("reasoning_effort", "token_cap"):
+            raise InputError(f"ATLASConfig.effort_mode must be 'reasoning_effort' or 'token_cap', "
+                             f"got {self.effort_mode!r}")
+        for name in [*self.effort_menu(), *self.prompts]:
             check_name(name)
         if self.pool_tokens < 1:
             raise InputError(f"ATLASConfig.pool_tokens must be >= 1, got {self.pool_tokens!r}")
@@ -94,8 +116,15 @@ class ATLASConfig:
         # the sampling parameters must be valid: fail here rather than at the first call
         SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
         SamplingParams(temperature=self.temperature, max_tokens=self.synthesis_max_tokens)
-        for effort in self.efforts.values():
-            SamplingParams(max_tokens=effort.max_tokens)
+        for name, effort in self.effort_menu().items():
+            if not isinstance(effort, Effort):
+                raise InputError(f"ATLASConfig.efforts[{name!r}] must be an Effort, got {type(effort).__name__}")
+
+    def effort_menu(self) -> Mapping[str, Effort]:
+        """The efforts an explore may name: `efforts` when given, else the menu of `effort_mode`."""
+        if self.efforts is not None:
+            return self.efforts
+        return REASONING_EFFORTS if self.effort_mode == "reasoning_effort" else TOKEN_CAP_EFFORTS
 
 
 @dataclass(frozen=True)

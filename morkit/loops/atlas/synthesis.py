@@ -1,7 +1,8 @@
 """ATLAS's end: give up, or the final answer written by the orchestrator in its own conversation (the paper's
 ATLAS) or by a separate stateless integrator (the paper's ablation), then the fallbacks when that fails.
 
-Every candidate and the final answer are scored in ONE verify call (scores compare only within a call).
+With a verifier, the final answer (or the fallback's pick among the candidates) is scored in ONE verify call:
+scoring.end_scores says which answers that call holds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from morkit.core.errors import LLMError
 from morkit.core.grading import extract_answer
 from morkit.llm.base import SamplingParams
-from morkit.loops.atlas import prompts
+from morkit.loops.atlas import prompts, scoring
 from morkit.loops.atlas.protocol import majority_index, parse_action
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Final:
     """The run's answer ("" when the orchestrator gave up), its score, where it came from, the synthesis text
-    (None when there was none or it failed) and the end-of-run scores of every candidate."""
+    (None when there was none or it failed) and what the end-of-run verify call scored."""
 
     answer: str
     score: float | None
@@ -43,7 +44,7 @@ def final_answer(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunSt
         if loop.config.give_up and parsed is not None and parsed.action == "give_up":
             run.trace.add("give_up", explores=len(run.evidence), at="final answer turn")
             return Final("", None, "give_up", text, [])
-    return _choose(loop, problem, text, run)
+    return _choose(loop, text, run)
 
 
 def _why(run: RunState, end: str) -> str:
@@ -67,7 +68,7 @@ def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunSta
     else:
         conversation = [{"role": "system", "content": prompts.INTEGRATOR_SYSTEM},
                         {"role": "user", "content": prompts.integrator_prompt(problem, run.evidence, config,
-                                                                              loop.total_cost(run))}]
+                                                                              loop.status(run))}]
     try:
         text = orchestrator.chat([conversation], params)[0].texts[0]
     except LLMError as err:  # BudgetExhausted included
@@ -82,12 +83,10 @@ def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunSta
     return text
 
 
-def _choose(loop: ATLAS, problem: str, synthesis: str | None, run: RunState) -> Final:
+def _choose(loop: ATLAS, synthesis: str | None, run: RunState) -> Final:
     """The synthesis when there is one, else the best-verified candidate, else the majority one."""
     answered = [e for e in run.evidence if e["text"]]
-    candidates = ([("synthesis", synthesis)] if synthesis else []) + [(e["index"], e["text"]) for e in answered]
-    scores = _rescore(loop, problem, candidates, run)
-    rescored = [{"of": of, "score": scores.get(text)} for of, text in candidates] if scores else []
+    scores, rescored = scoring.end_scores(loop, run, synthesis, answered)
     if synthesis:
         return Final(synthesis, scores.get(synthesis), "synthesis", synthesis, rescored)
     if not answered:
@@ -101,16 +100,3 @@ def _choose(loop: ATLAS, problem: str, synthesis: str | None, run: RunState) -> 
         source = "fallback:majority"
     run.trace.add("fallback", source=source, index=best["index"], final=best["final"])
     return Final(best["text"], scores.get(best["text"]), source, None, rescored)
-
-
-def _rescore(loop: ATLAS, problem: str, candidates: list[tuple[Any, str]], run: RunState) -> dict[str, float]:
-    """Score every distinct candidate text in ONE verify call."""
-    if loop.verifier is None or not candidates:
-        return {}
-    texts = list(dict.fromkeys(text for _, text in candidates))
-    verdicts = loop.verify(problem, texts, (), run)
-    if verdicts is None:
-        return {}
-    scores = {t: float(v.score) for t, v in zip(texts, verdicts)}
-    run.trace.add("rescore", scores=[{"of": of, "score": scores.get(t)} for of, t in candidates])
-    return scores

@@ -1,0 +1,99 @@
+"""ATLAS's verifier (morkit's addition: the paper has none): what it scores, when, and in how many calls.
+
+Scores that are compared always come from one verify call, unless the verifier declares them absolute
+(morkit.verify.base.scores_are_absolute):
+- `show_scores` off (the paper's setting): no explore is verified;
+- on, with an absolute verifier: each explore is scored once, when it arrives, and shown with it;
+- on, with any other verifier: before each orchestrator turn with new candidates, every candidate so far is
+  re-scored in ONE call and shown as that turn's table (it does not compare with an earlier turn's table);
+- the end: the final answer, or the fallback's pick among the candidates, is scored in ONE call; absolute
+  scores the explores already have are reused, not asked for again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from morkit.loops.base import metered_verifier
+from morkit.verify.base import scores_are_absolute
+
+if TYPE_CHECKING:
+    from morkit.loops.atlas.loop import ATLAS, RunState
+
+
+def verify(loop: ATLAS, run: RunState, answers: Sequence[str]) -> list[Any] | None:
+    """The verifier's verdicts for `answers` (one call), or None (recorded) when it fails: a failed verifier
+    loses scores, not the run."""
+    try:
+        return list(metered_verifier(loop.verifier, run.spend).verify(run.problem, list(answers), ()))
+    except Exception as err:  # noqa: BLE001 - any verifier backend; recorded, the loop goes on
+        run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
+        return None
+
+
+def per_explore(loop: ATLAS) -> bool:
+    """Whether each explore is scored when it arrives: only when scores are shown and compare across calls."""
+    return loop.verifier is not None and loop.config.show_scores and scores_are_absolute(loop.verifier)
+
+
+def per_turn(loop: ATLAS) -> bool:
+    """Whether every candidate so far is re-scored in one call before each turn (shown, not absolute)."""
+    return loop.verifier is not None and loop.config.show_scores and not scores_are_absolute(loop.verifier)
+
+
+def score_explore(loop: ATLAS, item: dict[str, Any], run: RunState) -> None:
+    """An absolute score and feedback for one new candidate, when scores are shown."""
+    if not per_explore(loop):
+        return
+    verdicts = verify(loop, run, [item["text"]])
+    if verdicts:
+        item["score"], item["feedback"] = float(verdicts[0].score), verdicts[0].feedback
+
+
+def refresh_table(loop: ATLAS, run: RunState) -> None:
+    """Re-score every candidate so far in one call, when scores are shown but not absolute and the candidates
+    changed since the last table."""
+    answered = [e for e in run.evidence if e["text"]]
+    indices = [e["index"] for e in answered]
+    if not per_turn(loop) or not answered or (run.table is not None and run.table["of"] == indices):
+        return
+    verdicts = verify(loop, run, [e["text"] for e in answered])
+    run.table = {"of": indices, "scores": [float(v.score) for v in verdicts] if verdicts else None}
+    run.trace.add("score_table", of=indices, scores=run.table["scores"])
+
+
+def table_line(run: RunState) -> str | None:
+    """The current table as the orchestrator reads it, or None when there is none."""
+    if run.table is None or run.table["scores"] is None:
+        return None
+    scores = ", ".join(f"#{i} {s:.3f}" for i, s in zip(run.table["of"], run.table["scores"]))
+    return (f"Verifier scores, from one call over the {len(run.table['of'])} candidates so far (they compare "
+            f"with each other, not with an earlier turn's scores): {scores}.")
+
+
+def end_scores(loop: ATLAS, run: RunState, synthesis: str | None,
+               answered: Sequence[dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Scores by text of the synthesis (when there is one) or of the candidates (for the fallback), and what the
+    end call scored ([] when no call was made).
+
+    One call: the synthesis alone when scores are absolute, else beside every candidate (its score means
+    something only next to theirs); for the fallback, every candidate, unless all have absolute scores already."""
+    if loop.verifier is None:
+        return {}, []
+    absolute = scores_are_absolute(loop.verifier)
+    if synthesis is None and answered and absolute and all(e["score"] is not None for e in answered):
+        run.trace.add("rescore", reused=[e["index"] for e in answered])
+        return {e["text"]: e["score"] for e in answered}, []
+    candidates = [("synthesis", synthesis)] if synthesis else []
+    if synthesis is None or not absolute:
+        candidates += [(e["index"], e["text"]) for e in answered]
+    if not candidates:
+        return {}, []
+    texts = list(dict.fromkeys(text for _, text in candidates))
+    verdicts = verify(loop, run, texts)
+    if verdicts is None:
+        return {}, []
+    scores = {t: float(v.score) for t, v in zip(texts, verdicts)}
+    rescored = [{"of": of, "score": scores.get(t)} for of, t in candidates]
+    run.trace.add("rescore", scores=rescored)
+    return scores, rescored
