@@ -5,11 +5,12 @@ What it measures, in three parts (each can be skipped):
 1. StreamMA with the local model. A chain of agents (default 3, the paper's chain in its cost study),
    every one the same `LocalLLM()` (SmolLM2-135M-Instruct; the end-of-step marker is a newline, since
    SmolLM2 writes one step per line), S steps per agent, runs each problem under the `single`, `serial`
-   and `stream` protocols one after another (`compare_protocols`). Downstream agents follow the review
-   protocol (ACCEPT or ERROR + CORRECTION, then their own step; rising authority; the final agent writes
-   a summary and the answer). Serial hands each agent the complete upstream response, stream one step
-   per turn, so their answers can differ. Reported: time to the first step at the last agent, time to
-   the final answer, LLM calls, tokens (prompt, generated, and the prompt tokens a KV cache would reuse),
+   and `stream` protocols one after another (`compare_protocols`). Downstream agents follow the paper's
+   review protocol (ACCEPT, or ERROR + CORRECTION, passing on the original step or the correction; rising
+   authority; every reviewer ends with a summary, the final agent's with the answer). Serial hands each
+   agent the complete upstream response, stream one step per turn, so their answers can differ. Reported:
+   time to the first step at the last agent, time to the final answer, LLM calls, tokens (prompt,
+   generated, and the prompt tokens a KV cache would reuse),
    cost at the paper's prices ($5 / $25 / $0.50 per million input / output / cached tokens), whether
    serial and stream answered alike, accuracy. LocalLLM holds one lock per model, so two calls never run
    at once: pipelining has nothing to overlap there and no speedup is expected.

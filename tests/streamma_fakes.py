@@ -14,7 +14,7 @@ STEPS = ("Tom has 3 apples.", "He buys 4 more apples.", "Now he has 3 + 4 = 7 ap
          "He eats 2 of them.", "7 - 2 = 5 apples are left.", "The answer is 5.")
 PROBLEM = "Tom has 3 apples, buys 4 more and eats 2. How many apples are left?"
 _SECTION = re.compile(r"^Upstream step (\d+)(?: \(from agent \d+\)|, in \d+ versions)?:\n(.*?)"
-                      r"(?=\n\nUpstream step |\n\nReview |\n\nAgent \d+'s complete|\Z)", re.S | re.M)
+                      r"(?=\n\nUpstream step |\n\nReview |\n\nAgent \d+'s (?:complete|summary)|\Z)", re.S | re.M)
 _VERSION = re.compile(r"^Version [A-Z] \(from agent \d+\):\n", re.M)
 
 
@@ -28,23 +28,26 @@ def sections(message: str) -> list[tuple[int, list[str]]]:
 
 
 def step_in(payload: str) -> str:
-    """The step inside a forwarded reply (after 'STEP k:'), else the payload itself."""
-    found = re.search(r"^STEP \d+: (.*)$", payload, re.M)
+    """The step inside a forwarded reply (after 'STEP k:' or 'CORRECTION:'), else the payload itself."""
+    found = re.search(r"^(?:STEP \d+|CORRECTION): (.*)$", payload, re.M)
     return found.group(1).strip() if found else payload.strip()
 
 
 class PacedLLM:
-    """A scripted agent: streams STEPS one per `step_s`; answers each upstream section in `review_s` with
-    'ACCEPT' and its step tagged; writes a SUMMARY when asked.
+    """A scripted agent: streams STEPS one per `step_s`, each followed by `marker` (the paper's END_STEP line);
+    answers each upstream section in `review_s`: as the paper's reviewer-and-corrector, with a CORRECTION
+    that tags the step ('ERROR: re-checked by aN'; `accept=True`: a bare ACCEPT), under morkit's earlier
+    rewrite protocol with 'ACCEPT' and its own step tagged; writes a SUMMARY when asked.
 
     Records every review as (step index, versions seen, own steps already written in the conversation) and
     every conversation it is sent; raises LLMError on the review of step `fail_at`; `hold` (an Event) makes
     every review wait for it."""
 
     def __init__(self, tag: str, *, step_s: float = 0.0, review_s: float = 0.0, fail_at: int | None = None,
-                 marker: str = "\n\n", steps: tuple[str, ...] = STEPS, hold: threading.Event | None = None):
+                 marker: str = "\nEND_STEP\n", steps: tuple[str, ...] = STEPS, hold: threading.Event | None = None,
+                 accept: bool = False):
         self.name, self.tag, self.step_s, self.review_s = f"paced-{tag}", tag, step_s, review_s
-        self.fail_at, self.marker, self.steps, self.hold = fail_at, marker, steps, hold
+        self.fail_at, self.marker, self.steps, self.hold, self.accept = fail_at, marker, steps, hold, accept
         self.reviews: list[tuple[int, list[str], int]] = []
         self.conversations: list[list[dict]] = []
         self.params: list = []
@@ -73,7 +76,12 @@ class PacedLLM:
                 if self.fail_at == index:
                     raise LLMError(f"{self.name}: server error")
                 time.sleep(self.review_s)
-                blocks.append(f"ACCEPT\nSTEP {index + 1}: {versions[0]} [{self.tag}]")
+                if "reviewer-and-corrector" not in conversation[0]["content"]:  # morkit's earlier rewrite
+                    blocks.append(f"ACCEPT\nSTEP {index + 1}: {versions[0]} [{self.tag}]")
+                elif self.accept:
+                    blocks.append("ACCEPT")
+                else:
+                    blocks.append(f"ERROR: re-checked by {self.tag}\nCORRECTION: {versions[0]} [{self.tag}]")
             if "SUMMARY" in message:  # restate the answer its own steps reached
                 own = [m["content"] for m in conversation if m["role"] == "assistant"] + blocks
                 found = re.findall(r"The answer is (\d+)", " ".join(own))

@@ -27,7 +27,7 @@ from morkit.loops.streamma.loop import (
     Topology,
     compare_protocols,
 )
-from morkit.loops.streamma.prompts import own_step, parse_reply
+from morkit.loops.streamma.replies import own_step, parse_reply
 
 # -- plumbing --------------------------------------------------------------------------------------
 
@@ -79,20 +79,31 @@ def test_reviewers_get_the_review_protocol_and_rising_authority():
     result = StreamMA(llms, config=StreamMAConfig(agents=4)).run(PROBLEM)
     assert result.stop_reason == "completed"
     (solver,) = llms[0].systems()
-    assert "agent 1 of 4" in solver and "The answer is N" in solver
-    levels = []
+    assert "You are Agent 1" in solver and "pipeline of 4 agents" in solver and "The answer is N" in solver
+    authority = []
     for i in (1, 2, 3):
         (system,) = llms[i].systems()  # one system prompt for every turn of an agent
-        assert "ACCEPT" in system and "ERROR: <what is wrong>" in system
-        assert "CORRECTION: <the corrected step>" in system
-        assert "STEP k" in system and f"You are agent {i + 1} of 4" in system
+        assert "write ACCEPT" in system and '"ERROR: [description]" then "CORRECTION: [corrected step]"' in system
+        assert "STEP k" not in system and f"You are Agent {i + 1}." in system and "SUMMARY:" in system
+        authority.append(re.search(r"YOU (MUST CORRECT|CAN OVERRULE|HAVE FINAL CORRECTION)", system).group(1))
+    assert authority == ["MUST CORRECT", "CAN OVERRULE", "HAVE FINAL CORRECTION"]  # authority rises downstream
+    ranked = agents(4)
+    StreamMA(ranked, config=StreamMAConfig(agents=4, authority="ranked")).run(PROBLEM)
+    levels = []
+    for i in (1, 2, 3):  # morkit's earlier text: each agent told its level
+        (system,) = ranked[i].systems()
         levels.append(int(re.search(r"Authority: level (\d+) of 4; it rises downstream", system).group(1)))
-        assert ("You are the final agent" in system) == (i == 3) and ("SUMMARY" in system) == (i == 3)
         assert (f"You rank above agents 1..{i}" in system) and ("your decision is final" in system) == (i == 3)
-    assert levels == [2, 3, 4]  # authority rises downstream
+    assert levels == [2, 3, 4]
     equal = agents(3)
     StreamMA(equal, config=StreamMAConfig(agents=3, authority="equal")).run(PROBLEM)
-    assert all("equal say" in s and "level" not in s for i in (1, 2) for s in equal[i].systems())
+    assert all("equal say" in s and "level" not in s and "YOU" not in s for i in (1, 2) for s in equal[i].systems())
+    rewrite = agents(3)
+    StreamMA(rewrite, config=StreamMAConfig(agents=3, review="rewrite", summary="final")).run(PROBLEM)
+    for i in (1, 2):  # morkit's earlier review protocol: a verdict, then the reviewer's own step
+        (system,) = rewrite[i].systems()
+        assert "ERROR: <what is wrong>" in system and "STEP k: <your own step k>" in system
+        assert f"You are agent {i + 1} of 3" in system and ("SUMMARY" in system) == (i == 2)
 
 
 def test_stream_delivers_steps_one_turn_at_a_time_and_pipelines():
@@ -100,8 +111,8 @@ def test_stream_delivers_steps_one_turn_at_a_time_and_pipelines():
     result = StreamMA(llms, config=StreamMAConfig(agents=4, queue_size=2)).run(PROBLEM)
     assert result.stop_reason == "completed" and result.loop == "streamma:stream"
     assert result.state["steps"] == [tagged(s, 1, 2, 3) for s in STEPS]
-    # six turns, one per upstream step, then the final agent's summary turn (S is unset)
-    assert result.state["latency"]["calls_per_agent"] == [1, 6, 6, 7] and result.calls == 1 + 6 + 6 + 7
+    # six turns, one per upstream step, then every reviewer's summary turn
+    assert result.state["latency"]["calls_per_agent"] == [1, 7, 7, 7] and result.calls == 1 + 7 + 7 + 7
     for i in (1, 2, 3):
         # Each reviewer saw step k (as its upstream wrote it) having written exactly k steps of its own.
         assert [(k, a) for k, _, a in llms[i].reviews] == [(k, k) for k in range(len(STEPS))]
@@ -110,11 +121,13 @@ def test_stream_delivers_steps_one_turn_at_a_time_and_pipelines():
         # one upstream step per turn; the conversation grows by one turn and reply each time
         assert [len(sections(c[-1]["content"])) for c in turns] == [1] * 6 and [len(c) for c in turns] == [
             2 + 2 * k for k in range(6)]
-        assert "Problem:" in turns[0][1]["content"] and all("Problem:" not in c[-1]["content"] for c in turns[1:])
+        head = "The original problem is:"
+        assert head in turns[0][1]["content"] and all(head not in c[-1]["content"] for c in turns[1:])
         assert all(c[: len(p) + 1][: len(p)] == p for p, c in zip(turns, turns[1:]))  # each extends the last
-        # The reviewer's whole reply (verdict and step) goes downstream.
-        assert result.state["forwarded"][i][0] == f"ACCEPT\nSTEP 1: {tagged(STEPS[0], *range(1, i + 1))}"
-        assert [r["verdict"] for r in result.state["reviews"][i]] == ["accept"] * 6
+        # The reviewer's whole reply (its verdict and correction) goes downstream.
+        assert result.state["forwarded"][i][0] == (f"ERROR: re-checked by a{i}\n"
+                                                   f"CORRECTION: {tagged(STEPS[0], *range(1, i + 1))}")
+        assert [r["verdict"] for r in result.state["reviews"][i]] == ["error"] * 6
         mine = [(e["kind"], e["index"]) for e in result.trace
                 if e.get("agent") == i and e["kind"] in ("step_received", "step_reviewed", "step_emitted")]
         assert mine == [(kind, k) for k in range(len(STEPS))
@@ -135,7 +148,7 @@ def test_serial_hands_the_full_upstream_chain():
         (conversation,) = llms[i].conversations  # one call: system prompt and one message
         assert len(conversation) == 2 and "as one complete response" in conversation[0]["content"]
         message = conversation[1]["content"]
-        assert f"Agent {i}'s complete response:" in message and "Problem:" in message
+        assert f"Agent {i}'s complete response:" in message and "The original problem is:" in message
         # every upstream step, the tail included, in the one message, before the agent writes anything
         assert [k for k, _ in sections(message)] == list(range(6))
         assert [v for _, v, _ in llms[i].reviews] == [[tagged(s, *range(1, i))] for s in STEPS]
@@ -144,10 +157,17 @@ def test_serial_hands_the_full_upstream_chain():
     assert result.answer.endswith("SUMMARY: checked by a2. The answer is 5.")
     done = events(result, "step_emitted", 1)[-1]["t"]
     assert events(result, "step_received", 2)[0]["t"] >= done
-    # a reply without the protocol's labels: its paragraphs are its steps
-    plain = StreamMA(ScriptedLLM(lambda conversation, i: "First.\n\nSecond."),
-                     config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM)
-    assert plain.state["solutions"][1] == ["First.", "Second."]
+    # a reply without the protocol's labels states no error: the upstream steps stand
+    echo = ScriptedLLM(lambda conversation, i: "First.\nEND_STEP\nSecond.")
+    plain = StreamMA(echo, config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM)
+    assert plain.state["solutions"][1] == ["First.", "Second."] == plain.state["solutions"][0]
+    assert {e["source"] for e in events(plain, "step_reviewed")} == {"unreviewed"}
+    # morkit's earlier rewrite protocol: its paragraphs (split as the solver's) are its steps
+    echo = ScriptedLLM(lambda conversation, i: "First.\n\nSecond." if len(conversation) == 2 and
+                       "Solve" in conversation[0]["content"] else "Mine.\n\nAlso mine.")
+    plain = StreamMA(echo, config=StreamMAConfig(agents=2, protocol="serial", review="rewrite",
+                                                 step_marker="\n\n")).run(PROBLEM)
+    assert plain.state["solutions"] == [["First.", "Second."], ["Mine.", "Also mine."]]
     assert {e["source"] for e in events(plain, "step_reviewed")} == {"unlabelled"}
 
 
@@ -185,7 +205,7 @@ def test_a_bare_accept_keeps_the_upstream_step_down_a_chain_of_three(protocol):
 
 
 def test_what_a_reviewer_hands_downstream():
-    from morkit.loops.streamma.prompts import forwarded
+    from morkit.loops.streamma.replies import forwarded, without_steps
 
     assert forwarded("ACCEPT", "He buys 4.", "kept", 1, "reply") == "ACCEPT\nSTEP 2: He buys 4."
     assert forwarded("ACCEPT\nSTEP 2: mine", "mine", "written", 1, "reply") == "ACCEPT\nSTEP 2: mine"
@@ -193,12 +213,22 @@ def test_what_a_reviewer_hands_downstream():
     assert forwarded("???", "upstream", "fallback", 0, "reply") == "upstream" == forwarded("", "upstream", "kept", 0,
                                                                                             "reply")
     assert forwarded("ACCEPT\nSTEP 1: mine", "mine", "written", 0, "step") == "mine"
+    # the paper's review: a STEP the reviewer wrote anyway is dropped; its version follows its verdict
+    assert without_steps("ACCEPT\nSTEP 2: mine\nLooks right.") == "ACCEPT"
+    assert without_steps("ERROR: no\nCORRECTION: fixed\nSTEP 2: mine") == "ERROR: no\nCORRECTION: fixed"
+    assert forwarded("ACCEPT\nLooks right.", "He buys 4.", "kept", 1, "reply") == \
+        "ACCEPT\nLooks right.\nSTEP 2: He buys 4."
+    assert forwarded("ERROR: adds wrongly", "3 + 4 = 8", "flagged", 2, "reply") == \
+        "ERROR: adds wrongly\nSTEP 3: 3 + 4 = 8"
 
 
 def test_serial_steps_a_labelled_reply_did_not_reach_keep_the_upstream_steps():
     short = ScriptedLLM(lambda conversation, i: "ACCEPT\nSTEP 1: Tom starts with 3 apples.")
-    result = StreamMA([PacedLLM("a0"), short], config=StreamMAConfig(agents=2, protocol="serial",
-                                                                     final_summary=False)).run(PROBLEM)
+    result = StreamMA([PacedLLM("a0"), short], config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM)
+    assert result.state["solutions"][1] == list(STEPS)  # the paper's review: accepted or unreviewed, each stands
+    assert [e["source"] for e in events(result, "step_reviewed")] == ["kept"] + ["unreviewed"] * 5
+    result = StreamMA([PacedLLM("a0"), short], config=StreamMAConfig(agents=2, protocol="serial", review="rewrite",
+                                                                     summary="none")).run(PROBLEM)
     assert result.state["solutions"][1] == ["Tom starts with 3 apples.", *STEPS[1:]]
     assert [e["source"] for e in events(result, "step_reviewed")] == ["written"] + ["fallback"] * 5
 
@@ -251,25 +281,27 @@ def test_serial_and_stream_answers_differ_when_the_tail_misleads():
 
 
 def test_final_agent_writes_the_answer_and_a_summary():
-    # S unset: the final agent answers every step, then gets one more turn for its summary and answer.
+    # Once upstream has ended, the final agent gets one more turn for its summary and the answer.
     llms = agents(3)
     result = StreamMA(llms, config=StreamMAConfig(agents=3)).run(PROBLEM, reference="#### 5")
-    assert result.state["summary"] == "SUMMARY: checked by a2. The answer is 5."
+    assert result.state["summary"] == "SUMMARY: checked by a2. The answer is 5." == result.state["summaries"][2]
     assert result.answer == "\n\n".join([tagged(s, 1, 2) for s in STEPS] + [result.state["summary"]])
     assert result.state["correct"] and result.state["per_agent"][2]["summary"]
     finish = llms[2].conversations[-1]
-    assert len(sections(finish[-1]["content"])) == 0 and "Write SUMMARY" in finish[-1]["content"]
-    assert not any("SUMMARY" in c[-1]["content"] for c in llms[1].conversations)  # only the final agent
+    assert len(sections(finish[-1]["content"])) == 0 and "DETAILED final answer" in finish[-1]["content"]
     assert [e["text"] for e in events(result, "summary", 2)] == [result.state["summary"]]
-    # S set: the summary comes in the reply to the last step (no extra turn).
+    # summary="final" (morkit's earlier protocol): only the final agent; with S set, in its reply to the last
+    # step (no extra turn)
     llms = agents(3)
-    result = StreamMA(llms, config=StreamMAConfig(agents=3, steps=6)).run(PROBLEM)
+    result = StreamMA(llms, config=StreamMAConfig(agents=3, steps=6, summary="final")).run(PROBLEM)
     assert result.state["latency"]["calls_per_agent"] == [1, 6, 6]
+    assert not any("SUMMARY" in c[-1]["content"] for c in llms[1].conversations)
     assert "That was the last step" in llms[2].conversations[-1][-1]["content"]
     assert result.answer.endswith("SUMMARY: checked by a2. The answer is 5.")
     # switched off, nobody is asked for one
-    plain = StreamMA(agents(2), config=StreamMAConfig(agents=2, final_summary=False)).run(PROBLEM)
+    plain = StreamMA(agents(2), config=StreamMAConfig(agents=2, summary="none")).run(PROBLEM)
     assert plain.state["summary"] is None and plain.answer == "\n\n".join(tagged(s, 1) for s in STEPS)
+    assert plain.state["latency"]["calls_per_agent"] == [1, 6]
 
 
 def test_s_steps_per_agent():
@@ -277,9 +309,11 @@ def test_s_steps_per_agent():
     result = StreamMA(llms, config=StreamMAConfig(agents=3, steps=3)).run(PROBLEM)
     assert result.stop_reason == "completed" and result.state["steps_per_agent"] == 3
     assert "in exactly 3 steps" in llms[0].conversations[0][0]["content"]
-    assert all("you write exactly 3 steps" in s for i in (1, 2) for s in llms[i].systems())
     assert [len(s) for s in result.state["solutions"]] == [3, 3, 3]  # the solver's stream is cut after S
-    assert result.state["latency"]["calls_per_agent"] == [1, 3, 3]
+    assert result.state["latency"]["calls_per_agent"] == [1, 4, 4]  # a turn per step, then the summary
+    rewrite = agents(3)
+    StreamMA(rewrite, config=StreamMAConfig(agents=3, steps=3, review="rewrite")).run(PROBLEM)
+    assert all("you write exactly 3 steps" in s for i in (1, 2) for s in rewrite[i].systems())
     assert result.state["steps"] == [tagged(s, 1, 2) for s in STEPS[:3]]
     serial = StreamMA(agents(3), config=StreamMAConfig(agents=3, steps=3, protocol="serial")).run(PROBLEM)
     assert [len(s) for s in serial.state["solutions"]] == [3, 3, 3]
@@ -294,7 +328,7 @@ class SeededLLM(PacedLLM):
 
     def stream(self, conversation, params):
         self.seeds.append(params.seed)
-        yield f"Count them.\n\nThe answer is {self.answers[params.seed]}."
+        yield f"Count them.\nEND_STEP\nThe answer is {self.answers[params.seed]}."
 
 
 def test_stream_x_n_majority_votes_the_replicas():
@@ -331,9 +365,10 @@ def test_token_and_kv_cache_accounting_adds_up():
     assert tokens["counted_by"] == ["words"]
     # recount from what each agent was sent and what it replied (words: the proxy for scripted LLMs)
     solver_prompt = sum(words(m["content"]) for m in llms[0].conversations[0])
+    generated = sum(map(words, STEPS)) + len(STEPS)  # each step and its END_STEP line
     assert tokens["per_agent"][0] == {"agent": 0, "calls": 1, "prompt_tokens": solver_prompt, "reused_tokens": 0,
-                                      "prefilled_tokens": solver_prompt, "generated_tokens": sum(map(words, STEPS)),
-                                      "total_tokens": solver_prompt + sum(map(words, STEPS)), "kv_hit_ratio": 0.0}
+                                      "prefilled_tokens": solver_prompt, "generated_tokens": generated,
+                                      "total_tokens": solver_prompt + generated, "kv_hit_ratio": 0.0}
     for i in (1, 2):
         convs = llms[i].conversations
         prompts = [sum(words(m["content"]) for m in c) for c in convs]

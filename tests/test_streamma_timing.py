@@ -53,8 +53,8 @@ def test_stream_pipelines_where_serial_waits():
     assert stream.state["latency"]["answer_s"] < 0.7 * serial.state["latency"]["answer_s"]
     assert lat["stream"]["first_step_s"] < 0.5 * lat["serial"]["first_step_s"]
     assert lat["serial"]["answer_s"] > 0.9 and lat["stream"]["answer_s"] < 0.9
-    # serial: one call per agent; stream: a turn per step and reviewer, plus the final agent's summary turn
-    assert lat["single"]["calls"] == 1 and lat["serial"]["calls"] == 4 and lat["stream"]["calls"] == 1 + 18 + 1
+    # serial: one call per agent; stream: a turn per step and reviewer, plus each reviewer's summary turn
+    assert lat["single"]["calls"] == 1 and lat["serial"]["calls"] == 4 and lat["stream"]["calls"] == 1 + 18 + 3
     assert abs(lat["serial"]["busy_total_s"] - lat["stream"]["busy_total_s"]) < 0.4
     assert lat["stream"]["busy_over_wall"] > lat["serial"]["busy_over_wall"]  # the agents overlap
     # serial hands a solution on only once it is complete: agent i + 1 receives after agent i ended.
@@ -113,7 +113,8 @@ def test_tree_and_dag_topologies_deliver_every_step():
     for i in (1, 2):  # both leaves are final agents at the same level
         assert [e["index"] for e in events(tree, "step_received", i)] == list(range(len(STEPS)))
         assert [v for _, v, _ in llms[i].reviews] == [[s] for s in STEPS]
-        assert all("level 2 of 2" in s and "You are the final agent" in s for s in llms[i].systems())
+        assert all(s.startswith(f"[Topology: Tree 1→2, 1→3] You are Agent {i + 1}. You receive Agent 1's output.")
+                   and "YOU HAVE FINAL CORRECTION AUTHORITY" in s for s in llms[i].systems())
     assert tree.state["solutions"][1] == [tagged(s, 1) for s in STEPS] and tree.answer.endswith("checked by a2. "
                                                                                                 "The answer is 5.")
     # A diamond: agent 3 gets both reviewers' versions of every step in one turn.
@@ -155,8 +156,8 @@ def test_verifier_scores_and_picks_among_sinks():
 
 
 def test_custom_marker_max_steps_and_step_timeout():
-    llms = agents(2, marker="<END_STEP>")
-    config = StreamMAConfig(agents=2, step_marker="<END_STEP>", max_steps=3)
+    llms = agents(2, marker="<END_STEP>")  # written inline, right after each step
+    config = StreamMAConfig(agents=2, step_marker="<END_STEP>", step_split="text", max_steps=3)
     result = StreamMA(llms, config=config).run(PROBLEM)
     assert result.stop_reason == "max_steps" and result.state["steps"] == [tagged(s, 1) for s in STEPS[:3]]
     assert "End each step with <END_STEP>." in llms[0].conversations[0][0]["content"]

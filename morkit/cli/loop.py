@@ -120,8 +120,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--chain", type=POSITIVE_INT, help=f"StreamMA agents in the chain A (default {stream.agents})")
     g.add_argument("--protocol", choices=PROTOCOLS, help=f"StreamMA protocol (default {stream.protocol})")
     g.add_argument("--step-marker", type=step_marker,
-                   help=f"StreamMA end-of-step marker (default {stream.step_marker!r}; SmolLM2 writes a step a "
-                        "line: use '\\n')")
+                   help=f"StreamMA end-of-step marker (default {stream.step_marker!r} on a line of its own, the "
+                        "paper's; '\\n\\n' splits paragraphs; the packaged SmolLM2 agents write a step a line and no "
+                        "marker: use '\\n')")
     g.add_argument("--max-explores", type=POSITIVE_INT,
                    help=f"ATLAS explore cap (default {atlas.max_explores})")
     g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",

@@ -2,9 +2,9 @@
 
 A `Topology` is a DAG over agents 0..n-1 in which agent 0 (the solver) is the only source; the chain
 0 -> 1 -> ... -> n-1 is the main case. `StepSplitter` cuts a streamed solution into steps at an
-end-of-step marker. `best_available` builds the final solution from whatever each agent finished:
-the final agent's steps, extended by the further steps of its nearest ancestors, so nothing computed
-is lost when an agent stops early. Settings live in `config` (re-exported here), prompts in `prompts`.
+end-of-step marker (by default the paper's END_STEP on a line of its own). `best_available` builds the
+final solution from whatever each agent finished: the final agent's steps, extended by the further steps
+of its nearest ancestors, so nothing computed is lost when an agent stops early. Settings live in `config` (re-exported here), prompts in `prompts`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 from morkit.core.errors import InputError
 from morkit.loops.streamma.config import PROTOCOLS, StreamMAConfig
 
-__all__ = ["PROTOCOLS", "EndOfStream", "StepMessage", "StepSplitter", "StreamMAConfig", "Topology", "best_available"]
+__all__ = ["PROTOCOLS", "EndOfStream", "StepMessage", "StepSplitter", "StreamMAConfig", "Topology", "best_available",
+           "split_steps"]
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,12 @@ class StepMessage:
 
 @dataclass(frozen=True)
 class EndOfStream:
-    """The sentinel that ends an edge: `sender` sends no more steps, for `reason`."""
+    """The sentinel that ends an edge: `sender` sends no more steps, for `reason`; `summary`: the sender's
+    summary, the last part of its output, when it wrote one."""
 
     sender: int
     reason: str
+    summary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,13 @@ class Topology:
         """Ranks in the pipeline: 1 + the deepest agent's depth (a chain of A agents has A)."""
         return 1 + max(self.depth(i) for i in range(self.agents))
 
+    @property
+    def kind(self) -> str:
+        """The paper's name for the shape: chain (a path), tree (one upstream agent each) or graph."""
+        if all(len(u) <= 1 for u in self.upstream):
+            return "chain" if all(len(d) <= 1 for d in self.downstream) else "tree"
+        return "graph"
+
     def as_mapping(self) -> dict[int, list[int]]:
         return {i: list(ts) for i, ts in enumerate(self.downstream)}
 
@@ -146,24 +156,60 @@ class Topology:
 
 
 class StepSplitter:
-    """Cuts streamed text into steps at `marker` as pieces arrive; steps are stripped, blank ones skipped."""
+    """Cuts streamed text into steps at `marker` as pieces arrive; steps are stripped, blank ones skipped.
 
-    def __init__(self, marker: str):
+    `line=True` (for a marker without line breaks): a step ends at a line that ends with the marker, the
+    paper's 'END_STEP on its own line' (a line of the marker alone, or a model's step line that ends with
+    it; spaces and markdown emphasis around it are ignored). `line=False`: the marker ends a step wherever
+    it appears."""
+
+    def __init__(self, marker: str, line: bool = False):
         if not marker:
             raise InputError("the end-of-step marker must not be empty")
-        self.marker = marker
+        self.marker, self.line = marker, line and bool(marker.strip()) and "\n" not in marker
         self.buffer = ""
+        self._scanned = 0  # line mode: where the first line not yet looked at starts
 
     def feed(self, piece: str) -> list[str]:
         """The steps completed by this piece, in order."""
         self.buffer += piece
-        *done, self.buffer = self.buffer.split(self.marker)
+        if not self.line:
+            *done, self.buffer = self.buffer.split(self.marker)
+            return [s.strip() for s in done if s.strip()]
+        done = []
+        while (end := self.buffer.find("\n", self._scanned)) >= 0:
+            step = self._ended(self.buffer[self._scanned: end])
+            if step is None:
+                self._scanned = end + 1
+                continue
+            done.append(self.buffer[: self._scanned] + step)
+            self.buffer, self._scanned = self.buffer[end + 1:], 0
         return [s.strip() for s in done if s.strip()]
 
     def flush(self) -> str | None:
         """The unfinished last step once the stream has ended, if any."""
-        rest, self.buffer = self.buffer.strip(), ""
-        return rest or None
+        rest = self.buffer
+        if self.line:
+            step = self._ended(rest[self._scanned:])
+            rest = rest if step is None else rest[: self._scanned] + step
+        self.buffer, self._scanned = "", 0
+        return rest.strip() or None
+
+    def _ended(self, line: str) -> str | None:
+        """Line mode: the line without its marker when it ends with one, else None."""
+        text = line.rstrip().rstrip("*`").rstrip()
+        if not text.endswith(self.marker):
+            return None
+        head = text[: -len(self.marker)]
+        if head and (head[-1].isalnum() or head[-1] == "_"):
+            return None  # part of a longer word
+        return head.rstrip().rstrip("*`").rstrip()
+
+
+def split_steps(text: str, marker: str, line: bool = False) -> list[str]:
+    """A whole text cut into steps, as StepSplitter cuts a stream."""
+    splitter = StepSplitter(marker, line)
+    return splitter.feed(text) + [t for t in [splitter.flush()] if t]
 
 
 def best_available(solutions: Sequence[Sequence[str]], topology: Topology, agent: int

@@ -1,11 +1,13 @@
 """StreamMA: agents in a chain (or tree/DAG) that solve and review a problem step by step, pipelined.
 
 The paper: Yang et al., "Streaming Communication in Multi-Agent Reasoning" (arXiv 2606.05158; code
-EnVision-Research/StreamMA). Agent 0 streams its solution; each time a step ends (the end-of-step marker)
-that step goes at once to every downstream agent, which answers it in one more turn of its conversation:
-ACCEPT, or ERROR + CORRECTION, then its own step (`prompts`), and forwards its reply as soon as it has it,
-so adjacent agents work at the same time on different steps. Authority rises downstream; the final agent
-ends with a summary and the final answer, which (optionally scored by a Verifier) is the run's answer.
+EnVision-Research/StreamMA). Agent 0 streams its solution; each time a step ends (the paper's END_STEP
+line) that step goes at once to every downstream agent, a reviewer-and-corrector, which answers it in one more
+turn of its conversation: ACCEPT, or ERROR + CORRECTION (`prompts`), and passes forward the most accurate
+version, the original or its correction (`replies`), as soon as it has it, so adjacent agents work at the
+same time on different steps. Authority rises downstream. Every reviewer ends with a summary, which goes
+downstream with its output; the final agent's holds the final answer, which (optionally scored by a
+Verifier) is the run's answer.
 Protocols, on the same agents and prompts: `single` (agent 0 alone), `serial` (the paper's baseline: each
 agent writes its whole response, and the next gets the complete upstream response in one message, tail
 included) and `stream`. `votes` = N runs N independent replicas and majority-votes their final answers
@@ -22,9 +24,10 @@ A backend that serialises its calls (LocalLLM holds one lock per model for a who
 nothing to overlap: pipelining pays off with one that serves concurrent requests (a vLLM server) or
 with one model per agent.
 
-Modules: `config` (settings), `graph` (topology, messages, step cutting), `prompts` (roles, turns, reading
-replies), `run` (the threads and queues of one run), `cost` (tokens and KV reuse), `vote` (Stream x N),
-this one (the loop, its result and the protocol comparison).
+Modules: `config` (settings), `graph` (topology, messages, step cutting), `prompts` (roles and turns),
+`replies` (reading replies, what is handed on), `run` (the threads and queues of one run), `agentlog` (what
+each agent did), `cost` (tokens and KV reuse), `vote` (Stream x N), this one (the loop, its result and the
+protocol comparison).
 """
 
 from __future__ import annotations
@@ -140,12 +143,13 @@ class StreamMA:
         answer = "\n\n".join(steps + ([summary] if summary else []))
         state: dict[str, Any] = {
             "protocol": cfg.protocol, "agents": topology.agents, "topology": topology.as_mapping(),
-            "steps_per_agent": cfg.steps, "authority": cfg.authority,
+            "steps_per_agent": cfg.steps, "authority": cfg.authority, "review": cfg.review,
             "final_agent": final, "finished": finished,
             "latency": _latency(run, final, answer_s), "per_agent": [log.summary() for log in run.logs],
             "queue_size": cfg.queue_size,
             "queue_max": {f"{log.agent}->{b}": n for log in run.logs for b, n in log.queue_max.items()},
             "solutions": solutions, "steps": steps, "authors": authors, "summary": summary,
+            "summaries": [log.summary_text for log in run.logs],
             "reviews": [list(log.reviews) for log in run.logs],
             "forwarded": [list(log.payloads) for log in run.logs],
             "tokens": run.ledger.report((cfg.price_input, cfg.price_output, cfg.price_cached))}

@@ -1,36 +1,65 @@
-"""StreamMA's prompts and the review protocol: what each agent is told, what it receives, how its reply is read.
+"""StreamMA's prompts: what each agent is told, and what each of its turns sends it.
 
-Roles follow the paper's code (EnVision-Research/StreamMA: PROMPT_A / PROMPT_B / PROMPT_C, one system
-prompt per agent): agent 0 solves in delimited steps; every downstream agent reviews each upstream step and
-writes its own; the final agent (every sink) also ends with a summary and the final answer. The published
-prompt texts (the paper's appendix) were not readable from here, so these are morkit's own wording of that
-protocol, not the paper's text:
+The reviewers follow the paper's prompt appendix (its Chain boxes for Agent_B, Agent_C and Agent_D), which is
+legible in part. Its words, used as published (agents named by number here: Agent 2 for Agent_B):
 
-    ACCEPT                              the upstream step is correct, or
-    ERROR: <what is wrong>              it has a mistake, and
-    CORRECTION: <the corrected step>    the step as it should be;
-    STEP k: <the agent's own step k>    then the agent's own step, building on what it accepted or corrected;
-    SUMMARY: <...> The answer is N      the final agent only, after its last step.
+    PAPER  [Topology: Chain A→B→C→D]  You are Agent_C. You receive Agent_B's output.
+           You are a reviewer-and-corrector.  For each step: ...  (cut off; the last agent's: "final quality
+           check briefl...")
+           YOU MUST CORRECT ERRORS: When found, state "ERROR: [description]" then "CORRECTION: [corrected step]"
+           YOU CAN OVERRULE PREVIOUS AGENTS: When you find errors, state ... (the middle agents)
+           YOU HAVE FINAL CORRECTION AUTHORITY: This is the last chance to fix errors. State ... (the last)
+           Pass forward the MOST ACCURATE version (original if correct, your correction if not).  (the
+           middle agents' without the parenthesis)
+           After all steps, provide DETAILED overall summary with thorough analysis and any corrections made.
+           You are responsible for final answer accuracy. FINAL ANSWER: Must directly address the original
+           problem. Base on CORRECTED versions. After all steps, provide DETAILED final answer with thorough
+           analysis.  (the last agent, instead of the two lines before)
+           [Stream only] After your response, output END_STEP on its own line.  (the tag marks a line that only
+           the stream prompts hold; morkit sends the line without it)
+           The original problem is:  (a fragment of the appendix; morkit heads the problem with it)
 
-Authority rises downstream (`authority="rising"`): agent k is told its rank and that it may overrule any
-upstream step or correction, and that later agents may overrule it. Both protocols use the same system
-prompts and the same 'Upstream step k (from agent j):' sections; they differ only in delivery: `stream` sends
-one section per user turn as each step arrives (the conversation grows turn by turn, so a KV cache can keep
-its prefix), `serial` sends the complete upstream response, every section, in one message.
+morkit's words (marked `# morkit` below) complete the cut-off sentence ("check it; if it is correct, write
+ACCEPT"), name the labels its parser reads (ACCEPT, SUMMARY:, 'The answer is N'), and say how steps arrive.
+The solver's box (Agent_A) and the Tree and Graph variants are not legible: the solver's prompt is morkit's,
+with the END_STEP line in the paper's form. `review="rewrite"` and `authority="ranked"` keep morkit's earlier
+prompts (each reviewer writes its own STEP k; each agent is told its level). Both protocols use the same
+system prompts and the same 'Upstream step k (from agent j):' sections; `stream` sends one per user turn as
+each step arrives, `serial` all of them, the complete upstream response, in one message.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from morkit.loops.streamma.config import StreamMAConfig
+from morkit.loops.streamma.graph import Topology
 
 Message = dict[str, str]
 
 ANSWER_LINE = "The answer is N"
+ERROR_FORMAT = 'state "ERROR: [description]" then "CORRECTION: [corrected step]".'  # PAPER
+AUTHORITY = {  # PAPER: the first reviewer's, a middle reviewer's and the last agent's wording
+    "first": f"YOU MUST CORRECT ERRORS: When found, {ERROR_FORMAT}",
+    "middle": f"YOU CAN OVERRULE PREVIOUS AGENTS: When you find errors, {ERROR_FORMAT}",
+    "last": f"YOU HAVE FINAL CORRECTION AUTHORITY: This is the last chance to fix errors. S{ERROR_FORMAT[1:]}",
+}
+PASS_FORWARD = {  # PAPER
+    "first": "Pass forward the MOST ACCURATE version (original if correct, your correction if not).",
+    "middle": "Pass forward the MOST ACCURATE version.",
+}
+OVERALL_SUMMARY = "After all steps, provide DETAILED overall summary with thorough analysis and any corrections made."
+FINAL_ROLE = ("You are responsible for final answer accuracy. FINAL ANSWER: Must directly address the original "
+              "problem. Base on CORRECTED versions. After all steps, provide DETAILED final answer with thorough "
+              "analysis.")  # PAPER
+PROBLEM_HEAD = "The original problem is:"  # PAPER (a fragment of the appendix)
 
 
-def _marker_rule(marker: str) -> str:
+def marker_rule(marker: str, line: bool, each: str = "each step") -> str:
+    """How an agent is told to end a step: the paper's 'output END_STEP on its own line' for a line marker."""
+    if line:
+        return f"After {each}, output {marker} on its own line."  # PAPER's form ("After your response, ...")
     return "Leave a blank line after each step." if not marker.strip() else f"End each step with {marker}."
 
 
@@ -38,49 +67,117 @@ def _steps_rule(steps: int | None) -> str:
     return f" in exactly {steps} steps" if steps is not None else ""
 
 
-def single_system(marker: str, steps: int | None) -> str:
-    """Agent 0 alone (the `single` protocol)."""
-    return (f"Solve the problem step by step{_steps_rule(steps)}, one short step per paragraph, and end your "
-            f"last step with '{ANSWER_LINE}'. {_marker_rule(marker)}")
+def single_system(cfg: StreamMAConfig) -> str:
+    """Agent 0 alone (the `single` protocol)."""  # morkit
+    return (f"Solve the problem step by step{_steps_rule(cfg.steps)}, one short step at a time, and end your last "
+            f"step with '{ANSWER_LINE}'. {marker_rule(cfg.step_marker, line_marker(cfg))}")
 
 
-def solver_system(marker: str, steps: int | None, agents: int, streamed: bool = True) -> str:
-    """Agent 0 at the head of a pipeline of `agents` levels."""
+def solver_system(cfg: StreamMAConfig, levels: int, streamed: bool) -> str:
+    """Agent 0 at the head of a pipeline of `levels` levels."""  # morkit (the paper's box is not legible)
     how = "each step as soon as you finish it" if streamed else "your complete response once you finish it"
-    return (f"You are agent 1 of {agents}, the first solver of a pipeline of agents. Solve the problem step by "
-            f"step{_steps_rule(steps)}, one short step per paragraph. {_marker_rule(marker)} The next agent "
-            f"receives {how}, to check it. End your last step with '{ANSWER_LINE}'.")
+    rule = f" {marker_rule(cfg.step_marker, line_marker(cfg))}" if streamed or cfg.serial_marker else ""
+    return (f"You are Agent 1, the solver at the head of a pipeline of {levels} agents; the next agent receives "
+            f"{how}, to check it. Solve the problem step by step{_steps_rule(cfg.steps)}, one short step at a "
+            f"time.{rule} End your last step with '{ANSWER_LINE}'.")
 
 
-def authority_text(level: int, levels: int, rule: str) -> str:
-    """What agent `level` (1-based; the solver is 1) of `levels` is told about its authority."""
-    if rule == "equal":
-        return ("Authority: every agent has equal say. Overrule an upstream step or correction only when it is "
-                "clearly wrong.")
+def line_marker(cfg: StreamMAConfig) -> bool:
+    """Whether the marker is cut as a line of its own (see StepSplitter)."""
+    return cfg.step_split == "line" and bool(cfg.step_marker.strip()) and "\n" not in cfg.step_marker
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where a reviewer sits: its index, its upstream agents, its level (the solver is 1), the number of
+    levels, whether it is a final agent (a sink) and whether it writes a summary."""
+
+    agent: int
+    upstream: tuple[int, ...]
+    level: int
+    levels: int
+    final: bool
+    summarises: bool
+
+    @property
+    def position(self) -> str:
+        """first, middle or last: which of the paper's authority lines it gets."""
+        return "last" if self.final else "first" if self.level == 2 else "middle"
+
+
+def topology_line(topology: Topology) -> str:
+    """The paper's '[Topology: Chain A→B→C→D]', agents by number; a tree or graph lists its edges."""
+    if topology.kind == "chain":
+        return f"[Topology: Chain {'→'.join(str(i + 1) for i in topology.order)}]"
+    edges = ", ".join(f"{a + 1}→{b + 1}" for a, b in topology.edges())
+    return f"[Topology: {topology.kind.capitalize()} {edges}]"
+
+
+def _outputs(agents: Sequence[int]) -> str:
+    """"Agent 2's output", or "Agent 2's and Agent 3's output"."""
+    names = [f"Agent {u + 1}'s" for u in agents]
+    return (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]) + " output"
+
+
+def authority_text(seat: Seat, rule: str) -> str:
+    """What a reviewer is told about its authority, with the paper's ERROR/CORRECTION format."""
+    if rule == "rising":
+        return AUTHORITY[seat.position]
+    if rule == "equal":  # morkit: an ablation
+        return (f"When you find errors, {ERROR_FORMAT} Authority: every agent has equal say. Overrule an upstream "
+                f"step or correction only when it is clearly wrong.")
+    level, levels = seat.level, seat.levels  # morkit's earlier "ranked" text
     later = ("You are the last agent: your decision is final." if level == levels else
              f"Agents {level + 1}..{levels} after you rank above you and may overrule you.")
-    return (f"Authority: level {level} of {levels}; it rises downstream. You rank above agents 1..{level - 1}: when "
-            f"you are sure an upstream step, or an upstream CORRECTION, is wrong, your judgement overrides it. "
-            f"{later}")
+    return (f"When you find errors, {ERROR_FORMAT} Authority: level {level} of {levels}; it rises downstream. You "
+            f"rank above agents 1..{level - 1}: when you are sure an upstream step, or an upstream CORRECTION, is "
+            f"wrong, your judgement overrides it. {later}")
 
 
-def reviewer_system(level: int, levels: int, *, authority: str, final: bool, streamed: bool, steps: int | None
-                    ) -> str:
-    """A downstream agent's system prompt: the review protocol, its authority, and the final role if a sink."""
-    how = ("one at a time, each as soon as it is written" if streamed else "as one complete response")
+def reviewer_system(seat: Seat, cfg: StreamMAConfig, topology: Topology) -> str:
+    """A downstream agent's system prompt (the paper's reviewer-and-corrector, or morkit's earlier rewrite)."""
+    streamed = cfg.protocol == "stream"
+    if cfg.review == "rewrite":
+        return _rewrite_system(seat, cfg, streamed)
+    how = "one at a time, each as soon as it is written" if streamed else "as one complete response"
+    check = "final quality check briefly" if seat.final else "check it"  # PAPER's start, morkit's end
     parts = [
-        f"You are agent {level} of {levels} in a pipeline of agents that solve a problem step by step. The agent "
-        f"before you sends you its reasoning steps {how}.",
+        f"{topology_line(topology)} You are Agent {seat.agent + 1}. You receive {_outputs(seat.upstream)}. "
+        f"You are a reviewer-and-corrector.",  # PAPER
+        f"You work in a pipeline of agents that solve a problem step by step; the steps come to you {how}.",  # morkit
+        f"For each step: {check}; if it is correct, write ACCEPT.",  # PAPER up to the colon ("briefl...")
+        authority_text(seat, cfg.authority),
+    ]
+    if seat.final:
+        parts.append(FINAL_ROLE if seat.summarises else FINAL_ROLE.split(" After all steps")[0])
+        if seat.summarises:  # morkit: the labels it reads
+            parts.append(f"Begin that final answer with 'SUMMARY:' and end it with '{ANSWER_LINE}'.")
+    else:
+        parts.append(PASS_FORWARD[seat.position])
+        if seat.summarises:
+            parts.append(f"{OVERALL_SUMMARY} Begin it with 'SUMMARY:'.")  # PAPER, then morkit's label
+    if streamed and line_marker(cfg):  # PAPER: a line the appendix tags "[Stream only]"
+        parts.append(marker_rule(cfg.step_marker, True, "your response"))
+    return "\n\n".join(parts)
+
+
+def _rewrite_system(seat: Seat, cfg: StreamMAConfig, streamed: bool) -> str:
+    """morkit's earlier reviewer: a verdict, then its own STEP k; the final agent's SUMMARY."""
+    how = "one at a time, each as soon as it is written" if streamed else "as one complete response"
+    parts = [
+        f"You are agent {seat.level} of {seat.levels} in a pipeline of agents that solve a problem step by step. "
+        f"The agent before you sends you its reasoning steps {how}.",
         "For each upstream step k, first review it:\n"
         "ACCEPT - if the step is correct; or\n"
         "ERROR: <what is wrong> and then CORRECTION: <the corrected step> - if it has a mistake.\n"
         f"Then write STEP k: <your own step k>, building on the steps you accepted or corrected"
-        f"{'' if steps is None else f'; you write exactly {steps} steps'}.",
-        authority_text(level, levels, authority),
+        f"{'' if cfg.steps is None else f'; you write exactly {cfg.steps} steps'}.",
+        authority_text(seat, cfg.authority),
     ]
-    if final:
+    if seat.summarises:
         parts.append(f"You are the final agent: after your last step write SUMMARY: <a short summary of the "
-                     f"solution> and end with '{ANSWER_LINE}'.")
+                     f"solution> and end with '{ANSWER_LINE}'." if seat.final else
+                     "After your last step write SUMMARY: <a short summary of the steps and your corrections>.")
     return "\n\n".join(parts)
 
 
@@ -94,121 +191,56 @@ def upstream_section(index: int, versions: Sequence[tuple[int, str]]) -> str:
 
 
 def _problem(problem: str) -> str:
-    return f"Problem:\n{problem}"
+    return f"{PROBLEM_HEAD}\n{problem}"
 
 
-def stream_turn(problem: str | None, index: int, versions: Sequence[tuple[int, str]], *, last: bool) -> Message:
+def stream_turn(problem: str | None, index: int, versions: Sequence[tuple[int, str]], *, review: str,
+                last: bool) -> Message:
     """One stream turn: upstream step `index` (with the problem on the first turn). `last`: the final agent's
-    reply to the last upstream step carries the summary and the answer."""
-    ask = f"Review upstream step {index + 1} and write your STEP {index + 1}."
+    reply to the last upstream step carries the summary and the answer (summary="final" with S set)."""
+    if review == "rewrite":
+        ask = f"Review upstream step {index + 1} and write your STEP {index + 1}."
+    else:
+        ask = f"Review upstream step {index + 1}: ACCEPT it, or state ERROR and CORRECTION."
     if last:
         ask += f" That was the last step: then write SUMMARY: <...> and end with '{ANSWER_LINE}'."
     head = f"{_problem(problem)}\n\n" if problem is not None else ""
     return {"role": "user", "content": f"{head}{upstream_section(index, versions)}\n\n{ask}"}
 
 
-def finish_turn() -> Message:
-    """The final agent's extra turn once upstream has ended without a known last step."""
-    return {"role": "user", "content": f"The upstream agent has finished. Write SUMMARY: <a short summary of the "
-                                       f"solution> and end with '{ANSWER_LINE}'."}
+def summaries_block(summaries: Sequence[tuple[int, str]]) -> str:
+    """Upstream agents' summaries, the last part of their output."""
+    return "\n\n".join(f"Agent {sender + 1}'s summary:\n{text}" for sender, text in summaries)
 
 
-def serial_message(problem: str, chains: Sequence[tuple[int, Sequence[str]]], *, final: bool) -> Message:
-    """The serial hand-off: each upstream agent's complete response, every step of it, in one message."""
+def finish_turn(summaries: Sequence[tuple[int, str]], *, final: bool, review: str) -> Message:
+    """The summary turn once upstream has ended: the upstream summaries, then the ask."""
+    if review == "rewrite":
+        ask = f"Write SUMMARY: <a short summary of the solution> and end with '{ANSWER_LINE}'." if final else \
+            "Write SUMMARY: <a short summary of the steps and your corrections>."
+    elif final:
+        ask = (f"After all steps, provide DETAILED final answer with thorough analysis, based on the CORRECTED "
+               f"versions: begin it with 'SUMMARY:' and end with '{ANSWER_LINE}'.")
+    else:
+        ask = f"{OVERALL_SUMMARY} Begin it with 'SUMMARY:'."
+    head = f"{summaries_block(summaries)}\n\n" if summaries else ""
+    return {"role": "user", "content": f"The upstream agent has finished.\n\n{head}{ask}"}
+
+
+def serial_message(problem: str, chains: Sequence[tuple[int, Sequence[str]]],
+                   summaries: Sequence[tuple[int, str]], *, review: str, final: bool, summarises: bool) -> Message:
+    """The serial hand-off: each upstream agent's complete response, every step and its summary, in one message."""
     blocks = []
     for sender, steps in chains:
         sections = "\n\n".join(upstream_section(k, [(sender, s)]) for k, s in enumerate(steps))
         blocks.append(f"Agent {sender + 1}'s complete response:\n\n{sections}")
-    ask = "Review each upstream step in order and write your own steps (ACCEPT or ERROR/CORRECTION, then STEP k)."
-    if final:
-        ask += f" After your last step write SUMMARY: <...> and end with '{ANSWER_LINE}'."
+    if summaries:
+        blocks.append(summaries_block(summaries))
+    if review == "rewrite":
+        ask = "Review each upstream step in order and write your own steps (ACCEPT or ERROR/CORRECTION, then STEP k)."
+    else:
+        ask = "Review each upstream step in order: ACCEPT it, or state ERROR and CORRECTION."
+    if summarises:
+        ask += (f" After your last step write SUMMARY: <...> and end with '{ANSWER_LINE}'." if final else
+                " After all steps, write SUMMARY: your DETAILED overall summary and any corrections made.")
     return {"role": "user", "content": f"{_problem(problem)}\n\n" + "\n\n".join(blocks) + f"\n\n{ask}"}
-
-
-# -- reading replies ------------------------------------------------------------------------------------
-
-_LABEL = re.compile(r"(?im)^[ \t]*(?:[*#>-][ \t]*)*"  # a line that starts (after list or bold marks) with a label
-                    r"(ACCEPT(?:ED)?\b|ERROR\b|CORRECTION\b|STEP(?:[ \t]*\d+)?\b|SUMMARY\b)"
-                    r"[ \t]*\**[ \t]*[:.\-]?[ \t]*")
-
-
-@dataclass(frozen=True)
-class Block:
-    """One step's part of a reply: the verdict on the upstream step, and the agent's own step."""
-
-    verdict: str  # accept | error | none (no verdict written)
-    error: str | None
-    correction: str | None
-    step: str | None  # the agent's own step as written (None: not written)
-    text: str = ""  # the block as written, labels included
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A reply read by the protocol: its blocks (one per step), the text before any label, the summary."""
-
-    blocks: tuple[Block, ...]
-    preamble: str
-    summary: str | None  # from SUMMARY: to the end (the final answer line included)
-
-
-def parse_reply(text: str) -> Reply:
-    """Read labelled sections. A block ends at its STEP (or at the next verdict after a step); SUMMARY runs to
-    the end. Unlabelled text before the first label is the preamble (a step written without labels)."""
-    marks = list(_LABEL.finditer(text))
-    preamble = text[: marks[0].start()].strip() if marks else text.strip()
-    blocks: list[Block] = []
-    current: dict[str, str] = {}
-    span = [0, 0]  # where the current block starts and ends in `text`
-    summary = None
-
-    def close() -> None:
-        if current:
-            verdict = "error" if "error" in current else "accept" if "accept" in current else "none"
-            blocks.append(Block(verdict, current.get("error"), current.get("correction"), current.get("step"),
-                                text[span[0]: span[1]].strip()))
-            current.clear()
-
-    for n, mark in enumerate(marks):
-        label = mark.group(1).upper()
-        end = marks[n + 1].start() if n + 1 < len(marks) else len(text)
-        body = text[mark.end(): end].strip()
-        if label.startswith("SUMMARY"):
-            close()
-            summary = f"SUMMARY: {text[mark.end():].strip()}".strip()
-            break
-        key = "accept" if label.startswith("ACCEPT") else "step" if label.startswith("STEP") else label.lower()
-        if (key in ("accept", "error") and current.keys() & {"step", "accept", "error"}) or (
-                key == "step" and "step" in current):
-            close()  # a new verdict, or a second step, starts the next block
-        if not current:
-            span[0] = mark.start()
-        current[key] = body
-        span[1] = end
-    close()
-    return Reply(tuple(blocks), preamble, summary)
-
-
-def own_step(block: Block | None, preamble: str, upstream: str) -> tuple[str, str]:
-    """The agent's step and how it came about: written (its STEP), corrected (only a CORRECTION), kept (an
-    ACCEPT with no step of its own: the upstream step), unlabelled (text without labels), fallback (nothing
-    usable: the upstream step)."""
-    if block is not None and block.step:
-        return block.step, "written"
-    if block is not None and block.correction:
-        return block.correction, "corrected"
-    if block is not None and block.verdict == "accept" and upstream:
-        return upstream, "kept"
-    if preamble:
-        return preamble, "unlabelled"
-    return upstream, "fallback"
-
-
-def forwarded(reply: str, step: str, source: str, index: int, forward: str) -> str:
-    """What an agent hands downstream for its step `index`: with forward="reply" its reply as written, plus its
-    step when the reply holds none of its own (a bare ACCEPT keeps the upstream step: the receiver is shown
-    it); with forward="step", or when the reply is unusable, the step alone."""
-    reply = reply.strip()
-    if forward != "reply" or not reply or source == "fallback":
-        return step
-    return f"{reply}\nSTEP {index + 1}: {step}" if source == "kept" else reply

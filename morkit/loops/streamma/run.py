@@ -3,7 +3,8 @@
 `PipelineRun` runs a Topology once. Agent 0 streams its solution and emits each step when its marker
 arrives. Under `stream` each step goes downstream at once, and a downstream agent answers step k from every
 open upstream edge in one more turn of its own conversation (the review protocol of `prompts`: a verdict on
-the upstream step, then its own step) and sends its reply on as soon as it has it. Under `serial` an agent
+the upstream step, and its version of the step) and sends it on as soon as it has it; once its upstream has
+ended (each end carries the sender's summary) it writes its own summary in one more turn. Under `serial` an agent
 hands on its steps only when it has finished, and a downstream agent waits for the complete upstream
 response, then answers it in one call. Queues hold `queue_size` steps, so a slow reviewer makes its upstream
 wait. Whatever happens to an agent (done, max_steps, failure, deadline) it ends its downstream edges with an
@@ -16,16 +17,16 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from morkit.core.errors import LLMError
 from morkit.llm.base import LLM, SamplingParams
 from morkit.loops.base import Budget, BudgetExhausted, MeteredLLM, Spend, Trace
-from morkit.loops.streamma import prompts
+from morkit.loops.streamma import prompts, replies
+from morkit.loops.streamma.agentlog import AgentLog
 from morkit.loops.streamma.config import StreamMAConfig
 from morkit.loops.streamma.cost import Ledger
-from morkit.loops.streamma.graph import EndOfStream, StepMessage, StepSplitter, Topology
+from morkit.loops.streamma.graph import EndOfStream, StepMessage, StepSplitter, Topology, split_steps
 
 _POLL_S = 0.05  # how often a blocked agent looks at the run's abort flag
 _GRACE_S = 2.0  # how long agents get to stop once the run's deadline has passed
@@ -37,36 +38,6 @@ class StepTimeout(LLMError):
 
 class _Aborted(Exception):
     """The run's deadline passed: agents stop at their next check."""
-
-
-@dataclass
-class AgentLog:
-    """What one agent did in one run; written by its own thread only, read once it has ended."""
-
-    agent: int
-    steps: list[str] = field(default_factory=list)  # the agent's own steps
-    payloads: list[str] = field(default_factory=list)  # what it hands downstream for each step (cfg.forward)
-    reviews: list[dict[str, Any]] = field(default_factory=list)  # its verdict on each upstream step
-    summary_text: str | None = None  # a final agent's SUMMARY and answer
-    sent: int = 0  # steps already handed to every downstream agent
-    calls: int = 0
-    busy_s: float = 0.0  # wall time inside LLM calls (queueing inside the backend included)
-    blocked_s: float = 0.0  # waiting for room in downstream queues (back-pressure)
-    waiting_s: float = 0.0  # waiting for upstream steps
-    changed: int = 0  # upstream steps this reviewer marked ERROR
-    status: str = "idle"  # running, done, max_steps, failed, aborted
-    error: str | None = None
-    error_kind: str | None = None  # budget, timeout, llm, error
-    first_step_s: float | None = None
-    done_s: float | None = None
-    queue_max: dict[int, int] = field(default_factory=dict)  # downstream agent -> most steps seen in its inbox
-
-    def summary(self) -> dict[str, Any]:
-        return {"agent": self.agent, "steps": len(self.steps), "calls": self.calls, "busy_s": round(self.busy_s, 4),
-                "blocked_s": round(self.blocked_s, 4), "waiting_s": round(self.waiting_s, 4),
-                "errors_flagged": self.changed, "summary": self.summary_text is not None, "status": self.status,
-                "error": self.error, "error_kind": self.error_kind,
-                "first_step_s": self.first_step_s, "done_s": self.done_s}
 
 
 class PipelineRun:
@@ -84,6 +55,7 @@ class PipelineRun:
             edge: queue.Queue(maxsize=config.queue_size) for edge in topology.edges()}
         self.open = [list(ups) for ups in topology.upstream]  # upstream edges not yet ended, per agent
         self.logs = [AgentLog(i) for i in range(topology.agents)]
+        self.upstream_summaries: list[list[tuple[int, str]]] = [[] for _ in range(topology.agents)]
         self.abort = threading.Event()
 
     def now(self) -> float:
@@ -111,7 +83,7 @@ class PipelineRun:
     def _agent(self, i: int) -> None:
         log = self.logs[i]
         log.status = "running"
-        self.trace.add("agent_start", agent=i, role="solver" if i == 0 else "final" if self._final(log) else "reviewer")
+        self.trace.add("agent_start", agent=i, role="solver" if i == 0 else "final" if self._final(i) else "reviewer")
         try:
             self._solve(log) if i == 0 else self._review(log)
         except _Aborted:
@@ -139,7 +111,7 @@ class PipelineRun:
         try:
             self._flush(log)
             for dst in self.topology.downstream[log.agent]:
-                self._put(log, dst, EndOfStream(log.agent, log.status))
+                self._put(log, dst, EndOfStream(log.agent, log.status, log.summary_text))
             log.done_s = self.now()
             self.trace.add("agent_end", agent=log.agent, status=log.status, steps=len(log.steps))
             dropped = self._drain(log)
@@ -152,9 +124,9 @@ class PipelineRun:
         """Stream agent 0's solution, emitting each step as soon as its marker arrives."""
         cfg = self.cfg
         params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=self.seed)
-        splitter = StepSplitter(cfg.step_marker)
-        system = (prompts.single_system(cfg.step_marker, cfg.steps) if cfg.protocol == "single" else
-                  prompts.solver_system(cfg.step_marker, cfg.steps, self.topology.levels, cfg.protocol == "stream"))
+        splitter = StepSplitter(cfg.step_marker, prompts.line_marker(cfg))
+        system = (prompts.single_system(cfg) if cfg.protocol == "single" else
+                  prompts.solver_system(cfg, self.topology.levels, cfg.protocol == "stream"))
         conversation = [{"role": "system", "content": system}, {"role": "user", "content": self.problem}]
         self._before_call(log, "stream")
         pieces = self.llms[0].stream(conversation, params)
@@ -181,47 +153,69 @@ class PipelineRun:
         self._review_serial(log) if self.cfg.protocol == "serial" else self._review_stream(log)
 
     def _role(self, log: AgentLog) -> dict[str, str]:
-        """A downstream agent's system message: the review protocol, its authority, the final role if a sink."""
-        cfg, top = self.cfg, self.topology
-        content = prompts.reviewer_system(top.depth(log.agent) + 1, top.levels, authority=cfg.authority,
-                                          final=self._final(log), streamed=cfg.protocol == "stream", steps=cfg.steps)
-        return {"role": "system", "content": content}
+        """A downstream agent's system message: the review protocol, its authority, its summary."""
+        top, i = self.topology, log.agent
+        seat = prompts.Seat(i, top.upstream[i], top.depth(i) + 1, top.levels, self._final(i), self._summarises(i))
+        return {"role": "system", "content": prompts.reviewer_system(seat, self.cfg, top)}
 
-    def _final(self, log: AgentLog) -> bool:
-        return self.cfg.final_summary and log.agent in self.topology.sinks and log.agent != 0
+    def _final(self, agent: int) -> bool:
+        """A final agent: a sink of the topology (not the solver alone)."""
+        return agent in self.topology.sinks and agent != 0
+
+    def _summarises(self, agent: int) -> bool:
+        """Whether the agent ends with a summary (every reviewer, only final agents, or none)."""
+        summary = self.cfg.summary
+        return agent != 0 and (summary == "every" or (summary == "final" and self._final(agent)))
+
+    def _receive(self, log: AgentLog, u: int, into: list[StepMessage]) -> None:
+        """The next message from upstream agent `u`: a step joins `into`; an end closes the edge, keeping the
+        sender's summary."""
+        msg = self._get(log, u)
+        if isinstance(msg, EndOfStream):
+            self.open[log.agent].remove(u)
+            if msg.summary:
+                self.upstream_summaries[log.agent].append((u, msg.summary))
+            self.trace.add("stream_ended", agent=log.agent, sender=u, reason=msg.reason)
+        else:
+            self.trace.add("step_received", agent=log.agent, sender=u, index=msg.index)
+            into.append(msg)
 
     def _review_stream(self, log: AgentLog) -> None:
-        """Answer every incoming step in order (step k from every open upstream edge, merged), one turn each."""
+        """Answer every incoming step in order (step k from every open upstream edge, merged), one turn each;
+        then the summary turn."""
         cfg, i, open_ups = self.cfg, log.agent, self.open[log.agent]
         conversation = [self._role(log)]
+        in_reply = cfg.summary == "final" and cfg.steps is not None and self._summarises(i)  # morkit's earlier way
         while open_ups and len(log.steps) < cfg.step_cap:
-            versions = []
+            versions: list[StepMessage] = []
             for u in list(open_ups):
-                msg = self._get(log, u)
-                if isinstance(msg, EndOfStream):
-                    open_ups.remove(u)
-                    self.trace.add("stream_ended", agent=i, sender=u, reason=msg.reason)
-                else:
-                    self.trace.add("step_received", agent=i, sender=u, index=msg.index)
-                    versions.append(msg)
+                self._receive(log, u, versions)
             if not versions:
                 continue
             index = len(log.steps)
-            last = self._final(log) and cfg.steps is not None and index == cfg.steps - 1
             conversation.append(prompts.stream_turn(self.problem if index == 0 else None, index,
-                                                    [(m.sender, m.text) for m in versions], last=last))
-            reply = self._turn(log, conversation, "review", cfg.step_max_tokens)
-            parsed = prompts.parse_reply(reply)
+                                                    [(m.sender, m.text) for m in versions], review=cfg.review,
+                                                    last=in_reply and index == cfg.steps - 1))
+            reply = self._reply(log, conversation, "review", cfg.step_max_tokens)
+            parsed = replies.parse_reply(reply)
             block = parsed.blocks[0] if parsed.blocks else None
             step, source = self._reviewed(log, index, block, parsed.preamble, versions)
-            if parsed.summary and self._final(log):
+            if parsed.summary and cfg.summary == "final" and self._summarises(i):
                 log.summary_text = parsed.summary
-            if self._output(log, step, source, prompts.forwarded(reply, step, source, index, cfg.forward)):
+            if self._output(log, step, source, self._forwarded(reply, step, source, index)):
                 break
-        if self._final(log) and log.summary_text is None and log.steps:
-            conversation.append(prompts.finish_turn())
-            reply = self._turn(log, conversation, "finish", cfg.step_max_tokens)
-            summary = prompts.parse_reply(reply).summary
+        if self._summarises(i) and log.summary_text is None and log.steps:
+            dropped = 0
+            while open_ups:  # the upstream summaries come with the ends of the upstream streams
+                extra: list[StepMessage] = []
+                self._receive(log, open_ups[0], extra)
+                dropped += len(extra)
+            if dropped:
+                self.trace.add("steps_dropped", agent=i, count=dropped)
+            conversation.append(prompts.finish_turn(self.upstream_summaries[i], final=self._final(i),
+                                                    review=cfg.review))
+            reply = self._reply(log, conversation, "finish", cfg.step_max_tokens)
+            summary = replies.parse_reply(reply).summary
             log.summary_text = summary or (f"SUMMARY: {reply.strip()}" if reply.strip() else None)
             self.trace.add("summary", agent=i, text=log.summary_text)
 
@@ -231,48 +225,61 @@ class PipelineRun:
         chains: dict[int, list[StepMessage]] = {u: [] for u in self.open[i]}
         while self.open[i]:
             for u in list(self.open[i]):
-                msg = self._get(log, u)
-                if isinstance(msg, EndOfStream):
-                    self.open[i].remove(u)
-                    self.trace.add("stream_ended", agent=i, sender=u, reason=msg.reason)
-                else:
-                    self.trace.add("step_received", agent=i, sender=u, index=msg.index)
-                    chains[u].append(msg)
+                self._receive(log, u, chains[u])
         if not any(chains.values()):
             return
+        final, summarises = self._final(i), self._summarises(i)
         message = prompts.serial_message(self.problem, [(u, [m.text for m in ms]) for u, ms in chains.items() if ms],
-                                         final=self._final(log))
+                                         self.upstream_summaries[i], review=cfg.review, final=final,
+                                         summarises=summarises)
         reply = self._turn(log, [self._role(log), message], "serial", cfg.max_tokens)
-        parsed = prompts.parse_reply(reply)
-        if parsed.summary and self._final(log):
+        parsed = replies.parse_reply(reply)
+        if parsed.summary and summarises:
             log.summary_text = parsed.summary
-        if parsed.blocks:
+            self.trace.add("summary", agent=i, text=log.summary_text)
+        longest = max(map(len, chains.values()))
+        if cfg.review == "correct":  # block k is the verdict on upstream step k; a step without one stands
+            blocks = list(parsed.blocks[:longest])
+            parts = [(b, "", b.text) for b in blocks] + [(None, "", "")] * (longest - len(blocks))
+        elif parsed.blocks:
             parts = [(b, parsed.preamble if k == 0 else "", b.text) for k, b in enumerate(parsed.blocks)]
-            if not (parsed.summary and self._final(log)):  # unreached steps keep the upstream step, as in stream
-                parts += [(None, "", "")] * (max(map(len, chains.values())) - len(parts))
-        else:  # no labels at all: its paragraphs are its steps
-            splitter = StepSplitter(cfg.step_marker)
-            texts = splitter.feed(parsed.preamble) + [t for t in [splitter.flush()] if t]
-            parts = [(None, t, t) for t in texts]
+            if not (parsed.summary and final and summarises):  # unreached steps keep the upstream step
+                parts += [(None, "", "")] * (longest - len(parts))
+        else:  # rewrite, no labels at all: its paragraphs are its steps
+            parts = [(None, t, t) for t in split_steps(parsed.preamble, cfg.step_marker, prompts.line_marker(cfg))]
         for index, (block, preamble, text) in enumerate(parts[: cfg.step_cap]):
             versions = [ms[index] for ms in chains.values() if index < len(ms)]
             step, source = self._reviewed(log, index, block, preamble, versions)
-            if self._output(log, step, source, prompts.forwarded(text, step, source, index, cfg.forward)):
+            if self._output(log, step, source, self._forwarded(text, step, source, index)):
                 return
 
-    def _reviewed(self, log: AgentLog, index: int, block: prompts.Block | None, preamble: str,
+    def _reviewed(self, log: AgentLog, index: int, block: replies.Block | None, preamble: str,
                   versions: Sequence[StepMessage]) -> tuple[str, str]:
-        """The agent's step `index` from its reply, with its verdict on the upstream step recorded."""
+        """The agent's step `index` from its reply, with its verdict on the upstream step recorded: under the
+        paper's review its version of the upstream step, under morkit's earlier one the step it wrote."""
         upstream = versions[0].own_step if versions else ""
-        step, source = prompts.own_step(block, preamble, upstream)
+        if self.cfg.review == "correct":
+            step, source = replies.version(block, upstream)
+        else:
+            step, source = replies.own_step(block, preamble, upstream)
         verdict = block.verdict if block is not None else "none"
         log.changed += verdict == "error"
         review = {"index": index, "verdict": verdict, "error": block.error if block else None,
-                  "correction": block.correction if block else None}
+                  "correction": block.correction if block else None, "source": source}
         log.reviews.append(review)
-        self.trace.add("step_reviewed", agent=log.agent, index=index, source=source, before=upstream, after=step,
+        self.trace.add("step_reviewed", agent=log.agent, index=index, before=upstream, after=step,
                        **{k: v for k, v in review.items() if k != "index"})
         return step, source
+
+    def _forwarded(self, reply: str, step: str, source: str, index: int) -> str:
+        """What goes downstream for step `index` (under the paper's review, without any STEP of the agent's own)."""
+        text = replies.without_steps(reply) if self.cfg.review == "correct" else reply
+        return replies.forwarded(text, step, source, index, self.cfg.forward)
+
+    def _reply(self, log: AgentLog, conversation: list[dict[str, str]], kind: str, max_tokens: int) -> str:
+        """A stream turn's reply, without the end-of-step lines the paper asks reviewers to write."""
+        return replies.without_marker(self._turn(log, conversation, kind, max_tokens), self.cfg.step_marker,
+                                      prompts.line_marker(self.cfg))
 
     def _turn(self, log: AgentLog, conversation: list[dict[str, str]], kind: str, max_tokens: int) -> str:
         """One chat call of a downstream agent; its reply joins the conversation (stream turns build on it)."""
