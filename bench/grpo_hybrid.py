@@ -1,16 +1,18 @@
 """A few GRPO steps with TRL's GRPOTrainer and the TMAS hybrid reward, on SmolLM2-135M-Instruct (CPU).
 
 Each GSM8K test problem (from --start) becomes three rows: base, bank and explore (morkit.loops.tmas.grpo).
-They carry an illustrative experience bank and guideline bank. `banks_from_state(result.state)` takes the
-banks from a real TMAS run instead. The rows are laid out problem by problem, so one optimiser step
-scores --problems-per-step whole problems: every reward call sees a problem's Bank and Base rollouts
-together. The novelty judge of the explore rows is SmolLM2 itself (--judge local, the default) or a
-scripted judge alternating 1 / -1 (--judge scripted: no judge cost).
+They carry an illustrative experience bank, guideline bank and previous round (two solutions with their
+verification summaries, which the bank prompt shows); a problem's `state` from a real TMAS run gives all
+three instead. The rows are laid out problem by problem, so one optimiser step scores --problems-per-step
+whole problems: every reward call sees a problem's Bank and Base rollouts together. The advantage is the
+paper's, over a joint Base+Bank group per problem (--grouping problem, the default) or TRL's per-row
+groups (--grouping row, morkit's earlier behaviour). The novelty judge of the explore rows is SmolLM2
+itself (--judge local, the default) or a scripted judge alternating 1 / 0 (--judge scripted: no judge cost).
 
 Printed per step: seconds (optimiser step including generation, reward and judge), the mean reward,
-and per rollout type the mean reward, accuracy, the bank rows' p_base and bonus, and the explore rows'
-novelty classes with how each class was set (judge, unparsed reply -> fallback, empty bank). The last
-line is a summary as JSON.
+per rollout type the mean reward, accuracy, the bank rows' p_base and bonus, and the explore rows'
+novelty classes with how each class was set (judge, unparsed reply -> fallback, empty bank); and the first
+problem's completions as [type, reward, advantage]. The last line is a summary as JSON.
 
     .venv/bin/python bench/grpo_hybrid.py                           # 2 steps, 1 problem a step, local judge
     .venv/bin/python bench/grpo_hybrid.py --steps 1 --judge scripted --max-completion-length 32
@@ -33,6 +35,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 EXPERIENCE = "ADD result: read every quantity in the problem and what it counts\nADD avoid: adding numbers with different units"
 GUIDELINES = "STRATEGY: compute step by step in the order the problem tells the story"
+PREVIOUS = [{"text": "I add all the numbers in the problem together. The answer is 20.",
+             "summary": "Wrong: the numbers count different things and cannot simply be added."},
+            {"text": "I follow the story one quantity at a time, but stop before the last step. The answer is 6.",
+             "summary": "Incomplete: the order is right, the final step is missing."}]
 
 
 def gsm8k_problems(data_dir: Path, start: int, count: int) -> list[dict]:
@@ -43,10 +49,11 @@ def gsm8k_problems(data_dir: Path, start: int, count: int) -> list[dict]:
     lines = (data_dir / "gsm8k" / "test.jsonl").read_text().splitlines()[start:start + count]
     return [{"id": f"gsm8k-test-{start + i}", "problem": row["question"],
              "answer": row["answer"].split("####")[-1].strip().replace(",", ""),
-             "experience": experience, "guidelines": guidelines} for i, row in enumerate(map(json.loads, lines))]
+             "experience": experience, "guidelines": guidelines, "previous": PREVIOUS}
+            for i, row in enumerate(map(json.loads, lines))]
 
 
-def step_report(step: int, seconds: float, parts) -> dict:
+def step_report(step: int, seconds: float, parts, advantages, first_problem: int) -> dict:
     by_type: dict[str, list] = {}
     for p in parts:
         by_type.setdefault(p.rollout_type, []).append(p)
@@ -65,6 +72,8 @@ def step_report(step: int, seconds: float, parts) -> dict:
             if replies:
                 entry["judge_reply"] = replies[0][:160]
         out[kind] = entry
+    out["first_problem"] = [[p.rollout_type, round(p.reward, 3), round(a, 4)]
+                            for p, a in zip(parts[:first_problem], advantages[:first_problem])]
     return out
 
 
@@ -78,6 +87,8 @@ def main() -> None:
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--beta", type=float, default=0.5, help="bank bonus scale")
     parser.add_argument("--judge", choices=("local", "scripted"), default="local")
+    parser.add_argument("--grouping", choices=("problem", "row"), default="problem",
+                        help="advantage groups: a problem's Base+Bank rollouts together, or TRL's per row")
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
@@ -90,6 +101,7 @@ def main() -> None:
     from transformers import TrainerCallback
 
     from morkit.llm.base import ScriptedLLM
+    from morkit.loops.tmas.advantages import GroupAdvantage
     from morkit.loops.tmas.grpo import (
         cpu_grpo_config,
         grpo_trainer,
@@ -109,7 +121,7 @@ def main() -> None:
 
         llm = LocalLLM(device="cpu")
     else:
-        classes = itertools.cycle(["NOVELTY: 1", "NOVELTY: -1"])
+        classes = itertools.cycle(['{"classification": 1}', '{"classification": 0}'])
         llm = ScriptedLLM(lambda conversation, i: next(classes))
     reward = HybridReward(HybridRewardConfig(beta=args.beta), NoveltyJudge(llm))
     reports: list[dict] = []
@@ -119,7 +131,8 @@ def main() -> None:
             self.began = time.perf_counter()
 
         def on_step_end(self, a, state, control, **k):
-            report = step_report(state.global_step, time.perf_counter() - self.began, reward.last)
+            report = step_report(state.global_step, time.perf_counter() - self.began, reward.last,
+                                 list(trainer._logs["advantages"]), 3 * args.generations)
             reports.append(report)
             print(json.dumps(report), flush=True)
 
@@ -130,13 +143,14 @@ def main() -> None:
                                  problems_per_step=args.problems_per_step,
                                  max_completion_length=args.max_completion_length, max_steps=args.steps,
                                  learning_rate=args.learning_rate, disable_tqdm=True, log_level="warning")
-        trainer = grpo_trainer(rows, reward, config, model, tokenizer)
+        trainer = grpo_trainer(rows, reward, config, model, tokenizer, advantage=GroupAdvantage(args.grouping))
         trainer.add_callback(StepTimer())
         setup = time.perf_counter() - load_began
         trainer.train()
     logged = [h for h in trainer.state.log_history if "reward" in h]
     seconds = [r["seconds"] for r in reports]
-    print(json.dumps({"summary": True, "judge": args.judge, "steps": len(reports), "setup_s": round(setup, 2),
+    print(json.dumps({"summary": True, "judge": args.judge, "grouping": args.grouping, "steps": len(reports),
+                      "setup_s": round(setup, 2),
                       "seconds_per_step": round(statistics.fmean(seconds), 2) if seconds else None,
                       "seconds_per_step_after_first": round(statistics.fmean(seconds[1:]), 2) if seconds[1:] else None,
                       "completions_per_step": config.per_device_train_batch_size,

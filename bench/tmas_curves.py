@@ -23,7 +23,8 @@ Qwen2.5-Math-Instruct solutions (qwen25_math_rm8) in a seeded order, one per sol
 verifier returns each solution's recorded Qwen2.5-Math-RM-72B score (deterministic, so one pass). The
 memory agents get empty replies. What was generated cannot depend on the memory, so the curve shows the
 verifier-guided selection across rounds (best-so-far over 2, 4, 6, 8 solutions), not the memory's effect;
-that needs a live model behind `morkit loop tmas`.
+that needs a live model behind `morkit loop tmas`. `replay --zscore` turns the scores into z-scores within
+each call, which compare only within one call: TMAS then re-scores each round's best together to choose.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     y.add_argument("--solutions", type=int, default=2, help="per round; iterations x solutions <= 8")
     y.add_argument("--seed", type=int, default=0)
     y.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TMASConfig field")
+    y.add_argument("--zscore", action="store_true",
+                   help="z-score each call's scores within the call: a verifier whose scores compare only within "
+                        "one call (as a learned MoR selector's), so TMAS re-scores each round's best together")
     y.add_argument("--json", help="also write the curve rows here")
     return p.parse_args(argv)
 
@@ -107,9 +111,11 @@ class ReplaySolver:
 
 
 class RecordedScores:
-    """A deterministic verifier: each recorded solution's recorded reward-model score."""
+    """A deterministic verifier: each recorded solution's recorded reward-model score. A score belongs to its text
+    alone, so scores compare across calls (TMAS compares rounds directly); it writes no analysis."""
 
     name = "recorded-rm"
+    absolute_scores = True
 
     def __init__(self, scores: dict[str, float]):
         self.scores, self.rm_calls = scores, 0
@@ -119,6 +125,22 @@ class RecordedScores:
 
         self.rm_calls += len(answers)
         return [Verdict(self.scores.get(a, 0.0)) for a in answers]
+
+
+class ZScoredScores(RecordedScores):
+    """The recorded scores as z-scores over the call's texts (answers and context): they compare only within one
+    call, as a learned selector's within-call features do."""
+
+    absolute_scores = False
+
+    def verify(self, question, answers, context=()):
+        import statistics
+
+        from morkit.core.types import Verdict
+
+        raw = [v.score for v in super().verify(question, list(answers) + [t for t in context if t not in answers])]
+        mean, spread = statistics.mean(raw), statistics.pstdev(raw) or 1.0
+        return [Verdict((value - mean) / spread) for value in raw[: len(answers)]]
 
 
 def run_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -135,7 +157,8 @@ def run_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
     for query in queries:
         texts = [c.text for c in query.candidates]
         scores = {c.text: c.scores["qwen2.5-math-rm-72b"] for c in query.candidates}
-        result = TMAS(ReplaySolver(texts, args.seed), RecordedScores(scores), config).run(query.question,
+        verifier = (ZScoredScores if args.zscore else RecordedScores)(scores)
+        result = TMAS(ReplaySolver(texts, args.seed), verifier, config).run(query.question,
                                                                                            query.reference)
         records.append({"id": query.id, "reference": query.reference, **result.to_json()})
     oracle = sum(any(c.correct for c in q.candidates) for q in queries) / len(queries)

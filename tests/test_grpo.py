@@ -10,6 +10,7 @@ from morkit.llm.base import ScriptedLLM
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
 from morkit.loops.tmas.grpo import (
     banks_from_state,
+    previous_round,
     check_grouping,
     cpu_grpo_config,
     experience_bank,
@@ -24,8 +25,13 @@ from morkit.loops.tmas.rewards import HybridReward, HybridRewardConfig
 
 EXPERIENCE = ExperienceBank().apply_reply("ADD result: 3 bags of 4 apples is 12 apples").bank
 GUIDELINES = GuidelineBank().apply_reply("STRATEGY: multiply the counts").bank
+ROUND_1 = [{"iteration": 1, "index": 0, "branch": "exploit", "text": "4 + 4 = 8. The answer is 8.", "answer": "8",
+            "score": 0.2, "summary": "Verifiers: adding is wrong, multiply the bags by 4."},
+           {"iteration": 1, "index": 1, "branch": "explore", "text": "3 x 4 = 12. The answer is 12.", "answer": "12",
+            "score": 0.9, "summary": "Verifiers: correct, 3 x 4 = 12."}]
 PROBLEMS = [{"id": f"q{i}", "problem": f"Tom has {i} bags of 4 apples. How many apples?", "answer": str(4 * i),
-             "state": {"experience": EXPERIENCE.to_json(), "guidelines": GUIDELINES.to_json()}} for i in range(1, 5)]
+             "state": {"experience": EXPERIENCE.to_json(), "guidelines": GUIDELINES.to_json(), "rollouts": ROUND_1}}
+            for i in range(1, 5)]
 
 
 def test_rows_carry_the_columns_the_reward_reads():
@@ -34,9 +40,10 @@ def test_rows_carry_the_columns_the_reward_reads():
     assert {r["problem_id"] for r in rows} == {"q1"} and {r["answer"] for r in rows} == {"4"}
     base, bank, explore = (r["prompt"] for r in rows)
     problem = PROBLEMS[0]["problem"]
-    # the loop's own prompts: exploit without memory (base), with the experience bank (bank), explore
-    assert base == [dict(m) for m in exploit_prompt(problem, [], None, None, False)]
-    assert bank == [dict(m) for m in exploit_prompt(problem, [], EXPERIENCE, None, False)]
+    # the loop's own prompts: exploit without memory (base), with R_(t-1) and the experience bank (bank), explore
+    assert base == [dict(m) for m in exploit_prompt(problem, [], None, 2000, False)]
+    assert bank == [dict(m) for m in exploit_prompt(problem, previous_round(PROBLEMS[0]["state"]), EXPERIENCE,
+                                                    2000, True)]
     assert explore == [dict(m) for m in explore_prompt(problem, GUIDELINES, None)]
     assert "apples is 12" not in base[-1]["content"] and "[1] result: 3 bags of 4 apples is 12" in bank[-1]["content"]
     assert "- multiply the counts" in explore[-1]["content"] and problem in explore[-1]["content"]
@@ -57,7 +64,7 @@ def test_rows_carry_the_columns_the_reward_reads():
 
 
 def test_rows_refuse_a_branch_without_its_memory():
-    bare = {"id": "q", "problem": "p", "answer": "2"}
+    bare = {"id": "q", "problem": "p", "answer": "2", "previous": ["The answer is 2."]}
     with pytest.raises(ValueError, match="'q': a bank row needs a non-empty experience bank"):
         tmas_rows([{**bare, "guidelines": GUIDELINES}])
     with pytest.raises(ValueError, match="'q': an explore row needs guideline strategies"):
@@ -125,21 +132,23 @@ def test_check_grouping_refuses_settings_that_split_problems(tmp_path):
 
 @pytest.mark.parametrize("override", [dict(scale_rewards="group"), dict(scale_rewards=True),
                                       dict(multi_objective_aggregation="normalize_then_sum")])
-def test_check_grouping_refuses_scaling_that_cancels_the_bank_bonus(tmp_path, override):
+def test_check_grouping_refuses_scaling_that_cancels_the_bank_bonus_with_row_groups(tmp_path, override):
     pytest.importorskip("trl")
     rows = problem_blocks(tmas_rows(PROBLEMS))
     args = cpu_grpo_config(tmp_path, rows_per_problem=3, **override)
     with pytest.raises(ValueError, match="cancels it"):
-        check_grouping(rows, args)
+        check_grouping(rows, args, grouping="row")
     without_bank = problem_blocks(tmas_rows(PROBLEMS, types=["base", "explore"]))
-    assert check_grouping(without_bank, cpu_grpo_config(tmp_path, rows_per_problem=2, **override)) == 2  # no bonus
-    assert check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, scale_rewards="batch")) == 3
+    assert check_grouping(without_bank, cpu_grpo_config(tmp_path, rows_per_problem=2, **override),
+                          grouping="row") == 2  # no bonus
+    assert check_grouping(rows, cpu_grpo_config(tmp_path, rows_per_problem=3, scale_rewards="batch"),
+                          grouping="row") == 3
     flagged = [{**{k: v for k, v in r.items() if k != "rollout_type"}, "used_bank": r["rollout_type"] == "bank"}
                for r in rows]  # bank rows marked the older way are found too
     aliased = [{**r, "rollout_type": "exploit" if r["rollout_type"] == "bank" else r["rollout_type"]} for r in rows]
     for marked in (flagged, aliased):
         with pytest.raises(ValueError, match="cancels it"):
-            check_grouping(marked, args)
+            check_grouping(marked, args, grouping="row")
 
 
 @pytest.mark.slow
@@ -152,7 +161,7 @@ def test_one_grpo_step_with_the_hybrid_reward(tmp_path, data_dir):
 
     lines = (data_dir / "gsm8k" / "test.jsonl").read_text().splitlines()[:2]
     problems = [{"id": f"gsm8k-{i}", "problem": row["question"], "answer": row["answer"].split("####")[-1].strip(),
-                 "experience": EXPERIENCE, "guidelines": GUIDELINES}
+                 "experience": EXPERIENCE, "guidelines": GUIDELINES, "previous": ROUND_1}
                 for i, row in enumerate(map(json.loads, lines))]
     rows = problem_blocks(tmas_rows(problems))
     classes = itertools.cycle(["NOVELTY: 1", "NOVELTY: -1"])  # the two rollouts of an explore row differ
@@ -189,6 +198,6 @@ def test_one_grpo_step_with_the_hybrid_reward(tmp_path, data_dir):
         assert part.reward == pytest.approx((1.0 if part.correct else -1.0) + bonus)
     logged = trainer.state.log_history[0]
     assert logged["rewards/tmas_hybrid/mean"] == pytest.approx(sum(calls[0]["out"]) / 6)
-    assert "reward" in logged and "tmas/novelty_mean" in logged
+    assert "reward" in logged and "tmas/novel_fraction" in logged
     changed = [n for n, p in model.named_parameters() if not p.detach().equal(before[n])]
     assert changed  # the explore rollouts' rewards differ, so their advantages are not zero

@@ -11,6 +11,7 @@ import pytest
 from tmas_fakes import (
     EXPLOIT_MARK,
     EXPLORE_MARK,
+    PROBLEM,
     FakeVerifier,
     Roles,
     SampledVerifier,
@@ -100,8 +101,9 @@ def test_parallel_calls_keep_each_sample_in_its_place():
 
 
 def _summary_by_answer(conversation, k, params):
-    answer = extract_answer(conversation[-1]["content"].split("Solution (answer ")[1].split(")")[0])
-    return f"Summary for answer {answer}: verified {conversation[-1]['content'].count('Verification ')} times."
+    user = conversation[-1]["content"]
+    answer = extract_answer(user.split("## Solution")[1].split("\n", 1)[1].split("\n\n")[0])
+    return f"Summary for answer {answer}: verified {user.count('### Verification ')} times."
 
 
 def test_exploit_prompt_carries_all_n_solution_summary_pairs():
@@ -109,17 +111,20 @@ def test_exploit_prompt_carries_all_n_solution_summary_pairs():
                   experience="ADD result: 3 x 4 = 12\nADD avoid: adding 3 + 4", guidelines="STRATEGY: multiply")
     run(roles, epsilon=0.0, verifications=1)
     first, second = roles.user("solver", 0), roles.user("solver", 4)
-    assert EXPLOIT_MARK not in first and first.endswith("Solve the problem.")
-    blocks = second.split("### Solution ")[1:]
+    assert EXPLOIT_MARK not in first and first.endswith(f"## Problem\n{PROBLEM}")
+    blocks = second.split("### Previous Attempt ")[1:]
     assert len(blocks) == 4  # all N solutions of round 1, in order, each with its own summary
-    for number, (block, answer, score) in enumerate(zip(blocks, (12, 7, 5, 9), (0.9, 0.3, 0.1, 0.1)), 1):
-        assert block.startswith(f"{number} (answer {answer}, score {score:.3f})")
-        assert f"The answer is {answer}." in block
-        assert f"Summary of its verification: Summary for answer {answer}: verified 1 times." in block
+    for number, (block, answer) in enumerate(zip(blocks, (12, 7, 5, 9)), 1):
+        assert block.startswith(f"{number}\n3 boxes times 4 apples. The answer is {answer}.")
+        assert f"#### Verification Summary\nSummary for answer {answer}: verified 1 times." in block
+    assert "score" not in second.lower() and "(answer" not in second  # the paper shows no scores or answers
     assert "[1] result: 3 x 4 = 12" in second and "[2] avoid: adding 3 + 4" in second
+    roles = Roles(answers(12, 7, 5, 9), summary=_summary_by_answer)
+    run(roles, epsilon=0.0, verifications=1, show_scores=True)  # the switch that shows them
+    assert "### Previous Attempt 2 (answer 7, score 0.300)" in roles.user("solver", 4)
     roles = Roles(answers(12, 7, 5, 9))
     run(roles, epsilon=0.0, top_k=2)  # the switch back to the k best only
-    assert roles.user("solver", 4).count("### Solution ") == 2
+    assert roles.user("solver", 4).count("### Previous Attempt ") == 2
 
 
 def test_summary_agent_condenses_each_candidates_m_verifications():
@@ -129,7 +134,8 @@ def test_summary_agent_condenses_each_candidates_m_verifications():
     assert len(roles.seen["summary"]) == 4 and roles.batches["summary"] == [1] * 4  # one per candidate
     for k, answer in enumerate((12, 7, 5, 9)):
         prompt = roles.user("summary", k)
-        assert f"Solution (answer {answer})" in prompt and prompt.count(f"checked answer {answer}") == 3
+        assert f"The answer is {answer}." in prompt and prompt.count(f"checked answer {answer}") == 3
+        assert "score" not in prompt.lower() and "(answer" not in prompt
     (summary,) = events(result, "summary")
     assert [s["text"] for s in summary["summaries"]] == [
         f"Summary for answer {a}: verified 3 times." for a in (12, 7, 5, 9)]
@@ -143,11 +149,11 @@ def test_experience_and_guideline_agents_see_all_n_solutions():
     for answer in (12, 7, 5, 9):
         assert f"The answer is {answer}." in experience and f"Summary for answer {answer}" in experience
         assert f"The answer is {answer}." in guidelines
-    assert experience.count("### Solution ") == 4 and guidelines.count("### Solution ") == 4
-    assert "keep it between 20 and 35 entries" in experience
+    assert experience.count("### Rollout ") == 4 and guidelines.count("### Rollout ") == 4
+    assert "Aim for **20-35 entries** in total across both categories" in experience
     roles = Roles(answers(12, 7))
     run(roles, experience_min=2, experience_capacity=None, epsilon=0.0)
-    assert "keep at least 2 entries" in roles.user("experience", 0)
+    assert "Aim for **at least 2 entries**" in roles.user("experience", 0)
 
 
 def test_guideline_bank_keeps_every_strategy_even_past_the_prompt_limit():
@@ -270,12 +276,12 @@ def test_without_the_experience_bank():
     roles = Roles(answers(12, 7), experience="ADD result: 3 x 4 = 12", guidelines="STRATEGY: multiply")
     result = run(roles, experience=False, epsilon=0.0, iterations=3)
     assert roles.seen["experience"] == [] and events(result, "experience") == []
-    assert not any("Experience bank" in roles.user("solver", k) for k in range(12))
+    assert not any("## Experience Context" in roles.user("solver", k) for k in range(12))
     assert EXPLOIT_MARK in roles.user("solver", 4) and len(roles.seen["guidelines"]) == 2
     assert result.state["experience"] is None and events(result, "memory")[0]["experience"] is None
     with_bank = Roles(answers(12, 7), experience="ADD result: 3 x 4 = 12")
     run(with_bank, epsilon=0.0)
-    assert "Experience bank" in with_bank.user("solver", 4)
+    assert "## Experience Context" in with_bank.user("solver", 4)
 
 
 def test_without_the_guideline_bank():
@@ -294,8 +300,9 @@ def test_without_verification():
     result = run(roles, verifier, verifications=0, epsilon=0.0, reference="12")
     assert verifier.calls == 0 and events(result, "verify") == [] and roles.seen["summary"] == []
     second = roles.user("solver", 4)
-    assert second.count("### Solution ") == 4 and "Summary of its verification" not in second
-    assert "(answer 7, unverified)" in second and "summary of its verification" not in roles.user("experience", 0)
+    assert second.count("### Previous Attempt ") == 4 and "#### Verification Summary" not in second
+    assert "without verification summaries: this run has no verification" in second
+    assert "#### Verification Summary" not in roles.user("experience", 0)
     assert all(r["score"] is None for r in result.state["rollouts"])
     # no scores: the answer is the last round's majority (12, twice), its first occurrence
     assert result.score is None and "12" in result.answer and result.state["best"]["index"] == 1

@@ -113,7 +113,7 @@ def test_runs_all_iterations_and_returns_the_best_seen():
     assert [s["correct"] for s in events(result, "scores")[0]["solutions"]] == [False, True, False, True]
     # solutions, then after rounds 1 and 2: a summary per candidate and the two bank agents
     assert result.calls == 3 * 4 + 2 * (4 + 2)
-    assert not any("####" in m["content"] for convs in roles.seen.values() for c in convs for m in c)
+    assert not any("#### 12" in m["content"] for convs in roles.seen.values() for c in convs for m in c)
     curve = result.state["curve"]
     assert [(p["iteration"], p["correct"], p["round_accuracy"]) for p in curve] == [
         (1, True, 0.5), (2, False, 0.25), (3, False, 0.5)]
@@ -192,7 +192,7 @@ def test_agent_timeout_is_skipped_and_solver_timeout_stops_with_the_best_so_far(
         *((1, "summary", i) for i in range(4)), *((2, "generate", i) for i in range(4))]
     assert all("timed out" in e["message"] for e in events(result, "error"))
     assert len(events(result, "experience")) == 1  # the step after the failed one still ran
-    assert "Summary of its verification: (none)" in roles.user("experience", 0)
+    assert "#### Verification Summary\n(none)" in roles.user("experience", 0)
     assert result.stop_reason == "llm_error" and result.answer == "The answer is 12." and result.score == 0.9
     assert result.state["experience"]["entries"][0]["text"] == "12"
 

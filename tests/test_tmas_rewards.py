@@ -48,7 +48,7 @@ def judge_replying(classes_by_solution, record=None):
     def reply(conversation, _):
         if record is not None:
             record.append(conversation)
-        solution = conversation[-1]["content"].split("Solution:")[-1]
+        solution = conversation[-1]["content"].split("<student_solution>")[-1]
         return next(f"The approach... NOVELTY: {c}" for key, c in classes_by_solution.items() if key in solution)
 
     return ScriptedLLM(reply)
@@ -93,7 +93,7 @@ def test_each_rollout_type_gets_one_reward_and_correctness_counts_once(fmt):
     prompts = [f"prompt {t}" for t in types]  # every branch has its own prompt: the id joins them
     out = reward(prompts, fmt(texts), **columns)
     assert out == pytest.approx([1.0, -1.0, 1.0 + 0.25, -1.0,   # base: +-1; bank: +-1 plus the bonus when right
-                                 1.0, 0.2, -0.5, -0.75])      # explore: the table only, over (correct, class)
+                                 1.0, 0.2, -0.5, -1.0])       # explore: the table only, over (correct, novel)
     assert [p.novelty for p in reward.last[4:]] == [1, -1, 1, 0] and reward.last[2].p_base == 0.5
     assert reward.__name__ == "tmas_hybrid"
 
@@ -152,7 +152,7 @@ def test_judge_sees_problem_bank_and_solution_and_parses_the_three_classes():
     reward = hybrid_reward(judge=judge)
     out = reward(["ignored"] * 3, texts, answer="12", problem_id="P", rollout_type="explore",
                  problem="Tom has 3 bags of 4 apples.", guideline_bank=[bank] * 3)
-    assert out == [1.0, 0.6, -1.0]
+    assert out == [1.0, 0.2, -1.0]  # class 0 is "the same as a listed strategy": not novel
     assert len(record) == 3 and record[0][0]["content"] == JUDGE_SYSTEM
     user = record[1][-1]["content"]
     assert "Tom has 3 bags of 4 apples." in user and "- set up an equation\n- work backwards" in user
@@ -166,9 +166,9 @@ def test_empty_bank_unparsed_reply_and_failing_judge():
     texts = ["The answer is 12.", "The answer is 5."]
     columns = dict(answer="12", rollout_type="explore", guideline_bank=[[], ["a strategy"]], log_metric=metrics)
     reward = hybrid_reward(judge=NoveltyJudge(chatty))
-    # empty bank: nothing to repeat -> class 1 without a call; unparsed reply -> fallback class 0
-    assert reward([[{"role": "user", "content": "Q?"}]] * 2, texts, **columns) == [1.0, -0.75]
-    assert len(calls) == 1 and "Problem:\nQ?" in calls[0][-1]["content"]
+    # empty bank: nothing to repeat -> class 1 without a call; unparsed reply -> fallback class 0 (not novel)
+    assert reward([[{"role": "user", "content": "Q?"}]] * 2, texts, **columns) == [1.0, -1.0]
+    assert len(calls) == 1 and "<problem>\nQ?\n</problem>" in calls[0][-1]["content"]
     assert [p.novelty_source for p in reward.last] == ["empty_bank", "unparsed"]
     assert [p.judge_reply for p in reward.last] == ["", "I think it is quite new!"]
     assert metrics["tmas/judge_unparsed"] == [1.0] and metrics["tmas/judge_failed"] == [0.0]
@@ -184,7 +184,9 @@ def test_empty_bank_unparsed_reply_and_failing_judge():
 @pytest.mark.parametrize("reply, expected", [
     ("NOVELTY: 1", 1), ("novelty=-1", -1), ("Novelty: 0.", 0), ("NOVELTY: \u22121", -1), ("-1", -1),
     ("NOVELTY: 1 ... on reflection NOVELTY: -1", -1), ("NOVELTY: +1", 1), ("new approach", None), ("NOVELTY: 5", None),
-    ("", None)])
+    ("", None), ('```json\n{"identified_strategy": "casework on n", "classification": -1}\n```', -1),
+    ('{"identified_strategy": "x", "classification": "0"}', 0), ('{"identified_strategy": "a", "classification": 1', 1),
+    ('"classification": <1, 0 or -1>', None), ('{"classification": 10}', None)])
 def test_parse_novelty(reply, expected):
     assert parse_novelty(reply) == expected
 
@@ -202,11 +204,11 @@ def test_fallback_novelty_sources_column_and_answers():
     texts = ["The answer is 12.", "The answer is 12.", "The answer is 9.", "The answer is 7."]
     by_column = hybrid_reward(novelty="column")
     assert by_column(None, texts, answer="12", rollout_type="explore", novelty_class=[1, -1, 0, -1]) == [
-        1.0, 0.2, -0.75, -1.0]
+        1.0, 0.2, -1.0, -1.0]
     assert by_column(None, texts, answer="12", rollout_type="explore", novel=[True, False, True, False]) == [
         1.0, 0.2, -0.5, -1.0]
     seen = [["7"], ["12.0", "3"], [], ["7"]]
-    assert answer_novelty(texts, seen) == [1, -1, 1, -1]
+    assert answer_novelty(texts, seen) == [1, 0, 1, 0]
     assert novelty_reward(novelty="answers")(None, texts, answer=["12"] * 4, seen_answers=seen) == [
         1.0, 0.2, -0.5, -1.0]  # no rollout_type column: every row is scored as exploring
     with pytest.raises(ValueError, match="novelty_class"):
@@ -214,10 +216,14 @@ def test_fallback_novelty_sources_column_and_answers():
 
 
 def test_custom_table_and_errors():
-    config = dict(correct_novel=2.0, wrong_repeat=-3.0)
+    config = dict(correct_novel=2.0, wrong_not_novel=-3.0)
     reward = hybrid_reward(novelty="column", **config)
     assert reward(None, [RIGHT, WRONG], answer="12", rollout_type="explore", novelty_class=[1, -1]) == [2.0, -3.0]
-    assert HybridRewardConfig().novelty_value(False, 0) == -0.75
+    assert HybridRewardConfig().novelty_value(False, 0) == -1.0
+    with pytest.raises(ValueError, match="finite"):
+        HybridRewardConfig(correct_not_novel=float("nan"))
+    with pytest.raises(ValueError, match="undetermined"):
+        HybridRewardConfig(undetermined="maybe")
     with pytest.raises(ValueError, match="NoveltyJudge"):
         hybrid_reward()
     with pytest.raises(ValueError, match="guideline_bank"):

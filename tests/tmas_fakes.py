@@ -25,7 +25,7 @@ from morkit.verify.critic import LLM_VERIFIER_SYSTEM
 PROBLEM = "Tom has 3 boxes with 4 apples each. How many apples does he have?"
 ROLES = {SOLVER_SYSTEM: "solver", SUMMARY_SYSTEM: "summary", EXPERIENCE_SYSTEM: "experience",
          GUIDELINE_SYSTEM: "guidelines", LLM_VERIFIER_SYSTEM: "critic"}
-EXPLOIT_MARK, EXPLORE_MARK = "Solutions of the previous round", "Strategies already tried"
+EXPLOIT_MARK, EXPLORE_MARK = "## Previous Attempts", "## Strategies Already Attempted"
 
 
 class Roles:
@@ -74,13 +74,16 @@ def seeded(conversation, k, params):
 
 @dataclass
 class FakeVerifier:
-    """A deterministic verifier (no sampling knob): scores by final answer (default 0.1); raises on the
-    listed 1-based call numbers. Copies made by the loop share `log`."""
+    """A deterministic verifier (no sampling knob): scores by final answer (default 0.1), each answer alone (so
+    its scores are absolute), with a line of analysis; raises on the listed 1-based call numbers. Copies made
+    by the loop share `log`."""
 
     scores: dict = field(default_factory=lambda: {"12": 0.9, "7": 0.3})
     fail_on: tuple = ()
     name: str = "fake-verifier"
     log: list = field(default_factory=list)
+    absolute_scores: bool = True
+    writes_analysis: bool = True
 
     @property
     def calls(self) -> int:

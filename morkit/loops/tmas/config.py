@@ -17,6 +17,7 @@ from morkit.core.errors import InputError
 
 SeedMode = Literal["per_sample", "per_call", "none"]
 Selection = Literal["score", "vote"]
+RescoreContext = Literal["finalists", "all"]
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,23 @@ class TMASConfig:
     """Longest solution or feedback text put into a prompt (head and tail kept). The paper passes whole
     solutions; 2000 characters is about a whole 512-token solution. None: no limit."""
     select: Selection = "score"
-    """The answer: `score`, the best-scored solution of any round (unscored rank last; with no score at
-    all, the vote); `vote`, the most common final answer of the last round (ties: higher score, then
-    earlier). Not specified by the paper."""
+    """The answer (not specified by the paper): `score`, the best-scored solution of any round (unscored rank
+    last; with no score at all, the vote); `vote`, the most common final answer of the last round (ties:
+    higher score, then earlier). Scores of different rounds come from different verify calls: they are
+    compared directly only when the verifier declares them absolute (`scores_are_absolute`); otherwise
+    each round's best is a finalist, and the finalists are re-scored together in one call, whose scores
+    choose (see `rescore_context`)."""
+    rescore_context: RescoreContext = "finalists"
+    """The siblings of the finalists' re-score call, which set-level members (consensus, a learned ranker's
+    within-call features) read: `finalists`, the finalists alone (the same set for every finalist, one
+    text per round); `all`, every solution of the rounds so far (more votes, more texts to score)."""
+    show_scores: bool = False
+    """Show each solution's extracted answer and verifier score in the agents' prompts, and each
+    verification's score in the summary agent's. Not in the paper, whose prompts carry solutions and
+    verification summaries only (an LLM critic's own 'Score:' line stays in its analysis either way)."""
     stop_score: float | None = None
-    """Stop once the best score reaches this (not in the paper)."""
+    """Stop once the answer's score reaches this (not in the paper). Needs a verifier whose scores compare
+    across calls (`scores_are_absolute`); with any other, TMAS refuses it at construction."""
     stop_on_agreement: bool = False
     """Stop when every solution of a round (at least two) has the same final answer (not in the paper,
     which runs all T rounds)."""
@@ -111,6 +124,7 @@ class TMASConfig:
         checks.optional(checks.non_negative, self.stop_score, "TMASConfig.stop_score")
         checks.one_of(self.seed_mode, ("per_sample", "per_call", "none"), "TMASConfig.seed_mode")
         checks.one_of(self.select, ("score", "vote"), "TMASConfig.select")
+        checks.one_of(self.rescore_context, ("finalists", "all"), "TMASConfig.rescore_context")
         if self.experience_capacity is not None and self.experience_min > self.experience_capacity:
             raise InputError(f"TMASConfig.experience_min ({self.experience_min}) exceeds experience_capacity "
                              f"({self.experience_capacity})")

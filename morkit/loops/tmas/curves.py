@@ -12,9 +12,21 @@ mean (the count of runs behind each point is reported).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from morkit.core.errors import InputError
+
+
+def curve_point(iteration: int, rollouts: Sequence[Any], choice: Any) -> dict[str, Any]:
+    """One point of a run's `curve`: what the loop would answer had it stopped after this round (a
+    morkit.loops.tmas.choice.Choice), and how the round's own solutions did."""
+    graded = [r.correct for r in rollouts if r.correct is not None]
+    scored = [r.score for r in rollouts if r.score is not None]
+    selected = choice.rollout
+    return {"iteration": iteration, "selected": {"iteration": selected.iteration, "index": selected.index},
+            "answer": selected.answer, "score": choice.score, "rule": choice.rule, "correct": selected.correct,
+            "round_size": len(rollouts), "round_accuracy": sum(graded) / len(graded) if graded else None,
+            "round_mean_score": sum(scored) / len(scored) if scored else None}
 
 
 def record_curve(record: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,39 +1,48 @@
-"""Training with the TMAS hybrid reward in TRL's GRPOTrainer: the data rows, their order, and a small CPU setup.
+"""Training with the TMAS hybrid reward in TRL's GRPOTrainer: the data rows, their order, the advantage groups.
 
 A TMAS GRPO data set has one row per (problem, branch), with these columns:
 
-- `prompt`: the branch's conversation, from the loop's prompts (morkit.loops.tmas.prompts). base: the
-  problem alone; bank: the problem and the experience bank; explore: the problem, the guideline bank
-  and a request for a different strategy.
+- `prompt`: the branch's conversation, from the loop's prompts (morkit.loops.tmas.prompts), shaped as at
+  inference. base: the problem alone; bank: the problem, the previous round's solutions with their
+  verification summaries (R_{t-1}) and the experience bank, as an exploiting solver sees them; explore:
+  the problem, the guideline bank and a request for a different strategy.
 - `problem_id`: shared by the rows of one problem (the hybrid reward's group key for p_base).
 - `rollout_type`: base, bank or explore.
 - `answer`: the reference answer.
 - `problem`: the problem text (the novelty judge reads it).
 - `guideline_bank`: the strategies shown to an explore row ([] on the others).
 
-The banks come from a TMAS run on the problem (`banks_from_state(result.state)`) or are given directly.
+The banks and R_{t-1} come from a TMAS run on the problem (`state=result.state`) or are given directly.
+
+The advantage is the paper's A_i = (r_i - mean) / (std + delta) over a group. Base and Bank rollouts of one
+problem form one group (GroupAdvantage, grouping="problem"): only then does the bank bonus lift a right
+Bank rollout above a right Base one after std-normalisation (in a group of its own, a bonus shared by every
+right rollout cancels). TRL normalises per prompt, so `grpo_trainer` uses a small GRPOTrainer subclass
+that replaces TRL's advantages with these. grouping="row" keeps TRL's own per-row groups (with
+`scale_rewards="none"`, morkit's earlier behaviour).
 
 Why the order matters: TRL repeats each row `num_generations` times and calls the reward functions once
 per generation batch, `per_device_train_batch_size * steps_per_generation` completions per process.
-A problem's Bank and Base rows must fall in the same batch, or the bank bonus has no p_base. With
+A problem's Bank and Base rows must fall in the same batch, for p_base and for the joint group. With
 `shuffle_dataset=False` the sampler takes rows in data-set order, in chunks of whole generation batches.
 So rows are laid out problem by problem (`problem_blocks`, which can shuffle the problems), and the
 batch is a multiple of rows_per_problem * num_generations. `check_grouping` enforces both.
-
-The bank bonus is the same for every right rollout of a Bank row. With TRL's default
-`scale_rewards="group"` it cancels out of the advantages within that row's group. `cpu_grpo_config`
-therefore sets `scale_rewards="none"`, which keeps it; "batch" keeps it too.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.core.grading import extract_answer
+from morkit.loops.tmas.advantages import GROUPINGS, GroupAdvantage, joint_trainer_class
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
+from morkit.loops.tmas.config import TMASConfig
 from morkit.loops.tmas.novelty import strategies_of
 from morkit.loops.tmas.prompts import exploit_prompt, explore_prompt
 from morkit.loops.tmas.rewards import BANK, BASE, EXPLORE, ROLLOUT_TYPES, rollout_types
@@ -50,51 +59,119 @@ def experience_bank(value: Any) -> ExperienceBank | None:
     raise InputError(f"an experience bank must be an ExperienceBank, its JSON or ADD lines, got {type(value).__name__}")
 
 
+@dataclass(frozen=True)
+class PreviousSolution:
+    """One solution of the previous round as an exploiting solver is shown it (what exploit_prompt reads)."""
+
+    index: int
+    text: str
+    answer: str | None = None
+    score: float | None = None
+    summary: str | None = None
+
+
+def previous_solutions(value: Any) -> tuple[PreviousSolution, ...]:
+    """R_{t-1} from a list of PreviousSolution, rollout dicts (`text`, optional `answer`, `score`, `summary`,
+    `index`) or solution strings; a missing answer is extracted from the text."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
+        raise InputError(f"previous solutions must be a list of solutions, got {type(value).__name__}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, PreviousSolution):
+            out.append(item)
+            continue
+        data = {"text": item} if isinstance(item, str) else item
+        if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
+            raise InputError(f"previous solution {i} needs a 'text' string, got {item!r:.80}")
+        text = data["text"]
+        score = data.get("score")
+        out.append(PreviousSolution(int(data.get("index", i)), text, data.get("answer") or extract_answer(text),
+                                    None if score is None else float(score), data.get("summary") or None))
+    return tuple(out)
+
+
+def previous_round(state: Mapping[str, Any]) -> tuple[PreviousSolution, ...]:
+    """R_{t-1} of a TMAS LoopResult.state: the rollouts of the round the banks last took in, i.e. the latest
+    round with a verification summary; without any summary (verifications=0), the last round but one (the
+    loop skips memory after its last round unless memory_on_last_round)."""
+    rollouts = [r for r in state.get("rollouts") or () if isinstance(r, Mapping)]
+    summarised = [int(r["iteration"]) for r in rollouts if r.get("summary")]
+    rounds = sorted({int(r["iteration"]) for r in rollouts})
+    if summarised:
+        chosen = max(summarised)
+    elif len(rounds) >= 2:
+        chosen = rounds[-2]
+    else:
+        return ()
+    return previous_solutions([r for r in rollouts if int(r["iteration"]) == chosen])
+
+
 def banks_from_state(state: Mapping[str, Any]) -> tuple[ExperienceBank | None, tuple[str, ...]]:
     """(experience bank, guideline strategies) from a TMAS LoopResult.state (`experience`, `guidelines`)."""
     return experience_bank(state.get("experience")), strategies_of(state.get("guidelines"))
 
 
+def _exploit(problem: str, experience: ExperienceBank | None, previous: Sequence[PreviousSolution],
+             chars: int | None) -> Any:
+    return exploit_prompt(problem, list(previous), experience, chars, any(p.summary for p in previous))
+
+
 _ROLLOUT_PROMPTS = {
-    BASE: lambda problem, experience, strategies: exploit_prompt(problem, [], None, None, False),
-    BANK: lambda problem, experience, strategies: exploit_prompt(problem, [], experience, None, False),
-    EXPLORE: lambda problem, experience, strategies: explore_prompt(
+    BASE: lambda problem, experience, strategies, previous, chars: _exploit(problem, None, previous, chars),
+    BANK: lambda problem, experience, strategies, previous, chars: _exploit(problem, experience, previous, chars),
+    EXPLORE: lambda problem, experience, strategies, previous, chars: explore_prompt(
         problem, GuidelineBank(strategies=tuple(strategies)), None),
 }
 
 
 def rollout_prompt(problem: str, rollout_type: str, experience: ExperienceBank | None = None,
-                   strategies: Sequence[str] = ()) -> list[dict[str, str]]:
-    """The conversation a branch's rollout answers, built by the loop's own prompts (first-round form: no
-    previous solutions). base: the exploit prompt without memory; bank: with the experience bank;
-    explore: the explore prompt with the guideline bank."""
+                   strategies: Sequence[str] = (), previous: Sequence[PreviousSolution] = (),
+                   excerpt_chars: int | None = TMASConfig.excerpt_chars) -> list[dict[str, str]]:
+    """The conversation a branch's rollout answers, built by the loop's own prompts. base: the exploit prompt
+    without the experience bank (and `previous` as given: none by default); bank: the exploit prompt with
+    the previous round's solutions and summaries and the experience bank; explore: the explore prompt."""
     build = _ROLLOUT_PROMPTS.get(rollout_type)
     if build is None:
         raise InputError(f"unknown rollout_type {rollout_type!r}; use {', '.join(ROLLOUT_TYPES)}")
-    return [dict(m) for m in build(problem, experience, strategies)]
+    return [dict(m) for m in build(problem, experience, strategies, previous, excerpt_chars)]
 
 
-def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLLOUT_TYPES) -> list[dict[str, Any]]:
+def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLLOUT_TYPES, *,
+              require_previous: bool = True, base_previous: bool = False,
+              excerpt_chars: int | None = TMASConfig.excerpt_chars) -> list[dict[str, Any]]:
     """One row per (problem, type). A problem has `id`, `problem` and `answer`, and optionally `experience`
-    (bank or text) and `guidelines` (bank or strategies), or a TMAS `state` to take both from."""
+    (bank or text), `guidelines` (bank or strategies) and `previous` (R_{t-1}: solutions with their
+    summaries), or a TMAS `state` to take all three from. A bank row without previous solutions has a
+    shape inference never produces, so it is refused unless `require_previous=False`. `base_previous`
+    shows R_{t-1} to base rows too (default: the problem alone)."""
     rows = []
     for item in problems:
         missing = [k for k in ("id", "problem", "answer") if item.get(k) is None]
         if missing:
             raise InputError(f"a problem needs {', '.join(missing)}: {dict(item)!r:.120}")
-        experience, strategies = (banks_from_state(item["state"]) if item.get("state") is not None else
-                                  (experience_bank(item.get("experience")), strategies_of(item.get("guidelines"))))
+        if item.get("state") is not None:
+            (experience, strategies), previous = banks_from_state(item["state"]), previous_round(item["state"])
+        else:
+            experience, strategies = experience_bank(item.get("experience")), strategies_of(item.get("guidelines"))
+            previous = previous_solutions(item.get("previous"))
         # without its memory a bank row is a base row, and an explore row is novel by default: say so
         if BANK in types and (experience is None or not experience.entries):
             raise InputError(f"problem {item['id']!r}: a bank row needs a non-empty experience bank "
                              "(give `experience`, or the `state` of a TMAS run of at least 2 rounds or with "
                              "memory_on_last_round=true; or leave 'bank' out of types)")
+        if BANK in types and require_previous and not previous:
+            raise InputError(f"problem {item['id']!r}: a bank row needs the previous round's solutions R_(t-1) "
+                             "(give `previous`, or the `state` of a TMAS run of at least 2 rounds; or pass "
+                             "require_previous=False for a first-round-shaped bank prompt)")
         if EXPLORE in types and not strategies:
             raise InputError(f"problem {item['id']!r}: an explore row needs guideline strategies "
                              "(give `guidelines`, or the `state` of a TMAS run of at least 2 rounds or with "
                              "memory_on_last_round=true; or leave 'explore' out of types)")
         for kind in types:
-            rows.append({"prompt": rollout_prompt(item["problem"], kind, experience, strategies),
+            shown = previous if kind == BANK or (kind == BASE and base_previous) else ()
+            rows.append({"prompt": rollout_prompt(item["problem"], kind, experience, strategies, shown, excerpt_chars),
                          "problem_id": str(item["id"]), "rollout_type": kind, "answer": str(item["answer"]),
                          "problem": item["problem"], "guideline_bank": list(strategies) if kind == EXPLORE else []})
     return rows
@@ -127,23 +204,33 @@ def rows_per_problem(rows: Sequence[Mapping[str, Any]], column: str = "problem_i
     return next(iter(counts.values()), 0)
 
 
-def check_grouping(rows: Sequence[Mapping[str, Any]], args: Any, column: str = "problem_id") -> int:
+def check_grouping(rows: Sequence[Mapping[str, Any]], args: Any, column: str = "problem_id",
+                   grouping: str = "problem") -> int:
     """Raise an InputError unless every reward call of a GRPOTrainer with `args` holds each problem's rows
     whole and the bank bonus survives the advantage; return the rows per problem. Needs shuffle_dataset=False,
     rows in problem blocks, per_device_train_batch_size * steps_per_generation a multiple of
-    rows_per_problem * num_generations, and (with Bank rows) no per-group reward scaling."""
+    rows_per_problem * num_generations; with grouping "problem", a `column` on every row and the reward
+    functions summed before normalising; with "row" and Bank rows, no per-group reward scaling."""
+    checks.one_of(grouping, GROUPINGS, "grouping")
     if getattr(args, "shuffle_dataset", True):
         raise InputError("set shuffle_dataset=False (shuffle the problems with problem_blocks(rows, seed) instead): "
                          "TRL's shuffle would split a problem's Bank and Base rows across reward calls")
     k = rows_per_problem(rows, column)
+    aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+    if grouping == "problem":
+        if any(row.get(column) is None for row in rows):
+            raise InputError(f"joint advantages group by {column!r}: every row needs one")
+        if aggregation == "normalize_then_sum":
+            raise InputError("joint advantages normalise the summed reward (the paper's r_i): set "
+                             "multi_objective_aggregation='sum_then_normalize'")
     columns = {name: [row.get(name) for row in rows] for name in ("rollout_type", "used_bank")
                if rows and all(name in row for row in rows)}
-    if BANK in (rollout_types(columns, len(rows)) or ()):
-        if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum" or \
-                getattr(args, "scale_rewards", "group") in ("group", True):
+    if grouping == "row" and BANK in (rollout_types(columns, len(rows)) or ()):
+        if aggregation == "normalize_then_sum" or getattr(args, "scale_rewards", "group") in ("group", True):
             raise InputError("the bank bonus is the same for every right rollout of a Bank row, so scaling rewards by "
                              "their group's spread cancels it: set scale_rewards='none' or 'batch' and "
-                             "multi_objective_aggregation='sum_then_normalize' (cpu_grpo_config does)")
+                             "multi_objective_aggregation='sum_then_normalize' (cpu_grpo_config does), or use "
+                             "grouping='problem'")
     local = args.per_device_train_batch_size * (args.steps_per_generation or 1)
     if local % (k * args.num_generations):
         raise InputError(f"per_device_train_batch_size * steps_per_generation = {local} completions per reward call "
@@ -170,7 +257,8 @@ def cpu_grpo_config(output_dir: str | Path, *, rows_per_problem: int, num_genera
                     problems_per_step: int = 1, max_completion_length: int = 48, max_steps: int = 1,
                     **overrides: Any) -> Any:
     """A GRPOConfig for a few steps on CPU: no vLLM, fp32, no reports or checkpoints. Each step scores
-    `problems_per_step` whole problems (their rows together); scale_rewards="none" keeps the bank bonus."""
+    `problems_per_step` whole problems (their rows together). scale_rewards="none" is what grouping="row"
+    needs to keep the bank bonus; grouping="problem" computes its own advantages and ignores it."""
     from trl import GRPOConfig
 
     options: dict[str, Any] = dict(
@@ -184,14 +272,19 @@ def cpu_grpo_config(output_dir: str | Path, *, rows_per_problem: int, num_genera
 
 
 def grpo_trainer(rows: Sequence[Mapping[str, Any]], reward_funcs: Any, args: Any, model: Any = None,
-                 tokenizer: Any = None, column: str = "problem_id") -> Any:
-    """A GRPOTrainer over `rows` (checked with check_grouping), training `model` (default: load_policy())."""
+                 tokenizer: Any = None, column: str = "problem_id",
+                 advantage: GroupAdvantage = GroupAdvantage()) -> Any:
+    """A GRPOTrainer over `rows` (checked with check_grouping), training `model` (default: load_policy()):
+    with `advantage.grouping == "problem"` (the default) morkit's joint Base+Bank groups, with "row" TRL's."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    check_grouping(rows, args, column)
+    check_grouping(rows, args, column, advantage.grouping)
     if model is None:
         model, tokenizer = load_policy()
-    return GRPOTrainer(model=model, processing_class=tokenizer, args=args,
-                       reward_funcs=reward_funcs if isinstance(reward_funcs, list) else [reward_funcs],
-                       train_dataset=Dataset.from_list([dict(r) for r in rows]))
+    options = dict(model=model, processing_class=tokenizer, args=args,
+                   reward_funcs=reward_funcs if isinstance(reward_funcs, list) else [reward_funcs],
+                   train_dataset=Dataset.from_list([dict(r) for r in rows]))
+    if advantage.grouping == "row":
+        return GRPOTrainer(**options)
+    return joint_trainer_class()(tmas_advantage=advantage, tmas_column=column, **options)

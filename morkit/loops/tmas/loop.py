@@ -1,22 +1,11 @@
 """TMAS (arXiv 2605.10344): rounds of solve -> verify -> summarise -> remember over a Verifier.
 
-Each iteration:
-1. N solutions, each with its own derived seed (TMASConfig.seed_mode). By a seeded coin each solution
-   *exploits* (prob 1-epsilon: it sees every (solution, verification summary) pair of the previous round
-   and the experience bank) or *explores* (prob epsilon: it sees every strategy in the guideline bank and
-   is asked for a different one).
-2. M verification passes over the N solutions, each an independent sample of an LLM critic at
-   `verify_temperature` (a deterministic verifier, such as MoR, is called once). A solution's score is
-   the mean over the passes that succeeded; every pass's score and feedback is kept.
-3. Unless the loop stops here: the summary agent condenses each candidate's M verifications into one
-   summary; the experience agent, seeing all N solutions and summaries, edits the experience bank; the
-   guideline agent, seeing all N solutions, adds the strategies they used to the guideline bank (which
-   never forgets one). See morkit.loops.tmas.banks and .prompts.
-Ablations: `experience=false`, `guidelines=false`, `verifications=0` (no scores, no summaries, the answer
-by vote). Stops after `iterations`, when the budget is spent, or on the optional `stop_score` /
-`stop_on_agreement` rules. A failing verification pass or agent call is recorded and skipped; a round
-whose every solution failed ends the loop. The answer follows `select`. The reference, when given, only
-marks correctness in the trace and the per-iteration `curve` of the state; no prompt ever contains it.
+Each round: N solutions, each exploiting (the previous round's solutions with their summaries, and the
+experience bank) or, with probability epsilon, exploring (the guideline bank); M verification passes; then
+the summary, experience and guideline agents update memory (morkit.loops.tmas.banks, .prompts). Memory
+agents read analysis, never bare scores (.analysis); the answer compares scores across rounds only as
+.choice allows. A failed pass or agent call is recorded and skipped. The reference, when given, only marks
+correctness in the trace and the state's `curve`; no prompt contains it. README: "Fidelity to the papers".
 """
 
 from __future__ import annotations
@@ -25,8 +14,8 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
-from morkit.core.errors import LLMError, ScoreError
-from morkit.core.grading import answers_equivalent, extract_answer, is_correct, majority_groups
+from morkit.core.errors import InputError, LLMError, ScoreError
+from morkit.core.grading import extract_answer, is_correct
 from morkit.llm.base import LLM, Completion, SamplingParams
 from morkit.loops.base import (
     Budget,
@@ -39,8 +28,11 @@ from morkit.loops.base import (
     metered_verifier,
 )
 from morkit.loops.tmas import prompts
+from morkit.loops.tmas.analysis import memory_input, no_summaries_reason, without_score_parts, writes_analysis
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
+from morkit.loops.tmas.choice import Choice, agree, best_of, finalists, ranked, rescored, voted
 from morkit.loops.tmas.config import TMASConfig
+from morkit.loops.tmas.curves import curve_point
 from morkit.loops.tmas.prompts import (
     EXPERIENCE_SYSTEM,
     EXPLOIT,
@@ -56,7 +48,7 @@ from morkit.loops.tmas.sampling import (
     run_all,
     sampled_verifier,
 )
-from morkit.verify.base import Verifier
+from morkit.verify.base import Verifier, scores_are_absolute
 
 __all__ = ["TMAS", "TMASConfig", "Rollout", "EXPLOIT", "EXPLORE", "SOLVER_SYSTEM", "SUMMARY_SYSTEM",
            "EXPERIENCE_SYSTEM", "GUIDELINE_SYSTEM"]
@@ -64,7 +56,8 @@ __all__ = ["TMAS", "TMASConfig", "Rollout", "EXPLOIT", "EXPLORE", "SOLVER_SYSTEM
 
 @dataclass(frozen=True)
 class Rollout:
-    """One solution: where it came from, its answer, its verification passes, its summary, its correctness."""
+    """One solution: where it came from, its answer, its verification passes (each pass's score, and the analysis
+    it wrote; a score-only verifier part's lines are in the trace's `verify` events), its summary, correctness."""
 
     iteration: int
     index: int
@@ -82,30 +75,16 @@ class Rollout:
         return {**asdict(self), "pass_scores": list(self.pass_scores), "feedback": list(self.feedback)}
 
 
+def _name(verifier: Any) -> str:
+    return getattr(verifier, "name", type(verifier).__name__)
+
+
 class _Stop(Exception):
     """Ends the run with `reason` (internal control flow; the cause is already in the trace)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-def _ranked(rollouts: Sequence[Rollout]) -> list[Rollout]:
-    """Best first: scored before unscored, higher score first, earlier first among equals."""
-    return sorted(rollouts, key=lambda r: (r.score is None, -(r.score or 0.0), r.iteration, r.index))
-
-
-def _voted(rollouts: Sequence[Rollout]) -> Rollout:
-    """The best-ranked rollout carrying the most common final answer (answers compared by equivalence; a tie
-    between answers goes to the one whose best rollout ranks first)."""
-    ranked = _ranked(rollouts)
-    groups = majority_groups([r.answer for r in ranked])
-    return ranked[groups[0][0]] if groups else ranked[0]
-
-
-def _agree(rollouts: Sequence[Rollout]) -> bool:
-    answers = [r.answer for r in rollouts]
-    return len(answers) >= 2 and all(answers_equivalent(answers[0], a) for a in answers[1:])
 
 
 def _text(completion: Completion) -> str:
@@ -127,6 +106,9 @@ class TMAS:
     name = "tmas"
 
     def __init__(self, llm: LLM, verifier: Verifier, config: TMASConfig = TMASConfig(), budget: Budget = Budget()):
+        if config.stop_score is not None and not scores_are_absolute(verifier):
+            raise InputError(f"TMASConfig.stop_score needs a verifier whose scores compare across calls; "
+                             f"{_name(verifier)}'s compare only within one call (use stop_on_agreement, or none)")
         self.llm, self.verifier, self.config, self.budget = llm, verifier, config, budget
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
@@ -151,6 +133,10 @@ class _Run:
     rollouts: list[Rollout] = field(default_factory=list)
     curve: list[dict[str, Any]] = field(default_factory=list)
     budget_spent: bool = False
+    choice: Choice | None = None
+    absolute: bool = field(init=False)
+    analysis: bool = field(init=False)
+    _memory_input: str = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -159,16 +145,19 @@ class _Run:
         self.verifier = metered_verifier(self.tmas.verifier, self.spend)
         self.rng = random.Random(cfg.seed)
         self.experience = ExperienceBank(capacity=cfg.experience_capacity, jaccard=cfg.experience_jaccard)
+        self.absolute = scores_are_absolute(self.tmas.verifier)
+        self.analysis = cfg.verifications > 0 and writes_analysis(self.tmas.verifier)
+        self._memory_input = memory_input(cfg.verifications, self.analysis, _name(self.tmas.verifier))
 
     @property
     def config(self) -> TMASConfig:
         return self.tmas.config
 
     def execute(self) -> LoopResult:
-        self.trace.add("start", loop=self.tmas.name, llm=self.tmas.llm.name,
-                       verifier=getattr(self.tmas.verifier, "name", type(self.tmas.verifier).__name__),
+        self.trace.add("start", loop=self.tmas.name, llm=self.tmas.llm.name, verifier=_name(self.tmas.verifier),
                        config=asdict(self.config), budget=asdict(self.tmas.budget),
-                       reference_given=self.reference is not None)
+                       reference_given=self.reference is not None, scores_absolute=self.absolute,
+                       verifier_writes_analysis=self.analysis, memory_input=self._memory_input)
         reason = "iterations"
         for iteration in range(1, self.config.iterations + 1):
             try:
@@ -189,21 +178,21 @@ class _Run:
         branches = [EXPLORE if self.rng.random() < cfg.epsilon else EXPLOIT for _ in range(cfg.solutions)]
         rollouts = self._verify(iteration, self._generate(iteration, branches))
         self.rollouts.extend(rollouts)
-        selected = self._select()
-        agreement = _agree(rollouts)
-        self.curve.append(self._curve_point(iteration, rollouts, selected))
+        self.choice = self._choose(iteration)
+        agreement = agree(rollouts)
+        self.curve.append(curve_point(iteration, rollouts, self.choice))
         self.trace.add("scores", iteration=iteration, solutions=[r.to_json() for r in rollouts],
-                       best={"iteration": selected.iteration, "index": selected.index, "score": selected.score},
-                       agreement=agreement)
+                       best=self.choice.to_json(), agreement=agreement)
         if self.budget_spent:
             return "budget"
-        if cfg.stop_score is not None and selected.score is not None and selected.score >= cfg.stop_score:
+        score = self.choice.score
+        if cfg.stop_score is not None and score is not None and score >= cfg.stop_score:
             return "stop_score"
         if cfg.stop_on_agreement and agreement:
             return "agreement"
         if iteration < cfg.iterations or cfg.memory_on_last_round:
             rollouts = self._update_memory(iteration, rollouts)
-        self.previous = rollouts if cfg.top_k is None else _ranked(rollouts)[: cfg.top_k]
+        self.previous = rollouts if cfg.top_k is None else ranked(rollouts)[: cfg.top_k]
         return "iterations" if iteration == cfg.iterations else None
 
     def _seed(self, role: str, iteration: int, index: int | None = None) -> int | None:
@@ -259,11 +248,12 @@ class _Run:
         if deterministic:
             verifiers = [self.verifier]
 
-        def one(verifier: Any) -> list[Any]:
+        def one(verifier: Any) -> tuple[list[Any], list[Any]]:
+            verifier, score_parts = without_score_parts(verifier)  # their lines go to the trace, not the agents
             verdicts = verifier.verify(self.problem, texts, context=texts)
             if len(verdicts) != len(texts):
                 raise ScoreError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} solutions")
-            return verdicts
+            return verdicts, [line for part in score_parts for line in part.notes]
 
         scores: list[list[float]] = [[] for _ in rollouts]
         feedback: list[list[str]] = [[] for _ in rollouts]
@@ -272,50 +262,78 @@ class _Run:
                 self._error(iteration, "verify", result, verification=number)
                 self.budget_spent = self.budget_spent or isinstance(result, BudgetExhausted)
                 continue
-            for i, verdict in enumerate(result):
+            verdicts, score_lines = result
+            for i, verdict in enumerate(verdicts):
                 scores[i].append(float(verdict.score))
                 feedback[i].append(verdict.feedback)
             extra = {"repeats": cfg.verifications, "deterministic": True} if deterministic else {
                 "seed": seeds[number - 1], "temperature": cfg.verify_temperature}
+            if score_lines:
+                extra["score_feedback"] = score_lines
             self.trace.add("verify", iteration=iteration, verification=number,
-                           scores=[float(v.score) for v in result], **extra)
+                           scores=[float(v.score) for v in verdicts], **extra)
         return [replace(r, score=sum(s) / len(s) if s else None, pass_scores=tuple(s), feedback=tuple(f))
                 for r, s, f in zip(rollouts, scores, feedback)]
 
-    def _select(self) -> Rollout:
-        """The answer so far: per `select`, the best-scored rollout of any round or the last round's vote."""
-        if self.config.select == "score" and any(r.score is not None for r in self.rollouts):
-            return _ranked(self.rollouts)[0]
-        last = max(r.iteration for r in self.rollouts)
-        return _voted([r for r in self.rollouts if r.iteration == last])
+    def _choose(self, iteration: int) -> Choice:
+        """The answer so far (morkit.loops.tmas.choice): per `select`, the best score where scores compare across
+        calls, else the finalists' re-score, else the last round's vote."""
+        if self.config.select == "vote" or all(r.score is None for r in self.rollouts):
+            last = max(r.iteration for r in self.rollouts)
+            pick = voted([r for r in self.rollouts if r.iteration == last])
+            return Choice(pick, pick.score, "vote")
+        if self.absolute:
+            best = ranked(self.rollouts)[0]
+            return Choice(best, best.score, "score")
+        finals = finalists(self.rollouts)
+        if len(finals) == 1:
+            return Choice(finals[0], finals[0].score, "score")
+        return self._rescore(iteration, finals)
 
-    def _curve_point(self, iteration: int, rollouts: list[Rollout], selected: Rollout) -> dict[str, Any]:
-        """What the loop would answer had it stopped after this round, and how the round itself did."""
-        graded = [r.correct for r in rollouts if r.correct is not None]
-        scored = [r.score for r in rollouts if r.score is not None]
-        return {"iteration": iteration, "selected": {"iteration": selected.iteration, "index": selected.index},
-                "answer": selected.answer, "score": selected.score, "correct": selected.correct,
-                "round_size": len(rollouts), "round_accuracy": sum(graded) / len(graded) if graded else None,
-                "round_mean_score": sum(scored) / len(scored) if scored else None}
+    def _rescore(self, iteration: int, finals: list[Rollout]) -> Choice:
+        """The finalists scored together in one greedy verify call (charged to the budget like any); if that
+        call fails, the newest round's best, as the trace says."""
+        cfg = self.config
+        context = [r.text for r in (finals if cfg.rescore_context == "finalists" else self.rollouts)]
+        verifier = sampled_verifier(self.verifier, 0.0, self._seed("rescore", iteration), cfg.verify_max_tokens)
+        event: dict[str, Any] = {"finalists": [{"iteration": r.iteration, "index": r.index} for r in finals],
+                                 "context": cfg.rescore_context, "context_size": len(context)}
+        try:
+            scores = rescored(verifier or self.verifier, self.problem, finals, context)
+        except Exception as err:  # noqa: BLE001 - a failed re-score is recorded, as a failed pass is
+            self.budget_spent = self.budget_spent or isinstance(err, BudgetExhausted)
+            self._error(iteration, "rescore", err)
+            choice = Choice(finals[-1], finals[-1].score, "newest")
+            event.update(scores=None, fallback="the newest round's best")
+        else:
+            choice = Choice(*best_of(finals, scores), "rescore")
+            event["scores"] = scores
+        self.trace.add("rescore", iteration=iteration, **event, chosen={"iteration": choice.rollout.iteration,
+                                                                         "index": choice.rollout.index})
+        return choice
 
     # -- memory agents -----------------------------------------------------------------------------
 
     def _update_memory(self, iteration: int, rollouts: list[Rollout]) -> list[Rollout]:
         """Summaries per candidate, then the experience and guideline banks; the rollouts with their summaries."""
         cfg = self.config
-        if cfg.verifications > 0:
+        if self.analysis:
             rollouts = self._summarise(iteration, rollouts)
+        elif cfg.verifications > 0:
+            self.trace.add("summary", iteration=iteration, summaries=[], skipped=self._memory_input)
+        shown = {"show_scores": cfg.show_scores, "no_summaries": no_summaries_reason(cfg.verifications)}
         if cfg.experience:
             reply = self._agent(iteration, "experience", prompts.experience_prompt(
                 self.problem, self.experience, rollouts, cfg.excerpt_chars, cfg.experience_min,
-                cfg.experience_capacity, cfg.verifications > 0))
+                cfg.experience_capacity, self.analysis, **shown))
             if reply is not None:
                 update = self.experience.apply_reply(reply)
                 self.experience = update.bank
                 self.trace.add("experience", iteration=iteration, reply=reply, **update.to_json())
         if cfg.guidelines:
             reply = self._agent(iteration, "guidelines", prompts.guideline_prompt(
-                self.problem, self.guidelines, rollouts, cfg.excerpt_chars, cfg.guideline_prompt_chars))
+                self.problem, self.guidelines, rollouts, cfg.excerpt_chars, cfg.guideline_prompt_chars,
+                with_summaries=self.analysis, **shown))
             if reply is not None:
                 update = self.guidelines.apply_reply(reply)
                 self.guidelines = update.bank
@@ -323,10 +341,11 @@ class _Run:
         return rollouts
 
     def _summarise(self, iteration: int, rollouts: list[Rollout]) -> list[Rollout]:
-        """One summary per verified candidate (the summary agent); stored on the rollouts and in the state."""
+        """One summary per candidate with some analysis (the summary agent); stored on the rollouts and the state."""
         cfg = self.config
-        todo = [r for r in rollouts if r.pass_scores]
-        conversations = [prompts.summary_prompt(self.problem, r, cfg.excerpt_chars) for r in todo]
+        todo = [r for r in rollouts if any(f.strip() for f in r.feedback)]
+        conversations = [prompts.summary_prompt(self.problem, r, cfg.excerpt_chars, show_scores=cfg.show_scores)
+                         for r in todo]
         results, _ = self._sample(conversations, "summary", iteration, cfg.agent_temperature, cfg.agent_max_tokens)
         summaries: dict[int, str] = {}
         refused = False
@@ -363,7 +382,8 @@ class _Run:
             return prompts.explore_prompt(self.problem, self.guidelines if cfg.guidelines else None,
                                           cfg.guideline_prompt_chars)
         return prompts.exploit_prompt(self.problem, self.previous, self.experience if cfg.experience else None,
-                                      cfg.excerpt_chars, cfg.verifications > 0)
+                                      cfg.excerpt_chars, self.analysis, show_scores=cfg.show_scores,
+                                      no_summaries=no_summaries_reason(cfg.verifications))
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -375,9 +395,11 @@ class _Run:
                 "guidelines": self.guidelines.to_json() if self.config.guidelines else None}
 
     def _finish(self, reason: str) -> LoopResult:
-        best = self._select() if self.rollouts else None
-        return finish(self.tmas.name, best.text if best else "", best.score if best else None, reason,
+        choice = self.choice
+        best = None if choice is None else next(r for r in self.rollouts if (r.iteration, r.index) == (
+            choice.rollout.iteration, choice.rollout.index))  # the stored copy, summary included
+        return finish(self.tmas.name, best.text if best else "", choice.score if choice else None, reason,
                       self.spend, self.trace,
-                      best=best.to_json() if best else None,
+                      best=best.to_json() if best else None, chosen_by=choice.rule if choice else None,
                       iterations=max((r.iteration for r in self.rollouts), default=0),
                       **self._memory_json(), curve=self.curve, rollouts=[r.to_json() for r in self.rollouts])

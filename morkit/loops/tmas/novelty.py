@@ -1,13 +1,21 @@
 """Strategy novelty for the TMAS exploration reward: an LLM judge compares a rollout with the guideline bank.
 
 The guideline bank holds the high-level strategies already tried on a problem; an exploring rollout is asked
-for a different one. The judge reads the problem, the bank's strategies and the rollout, and answers one
-class: 1 (a strategy not in the bank), 0 (a variant of a bank strategy: partly new) or -1 (a bank strategy
-repeated). With an empty bank there is nothing to repeat: the class is `empty_bank_class` and no call is made.
-A reply without a class (small judges ramble) or a failed judge call gets `fallback`, and is counted.
+for a different one. The judge reads the problem, the bank's strategies and the rollout, and answers one of
+the paper's three classes: 1 (genuinely different from every listed strategy), 0 (essentially the same as
+at least one of them) or -1 (the strategy cannot be determined: the solution is too vague or incomplete).
+With an empty bank there is nothing to repeat: the class is `empty_bank_class` and no call is made. A reply
+without a class (small judges ramble) or a failed judge call gets `fallback`, and is counted.
+How a class becomes the reward table's binary novelty is the reward's business (HybridRewardConfig).
 
-`answer_novelty` is the older, answer-level proxy kept as a named fallback: 1 when the final answer is not
-equivalent to any previously seen answer, else -1. It does not look at strategies at all.
+The judge prompt is the paper's where its rendering is legible: steps 1-3 (identify, compare, classify), the
+three class definitions, "Respond in a JSON code block:" and the reply's first key, `"identified_strategy":
+"Brief description of th` (the rest is cut off). morkit's words: the role line, the tagged layout around
+`<already_attempted_strategies>` (the paper names that tag; `<problem>` and `<student_solution>` are
+morkit's), the end of that description and the `classification` key.
+
+`answer_novelty` is the older, answer-level proxy kept as a named alternative: 1 when the final answer is
+equivalent to no previously seen answer, 0 when it repeats one, -1 when there is no final answer.
 """
 
 from __future__ import annotations
@@ -16,35 +24,65 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from morkit.core import checks
 from morkit.core.errors import InputError, MorkitError
 from morkit.core.grading import answers_equivalent, extract_answer
 from morkit.llm.base import LLM, SamplingParams
 
-NOVEL, VARIANT, REPEAT = 1, 0, -1
-NOVELTY_CLASSES = (NOVEL, VARIANT, REPEAT)
+NOVEL, SAME, UNDETERMINED = 1, 0, -1
+NOVELTY_CLASSES = (NOVEL, SAME, UNDETERMINED)
 
-# Written for morkit, not the paper's judge prompt (which was not available when this was written).
-JUDGE_SYSTEM = (
-    "You compare the high-level strategy of a solution to a math problem with strategies that were already "
-    "tried. Ignore wording, numbers and whether the answer is right; judge only the approach. Reply with one "
-    "line:\nNOVELTY: 1 if the solution's strategy is not among the listed ones,\nNOVELTY: 0 if it is a variant "
-    "of a listed strategy (partly new),\nNOVELTY: -1 if it repeats a listed strategy.")
-JUDGE_USER = "Problem:\n{problem}\n\nStrategies already tried:\n{strategies}\n\nSolution:\n{solution}"
+# Paper's words and morkit's: see the module docstring.
+JUDGE_SYSTEM = ("You judge whether a student's solution to a math problem uses a high-level strategy that is "
+                "new compared with strategies already attempted. Judge the approach, not its correctness.")
+JUDGE_USER = """<problem>
+{problem}
+</problem>
 
-_CLASS = re.compile(r"NOVELTY\s*[:=]?\s*\(?\s*([+\-\u2212]?\s*[01])\b", re.IGNORECASE)
+<already_attempted_strategies>
+{strategies}
+</already_attempted_strategies>
+
+<student_solution>
+{solution}
+</student_solution>
+
+1. **Identify** the high-level strategy used in the student's solution (mathematical framework, \
+key structural insight, angle of attack)
+2. **Compare** it against each entry in <already_attempted_strategies>
+3. **Classify**:
+   - **1**: The student's strategy is genuinely different from ALL listed strategies.
+   - **0**: The student's strategy is essentially the same as at least one listed strategy.
+   - **-1**: Cannot determine the student's strategy (solution too vague/incomplete).
+
+Respond in a JSON code block:
+```json
+{{
+  "identified_strategy": "Brief description of the student's strategy",
+  "classification": <1, 0 or -1>
+}}
+```"""
+
+_NUMBER = r"([+\-\u2212]?\s*[01])(?!\d|\.\d)"
+_JSON_CLASS = re.compile(r"[\"']?classification[\"']?\s*:\s*[\"']?\s*" + _NUMBER, re.IGNORECASE)
+_LINE_CLASS = re.compile(r"(?:NOVELTY|CLASS(?:IFICATION)?)\s*[:=]?\s*\(?\s*" + _NUMBER, re.IGNORECASE)
 _BARE = re.compile(r"^\s*([+\-\u2212]?\s*[01])\s*[.)]?\s*$")
 
 
+def _as_class(text: str) -> int:
+    return int(re.sub(r"\s+", "", text).replace("\u2212", "-"))  # 1, 0 ("-0" too) or -1
+
+
 def parse_novelty(reply: str) -> int | None:
-    """The class in a judge's reply: the last `NOVELTY: <1|0|-1>`, else a reply that is only the number; None
-    when there is neither."""
-    found = _CLASS.findall(reply or "")
-    if not found:
-        bare = _BARE.match(reply or "")
-        found = [bare.group(1)] if bare else []
-    if not found:
-        return None
-    return int(re.sub(r"\s+", "", found[-1]).replace("\u2212", "-"))  # 1, 0 ("-0" too) or -1
+    """The class in a judge's reply: the last JSON `"classification": <1|0|-1>` (a cut-off JSON block too),
+    else the last `NOVELTY:`/`CLASS:` line, else a reply that is only the number; None when there is none."""
+    reply = reply or ""
+    for pattern in (_JSON_CLASS, _LINE_CLASS):
+        found = pattern.findall(reply)
+        if found:
+            return _as_class(found[-1])
+    bare = _BARE.match(reply)
+    return _as_class(bare.group(1)) if bare else None
 
 
 def strategies_of(value: Any) -> tuple[str, ...]:
@@ -79,12 +117,17 @@ class NoveltyJudge:
     """An LLM judge of strategy novelty against a guideline bank (one batched, greedy `chat` call per use)."""
 
     llm: LLM
-    max_tokens: int = 48
+    max_tokens: int = 256
+    """Room for the paper's JSON reply: a brief strategy description, then the class."""
     solution_chars: int = 4000
-    fallback: int = VARIANT
+    fallback: int = SAME
+    """Class of an unparsed reply or a failed call: 0, so no judgement never earns the novelty premium
+    (whatever -1 is mapped to)."""
     empty_bank_class: int = NOVEL
 
     def __post_init__(self) -> None:
+        checks.positive_int(self.max_tokens, "NoveltyJudge.max_tokens")
+        checks.positive_int(self.solution_chars, "NoveltyJudge.solution_chars")
         for name in ("fallback", "empty_bank_class"):
             if getattr(self, name) not in NOVELTY_CLASSES:
                 raise InputError(f"NoveltyJudge.{name} must be one of 1, 0, -1, got {getattr(self, name)!r}")
@@ -126,13 +169,15 @@ class NoveltyJudge:
 
 
 def answer_novelty(solutions: Sequence[str], seen_answers: Sequence[Sequence[str] | None]) -> list[int]:
-    """Answer-level fallback: 1 when a solution's final answer is equivalent to none of its row's seen answers,
-    else -1 (no final answer brings nothing new: -1)."""
+    """Answer-level alternative to the judge: 1 when a solution's final answer is equivalent to none of its
+    row's seen answers, 0 when it is equivalent to one, -1 when it has no final answer (nothing to compare)."""
     if len(seen_answers) != len(solutions):
         raise InputError(f"column 'seen_answers' has {len(seen_answers)} rows for {len(solutions)} completions")
     out = []
     for solution, previous in zip(solutions, seen_answers):
         answer = extract_answer(solution)
-        fresh = answer is not None and not any(answers_equivalent(answer, s) for s in previous or ())
-        out.append(NOVEL if fresh else REPEAT)
+        if answer is None:
+            out.append(UNDETERMINED)
+        else:
+            out.append(SAME if any(answers_equivalent(answer, s) for s in previous or ()) else NOVEL)
     return out

@@ -1,12 +1,16 @@
-"""The TMAS agents' prompts: solution (exploit / explore), summary, experience and guideline.
+"""The TMAS agents' prompts: solution (first round, exploit, explore), summary, experience and guideline.
 
-What each agent sees follows the paper (arXiv 2605.10344) and its code README: an exploiting solution
-sees every (solution, verification summary) pair of the previous round and the experience bank; an
-exploring one sees the guideline bank (every strategy tried) and is asked for a different one; the
-summary agent condenses one candidate's M verifications; the experience and guideline agents see all
-N solutions of the round. The paper's own prompt texts (its appendix) could not be read from here, so
-the wording is morkit's; the line protocols (ADD/REFINE/DELETE/KEEP, STRATEGY:) are morkit's too, so
-small models' replies can be parsed.
+What each agent sees follows the paper (arXiv 2605.10344): an exploiting solution sees every previous
+attempt with its verification summary, and the experience bank; an exploring one sees the guideline bank
+and is told to go a fundamentally different way; the summary agent condenses one candidate's M
+verifications; the experience and guideline agents see all N rollouts (solution, summary) of the round.
+No prompt shows verifier scores or extracted answers unless `show_scores` asks for them.
+
+Wording: the constants marked PAPER are the published prompts' words as far as /work/shared/papers/tmas.txt
+renders them (solution, refinement, experience and guideline prompts; an ellipsis in the source is where
+morkit stops quoting). Everything else is morkit's: the openings the rendering lost, the summary prompt
+(not legible), the final 'The answer is' line (morkit grades by it), and the line protocols
+(ADD/REFINE/DELETE/KEEP, STRATEGY:) that replace the paper's JSON replies so small models stay parseable.
 """
 
 from __future__ import annotations
@@ -18,18 +22,82 @@ from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
 
 EXPLOIT, EXPLORE = "exploit", "explore"
 
-SOLVER_SYSTEM = ("You solve math problems. Reason step by step, then finish with the line "
-                 "'The answer is <final answer>.'")
+SOLVER_SYSTEM = "You are an expert mathematician who writes complete, rigorous solutions."  # morkit's
 SUMMARY_SYSTEM = ("You summarise what several independent verifications found about one solution to a problem. "
                   "In at most four sentences say whether the verifiers judged it correct, which steps they "
-                  "confirmed, and which mistakes they found and how to fix them.")
-EXPERIENCE_SYSTEM = ("You keep an experience bank of lessons for solving one problem. Reply only with operations, "
-                     "one per line:\nADD result: <a verified intermediate result worth reusing>\n"
-                     "ADD avoid: <a mistake or dead end to avoid>\nREFINE <id>: <better wording of entry <id>>\n"
-                     "DELETE <id>\nKEEP <id>\nUse the ids shown in the bank. Write nothing else.")
-GUIDELINE_SYSTEM = ("You name the high-level strategies that solutions to a problem used. Reply only with lines "
-                    "'STRATEGY: <one short sentence>', one per distinct strategy, leaving out those already "
-                    "listed. Write nothing else.")
+                  "confirmed, and which mistakes they found and how to fix them.")  # morkit's
+EXPERIENCE_SYSTEM = ("You maintain the experience bank of one problem. Reply only with operations, one per line:\n"
+                     "ADD result: <a Verified Anchor>\nADD avoid: <an Error Avoidance Heuristic>\n"
+                     "REFINE <id>: <better wording of entry <id>>\nDELETE <id>\nKEEP <id>\n"
+                     "Use the ids shown in the bank. Write nothing else.")  # morkit's line protocol
+GUIDELINE_SYSTEM = ("You maintain the guideline bank of one problem: the high-level strategies its solutions have "
+                    "tried. Reply only with lines 'STRATEGY: <one short sentence>', one per distinct strategy not "
+                    "recorded yet. Write nothing else.")  # morkit's line protocol
+
+# PAPER: the refinement prompt's four standards; the first-round prompt's first two are lost in the rendering,
+# so it takes Completeness and Rigour from here (morkit's inference) and keeps its own Self-Containment.
+_COMPLETENESS = ("**Completeness:** The solution must cover all cases and steps. If minor details are omitted, it "
+                 "is considered imperfect.")
+_RIGOUR = "**Rigour:** Fatal errors or severe omissions are unacceptable."
+_SELF_CONTAINED = ("**Self-Containment:** Referencing external papers/theorems is allowed **IF AND ONLY IF** you "
+                   "also present a valid proof or clear derivation of the referenced argument.")
+_ERROR_CORRECTION = ("**Error Correction:** You must explicitly address the flaws pointed out in the verification "
+                     "summaries. Do NOT repeat logic that has already been identified as incorrect.")
+# PAPER: the first-round solution prompt's process; the refinement prompt's process.
+_SOLVE_PROCESS = ("1. Reason carefully about how to solve the problem.\n"
+                  "2. Draft your solution mentally or in your scratchpad.\n"
+                  "3. **Refine your solution** by fixing any potential logical gaps, ambiguity, or \"hand-waving\" "
+                  "arguments until it meets the highest standard of mathematical proof.\n"
+                  "4. Present *only* your best, finalized version.")
+_REFINE_PROCESS = ("1. Read the **Problem** carefully.\n"
+                   "2. Study each **Previous Attempt** and its **Verification Summary**. Identify exactly what went "
+                   "wrong, what was incomplete, and what (if anything) was correct.\n"
+                   "3. Reason about how to fix the specific issues while retaining any correct sub-results from "
+                   "previous attempts.\n"
+                   "4. Draft your refined solution, ensuring it does not repeat the confirmed errors.\n"
+                   "5. Present *only* your best, finalized, and fully corrected version.")
+_ANSWER_LINE = "End with the line 'The answer is <final answer>.'"  # morkit's: answers are graded by it
+
+
+def _solver_user(opening: str, standards: Sequence[str], process: str, rigorous: str, task: Sequence[str]) -> str:
+    """A solution prompt in the paper's layout: standards, process, output format, then the task input."""
+    numbered = "\n".join(f"{k}. {s}" for k, s in enumerate(standards, 1))
+    return (f"{opening}\n\n{numbered}\n\n**Process:**\n{process}\n\n"  # PAPER from here, but for the answer line
+            "**Output Format:** Your response should follow this exact markdown format:\n## Solution\n"
+            f"... // Your final, {rigorous} solution to the problem here. Ensure all steps are explicitly shown "
+            f"and justified.\n{_ANSWER_LINE}\n\n---\nHere is your task input:\n\n" + "\n\n".join(task))
+
+
+# PAPER: the experience prompt's criteria for a Verified Anchor, its operations and its quantity guideline.
+_ANCHOR_CRITERIA = (
+    "1. **Non-trivial**: It must involve meaningful mathematical work -- a derivation, a transformation, a "
+    "non-obvious equivalence, or a structural observation. Trivial arithmetic evaluations (e.g., \"2025 == 2 mod "
+    "7\") do NOT qualify unless the congruence itself is the key insight that unlocks a deeper argument.\n"
+    "2. **Reusable**: It must be a stepping stone -- something a future solver can directly cite and proceed from, "
+    "without needing to redo the work. Prefer results that establish structure over results that are dead ends.\n"
+    "3. **Verifier-backed**: It must be explicitly confirmed correct by the verification summary. If verifiers are "
+    "split on a step, do not add it as an Anchor.")
+_OPERATIONS = (
+    "1. **ADD**: Extract new Verified Anchors or Error Avoidance Heuristics that are not already covered by the "
+    "existing bank. Prioritize insights confirmed consistently across multiple rollouts.\n"
+    "2. **KEEP**: Retain all existing entries that remain valid and are not contradicted by the new rollouts.\n"
+    "3. **REFINE**: If a new rollout provides a more precise version of an existing entry, rewrite it to be "
+    "clearer. Only merge entries that say the exact same thing about the exact same step.\n"
+    "4. **DELETE**: Remove entries explicitly revealed as incorrect by the verification summary. Remove entries "
+    "that become fully subsumed after refinement.")
+_QUANTITY = ("Aim for **{size}** in total across both categories. Do NOT aggressively compress -- fine-grained, "
+             "specific entries are more useful than over-generalized ones.")
+# PAPER: what the guideline bank is for (cut where the rendering breaks off mid-sentence).
+_GUIDELINE_PURPOSE = (
+    "1. **Memory of exploration**: It records which broad strategic directions have already been tried, so the "
+    "solver does not waste computation repeating the same approach.\n"
+    "2. **Diversity enforcement**: When the solver is about to generate a new solution, it will be shown this bank "
+    "and instructed to pursue a direction that is **fundamentally different** from everything listed here. The "
+    "bank therefore acts as the primary mechanism for controlling exploration.")
+_NO_SUMMARIES = "(These rollouts come without verification summaries: {why}.)"
+PAPER_WORDING = (_COMPLETENESS, _RIGOUR, _SELF_CONTAINED, _ERROR_CORRECTION, _SOLVE_PROCESS, _REFINE_PROCESS,
+                 _ANCHOR_CRITERIA, _OPERATIONS, _QUANTITY, _GUIDELINE_PURPOSE)
+"""Every constant above that quotes the paper (a test checks each sentence against tmas.txt)."""
 
 
 def excerpt(text: str, chars: int | None) -> str:
@@ -49,72 +117,109 @@ def _conversation(system: str, user: str) -> Conversation:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def _solution_block(r: Any, chars: int | None, with_summary: bool) -> str:
-    """One candidate of a round: its number, answer, score, text and (when verified) its summary."""
-    block = (f"### Solution {r.index + 1} (answer {r.answer or 'none'}, {score_text(r.score)})\n"
-             f"{excerpt(r.text, chars)}")
+def _rollout_block(r: Any, label: str, number: int, chars: int | None, with_summary: bool, show_scores: bool) -> str:
+    """One rollout: its heading (with answer and score only under `show_scores`), text and verification summary."""
+    heading = f"### {label} {number}"
+    if show_scores:
+        heading += f" (answer {r.answer or 'none'}, {score_text(r.score)})"
+    block = f"{heading}\n{excerpt(r.text, chars)}"
     if with_summary:
-        block += f"\n\nSummary of its verification: {r.summary or '(none)'}"
+        block += f"\n\n#### Verification Summary\n{r.summary or '(none)'}"
     return block
 
 
+def _rollouts(rs: Sequence[Any], label: str, chars: int | None, with_summaries: bool, show_scores: bool,
+              why: str) -> list[str]:
+    blocks = [_rollout_block(r, label, r.index + 1, chars, with_summaries, show_scores) for r in rs]
+    return blocks if with_summaries or not rs else [*blocks, _NO_SUMMARIES.format(why=why)]
+
+
+def _problem(problem: str) -> str:
+    return f"## Problem\n{problem}"
+
+
+def _experience_context(experience: ExperienceBank | None) -> list[str]:
+    """The experience bank appended to an exploiting prompt (the paper appends an 'Experience Context')."""
+    if experience is None or not experience.entries:
+        return []
+    return ["## Experience Context\nVerified Anchors (result) and Error Avoidance Heuristics (avoid) from earlier "
+            f"rounds:\n{experience.render()}"]
+
+
+def solve_prompt(problem: str, extra: Sequence[str] = ()) -> Conversation:
+    """The paper's first-round solution prompt, with `extra` sections after the problem."""
+    user = _solver_user("Solve the following problem. Your solution must meet these standards:",
+                        [_COMPLETENESS, _RIGOUR, _SELF_CONTAINED + " Merely citing a result without showing why it "
+                         "applies or how it works is considered a failure."],
+                        _SOLVE_PROCESS, "rigorous", [_problem(problem), *extra])
+    return _conversation(SOLVER_SYSTEM, user)
+
+
 def exploit_prompt(problem: str, previous: Sequence[Any], experience: ExperienceBank | None,
-                   chars: int | None, with_summaries: bool) -> Conversation:
-    """Exploitation: the previous round's solutions with their summaries, and the experience bank."""
-    parts = [f"Problem:\n{problem}"]
-    if previous:
-        parts.append("Solutions of the previous round" + (", each with a summary of its verification:"
-                                                         if with_summaries else ":"))
-        parts.extend(_solution_block(r, chars, with_summaries) for r in previous)
-    if experience is not None and experience.entries:
-        parts.append("Experience bank (verified intermediate results to reuse, mistakes to avoid):\n"
-                     + experience.render())
-    parts.append("Write a better solution: reuse what was verified and fix the mistakes pointed out."
-                 if previous else "Solve the problem.")
-    return _conversation(SOLVER_SYSTEM, "\n\n".join(parts))
+                   chars: int | None, with_summaries: bool, *, show_scores: bool = False,
+                   no_summaries: str = "this run has no verification analysis") -> Conversation:
+    """Exploitation: the paper's refinement prompt over the previous round's attempts (each with its verification
+    summary) and the experience bank; with no previous attempt, the first-round prompt and the bank."""
+    if not previous:
+        return solve_prompt(problem, _experience_context(experience))
+    attempts = _rollouts(previous, "Previous Attempt", chars, with_summaries, show_scores, no_summaries)
+    user = _solver_user("Write a refined solution to the following problem, building on the previous attempts. It "
+                        "must meet these standards:", [_ERROR_CORRECTION, _COMPLETENESS, _RIGOUR, _SELF_CONTAINED],
+                        _REFINE_PROCESS, "rigorous, and corrected",
+                        [_problem(problem), "## Previous Attempts", *attempts, *_experience_context(experience)])
+    return _conversation(SOLVER_SYSTEM, user)
 
 
 def explore_prompt(problem: str, guidelines: GuidelineBank | None, guideline_chars: int | None) -> Conversation:
-    """Exploration: every strategy tried so far, and the request for a different one (without a guideline
-    bank, only the request for an approach of its own)."""
-    parts = [f"Problem:\n{problem}"]
-    if guidelines is not None:
-        parts.append(f"Strategies already tried (do not repeat any of them):\n{guidelines.render(guideline_chars)}")
-        parts.append("Solve the problem with a high-level strategy different from all of those listed.")
-    else:
-        parts.append("Solve the problem with an approach of your own, independent of any earlier attempt.")
-    return _conversation(SOLVER_SYSTEM, "\n\n".join(parts))
+    """Exploration: the first-round prompt, every strategy tried so far and the paper's instruction to go a
+    fundamentally different way (without a guideline bank, only a request for an approach of its own)."""
+    if guidelines is None:
+        return solve_prompt(problem, ["Solve it with an approach of your own, independent of any earlier attempt."])
+    return solve_prompt(problem, [f"## Strategies Already Attempted\n{guidelines.render(guideline_chars)}",
+                                  "Pursue a direction that is **fundamentally different** from everything listed "
+                                  "here."])
 
 
-def summary_prompt(problem: str, rollout: Any, chars: int | None) -> Conversation:
-    """The summary agent's input for one candidate: its solution and each of its verifications."""
-    checks = [f"Verification {m} (score {score:.3f}):\n{excerpt(feedback or '(no feedback)', chars)}"
-              for m, (score, feedback) in enumerate(zip(rollout.pass_scores, rollout.feedback), 1)]
-    user = "\n\n".join([f"Problem:\n{problem}",
-                        f"Solution (answer {rollout.answer or 'none'}):\n{excerpt(rollout.text, chars)}",
-                        "Verifications:", *checks, "Summarise what the verifications found."])
+def summary_prompt(problem: str, rollout: Any, chars: int | None, *, show_scores: bool = False) -> Conversation:
+    """The summary agent's input for one candidate: its solution and the analysis each verification wrote."""
+    checks = [f"### Verification {m}" + (f" (score {score:.3f})" if show_scores else "")
+              + f"\n{excerpt(feedback, chars)}"
+              for m, (score, feedback) in enumerate(zip(rollout.pass_scores, rollout.feedback), 1) if feedback.strip()]
+    solution = "## Solution" + (f" (answer {rollout.answer or 'none'})" if show_scores else "")
+    user = "\n\n".join([_problem(problem), f"{solution}\n{excerpt(rollout.text, chars)}", "## Verifications",
+                        *checks, "Summarise what the verifications found."])
     return _conversation(SUMMARY_SYSTEM, user)
 
 
 def experience_prompt(problem: str, bank: ExperienceBank, rollouts: Sequence[Any], chars: int | None,
-                      least: int, most: int | None, with_summaries: bool) -> Conversation:
-    """The experience agent's input: the bank with its size target, and all of the round's solutions."""
-    size = (f"keep it between {least} and {most} entries" if most is not None else f"keep at least {least} entries")
+                      least: int, most: int | None, with_summaries: bool, *, show_scores: bool = False,
+                      no_summaries: str = "this run has no verification analysis") -> Conversation:
+    """The experience agent's input: the paper's criteria and operations, the bank, and the round's N rollouts."""
+    size = f"{least}-{most} entries" if most is not None else f"at least {least} entries"
     user = "\n\n".join([
-        f"Problem:\n{problem}",
-        f"Experience bank ({len(bank.entries)} entries; {size} once there are enough lessons: "
-        f"merge with REFINE, drop what is wrong or redundant with DELETE):\n{bank.render()}",
-        "This round's solutions" + (", each with a summary of its verification:" if with_summaries else ":"),
-        *(_solution_block(r, chars, with_summaries) for r in rollouts),
+        _problem(problem),
+        f"## Verified Anchors (ADD result)\nAn entry must be:\n{_ANCHOR_CRITERIA}",
+        "## Error Avoidance Heuristics (ADD avoid)\nA mistake a verification summary identified, stated so that a "
+        "later solver does not repeat it.",
+        f"## Operations\n{_OPERATIONS}",
+        f"## Quantity Guideline\n{_QUANTITY.format(size=size)}",
+        f"## Current Experience Bank ({len(bank.entries)} entries)\n{bank.render()}",
+        "## This Round's Rollouts",
+        *_rollouts(rollouts, "Rollout", chars, with_summaries, show_scores, no_summaries),
         "Update the experience bank."])
     return _conversation(EXPERIENCE_SYSTEM, user)
 
 
 def guideline_prompt(problem: str, bank: GuidelineBank, rollouts: Sequence[Any], chars: int | None,
-                     guideline_chars: int | None) -> Conversation:
-    """The guideline agent's input: every strategy listed so far, and all of the round's solutions."""
+                     guideline_chars: int | None, *, with_summaries: bool = True, show_scores: bool = False,
+                     no_summaries: str = "this run has no verification analysis") -> Conversation:
+    """The guideline agent's input (G_t = A_guide(Q, R_t, G_t-1)): the bank's purpose, the strategies recorded
+    so far, and the round's N rollouts, each a solution with its verification summary."""
     user = "\n\n".join([
-        f"Problem:\n{problem}", f"Strategies already listed:\n{bank.render(guideline_chars)}",
-        "This round's solutions:", *(_solution_block(r, chars, False) for r in rollouts),
-        "Name the high-level strategies these solutions used that are not listed yet."])
+        _problem(problem), f"## What the Guideline Bank Is For\n{_GUIDELINE_PURPOSE}",
+        f"## Strategies Already Recorded\n{bank.render(guideline_chars)}",
+        "## This Round's Rollouts",
+        *_rollouts(rollouts, "Rollout", chars, with_summaries, show_scores, no_summaries),
+        "Name the high-level strategy (mathematical framework, key structural insight, angle of attack) of each "
+        "rollout that is not recorded yet."])
     return _conversation(GUIDELINE_SYSTEM, user)

@@ -12,10 +12,12 @@ Each rollout gets exactly one of the paper's three rewards, chosen by its `rollo
 - `bank` (exploit: the prompt shows the experience bank): correctness plus, when right, the bank bonus
   beta * (1 - p_base), p_base the accuracy of the `base` rollouts of the same problem; rewards using
   the bank where the problem is hard without it.
-- `explore` (the prompt shows the guideline bank and asks for another approach): the novelty table
-  over (correct, class), class in {1 novel, 0 variant, -1 repeat} given by an LLM judge that compares the
-  rollout's strategy with that row's guideline bank (morkit.loops.tmas.novelty). The table already
-  rewards correctness, so nothing is added to it.
+- `explore` (the prompt shows the guideline bank and asks for another approach): the paper's table over
+  (correct, novel): +1.0, +0.2 (right, not novel), -0.5 (wrong, novel), -1.0. An LLM judge compares the
+  rollout's strategy with that row's guideline bank and answers 1 (different from all), 0 (the same as
+  one) or -1 (cannot tell); novel means class 1, and -1 counts as not novel unless
+  `undetermined="novel"` (morkit.loops.tmas.novelty). The table already rewards correctness, so nothing
+  is added to it.
 
 Without a `rollout_type` column, `used_bank` (bool) marks bank rows and the rest are base.
 
@@ -43,7 +45,10 @@ from morkit.core.errors import InputError
 from morkit.core.grading import is_correct
 from morkit.llm.base import message_text
 from morkit.loops.tmas.novelty import (
+    NOVEL,
     NOVELTY_CLASSES,
+    SAME,
+    UNDETERMINED,
     NoveltyJudge,
     answer_novelty,
     strategies_of,
@@ -64,27 +69,37 @@ class HybridRewardConfig:
     """Bank bonus scale: a right bank rollout gets +beta * (1 - p_base)."""
     novelty: Literal["judge", "column", "answers"] = "judge"
     """Novelty class source: the LLM judge against `guideline_bank`; a `novelty_class` column (1/0/-1, or a
-    bool `novel` column); or the answer-level fallback over `seen_answers` (1 new final answer, else -1)."""
+    bool `novel` column: True 1, False 0); or the answer-level alternative over `seen_answers` (1 a new
+    final answer, 0 a seen one, -1 none)."""
+    undetermined: Literal["not_novel", "novel"] = "not_novel"
+    """What class -1 ("cannot determine the strategy") counts as; the paper's table has no row for it. Not
+    novel: a solution too vague to show a strategy has shown no new one, and vagueness must not pay."""
     correct_novel: float = 1.0
-    correct_variant: float = 0.6
-    """Interpolated between correct_novel and correct_repeat (the paper's value was not available here)."""
-    correct_repeat: float = 0.2
+    correct_not_novel: float = 0.2
     wrong_novel: float = -0.5
-    wrong_variant: float = -0.75
-    """Interpolated between wrong_novel and wrong_repeat (the paper's value was not available here)."""
-    wrong_repeat: float = -1.0
+    wrong_not_novel: float = -1.0
     group_column: str = "problem_id"
     """Column whose equal values form a problem's group for p_base (the prompt when the column is absent)."""
 
     def __post_init__(self) -> None:
         checks.non_negative(self.beta, "HybridRewardConfig.beta")
         checks.one_of(self.novelty, ("judge", "column", "answers"), "HybridRewardConfig.novelty")
+        checks.one_of(self.undetermined, ("not_novel", "novel"), "HybridRewardConfig.undetermined")
+        for name in ("correct_novel", "correct_not_novel", "wrong_novel", "wrong_not_novel"):
+            checks.finite(getattr(self, name), f"HybridRewardConfig.{name}")
+
+    def is_novel(self, novelty: int) -> bool:
+        """The table's binary novelty n_i of a class: 1 is novel, 0 is not, -1 as `undetermined` says."""
+        if novelty not in NOVELTY_CLASSES:
+            raise InputError(f"a novelty class must be 1, 0 or -1, got {novelty!r}")
+        return novelty == NOVEL or (novelty == UNDETERMINED and self.undetermined == "novel")
 
     def novelty_value(self, correct: bool, novelty: int) -> float:
-        """The table entry for (correct, class)."""
-        table = {(True, 1): self.correct_novel, (True, 0): self.correct_variant, (True, -1): self.correct_repeat,
-                 (False, 1): self.wrong_novel, (False, 0): self.wrong_variant, (False, -1): self.wrong_repeat}
-        return table[(correct, novelty)]
+        """The paper's table entry for (correct, class)."""
+        novel = self.is_novel(novelty)
+        if correct:
+            return self.correct_novel if novel else self.correct_not_novel
+        return self.wrong_novel if novel else self.wrong_not_novel
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class RewardParts:
     p_base: float | None = None
     bonus: float = 0.0
     novelty: int | None = None
+    novel: bool | None = None
     novelty_source: str = ""
     judge_reply: str = ""
 
@@ -132,9 +148,9 @@ def _correct(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[bool
 
 
 def _novelty_class(value: Any) -> int:
-    """A novelty column value as a class: True 1, False -1, else an integer 1, 0 or -1 (a number or its text)."""
+    """A novelty column value as a class: True 1, False 0, else an integer 1, 0 or -1 (a number or its text)."""
     if isinstance(value, bool):
-        return 1 if value else -1
+        return NOVEL if value else SAME
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -257,7 +273,7 @@ class HybridReward:
     @staticmethod
     def _given(prompts: Any, texts: Sequence[str], rows: Sequence[int], kwargs: Mapping[str, Any], n: int
                ) -> list[tuple[int, str, str]]:
-        """The `novelty_class` column (1/0/-1), or a bool `novel` column (True 1, False -1)."""
+        """The `novelty_class` column (1/0/-1), or a bool `novel` column (True 1, False 0)."""
         given = _column(kwargs, ("novelty_class", "novel"), n)
         if given is None:
             raise InputError("novelty='column' needs a 'novelty_class' (1/0/-1) or a bool 'novel' column")
@@ -266,7 +282,7 @@ class HybridReward:
     @staticmethod
     def _by_answers(prompts: Any, texts: Sequence[str], rows: Sequence[int], kwargs: Mapping[str, Any], n: int
                     ) -> list[tuple[int, str, str]]:
-        """The answer-level fallback over the `seen_answers` column."""
+        """The answer-level alternative over the `seen_answers` column."""
         seen = _column(kwargs, ("seen_answers",), n)
         if seen is None:
             raise InputError("novelty='answers' needs a 'seen_answers' column")
@@ -302,7 +318,8 @@ class HybridReward:
             if types[i] == EXPLORE:
                 cls, source, reply = novelty[i]
                 parts.append(RewardParts(EXPLORE, keys[i], correct[i], self.config.novelty_value(correct[i], cls),
-                                         novelty=cls, novelty_source=source, judge_reply=reply))
+                                         novelty=cls, novel=self.config.is_novel(cls), novelty_source=source,
+                                         judge_reply=reply))
             else:
                 bonus = bonuses[i] or 0.0
                 parts.append(RewardParts(types[i], keys[i], correct[i], (1.0 if correct[i] else -1.0) + bonus,
@@ -310,7 +327,8 @@ class HybridReward:
         self.last = tuple(parts)
         _log(kwargs, "tmas/bank_without_base", missing)
         if explore:
-            _log(kwargs, "tmas/novelty_mean", sum(novelty[i][0] for i in explore) / len(explore))
+            _log(kwargs, "tmas/novel_fraction", sum(parts[i].novel for i in explore) / len(explore))
+            _log(kwargs, "tmas/novelty_undetermined", sum(novelty[i][0] == UNDETERMINED for i in explore))
         return [p.reward for p in parts]
 
 
