@@ -96,7 +96,7 @@ def test_the_rescore_is_a_greedy_charged_call_and_a_failed_one_is_recorded():
     # solutions, critiques, summaries, the two bank agents, and the re-score's critiques
     assert result.calls == 4 + 4 + 2 + 1 + 1 + 2 and "12" in result.answer
     failing = run(Roles(answers(12, 7, 7, 5)), ShiftingVerifier(fail_on=(3,)), solutions=2, verifications=1)
-    assert [(e["step"], e["error"]) for e in events(failing, "error")] == [("rescore", "RuntimeError")]
+    assert [(e["step"], e["error"]) for e in events(failing, "error")] == [("rescore", "ScoreError")]
     assert events(failing, "rescore")[0]["fallback"] == "the newest round's best"
     assert failing.state["chosen_by"] == "newest" and failing.state["best"]["iteration"] == 2
 

@@ -160,7 +160,7 @@ def test_verifier_failures_are_recorded_and_skipped():
     result = run(Roles(lambda c, k, p: f"The answer is {12 if k < 4 else 7}."), verifier)
     errors = events(result, "error")
     assert [(e["iteration"], e["step"], e["verification"], e["error"]) for e in errors] == [
-        (1, "verify", 1, "RuntimeError"), (2, "verify", 1, "RuntimeError"), (2, "verify", 2, "RuntimeError")]
+        (1, "verify", 1, "ScoreError"), (2, "verify", 1, "ScoreError"), (2, "verify", 2, "ScoreError")]
     assert "verifier backend down" in errors[0]["message"]
     assert result.stop_reason == "iterations"
     assert [s["score"] for s in events(result, "scores")[1]["solutions"]] == [None] * 4

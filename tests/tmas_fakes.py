@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from morkit.core.errors import ScoreError
 from morkit.core.grading import extract_answer
 from morkit.core.types import Verdict
 from morkit.llm.base import Completion, SamplingParams
@@ -92,7 +93,7 @@ class FakeVerifier:
     def verify(self, question, answers, context=()):
         self.log.append((list(answers), list(context), getattr(self, "params", None)))
         if self.calls in self.fail_on:
-            raise RuntimeError("verifier backend down")
+            raise ScoreError("verifier backend down")
         return [Verdict(self.scores.get(extract_answer(a), 0.1), f"checked answer {extract_answer(a)}")
                 for a in answers]
 

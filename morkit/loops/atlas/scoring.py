@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from morkit.loops.atlas.loop import ATLAS, RunState
 
 
-def verify(loop: ATLAS, run: RunState, answers: Sequence[str]) -> list[Any] | None:
-    """The verifier's verdicts for `answers` (one call), or None (recorded) when it fails: a failed verifier
-    loses scores, not the run."""
+def verify(loop: ATLAS, run: RunState, answers: Sequence[str], context: Sequence[str] = ()) -> list[Any] | None:
+    """The verifier's verdicts for `answers` (one call, `context` their siblings), or None (recorded) when it
+    fails: a failed verifier loses scores, not the run."""
     try:
-        return list(metered_verifier(loop.verifier, run.spend).verify(run.problem, list(answers), ()))
+        return list(metered_verifier(loop.verifier, run.spend).verify(run.problem, list(answers), list(context)))
     except Exception as err:  # noqa: BLE001 - any verifier backend; recorded, the loop goes on
         run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
         return None
@@ -90,7 +90,9 @@ def end_scores(loop: ATLAS, run: RunState, synthesis: str | None,
     if not candidates:
         return {}, []
     texts = list(dict.fromkeys(text for _, text in candidates))
-    verdicts = verify(loop, run, texts)
+    # every candidate, repeats included, as the siblings: a set-level member (consensus) counts each copy, as
+    # the per-turn table does
+    verdicts = verify(loop, run, texts, [text for _, text in candidates])
     if verdicts is None:
         return {}, []
     scores = {t: float(v.score) for t, v in zip(texts, verdicts)}

@@ -14,7 +14,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
-from morkit.core.errors import InputError, LLMError, ScoreError
+from morkit.core.errors import InputError, LLMError, MorkitError, ScoreError
 from morkit.core.grading import extract_answer, is_correct
 from morkit.llm.base import LLM, Completion, SamplingParams
 from morkit.loops.base import (
@@ -300,7 +300,7 @@ class _Run:
                                  "context": cfg.rescore_context, "context_size": len(context)}
         try:
             scores = rescored(verifier or self.verifier, self.problem, finals, context)
-        except Exception as err:  # noqa: BLE001 - a failed re-score is recorded, as a failed pass is
+        except MorkitError as err:  # a failed re-score is recorded, as a failed pass is; anything else is a bug
             self.budget_spent = self.budget_spent or isinstance(err, BudgetExhausted)
             self._error(iteration, "rescore", err)
             choice = Choice(finals[-1], finals[-1].score, "newest")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from morkit.core import checks
-from morkit.core.errors import InputError, MorkitError
+from morkit.core.errors import InputError, MorkitError, ScoreError
 from morkit.core.grading import answers_equivalent, extract_answer
 from morkit.llm.base import LLM, SamplingParams
 
@@ -65,7 +65,8 @@ Respond in a JSON code block:
 
 _NUMBER = r"([+\-\u2212]?\s*[01])(?!\d|\.\d)"
 _JSON_CLASS = re.compile(r"[\"']?classification[\"']?\s*:\s*[\"']?\s*" + _NUMBER, re.IGNORECASE)
-_LINE_CLASS = re.compile(r"(?:NOVELTY|CLASS(?:IFICATION)?)\s*[:=]?\s*\(?\s*" + _NUMBER, re.IGNORECASE)
+_LINE_CLASS = re.compile(r"(?:NOVELTY\**\s*[:=]?|CLASS(?:IFICATION|IFY)?\**\s*[:=])\s*\**\s*\(?\s*\**\s*" + _NUMBER,
+                         re.IGNORECASE)  # markdown bold around the label or the number is common: **Classification:** 1
 _BARE = re.compile(r"^\s*([+\-\u2212]?\s*[01])\s*[.)]?\s*$")
 
 
@@ -161,6 +162,9 @@ class NoveltyJudge:
                 for i in asked:
                     out[i] = Judgment(self.fallback, reason, "judge_failed")
             else:
+                if len(replies) != len(asked):
+                    raise ScoreError(f"the novelty judge's backend returned {len(replies)} replies for "
+                                     f"{len(asked)} conversations")
                 for i, reply in zip(asked, replies):
                     novelty = parse_novelty(reply)
                     out[i] = (Judgment(novelty, reply) if novelty is not None

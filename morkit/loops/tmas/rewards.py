@@ -339,7 +339,8 @@ def hybrid_reward(beta: float = DEFAULT_BETA, judge: NoveltyJudge | None = None,
 
 def novelty_reward(judge: NoveltyJudge | None = None, **config: Any) -> RewardFn:
     """A reward function giving `explore` rows (every row, without a rollout_type column) the novelty table
-    value over (correct, class), and None to the other rows; `config`: HybridRewardConfig fields."""
+    value over (correct, class), and None to the other rows; `config`: HybridRewardConfig fields. Beside
+    `correctness_reward`, give a rollout_type column: without one both apply to every row (use HybridReward)."""
     hybrid = HybridReward(HybridRewardConfig(**config), judge)
 
     def novelty_reward(prompts: Sequence[Any] | None, completions: Sequence[Any], **kwargs: Any
