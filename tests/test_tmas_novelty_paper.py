@@ -96,3 +96,26 @@ def test_column_and_answer_modes_use_the_same_classes():
         None, texts[3:], answer="12", rollout_type="explore", seen_answers=seen[3:]) == [-0.5]
     with pytest.raises(ValueError, match="novelty class"):
         HybridRewardConfig().novelty_value(True, 2)
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("**Classification:** 1", 1), ("Classification: **-1**", -1), ("**Classify**: 0", 0),
+    ('{"identified_strategy": "splits the set into class 1 and class 2', None),  # cut off: prose is no class
+])
+def test_a_class_is_read_through_markdown_and_never_from_prose(reply, expected):
+    assert parse_novelty(reply) == expected
+
+
+def test_a_judge_backend_that_drops_replies_is_an_error_not_a_misaligned_table():
+    from morkit.core.errors import ScoreError
+    from morkit.llm.base import Completion
+
+    class Dropping:
+        name = "dropping"
+
+        def chat(self, conversations, params):
+            return [Completion(("1",))]  # one reply, however many were asked
+
+    judge = NoveltyJudge(Dropping())
+    with pytest.raises(ScoreError, match="1 replies for 2 conversations"):
+        judge.judge(["p", "p"], ["s1", "s2"], [["a strategy"], ["a strategy"]])
