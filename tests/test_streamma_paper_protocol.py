@@ -123,3 +123,80 @@ def test_morkits_earlier_rewrite_protocol_is_a_switch():
     config = StreamMAConfig(agents=2, review="rewrite", summary="final", authority="ranked")
     result = StreamMA(llms, config=config).run(PROBLEM)
     assert result.state["solutions"][1] == [f"My own take on step {k}." for k in range(1, 7)]
+
+
+def stepwise(verdict_for):
+    """A reviewer whose reply to each upstream step is `verdict_for(index, step)`."""
+    def reply(conversation, i) -> str:
+        found = sections(conversation[-1]["content"])
+        if not found:
+            return "SUMMARY: checked. The answer is 5."
+        ((index, (step,)),) = found
+        return verdict_for(index, step)
+    return reply
+
+
+def test_a_step_heading_before_the_verdict_belongs_to_its_block():
+    versions = [STEPS[0], STEPS[1], FIXED, *STEPS[3:]]
+    headed = stepwise(lambda k, step: f"Step {k + 1}:\n" + (f"ERROR: 3 + 4 is 7.\nCORRECTION: {FIXED}"
+                                                            if "= 8" in step else "ACCEPT"))
+    result = StreamMA([ScriptedLLM(lambda c, i: solver_text()), ScriptedLLM(headed)],
+                      config=StreamMAConfig(agents=2)).run(PROBLEM)
+    assert result.state["solutions"][1] == versions  # was: the heading a verdict-less block, step 3 "unreviewed"
+    assert [r["verdict"] for r in result.state["reviews"][1]] == ["accept"] * 2 + ["error"] + ["accept"] * 3
+
+
+def test_a_step_line_right_after_an_empty_correction_is_the_correction():
+    versions = [STEPS[0], STEPS[1], FIXED, *STEPS[3:]]
+    below = stepwise(lambda k, step: f"ERROR: 3 + 4 is 7.\nCORRECTION:\nStep {k + 1}: {FIXED}" if "= 8" in step
+                     else "ACCEPT")
+    result = StreamMA([ScriptedLLM(lambda c, i: solver_text()), ScriptedLLM(below)],
+                      config=StreamMAConfig(agents=2)).run(PROBLEM)
+    assert result.state["solutions"][1] == versions  # was: an empty correction, "flagged", 3 + 4 = 8 stands
+    assert result.state["reviews"][1][2]["source"] == "corrected"
+    forwarded = result.state["forwarded"][1][2]
+    assert forwarded.endswith(f"CORRECTION:\nStep 3: {FIXED}") and WRONG not in forwarded
+
+
+def test_serial_matches_verdicts_to_steps_by_the_step_they_name():
+    versions = [STEPS[0], STEPS[1], FIXED, *STEPS[3:]]
+    headed = "\n".join(f"Step {k}:\n" + (f"ERROR: 3 + 4 is 7.\nCORRECTION: {FIXED}" if k == 3 else "ACCEPT")
+                       for k in range(1, 7))
+    for reply in (headed, f"Step 3:\nERROR: 3 + 4 is 7.\nCORRECTION: {FIXED}"):
+        llms = [ScriptedLLM(lambda c, i: solver_text()), ScriptedLLM(lambda c, i, r=reply: r)]
+        result = StreamMA(llms, config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM)
+        assert result.state["solutions"][1] == versions  # was: the correction shifted onto step 2 or step 4
+        assert result.state["reviews"][1][2]["verdict"] == "error"
+    # unnamed blocks still answer the steps in order
+    plain = "\n".join(f"ERROR: 3 + 4 is 7.\nCORRECTION: {FIXED}" if k == 3 else "ACCEPT" for k in range(1, 7))
+    llms = [ScriptedLLM(lambda c, i: solver_text()), ScriptedLLM(lambda c, i: plain)]
+    assert StreamMA(llms, config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM).state["solutions"][1] \
+        == versions
+
+
+def test_serial_keeps_the_final_agents_answer_without_a_summary_label():
+    accepts = "\n".join("ACCEPT" for _ in STEPS)
+    final = ScriptedLLM(lambda c, i: f"{accepts}\nAll checked. Final answer: 5 apples remain.")
+    result = StreamMA([ScriptedLLM(lambda c, i: solver_text()), final],
+                      config=StreamMAConfig(agents=2, protocol="serial")).run(PROBLEM)
+    # was: no SUMMARY label, so the final agent's answer line was thrown away
+    assert result.state["summaries"][1] and result.answer.endswith("Final answer: 5 apples remain.")
+
+
+def test_serial_forwards_the_unlabelled_text_of_a_reply():
+    accepts = "\n".join("ACCEPT" for _ in STEPS)
+    seen: list[str] = []
+
+    def last(conversation, i):
+        seen.append(conversation[-1]["content"])
+        return accepts
+    for reply, kept in ((f"Overall the chain reads well.\n{accepts}\nACCEPT\nA seventh remark.",
+                         ("Overall the chain reads well.", "A seventh remark.")),
+                        ("All steps check out; nothing to correct.", ("All steps check out; nothing to correct.",))):
+        seen.clear()
+        llms = [ScriptedLLM(lambda c, i: solver_text()), ScriptedLLM(lambda c, i, r=reply: r), ScriptedLLM(last)]
+        StreamMA(llms, config=StreamMAConfig(agents=3, protocol="serial", summary="none")).run(PROBLEM)
+        # was: only the labelled blocks went downstream (the preamble, the block past step 6, an unlabelled reply
+        # never reached agent 3)
+        assert all(text in seen[0] for text in kept)
+        assert [s for _, (s,) in sections(seen[0])] == list(SOLVER_STEPS)

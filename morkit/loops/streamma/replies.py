@@ -28,6 +28,7 @@ class Block:
     correction: str | None
     step: str | None  # the agent's own step as written (None: not written)
     text: str = ""  # the block as written, labels included
+    number: int | None = None  # the upstream step it answers, when the reply names it ("Step k" / "STEP k:")
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,63 @@ class Reply:
     summary: str | None  # from SUMMARY: to the end (the final answer line included)
 
 
+_VERDICTS = ("accept", "error")
+
+
+def _key(mark: re.Match) -> str:
+    label = mark.group(1).upper()
+    return ("accept" if label.startswith("ACCEPT") else "step" if label.startswith("STEP")
+            else "summary" if label.startswith("SUMMARY") else label.lower())
+
+
+def _scan(text: str) -> list[tuple[re.Match, str, str, int]]:
+    """Each label of a reply as (mark, role, body, end). A STEP label is a `heading` (the step a verdict
+    answers) when it has no text of its own, or when it comes before its block's verdict and a verdict follows
+    it; `correction` when it is the text of a CORRECTION: left empty on its own line; else the agent's `step`."""
+    marks = list(_LABEL.finditer(text))
+    out: list[tuple[re.Match, str, str, int]] = []
+    verdict, number = False, None  # the current block has a verdict; the step number it names
+    for n, mark in enumerate(marks):
+        end = marks[n + 1].start() if n + 1 < len(marks) else len(text)
+        body, role = text[mark.end(): end].strip(), _key(mark)
+        if role == "step":
+            after = _key(marks[n + 1]) if n + 1 < len(marks) else None
+            if out and out[-1][1] == "correction" and not out[-1][2]:
+                role = "correction"  # "CORRECTION:\nStep k: ..." : the correction's text
+            elif not body or (after in _VERDICTS and (not verdict or _renumbers(number, mark))):
+                role = "heading"
+        if role == "heading" or (role in _VERDICTS and verdict):
+            verdict, number = False, None
+        if role in _VERDICTS:
+            verdict = True
+        if role in ("heading", "step") and number is None:
+            number = _number(mark)
+        out.append((mark, role, body, end))
+        if role == "summary":
+            break
+    return out
+
+
+def _renumbers(number: int | None, mark: re.Match) -> bool:
+    """A numbered STEP that names another step than the current block's: the next block's heading."""
+    named = _number(mark)
+    return number is not None and named is not None and named != number
+
+
+def _number(mark: re.Match) -> int | None:
+    digits = re.search(r"\d+", mark.group(1))
+    return int(digits.group()) if digits else None
+
+
 def parse_reply(text: str) -> Reply:
-    """Read labelled sections. A block ends at its STEP (or at the next verdict after a step); SUMMARY runs to
-    the end. Unlabelled text before the first label is the preamble (a step written without labels)."""
+    """Read labelled sections. A block ends at its STEP (or at the next verdict after a step); a "Step k" heading
+    before a verdict starts that verdict's block and names its step; SUMMARY runs to the end. Unlabelled text
+    before the first label is the preamble (a step written without labels)."""
     marks = list(_LABEL.finditer(text))
     preamble = text[: marks[0].start()].strip() if marks else text.strip()
     blocks: list[Block] = []
     current: dict[str, str] = {}
+    number: list[int | None] = [None]
     span = [0, 0]  # where the current block starts and ends in `text`
     summary = None
 
@@ -53,24 +104,27 @@ def parse_reply(text: str) -> Reply:
         if current:
             verdict = "error" if "error" in current else "accept" if "accept" in current else "none"
             blocks.append(Block(verdict, current.get("error"), current.get("correction"), current.get("step"),
-                                text[span[0]: span[1]].strip()))
+                                text[span[0]: span[1]].strip(), number[0]))
             current.clear()
+            number[0] = None
 
-    for n, mark in enumerate(marks):
-        label = mark.group(1).upper()
-        end = marks[n + 1].start() if n + 1 < len(marks) else len(text)
-        body = text[mark.end(): end].strip()
-        if label.startswith("SUMMARY"):
+    for mark, role, body, end in _scan(text):
+        if role == "summary":
             close()
             summary = f"SUMMARY: {text[mark.end():].strip()}".strip()
             break
-        key = "accept" if label.startswith("ACCEPT") else "step" if label.startswith("STEP") else label.lower()
-        if (key in ("accept", "error") and current.keys() & {"step", "accept", "error"}) or (
-                key == "step" and "step" in current):
-            close()  # a new verdict, or a second step, starts the next block
+        if role == "correction" and "correction" in current and _key(mark) == "step":
+            current["correction"] = body  # the text of an empty CORRECTION: on the next line
+            span[1] = end
+            continue
+        if (role in _VERDICTS and current.keys() & {"step", "accept", "error"}) or (
+                role == "step" and "step" in current) or (role == "heading" and current.keys() - {"heading"}):
+            close()  # a new verdict, a second step, or a heading starts the next block
         if not current:
             span[0] = mark.start()
-        current[key] = body
+        if role in ("heading", "step") and number[0] is None:
+            number[0] = _number(mark)
+        current[role] = body
         span[1] = end
     close()
     return Reply(tuple(blocks), preamble, summary)
@@ -118,14 +172,15 @@ def forwarded(reply: str, step: str, source: str, index: int, forward: str) -> s
 
 
 def without_steps(reply: str) -> str:
-    """A reply without the STEP sections a reviewer wrote anyway: under the paper's review its version of a
-    step is the original or its correction, and downstream agents are shown that version, not a second step."""
-    marks = list(_LABEL.finditer(reply))
+    """A reply without the STEP sections a reviewer wrote anyway (and its "Step k" headings): under the paper's
+    review its version of a step is the original or its correction, and downstream agents are shown that
+    version, not a second step. A "Step k:" line that is a correction's text stays."""
     keep, start = [], 0
-    for n, mark in enumerate(marks):
-        if mark.group(1).upper().startswith("STEP"):
+    scanned = _scan(reply)
+    for n, (mark, role, _, _) in enumerate(scanned):
+        if role in ("step", "heading"):
             keep.append(reply[start: mark.start()])
-            start = marks[n + 1].start() if n + 1 < len(marks) else len(reply)
+            start = scanned[n + 1][0].start() if n + 1 < len(scanned) else len(reply)
     keep.append(reply[start:])
     return "".join(keep).strip()
 
