@@ -191,3 +191,20 @@ def without_marker(reply: str, marker: str, line: bool) -> str:
     if not line or marker not in reply:
         return reply
     return "\n\n".join(split_steps(reply, marker, line=True))
+
+
+def matched_blocks(parsed: Reply, steps: int) -> list[Block | None]:
+    """The block answering each of `steps` upstream steps (a serial review): the one that names the step by its
+    number, else the next by position; None where no block answers a step (a block left over goes downstream
+    with the last step)."""
+    slots: list[Block | None] = [None] * steps
+    nxt = 0
+    for block in parsed.blocks:
+        named = block.number - 1 if block.number is not None and 0 < block.number <= steps else None
+        k = named if named is not None and slots[named] is None else nxt
+        while named is None and k < steps and slots[k] is not None:
+            k += 1
+        if k < steps and slots[k] is None:
+            slots[k] = block
+        nxt = k + 1
+    return slots

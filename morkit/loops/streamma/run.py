@@ -241,7 +241,7 @@ class PipelineRun:
             self.trace.add("summary", agent=i, text=log.summary_text)
         longest = max(map(len, chains.values()))
         if cfg.review == "correct":  # the verdict on upstream step k: the block that names it, else by position
-            parts = [(b, "", b.text if b else "") for b in self._matched(parsed, longest)]
+            parts = [(b, "", b.text if b else "") for b in replies.matched_blocks(parsed, longest)]
             extra = [b.text for b in parsed.blocks if not any(b is p for p, _, _ in parts)]
             if parsed.preamble:  # text before any label goes downstream with the first step
                 parts[0] = (parts[0][0], "", f"{parsed.preamble}\n\n{parts[0][2]}".strip())
@@ -258,22 +258,6 @@ class PipelineRun:
             step, source = self._reviewed(log, index, block, preamble, versions)
             if self._output(log, step, source, self._forwarded(text, step, source, index)):
                 return
-
-    @staticmethod
-    def _matched(parsed: replies.Reply, steps: int) -> list[replies.Block | None]:
-        """The block answering each of `steps` upstream steps: the one that names the step by its number, else
-        the next by position; None where no block answers a step."""
-        slots: list[replies.Block | None] = [None] * steps
-        nxt = 0
-        for block in parsed.blocks:
-            named = block.number - 1 if block.number is not None and 0 < block.number <= steps else None
-            k = named if named is not None and slots[named] is None else nxt
-            while named is None and k < steps and slots[k] is not None:
-                k += 1
-            if k < steps and slots[k] is None:  # else the block goes downstream with the last step
-                slots[k] = block
-            nxt = k + 1
-        return slots
 
     def _reviewed(self, log: AgentLog, index: int, block: replies.Block | None, preamble: str,
                   versions: Sequence[StepMessage]) -> tuple[str, str]:
