@@ -7,6 +7,10 @@ question's MoR ensemble chosen from a pool built on gsm8k_model_solutions (quest
 in the benchmark: the benchmark takes GSM8K test lines from --start on, past the 1000 the pool uses).
 The model is tiny, so absolute accuracy is low; the point is the cost of each method.
 
+ACS runs once per `--acs-steps` entry (default: argmax and first, each with morkit's step limit, the
+paper's 8; `--max-steps 0` for none); "aggregations/q" counts every set ACS aggregated (initial, each
+greedy try, residual), read from the trace, so a picking aggregator's work counts too.
+
     .venv/bin/python bench/acs.py                 # 30 questions, about 30-60 min on 2 CPU cores
     .venv/bin/python bench/acs.py --questions 5   # a quick look
 """
@@ -20,7 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("acs", "best-of-n", "majority", "self-consistency", "moa")
+BASELINES = ("best-of-n", "majority", "self-consistency", "moa")
+
+
+def aggregations(result) -> int:
+    """Sets a search aggregated, from its trace: ACS's initial set, every greedy try and the residual; moa's one."""
+    return sum(len(s.tried) if s.step == "greedy" else s.step in ("initial", "residual")
+               for s in result.trace)
 
 
 def parse_args() -> argparse.Namespace:
@@ -33,6 +43,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
     p.add_argument("--n-agents", type=int, default=3, help="use the first N agents of the config")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per agent answer and aggregation")
+    p.add_argument("--acs-steps", nargs="+", default=["argmax", "first"], help="ACS greedy steps to run, one row each")
+    p.add_argument("--max-steps", type=int, help="ACS steps at most (default: morkit's, the paper's 8; 0: no limit)")
+    p.add_argument("--seed", type=int, default=0, help="the aggregator's sampling seed (reruns give the same text)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
     p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     p.add_argument("--work", default=str(Path.home() / ".cache" / "morkit" / "bench-acs"),
@@ -93,6 +106,7 @@ def main() -> int:
     from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
     from morkit.reward_models.cache import ScoreCache
     from morkit.reward_models.rm_set import RewardModelSet
+    from morkit.search.methods import SearchOptions
     from morkit.search.run import SearchRunner
     from morkit.selection.methods import SelectOptions
     from morkit.services.routing import make_selector
@@ -104,16 +118,20 @@ def main() -> int:
     pool = build_or_load_pool(args, work)
     config = load_agents(args.agents)
     config = replace(config, agents=config.agents[: args.n_agents],
-                     aggregator=replace(config.aggregator, params=replace(config.aggregator.params,
+                     aggregator=replace(config.aggregator, params=replace(config.aggregator.params, seed=args.seed,
                                                                           max_tokens=args.max_tokens)))
     llms = LLMPool()
     print(f"{len(queries)} GSM8K test questions (lines {args.start}..{args.start + len(queries) - 1}); "
           f"agents {[a.name for a in config.agents]}; pool {len(pool)} questions, RMs {list(pool.rm_names)}; "
-          f"selection {args.selection}; {args.max_tokens} new tokens per generation", file=sys.stderr)
+          f"selection {args.selection}; {args.max_tokens} new tokens per generation; aggregator temperature "
+          f"{config.aggregator.params.temperature}, seed {args.seed}", file=sys.stderr)
     answers, answer_s, answer_calls = agent_answers(config, queries, llms, work, args.max_tokens)
 
     selector = make_selector(pool, SelectOptions(method=args.selection))
-    totals = {m: {"correct": 0, "llm": 0, "rm": 0, "hits": 0, "seconds": 0.0} for m in METHODS}
+    limit = {} if args.max_steps is None else {"max_steps": args.max_steps or None}
+    runs = [(f"acs ({step})", "acs", SearchOptions(acs_step=step, **limit)) for step in args.acs_steps]
+    runs += [(m, m, SearchOptions()) for m in BASELINES]
+    totals = {name: {"correct": 0, "llm": 0, "agg": 0, "rm": 0, "hits": 0, "seconds": 0.0} for name, _, _ in runs}
     agent_correct = {a.name: 0 for a in config.agents}
     with ScoreCache(default_cache_path()) as cache:
         runner = SearchRunner(selector, config, RewardModelSet(), cache)
@@ -123,14 +141,16 @@ def main() -> int:
                 agent_correct[a.agent] += bool(is_correct(a.text, query.reference))
             with_answers = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in given))
             marks = []
-            for method in METHODS:  # one method at a time, so each one's cache hits and calls are its own
+            for name, method, options in runs:  # one at a time, so each one's cache hits and calls are its own
                 hits_before = cache.hits
+                runner.options = options
                 result = runner.run(with_answers, [method]).results[method]
                 ok = bool(is_correct(result.answer, query.reference))
-                marks.append(f"{method} {'ok' if ok else '--'}")
-                t = totals[method]
+                marks.append(f"{name} {'ok' if ok else '--'}")
+                t = totals[name]
                 t["correct"] += ok
                 t["llm"] += result.llm_calls
+                t["agg"] += aggregations(result)
                 t["rm"] += result.rm_calls
                 t["hits"] += cache.hits - hits_before
                 t["seconds"] += result.seconds
@@ -143,9 +163,10 @@ def main() -> int:
     print(f"agent answers (shared by every method): {answer_calls} LLM calls, {answer_s:.1f}s "
           f"({answer_s / max(n, 1):.1f}s per question; 0 when cached from an earlier run)")
     print("single agents: " + ", ".join(f"{k} {v / n:.1%}" for k, v in agent_correct.items()))
-    print(f"{'method':<18}{'accuracy':>9}{'LLM calls/q':>13}{'RM calls/q':>12}{'cache hits/q':>14}{'s/q':>8}")
-    for method, t in totals.items():
-        print(f"{method:<18}{t['correct'] / n:>9.1%}{t['llm'] / n:>13.2f}{t['rm'] / n:>12.2f}"
+    print(f"{'method':<18}{'accuracy':>9}{'LLM calls/q':>13}{'aggregations/q':>16}{'RM calls/q':>12}"
+          f"{'cache hits/q':>14}{'s/q':>8}")
+    for name, t in totals.items():
+        print(f"{name:<18}{t['correct'] / n:>9.1%}{t['llm'] / n:>13.2f}{t['agg'] / n:>16.2f}{t['rm'] / n:>12.2f}"
               f"{t['hits'] / n:>14.1f}{t['seconds'] / n:>8.2f}")
     print("(LLM calls/q count aggregations only; add the agents' answer calls above. RM calls count model "
           "evaluations that missed the score cache, plus rule evaluations.)")

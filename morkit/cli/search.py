@@ -9,6 +9,7 @@ from typing import Any
 
 from morkit.cli.args import (
     CONTRACT,
+    NON_NEGATIVE_INT,
     POSITIVE_INT,
     add_scoring_options,
     add_select_options,
@@ -33,7 +34,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                          options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
                                                sc_agent=args.sc_agent, aggregator=args.aggregator,
                                                strict_grading=args.strict_grading, acs_step=args.acs_step,
-                                               max_steps=args.max_steps, aggregator_prompt=args.aggregator_prompt),
+                                               max_steps=args.max_steps or None, acs_order=args.acs_order,
+                                               aggregator_prompt=args.aggregator_prompt),
                          selection=select_options(args), scoring=scoring, output=args.output)
     for name in methods:
         graded = [r["results"][name]["correct"] for r in records if r["results"][name]["correct"] is not None]
@@ -46,7 +48,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
-    from morkit.search.acs import ACS_STEPS
+    from morkit.search.acs import ACS_ORDERS, ACS_STEPS, PAPER_MAX_STEPS
     from morkit.search.aggregate import AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT
     from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
     from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS
@@ -72,8 +74,14 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                         + choices_help(AGGREGATORS, DEFAULT_AGGREGATOR))
     p.add_argument("--acs-step", choices=ACS_STEPS, default="argmax",
                    help="ACS's greedy step: argmax (the paper's Section 3.2: aggregate every addition, keep the best "
-                        "if it improves; default) or first (its Algorithm A: keep the first addition that improves)")
-    p.add_argument("--max-steps", type=POSITIVE_INT, help="ACS greedy steps at most (default: until none improves)")
+                        "if it improves; default) or first (its Algorithm A: passes over the remaining answers, each "
+                        "kept at once if it improves, until a pass improves nothing)")
+    p.add_argument("--acs-order", choices=ACS_ORDERS, default="answers",
+                   help="the order a `first` pass tries answers in: answers (the agents' order, as Algorithm A "
+                        "iterates its answer set; default) or scores (best-scored first)")
+    p.add_argument("--max-steps", type=NON_NEGATIVE_INT, default=PAPER_MAX_STEPS,
+                   help=f"ACS steps at most: rounds under argmax, passes under first (default {PAPER_MAX_STEPS}, "
+                        "the paper's; 0: until none improves)")
     p.add_argument("--aggregator-prompt", choices=AGGREGATOR_PROMPTS.names(), default=DEFAULT_AGGREGATOR_PROMPT,
                    help="the LLM aggregator's prompt: " + choices_help(AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT)
                         + "; an agents.toml [aggregator] system replaces its text")

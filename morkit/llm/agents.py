@@ -59,6 +59,10 @@ def default_agents_path() -> Path:
 
 _TEXT_KEYS = {"name", "backend", "model", "system", "base_url", "api_key_env"}
 
+AGGREGATOR_SAMPLING = {"temperature": 0.7, "max_tokens": 8192}
+"""CTTS-MM's inference settings (appendix: temperature 0.7, 8,192 output tokens): the aggregator's sampling
+where neither its [aggregator] table nor [defaults] sets it."""
+
 
 def _table(value: Any, where: str, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
@@ -103,8 +107,8 @@ def load_agents(path: str | os.PathLike | None = None) -> AgentsConfig:
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
         raise InputError(f"agent names must be unique, got {names}", path=path)
-    aggregator = _spec({"name": "aggregator", **_table(data.get("aggregator", {}), "[aggregator]", path)}, defaults,
-                       "aggregator", path)
+    aggregator = _spec({"name": "aggregator", **_table(data.get("aggregator", {}), "[aggregator]", path)},
+                       {**AGGREGATOR_SAMPLING, **defaults}, "aggregator", path)
     return AgentsConfig(agents, aggregator, path)
 
 

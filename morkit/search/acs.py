@@ -4,18 +4,20 @@
 2. Aggregate S; that is the current answer. The aggregator is a role (morkit.search.aggregators): an LLM
    writes one refined answer (`llm`, the paper's), or one of S's answers is picked by the verifier's
    scores (`vote`, `best`; no LLM call).
-3. Greedy, in one of two forms (`step`), for at most `max_steps` steps:
-   - `argmax` (the paper's Section 3.2, the default): for every answer not in S, aggregate S plus it (all
-     of one step in one batched call), score them together with the current answer, and keep the best
-     if it scores strictly higher; stop when none does or nothing is left.
-   - `first` (the paper's Algorithm A): take the answers not in S one at a time, best-scored first;
-     aggregate S plus it, and keep it as soon as it scores strictly higher than the current answer;
-     one pass over the answers, each try one step.
+3. Greedy, in one of two forms (`step`), for at most `max_steps` (default 8, appendix D.2):
+   - `argmax` (Section 3.2, the default): per step, aggregate S plus each answer not in S (one batched
+     call), and keep the best if it scores strictly higher than the current answer; stop when none
+     does or nothing is left. A step is one such round.
+   - `first` (Algorithm A): passes. A pass takes the answers not in S at its start, in `order`, and
+     aggregates S plus each; an aggregate that scores strictly higher joins its answer to S and becomes
+     the current answer at once, and the pass goes on with the next answer. Stop when a pass improves
+     nothing or nothing is left. A step is one pass (Algorithm A's T, "Search Steps").
 4. Residual: aggregate all answers plus the current one; keep it only if it scores higher.
-Scores are compared only within one verify call, with every agent answer passed as context, so
-set-level RMs see the same siblings each time; identical texts are scored once per call. The aggregator
-gets each set's scores from the first call (all agent answers together); the current answer, when it is
-no agent's (an LLM's aggregate), carries its latest score. Every step lands in the trace.
+Comparisons: a verifier whose scores are absolute (morkit.verify.base.scores_are_absolute) scores each
+new aggregate alone against the current answer's stored score, as the paper does; any other one
+scores the aggregates and the current answer in one call. Every call passes all agent answers as
+context, so set-level RMs see the same siblings; identical texts are scored once per call. The
+aggregator gets each set's scores from the first call. Every step lands in the trace.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ from morkit.core import checks
 from morkit.core.errors import LLMError
 from morkit.llm.agents import AgentAnswer
 from morkit.search.base import AnswerAggregator, Meter, SearchResult, TraceStep
-from morkit.verify.base import Verifier
+from morkit.verify.base import Verifier, scores_are_absolute
 
 ACS_STEPS = ("argmax", "first")
-"""The greedy step: the best of every addition per step (Section 3.2), or the first addition that improves (Algorithm A)."""
+"""The greedy step: the best of every addition per step (Section 3.2), or passes of first improvements (Algorithm A)."""
+ACS_ORDERS = ("answers", "scores")
+"""The order a `first` pass tries answers in: the answers' own (Algorithm A iterates A_0 - S), or best-scored first."""
+PAPER_MAX_STEPS = 8
+"""Appendix D.2: "the number of aggregating is set to 8" (read as Algorithm A's T; see the README)."""
 
 
 def ranked(scores: Sequence[float]) -> list[int]:
@@ -46,12 +52,14 @@ class ACS:
     aggregator: AnswerAggregator
     k: int = 2
     residual: bool = True
-    max_steps: int | None = None
+    max_steps: int | None = PAPER_MAX_STEPS  # None: no limit
     step: str = "argmax"
+    order: str = "answers"
     name: str = "acs"
 
     def __post_init__(self) -> None:
         checks.one_of(self.step, ACS_STEPS, "ACS step")
+        checks.one_of(self.order, ACS_ORDERS, "ACS order")
         checks.optional(checks.positive_int, self.max_steps, "ACS max_steps")
 
     def run(self, question: str, answers: Sequence[AgentAnswer]) -> SearchResult:
@@ -77,7 +85,7 @@ class ACS:
         current, current_score = aggregate, self._scores(question, [aggregate], texts)[0]
         trace.append(TraceStep("initial", tuple(members), aggregate, current_score, True, **meter.mark()))
 
-        greedy = self._argmax_steps if self.step == "argmax" else self._first_improvement
+        greedy = self._argmax_steps if self.step == "argmax" else self._passes
         members, current, current_score = greedy(question, texts, scores, members, current, current_score,
                                                  trace, meter)
 
@@ -85,9 +93,9 @@ class ACS:
             try:
                 given = scores[texts.index(current)] if current in texts else current_score
                 residual = self.aggregator.aggregate(question, texts + [current], scores + [given])
-                res_score, current_score = self._scores(question, [residual, current], texts)
+                (res_score,), current_score = self._compare(question, [residual], current, current_score, texts)
                 keep = res_score > current_score
-                note = "kept" if keep else f"discarded: the current answer scores {current_score:.3f} in this call"
+                note = "kept" if keep else f"discarded: the current answer scores {current_score:.3f}"
                 trace.append(TraceStep("residual", tuple(range(len(texts))), residual, res_score, keep, note=note,
                                        **meter.mark()))
                 if keep:
@@ -97,13 +105,23 @@ class ACS:
         return meter.result(self.name, current, current_score, trace, members=list(members),
                             aggregator=getattr(self.aggregator, "name", "llm"))
 
+    def _limit_reached(self, steps: int, members, trace, meter) -> bool:
+        if self.max_steps is not None and steps >= self.max_steps:
+            trace.append(TraceStep("stop", tuple(members), note=f"step limit ({self.max_steps}) reached",
+                                   **meter.mark()))
+            return True
+        return False
+
     def _argmax_steps(self, question, texts, scores, members, current, current_score, trace, meter):
-        """Section 3.2: per step, aggregate S plus each remaining answer in one batched call; keep the best if it improves."""
+        """Section 3.2: per step, aggregate S plus each remaining answer in one batched call; keep the best
+        if it improves."""
         steps = 0
-        while self.max_steps is None or steps < self.max_steps:
+        while True:
             remaining = [i for i in range(len(texts)) if i not in members]
             if not remaining:
                 trace.append(TraceStep("stop", tuple(members), note="every answer is in the set", **meter.mark()))
+                break
+            if self._limit_reached(steps, members, trace, meter):
                 break
             try:
                 sets = [members + [j] for j in remaining]
@@ -113,50 +131,65 @@ class ACS:
                 trace.append(TraceStep("error", tuple(members), note=f"greedy aggregation failed: {exc}",
                                        **meter.mark()))
                 break
-            *cand_scores, current_score = self._scores(question, candidates + [current], texts)
+            cand_scores, current_score = self._compare(question, candidates, current, current_score, texts)
             pick = int(np.argmax(cand_scores))
             accepted = cand_scores[pick] > current_score
             tried = tuple(zip(remaining, cand_scores))
             if accepted:
                 members = members + [remaining[pick]]
                 current, current_score = candidates[pick], cand_scores[pick]
-            note = "" if accepted else f"no addition beats the current answer ({current_score:.3f} in this call): stop"
+            note = "" if accepted else f"no addition beats the current answer ({current_score:.3f}): stop"
             trace.append(TraceStep("greedy", tuple(members), candidates[pick], cand_scores[pick], accepted, tried,
                                    note=note, **meter.mark()))
             steps += 1
             if not accepted:
                 break
-        else:
-            trace.append(TraceStep("stop", tuple(members), note=f"step limit ({self.max_steps}) reached", **meter.mark()))
         return members, current, current_score
 
-    def _first_improvement(self, question, texts, scores, members, current, current_score, trace, meter):
-        """Algorithm A: one pass over the remaining answers, best-scored first; each is kept as soon as
-        aggregating it into S beats the current answer."""
-        remaining = [i for i in ranked(scores) if i not in members]
-        for steps, j in enumerate(remaining):
-            if self.max_steps is not None and steps >= self.max_steps:
-                trace.append(TraceStep("stop", tuple(members), note=f"step limit ({self.max_steps}) reached",
-                                       **meter.mark()))
+    def _passes(self, question, texts, scores, members, current, current_score, trace, meter):
+        """Algorithm A: passes over the answers not in S (fixed at each pass's start); each answer whose
+        aggregate with S beats the current answer joins S at once; stop after a pass that improves nothing."""
+        order = range(len(texts)) if self.order == "answers" else ranked(scores)
+        passes = 0
+        while True:
+            remaining = [i for i in order if i not in members]
+            if not remaining:
+                trace.append(TraceStep("stop", tuple(members), note="every answer is in the set", **meter.mark()))
                 break
-            try:
-                candidate = self.aggregator.aggregate(question, [texts[i] for i in members + [j]],
-                                                      [scores[i] for i in members + [j]])
-            except LLMError as exc:
-                trace.append(TraceStep("error", tuple(members), note=f"greedy aggregation failed: {exc}",
-                                       **meter.mark()))
+            if self._limit_reached(passes, members, trace, meter):
                 break
-            cand_score, current_score = self._scores(question, [candidate, current], texts)
-            accepted = cand_score > current_score
-            if accepted:
-                members = members + [j]
-                current, current_score = candidate, cand_score
-            note = "" if accepted else f"does not beat the current answer ({current_score:.3f} in this call)"
-            trace.append(TraceStep("greedy", tuple(members), candidate, cand_score, accepted, ((j, cand_score),),
-                                   note=note, **meter.mark()))
-        else:
-            trace.append(TraceStep("stop", tuple(members), note="every answer was tried", **meter.mark()))
+            passes += 1
+            improved = False
+            for j in remaining:
+                try:
+                    candidate = self.aggregator.aggregate(question, [texts[i] for i in members + [j]],
+                                                          [scores[i] for i in members + [j]])
+                except LLMError as exc:
+                    trace.append(TraceStep("error", tuple(members), note=f"greedy aggregation failed: {exc}",
+                                           **meter.mark()))
+                    return members, current, current_score
+                (cand_score,), current_score = self._compare(question, [candidate], current, current_score, texts)
+                accepted = cand_score > current_score
+                if accepted:
+                    members = members + [j]
+                    current, current_score, improved = candidate, cand_score, True
+                beaten = "" if accepted else f": does not beat the current answer ({current_score:.3f})"
+                note = f"pass {passes}{beaten}"
+                trace.append(TraceStep("greedy", tuple(members), candidate, cand_score, accepted, ((j, cand_score),),
+                                       note=note, **meter.mark()))
+            if not improved:
+                trace.append(TraceStep("stop", tuple(members), note=f"pass {passes} improved nothing", **meter.mark()))
+                break
         return members, current, current_score
+
+    def _compare(self, question: str, candidates: list[str], current: str, current_score: float,
+                 texts: list[str]) -> tuple[list[float], float]:
+        """The candidates' scores and the current answer's, comparable: the stored score where the verifier's
+        scores are absolute (the candidates alone are scored), else all of them rescored in one call."""
+        if scores_are_absolute(self.verifier):
+            return self._scores(question, candidates, texts), current_score
+        *cand_scores, current_score = self._scores(question, candidates + [current], texts)
+        return cand_scores, current_score
 
     def _scores(self, question: str, candidates: list[str], texts: list[str]) -> list[float]:
         """Scores of the candidates in one verify call; a text given twice is scored once, so duplicates

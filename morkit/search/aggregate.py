@@ -1,17 +1,20 @@
 """MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer.
 
 This is the `llm` entry of AGGREGATORS (morkit.search.aggregators); `vote` and `best` pick among the
-answers instead (morkit.search.voting). The prompt is a choice in AGGREGATOR_PROMPTS: `moa` (default) is
-the Mixture-of-Agents Aggregate-and-Synthesize prompt as published, which CTTS-MM's aggregator uses;
-`refine` is morkit's earlier prompt, which also asks for a final-answer line.
+answers instead (morkit.search.voting). The prompt is a choice in AGGREGATOR_PROMPTS: `ctts-mm` (default)
+is CTTS-MM's aggregator prompt as its Figure J publishes it (MoA's system prompt and numbered responses,
+the question as "Question: {question}."); `moa` is the Mixture-of-Agents Aggregate-and-Synthesize prompt
+as MoA publishes it (the bare question); `refine` is morkit's earlier prompt, with a final-answer line.
+The default sampling is the paper's (temperature 0.7, 8,192 tokens; llm.agents.AGGREGATOR_SAMPLING).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from morkit.core.registry import Entry, Registry
+from morkit.llm.agents import AGGREGATOR_SAMPLING
 from morkit.llm.base import LLM, Conversation, SamplingParams
 
 # The Aggregate-and-Synthesize prompt of Wang et al., "Mixture-of-Agents Enhances Large Language Model
@@ -40,6 +43,14 @@ def moa_conversation(question: str, responses: Sequence[str], system: str = MOA_
     return [{"role": "system", "content": system + listed}, {"role": "user", "content": question.strip()}]
 
 
+def ctts_conversation(question: str, responses: Sequence[str], system: str = MOA_SYSTEM) -> Conversation:
+    """CTTS-MM's Figure J, as published: MoA's system message and numbered responses; the user's message is
+    "Question: {question}." (as in the paper's agent prompts, Figure I). Every word is the paper's; the
+    space after each number ("1. ", Figure J's text extraction shows "1.") follows MoA's reference code."""
+    conversation = moa_conversation(question, responses, system)
+    return [conversation[0], {"role": "user", "content": f"Question: {question.strip()}."}]
+
+
 def aggregation_conversation(question: str, responses: Sequence[str], system: str = AGGREGATOR_SYSTEM) -> Conversation:
     """The `refine` layout: its instructions as the system message; the question and numbered responses as the user's."""
     listed = "\n\n".join(f"Response {i}:\n{r.strip()}" for i, r in enumerate(responses, start=1))
@@ -49,13 +60,15 @@ def aggregation_conversation(question: str, responses: Sequence[str], system: st
 
 _HERE = "morkit.search.aggregate"
 AGGREGATOR_PROMPTS = Registry("aggregator prompt", [
+    Entry("ctts-mm", f"{_HERE}:ctts_conversation",
+          "CTTS-MM's aggregator prompt (its Figure J), as published: MoA's, with 'Question: {question}.'"),
     Entry("moa", f"{_HERE}:moa_conversation", "Mixture-of-Agents' Aggregate-and-Synthesize prompt, as published"),
     Entry("refine", f"{_HERE}:aggregation_conversation",
           "morkit's earlier prompt: check each step, fix or drop mistakes, end with a final-answer line"),
 ])
 """name -> layout(question, responses[, system]) -> Conversation; an agents.toml `[aggregator] system`
 replaces the layout's default prompt."""
-DEFAULT_AGGREGATOR_PROMPT = "moa"
+DEFAULT_AGGREGATOR_PROMPT = "ctts-mm"
 
 
 @dataclass
@@ -65,7 +78,7 @@ class Aggregator:
     The verifier's scores of the answers, which the AnswerAggregator protocol passes, are not shown to the LLM."""
 
     llm: LLM
-    params: SamplingParams = SamplingParams(temperature=0.3, max_tokens=256)
+    params: SamplingParams = SamplingParams(**AGGREGATOR_SAMPLING)  # the paper's: 0.7, 8,192 tokens
     system: str | None = None  # None: the prompt's own (AGGREGATOR_PROMPTS[prompt])
     prompt: str = DEFAULT_AGGREGATOR_PROMPT
     shown_question: str | None = None  # what the aggregator is shown as the question (default: the question)
@@ -84,9 +97,7 @@ class Aggregator:
         layout = AGGREGATOR_PROMPTS.load(self.prompt)
         system = {"system": self.system} if self.system else {}
         conversations = [layout(shown, rs, **system) for rs in response_sets]
-        params = SamplingParams(1, self.params.temperature, self.params.top_p, self.params.max_tokens,
-                                self.params.stop, self.params.seed)
-        completions = self.llm.chat(conversations, params)
+        completions = self.llm.chat(conversations, replace(self.params, n=1))
         self.calls += len(conversations)
         self.tokens += sum(c.prompt_tokens + c.completion_tokens for c in completions)
         return [c.texts[0].strip() if c.texts else "" for c in completions]

@@ -15,7 +15,7 @@ from typing import Any
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
-from morkit.search.acs import ACS_STEPS
+from morkit.search.acs import ACS_ORDERS, ACS_STEPS, PAPER_MAX_STEPS
 from morkit.search.aggregate import AGGREGATOR_PROMPTS, DEFAULT_AGGREGATOR_PROMPT
 from morkit.search.aggregators import AGGREGATORS, DEFAULT_AGGREGATOR
 
@@ -33,7 +33,8 @@ class SearchOptions:
     aggregator: str = DEFAULT_AGGREGATOR  # a name in AGGREGATORS: llm, vote, best
     strict_grading: bool = False  # True: only a stated final answer counts, never the last number in the text
     acs_step: str = "argmax"  # ACS's greedy step: argmax (the paper's Section 3.2) or first (its Algorithm A)
-    max_steps: int | None = None  # ACS greedy steps at most (None: until no addition improves)
+    max_steps: int | None = PAPER_MAX_STEPS  # ACS steps at most: rounds (argmax), passes (first); None: no limit
+    acs_order: str = "answers"  # the order a `first` pass tries answers in: answers (Algorithm A's) or scores
     aggregator_prompt: str = DEFAULT_AGGREGATOR_PROMPT  # the LLM aggregator's prompt: moa (as published) or refine
 
     def __post_init__(self) -> None:
@@ -41,6 +42,7 @@ class SearchOptions:
         AGGREGATORS.get(self.aggregator)  # an unknown name lists the known ones
         checks.one_of(self.acs_step, ACS_STEPS, "acs_step")
         checks.optional(checks.positive_int, self.max_steps, "max_steps")
+        checks.one_of(self.acs_order, ACS_ORDERS, "acs_order")
         AGGREGATOR_PROMPTS.get(self.aggregator_prompt)
         if not isinstance(self.strict_grading, bool):
             raise InputError(f"strict_grading must be True or False, got {self.strict_grading!r}")
@@ -62,7 +64,8 @@ def acs(setup: SearchSetup) -> Any:
 
     aggregator = AGGREGATORS.load(setup.options.aggregator)(setup)
     o = setup.options
-    return ACS(setup.verifier, aggregator, k=o.top_k, residual=o.residual, max_steps=o.max_steps, step=o.acs_step)
+    return ACS(setup.verifier, aggregator, k=o.top_k, residual=o.residual, max_steps=o.max_steps, step=o.acs_step,
+               order=o.acs_order)
 
 
 def best_of_n(setup: SearchSetup) -> Any:

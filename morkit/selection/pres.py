@@ -5,6 +5,8 @@ score(e) = sum over the top-k pool neighbours i of sim(query, i) * PRR(i, e), wh
 cannot score this query are skipped. `criterion="top1"` uses each neighbour's best-of-n hit instead
 of PRR: a top-1 criterion for a top-1 task. A pool without dense tables (`QuestionPool.dense` False)
 gives the neighbours' values from their member scores, per query (morkit.question_pool.neighbour_prr).
+`gamma` (off by default: the paper's argmax) is one reading of appendix D.2's unused "tolerance threshold
+coefficient gamma = 0.95": among ensembles scoring at least gamma times the best, take the fewest members.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class PRES:
     criterion: str = "prr"
     singles_only: bool = False
     runner_ups: int = 5
+    gamma: float | None = None  # None: argmax; else the fewest members among scores >= best - (1 - gamma)|best|
     name: str = "pres"
     _table: np.ndarray | None = field(init=False, repr=False)
     _matrix: EnsembleMatrix | None = field(init=False, repr=False)
@@ -39,6 +42,7 @@ class PRES:
 
     def __post_init__(self) -> None:
         checks.one_of(self.criterion, CRITERIA, "PRES criterion")
+        checks.optional(checks.probability, self.gamma, "PRES gamma")
         self._table = self._matrix = None
         if self.pool.dense:
             values = self.pool.prr if self.criterion == "prr" else self.pool.top1
@@ -82,11 +86,17 @@ class PRES:
             raise LookupError("no pool ensemble can score this query: its candidates lack every pool RM's scores")
         evidence = np.where(mask, self.scores(neighbours), -np.inf)
         # Equal evidence (e.g. no neighbour with mixed labels) falls back to the pool-wide mean, not position.
-        order = np.lexsort((-self._overall, -evidence))[: self.runner_ups + 1]
+        order = np.lexsort((-self._overall, -evidence))
         best = int(order[0])
-        alternatives = tuple((self.pool.ensembles[int(e)].name, float(evidence[e])) for e in order[1:] if mask[e])
-        return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives,
-                      {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())})
+        details = {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())}
+        if self.gamma is not None:  # within gamma of the best: fewest members first, then the order above
+            near = evidence >= evidence[best] - (1 - self.gamma) * abs(evidence[best])
+            kept = order[near[order]]
+            best = int(kept[np.argmin(self._uses.sum(axis=1)[kept])])
+            details["gamma"] = self.gamma
+        others = [int(e) for e in order[: self.runner_ups + 1] if e != best and mask[e]][: self.runner_ups]
+        alternatives = tuple((self.pool.ensembles[e].name, float(evidence[e])) for e in others)
+        return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives, details)
 
 
 def pres(pool: QuestionPool, singles_only: bool = False) -> PRES:
