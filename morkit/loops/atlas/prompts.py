@@ -33,11 +33,13 @@ _NO_SOLVING = [
      "solving, even when framed as \"analysis\" or \"synthesis\".", _ANY)]
 _ADDITIONAL = ("additional_prompt is your tool for forcing method diversity when the explore pool has drifted into "
                "method-redundancy.", _ANY)
+_EVIDENCE = [  # principles 1-2, the same in both versions
+    [*_NO_SOLVING, ("Any answer without candidate evidence is baseless and undermines the system.", _ANY)],
+    [("A single candidate, regardless of its self-reported confidence, does not constitute sufficient "
+      "evidence.", _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)]]
 PAPER_PRINCIPLES: Mapping[str, Sequence[Sequence[tuple[str, str]]]] = {
     "atlas": [  # principles 1-2 are not legible in this version: ATLAS-MM's below
-        [*_NO_SOLVING, ("Any answer without candidate evidence is baseless and undermines the system.", _ANY)],
-        [("A single candidate, regardless of its self-reported confidence, does not constitute sufficient "
-          "evidence.", _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)],
+        *_EVIDENCE,
         [("Genuine convergence means independent solvers arriving at the same answer through different methods.",
           _ANY), ("Candidates that agree but share the same reasoning path may reflect a shared misconception "
                   "rather than true convergence.", _ANY)],
@@ -53,9 +55,7 @@ PAPER_PRINCIPLES: Mapping[str, Sequence[Sequence[tuple[str, str]]]] = {
          ("Every decision you make must be grounded in one of the principles above.", _REASON),
          ("Explicitly cite which principle justifies your action.", _REASON)]],
     "atlas-mm": [
-        [*_NO_SOLVING, ("Any answer without candidate evidence is baseless and undermines the system.", _ANY)],
-        [("A single candidate, regardless of its self-reported confidence, does not constitute sufficient "
-          "evidence.", _ANY), ("Self-reported confidence is poorly calibrated.", _ANY)],
+        *_EVIDENCE,
         [("Genuine convergence means independent solvers arriving at the same answer through different methods.",
           _ANY), ("Candidates from different models that agree provide stronger evidence than candidates from the "
                   "same model.", _ANY)],
