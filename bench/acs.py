@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
     p.add_argument("--n-agents", type=int, default=3, help="use the first N agents of the config")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per agent answer and aggregation")
-    p.add_argument("--acs-steps", nargs="+", default=["argmax", "first"], help="ACS greedy steps to run, one row each")
+    p.add_argument("--acs-steps", nargs="+", default=["argmax", "first"], choices=["argmax", "first"], help="ACS greedy steps to run, one row each")
     p.add_argument("--max-steps", type=int, help="ACS steps at most (default: morkit's, the paper's 8; 0: no limit)")
     p.add_argument("--seed", type=int, default=0, help="the aggregator's sampling seed (reruns give the same text)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")

@@ -348,3 +348,18 @@ def test_local_generation_stops_at_its_deadline(local_llm):
     assert cut.finish_reasons == ("length",) and 0 < cut.completion_tokens < 400
     pieces = "".join(local_llm.stream(long, params))
     assert pieces and len(local_llm.loaded.tokenizer(pieces)["input_ids"]) < 400
+
+
+def test_local_generation_stops_at_the_models_context_window():
+    """A paper's 8,192-token limit on a small local model ends at its window, not past it."""
+    from types import SimpleNamespace
+
+    from morkit.llm.base import SamplingParams
+    from morkit.llm.local import LocalLLM
+
+    lm = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=1),
+                         model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=2048)))
+    options = LocalLLM._generate_options(lm, SamplingParams(max_tokens=8192), None, 300)
+    assert options["generation_config"].max_new_tokens == 2048 - 300
+    options = LocalLLM._generate_options(lm, SamplingParams(max_tokens=64), None, 300)
+    assert options["generation_config"].max_new_tokens == 64

@@ -76,15 +76,21 @@ class LocalLLM:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @staticmethod
-    def _generate_options(lm: LoadedLM, params: SamplingParams, deadline: float | None = None) -> dict[str, Any]:
+    def _generate_options(lm: LoadedLM, params: SamplingParams, deadline: float | None = None,
+                          prompt_tokens: int = 0) -> dict[str, Any]:
         """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer).
 
-        With a `deadline` (time.monotonic()), generation stops there (`max_time`) and the text so far comes
-        back with finish reason "length" (nothing generated is thrown away)."""
+        New tokens stop at the model's context window (a paper's 8,192-token limit on a small model ends
+        there, with finish reason "length"). With a `deadline` (time.monotonic()), generation stops there
+        (`max_time`) and the text so far comes back with finish reason "length" (nothing generated is thrown
+        away)."""
         from transformers import GenerationConfig
 
         tok = lm.tokenizer
-        options: dict[str, Any] = {"max_new_tokens": params.max_tokens, "pad_token_id": tok.pad_token_id,
+        window = getattr(lm.model.config, "max_position_embeddings", None)
+        limit = params.max_tokens if not isinstance(window, int) else max(1, min(params.max_tokens,
+                                                                                 window - prompt_tokens))
+        options: dict[str, Any] = {"max_new_tokens": limit, "pad_token_id": tok.pad_token_id,
                                    "eos_token_id": tok.eos_token_id}
         if deadline is not None:
             options["max_time"] = max(deadline - time.monotonic(), 0.01)
@@ -109,7 +115,7 @@ class LocalLLM:
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=lm.device)
         with torch.inference_mode():
             out = lm.model.generate(input_ids=ids, attention_mask=mask,
-                                    **self._generate_options(lm, params, deadline))
+                                    **self._generate_options(lm, params, deadline, width))
         return [self._trim(lm, row.tolist()) for row in out[:, width:]]
 
     @staticmethod
@@ -188,7 +194,7 @@ class LocalLLM:
                     ids = torch.tensor([prompt], device=lm.device)
                     lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer,
                                       stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
-                                      **self._generate_options(lm, params, deadline))
+                                      **self._generate_options(lm, params, deadline, len(prompt)))
             except BaseException as err:  # noqa: BLE001 - re-raised in the reader's thread
                 failure.append(err)
                 streamer.end()

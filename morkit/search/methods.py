@@ -35,7 +35,7 @@ class SearchOptions:
     acs_step: str = "argmax"  # ACS's greedy step: argmax (the paper's Section 3.2) or first (its Algorithm A)
     max_steps: int | None = PAPER_MAX_STEPS  # ACS steps at most: rounds (argmax), passes (first); None: no limit
     acs_order: str = "answers"  # the order a `first` pass tries answers in: answers (Algorithm A's) or scores
-    aggregator_prompt: str = DEFAULT_AGGREGATOR_PROMPT  # the LLM aggregator's prompt: moa (as published) or refine
+    aggregator_prompt: str = DEFAULT_AGGREGATOR_PROMPT  # the LLM aggregator's prompt: ctts-mm (Figure J), moa or refine
 
     def __post_init__(self) -> None:
         checks.positive_int(self.top_k, "top_k")
