@@ -32,7 +32,7 @@ call), or without a verifier to the most common final answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
 from morkit.core.errors import InputError, LLMError
@@ -51,6 +51,7 @@ from morkit.loops.atlas.protocol import (
     parse_costs,
     reference_check,
 )
+from morkit.loops.atlas.state import RunState
 from morkit.loops.atlas.synthesis import final_answer
 from morkit.loops.base import (
     Budget,
@@ -63,23 +64,6 @@ from morkit.loops.base import (
 )
 
 __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "parse_action"]
-
-
-@dataclass
-class RunState:
-    """Mutable state of one run: meter, trace, evidence, decisions, the orchestrator's conversation, costs."""
-
-    problem: str
-    spend: Spend
-    trace: Trace
-    conversation: list[dict[str, str]]
-    pending: list[str]  # user text not yet sent: it opens the orchestrator's next turn
-    table: dict[str, Any] | None = None  # the latest one-call scores of every candidate (show_scores, not absolute)
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, int] = field(default_factory=dict)
-    cost_by_solver: dict[str, float] = field(default_factory=dict)
-    pool_used: int = 0
 
 
 class ATLAS:
@@ -177,7 +161,7 @@ class ATLAS:
 
     def status(self, run: RunState) -> str:
         """Where the run stands, for the orchestrator's next turn (re-scoring the candidates first when due)."""
-        scoring.refresh_table(self, run)
+        scoring.refresh_table(self.verifier, self.config.show_scores, run)
         return prompts.pool_status(run.evidence, self.config, self.total_cost(run), scoring.table_line(run))
 
     def take_pending(self, run: RunState, close: str) -> None:
@@ -279,7 +263,7 @@ class ATLAS:
             item["error"] = f"{type(err).__name__}: {err}"
         else:
             self._take_response(item, completion, run)
-            scoring.score_explore(self, item, run)
+            scoring.score_explore(self.verifier, self.config.show_scores, item, run)
         run.evidence.append(item)
         run.usage[name] = run.usage.get(name, 0) + 1
         run.trace.add("explore", **item)

@@ -12,52 +12,46 @@ Scores that are compared always come from one verify call, unless the verifier d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+from morkit.loops.atlas.state import RunState
 from morkit.loops.base import metered_verifier
 from morkit.verify.base import scores_are_absolute
 
-if TYPE_CHECKING:
-    from morkit.loops.atlas.loop import ATLAS, RunState
 
-
-def verify(loop: ATLAS, run: RunState, answers: Sequence[str], context: Sequence[str] = ()) -> list[Any] | None:
+def verify(verifier: Any, run: RunState, answers: Sequence[str], context: Sequence[str] = ()) -> list[Any] | None:
     """The verifier's verdicts for `answers` (one call, `context` their siblings), or None (recorded) when it
     fails: a failed verifier loses scores, not the run."""
     try:
-        return list(metered_verifier(loop.verifier, run.spend).verify(run.problem, list(answers), list(context)))
+        return list(metered_verifier(verifier, run.spend).verify(run.problem, list(answers), list(context)))
     except Exception as err:  # noqa: BLE001 - any verifier backend; recorded, the loop goes on
         run.trace.add("verify_error", error=f"{type(err).__name__}: {err}", answers=len(answers))
         return None
 
 
-def per_explore(loop: ATLAS) -> bool:
-    """Whether each explore is scored when it arrives: only when scores are shown and compare across calls."""
-    return loop.verifier is not None and loop.config.show_scores and scores_are_absolute(loop.verifier)
+def _shown(verifier: Any, show_scores: bool, absolute: bool) -> bool:
+    """Whether scores are shown from `verifier` and its scores are (`absolute`) or are not comparable across
+    calls: absolute ones are scored per explore, the others re-scored in one call per turn."""
+    return verifier is not None and show_scores and scores_are_absolute(verifier) == absolute
 
 
-def per_turn(loop: ATLAS) -> bool:
-    """Whether every candidate so far is re-scored in one call before each turn (shown, not absolute)."""
-    return loop.verifier is not None and loop.config.show_scores and not scores_are_absolute(loop.verifier)
-
-
-def score_explore(loop: ATLAS, item: dict[str, Any], run: RunState) -> None:
+def score_explore(verifier: Any, show_scores: bool, item: dict[str, Any], run: RunState) -> None:
     """An absolute score and feedback for one new candidate, when scores are shown."""
-    if not per_explore(loop):
+    if not _shown(verifier, show_scores, absolute=True):
         return
-    verdicts = verify(loop, run, [item["text"]])
+    verdicts = verify(verifier, run, [item["text"]])
     if verdicts:
         item["score"], item["feedback"] = float(verdicts[0].score), verdicts[0].feedback
 
 
-def refresh_table(loop: ATLAS, run: RunState) -> None:
+def refresh_table(verifier: Any, show_scores: bool, run: RunState) -> None:
     """Re-score every candidate so far in one call, when scores are shown but not absolute and the candidates
     changed since the last table."""
     answered = [e for e in run.evidence if e["text"]]
     indices = [e["index"] for e in answered]
-    if not per_turn(loop) or not answered or (run.table is not None and run.table["of"] == indices):
+    if not _shown(verifier, show_scores, absolute=False) or not answered or (run.table is not None and run.table["of"] == indices):
         return
-    verdicts = verify(loop, run, [e["text"] for e in answered])
+    verdicts = verify(verifier, run, [e["text"] for e in answered])
     run.table = {"of": indices, "scores": [float(v.score) for v in verdicts] if verdicts else None}
     run.trace.add("score_table", of=indices, scores=run.table["scores"])
 
@@ -71,16 +65,16 @@ def table_line(run: RunState) -> str | None:
             f"with each other, not with an earlier turn's scores): {scores}.")
 
 
-def end_scores(loop: ATLAS, run: RunState, synthesis: str | None,
+def end_scores(verifier: Any, run: RunState, synthesis: str | None,
                answered: Sequence[dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Scores by text of the synthesis (when there is one) or of the candidates (for the fallback), and what the
     end call scored ([] when no call was made).
 
     One call: the synthesis alone when scores are absolute, else beside every candidate (its score means
     something only next to theirs); for the fallback, every candidate, unless all have absolute scores already."""
-    if loop.verifier is None:
+    if verifier is None:
         return {}, []
-    absolute = scores_are_absolute(loop.verifier)
+    absolute = scores_are_absolute(verifier)
     if synthesis is None and answered and absolute and all(e["score"] is not None for e in answered):
         run.trace.add("rescore", reused=[e["index"] for e in answered])
         return {e["text"]: e["score"] for e in answered}, []
@@ -92,7 +86,7 @@ def end_scores(loop: ATLAS, run: RunState, synthesis: str | None,
     texts = list(dict.fromkeys(text for _, text in candidates))
     # every candidate, repeats included, as the siblings: a set-level member (consensus) counts each copy, as
     # the per-turn table does
-    verdicts = verify(loop, run, texts, [text for _, text in candidates])
+    verdicts = verify(verifier, run, texts, [text for _, text in candidates])
     if verdicts is None:
         return {}, []
     scores = {t: float(v.score) for t, v in zip(texts, verdicts)}

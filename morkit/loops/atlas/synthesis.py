@@ -15,9 +15,10 @@ from morkit.core.grading import extract_answer
 from morkit.llm.base import SamplingParams
 from morkit.loops.atlas import prompts, scoring
 from morkit.loops.atlas.protocol import majority_index, parse_action
+from morkit.loops.atlas.state import RunState
 
 if TYPE_CHECKING:
-    from morkit.loops.atlas.loop import ATLAS, RunState
+    from morkit.loops.atlas.loop import ATLAS
     from morkit.loops.base import MeteredLLM
 
 
@@ -86,7 +87,7 @@ def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunSta
 def _choose(loop: ATLAS, synthesis: str | None, run: RunState) -> Final:
     """The synthesis when there is one, else the best-verified candidate, else the majority one."""
     answered = [e for e in run.evidence if e["text"]]
-    scores, rescored = scoring.end_scores(loop, run, synthesis, answered)
+    scores, rescored = scoring.end_scores(loop.verifier, run, synthesis, answered)
     if synthesis:
         return Final(synthesis, scores.get(synthesis), "synthesis", synthesis, rescored)
     if not answered:
