@@ -15,10 +15,7 @@ from typing import Any, Sequence
 
 from morkit.core.types import Verdict
 from morkit.loops.base import map_verifier
-
-
-def _is_critic(node: Any) -> bool:
-    return dataclasses.is_dataclass(node) and {"llm", "params"} <= {f.name for f in dataclasses.fields(node)}
+from morkit.loops.tmas.sampling import is_critic
 
 
 def _parts(node: Any) -> list[Any]:
@@ -34,7 +31,7 @@ def writes_analysis(verifier: Any) -> bool:
     declared = getattr(verifier, "writes_analysis", None)
     if declared is not None:
         return bool(declared)
-    return _is_critic(verifier) or any(writes_analysis(part) for part in _parts(verifier))
+    return is_critic(verifier) or any(writes_analysis(part) for part in _parts(verifier))
 
 
 class ScoreOnly:

@@ -68,12 +68,17 @@ def batched(llm: Any, conversations: Sequence[Conversation], params: SamplingPar
                 for i in range(len(conversations))]
 
 
+def is_critic(node: Any) -> bool:
+    """Whether a verifier node is an LLM critic: a dataclass holding `llm` and `params`."""
+    return dataclasses.is_dataclass(node) and {"llm", "params"} <= {f.name for f in dataclasses.fields(node)}
+
+
 def sampled_verifier(verifier: Any, temperature: float, seed: int | None, max_tokens: int | None = None) -> Any:
     """A copy of `verifier` whose LLM critic(s) (a node with `llm` and `params`) sample at `temperature` with
     `seed`; None when it holds none (a deterministic verifier)."""
 
     def resample(node: Any) -> dict[str, Any]:
-        if not {"llm", "params"} <= {f.name for f in dataclasses.fields(node)}:
+        if not is_critic(node):
             return {}
         params = node.params if isinstance(node.params, SamplingParams) else SamplingParams(
             temperature=0.0, max_tokens=CRITIC_DEFAULT_MAX_TOKENS)
