@@ -77,7 +77,7 @@ def main() -> None:
         reference = values(base, name)
         print(f"{name:<14}{pairs:>6}  {'single process':<22}{base_s:8.1f}{pairs / base_s:9.1f}{1.0:10.2f}{0.0:12.1e}")
         for workers in args.workers:
-            rm = ray_rm(name, ScoringOptions(chunk=args.chunk, ray="auto", ray_workers=workers))
+            rm = ray_rm(name, ScoringOptions.from_flags(chunk=args.chunk, ray="auto", ray_workers=workers))
             out, seconds = timed(score_queries, queries, [rm], chunk=args.chunk)
             diff = max(abs(a - b) for a, b in zip(values(out, name), reference))
             label = f"Ray, {workers} actor{'s' if workers > 1 else ''}"

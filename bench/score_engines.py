@@ -104,7 +104,7 @@ def main() -> None:
              "transformers+pfx": transformers_path(True)}
     if not args.skip_vllm:  # engines start one at a time, after the transformers paths: an idle engine
         for label, caching in (("vllm", False), ("vllm+pfx", True)):  # still takes CPU from other paths
-            paths[label] = ScoringOptions(backend="vllm", prefix_reuse=caching, max_model_len=2048)
+            paths[label] = ScoringOptions.from_flags(backend="vllm", prefix_reuse=caching, max_model_len=2048)
     transformers_path(False)(sets["gsm8k"][:4])  # warm-up
 
     rates: dict[tuple[str, str], float] = {}

@@ -52,13 +52,13 @@ def test_options_check_values_when_made():
     from morkit.loops.base import Budget
     from morkit.question_pool.pool import PoolConfig
 
-    for make in (lambda: ScoringOptions(chunk=0), lambda: ScoringOptions(batch_size=0),
+    for make in (lambda: ScoringOptions(chunk=0), lambda: ScoringOptions.from_flags(batch_size=0),
                  lambda: ScoringOptions(truncation="bogus"), lambda: SelectOptions(k=-5),
                  lambda: SelectOptions(method="nope"), lambda: SearchOptions(top_k=0),
                  lambda: LoopOptions(epsilon=2.0), lambda: LoopOptions(iterations=0), lambda: Budget(max_calls=-1),
                  lambda: PoolConfig(temperature=float("nan")), lambda: PoolConfig(max_members=0),
                  lambda: PoolConfig(temperature=10**400), lambda: Budget(max_seconds=-(10**400)),
-                 lambda: ScoringOptions(gpu_memory_utilization=float("nan"))):
+                 lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("nan"))):
         with pytest.raises(InputError):
             make()
 

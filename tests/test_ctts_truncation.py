@@ -63,11 +63,11 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
         assert truncation_of(SKYWORK_V2, options).signature == build(SKYWORK_V2, options).truncation.signature
     assert truncation_of(SKYWORK_V2, ScoringOptions()).signature == "middle@window"
     # vLLM: the engine's length bounds every pair; the rm is built as backends.vllm_rm builds it
-    options = ScoringOptions(backend="vllm", max_model_len=256)
+    options = ScoringOptions.from_flags(backend="vllm", max_model_len=256)
     engine_rm = EngineRM(ctts_spec(SKYWORK_V2, checkpoints[SKYWORK_V2]["root"]), None, options.truncation_for(True))
     assert engine_rm.truncation.limit == 256 and engine_rm.truncation.signature == "middle@window<=256"
     assert truncation_of(SKYWORK_V2, options).signature == "middle@window<=256"
-    assert truncation_of(SKYWORK_V2, ScoringOptions(urls=("http://h:1",))).signature == "middle@window"
+    assert truncation_of(SKYWORK_V2, ScoringOptions.from_flags(urls=("http://h:1",))).signature == "middle@window"
     assert truncation_of("math-consensus", ScoringOptions()) is None  # rules never cut
     assert truncation_of("vllm", ScoringOptions()) is None  # the bare vLLM entry sends prompts as they are
 

@@ -188,7 +188,7 @@ def test_every_scoring_verb_takes_the_backend_flags(verb):
              "--dtype", "bf16", "--tensor-parallel-size", "4", "--max-model-len", "4096",
              "--gpu-memory-utilization", "0.8", "--no-prefix-reuse"]
     options = scoring_options(build_parser().parse_args(verb + flags))
-    assert (options.backend, options.dtype, options.tensor_parallel_size, options.max_model_len,
-            options.gpu_memory_utilization, options.prefix_reuse) == ("vllm", "bf16", 4, 4096, 0.8, False)
-    assert options.server_urls("inf-orm-llama3.1-70b") == ["http://127.0.0.1:9"]
-    assert options.server_urls("qrm-gemma-2-27b") == ["http://h:1"]
+    assert (options.backend, options.dtype, options.vllm.tensor_parallel_size, options.vllm.max_model_len,
+            options.vllm.gpu_memory_utilization, options.prefix_reuse) == ("vllm", "bf16", 4, 4096, 0.8, False)
+    assert options.servers.urls_for("inf-orm-llama3.1-70b") == ["http://127.0.0.1:9"]
+    assert options.servers.urls_for("qrm-gemma-2-27b") == ["http://h:1"]

@@ -196,7 +196,7 @@ def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothin
                      benchmarks='[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 2\n')
     assert main(["pipeline", str(config), "-q"]) == 0
     asked = server.requests
-    config.write_text(config.read_text().replace("[[benchmark]]", "[scoring]\nmax_model_len = 512\n[[benchmark]]", 1))
+    config.write_text(config.read_text().replace("[[benchmark]]", "[scoring]\nmax_tokens = 512\n[[benchmark]]", 1))
     capsys.readouterr()
     assert main(["pipeline", str(config)]) == 0
     err = capsys.readouterr().err
@@ -225,26 +225,29 @@ def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, se
         assert f"{stage}: running" in err
 
 
-# A value per ScoringOptions field that can change a score, away from its default; SCORE_NEUTRAL holds the rest.
+# A value per scoring flag (ScoringOptions.as_flags) that can change a score, away from its default; SCORE_NEUTRAL
+# holds the rest.
 SCORING_CHANGES = {"device": "cpu", "max_tokens": 512, "truncation": "right", "reduction": "last", "backend": "vllm",
                    "urls": ("http://127.0.0.1:1",), "dtype": "bf16", "tensor_parallel_size": 2, "device_map": "auto",
                    "max_model_len": 512, "gpu_memory_utilization": 0.5, "prefix_reuse": False, "ray": "auto"}
+ENGINE_FLAGS = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
 NEUTRAL_CHANGES = {"progress": True, "cache": "elsewhere.sqlite", "chunk": 8, "batch_size": 4, "ray_workers": 2,
                    "check_fit": False}
 
 
 def test_the_scoring_key_covers_every_scoring_option_but_the_documented_neutral_ones():
-    names = {f.name for f in fields(ScoringOptions)}
+    names = set(ScoringOptions().as_flags())
     assert set(NEUTRAL_CHANGES) == set(SCORE_NEUTRAL)
     assert set(SCORING_CHANGES) == names - set(SCORE_NEUTRAL), (
-        "a new ScoringOptions field: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
+        "a new scoring flag: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
         "or to pipeline.keys.SCORE_NEUTRAL, saying why it cannot")
-    base = ScoringOptions(ray="auto")  # so that ray_workers may be set
+    base = ScoringOptions.from_flags(ray="auto")  # so that ray_workers may be set
+    on_engine = base.with_flags(backend="vllm")  # the offline vLLM engine's own flags apply only there
     for name, value in SCORING_CHANGES.items():
-        start = ScoringOptions() if name in ("urls", "ray") else base
-        assert scoring_key(replace(start, **{name: value})) != scoring_key(start), name
+        start = ScoringOptions() if name in ("urls", "ray") else on_engine if name in ENGINE_FLAGS else base
+        assert scoring_key(start.with_flags(**{name: value})) != scoring_key(start), name
     for name, value in NEUTRAL_CHANGES.items():
-        assert scoring_key(replace(base, **{name: value})) == scoring_key(base), name
+        assert scoring_key(base.with_flags(**{name: value})) == scoring_key(base), name
 
 
 def test_an_answers_key_covers_the_question_asked_and_every_agent_setting_but_the_neutral_ones():

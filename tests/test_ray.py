@@ -127,8 +127,8 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
     from morkit.reward_models.catalog import cache_key
 
     marker = tmp_path / "died"
-    rm = RayRM(RM, functools.partial(DiesOnce, str(marker)), ScoringOptions(ray="auto", chunk=CHUNK, ray_workers=2),
-               cache_key=cache_key(RM))
+    rm = RayRM(RM, functools.partial(DiesOnce, str(marker)),
+               ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2), cache_key=cache_key(RM))
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
         scored = morkit.score(queries, [rm], cache=cache, chunk=CHUNK)
@@ -145,7 +145,7 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
     from morkit.reward_models.ray_scoring import ray_rm
 
     total = len(_pairs(queries))
-    first = ray_rm(RM, ScoringOptions(ray="auto", chunk=CHUNK, ray_workers=1))
+    first = ray_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
     cache = CountingCache(tmp_path / "score.sqlite", die_after=2)
     with pytest.raises(DriverKilled):
         morkit.score(queries, [first], cache=cache, chunk=CHUNK)
@@ -153,7 +153,7 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
     stored = cache.written
     assert 0 < len(stored) < total
 
-    again = ray_rm(RM, ScoringOptions(ray="auto", chunk=CHUNK))
+    again = ray_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK))
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
         scored = morkit.score(queries, [again], cache=cache, chunk=CHUNK)

@@ -42,7 +42,7 @@ def engines():
     from morkit.reward_models.options import ScoringOptions
     from morkit.reward_models.rm_set import RewardModelSet
 
-    models = RewardModelSet(ScoringOptions(backend="vllm", max_model_len=512, gpu_memory_utilization=0.1))
+    models = RewardModelSet(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.1))
     yield models
     models.release()
 
@@ -75,7 +75,7 @@ def smollm2_engines(engines):
     from morkit.reward_models.rm_set import RewardModelSet
 
     engines.release()  # one engine at a time
-    models = RewardModelSet(ScoringOptions(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
+    models = RewardModelSet(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
     yield models
     models.release()
 

@@ -1,6 +1,6 @@
 """Argument parsing the verbs share: a parser whose errors are one line, checked value types, option groups.
 
-Value types reuse morkit.core.checks, so `--chunk 0` and `ScoringOptions(chunk=0)` say the same thing.
+Value types reuse morkit.core.checks, so `--chunk 0` and `ScoringOptions.from_flags(chunk=0)` say the same thing.
 Each option group has a function that turns the parsed flags into the typed options a service takes.
 """
 
@@ -14,7 +14,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Registry
 from morkit.reward_models.base import REDUCTIONS
-from morkit.reward_models.options import BACKENDS, ScoringOptions
+from morkit.reward_models.options import BACKENDS, MAX_REQUEST_PAIRS, ScoringOptions
 from morkit.reward_models.truncation import DEFAULT_POLICY, POLICY_HELP, TRUNCATION_POLICIES
 
 CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
@@ -77,7 +77,9 @@ def add_device_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 def add_scoring_options(p: argparse.ArgumentParser, *, reduction: bool = True) -> None:
     """The scoring flags; `reduction=False` where the pool's own reduction applies (pool add)."""
     g = add_device_options(p)
-    g.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="max sequences per forward pass (default 16)")
+    g.add_argument("--batch-size", type=POSITIVE_INT,
+                   help="transformers: max sequences per forward pass (default 16); vLLM servers (--url): pairs per "
+                        f"/pooling request (default 16, at most {MAX_REQUEST_PAIRS}); not for --backend vllm")
     g.add_argument("--max-tokens", type=POSITIVE_INT,
                    help="max tokens per (question, answer) pair (default: the model's window; `morkit rms NAME` "
                         "shows it)")
@@ -115,15 +117,16 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "RM`); RM=URL binds it to one RM; repeatable (requests are spread over the servers)")
     g.add_argument("--dtype", choices=("auto", *DTYPES), default=None,
                    help="model dtype (default auto: bfloat16 on GPUs, float32 on CPU)")
-    g.add_argument("--tensor-parallel-size", type=POSITIVE_INT, default=1,
-                   help="vLLM: GPUs that share one model's weights (default 1)")
+    g.add_argument("--tensor-parallel-size", type=POSITIVE_INT,
+                   help="offline vLLM engine (--backend vllm) only: GPUs that share one model's weights (default 1)")
     g.add_argument("--device-map", choices=("auto", "balanced", "sequential"),
-                   help="transformers: spread one model's layers over every visible GPU")
+                   help="transformers backend only: spread one model's layers over every visible GPU")
     g.add_argument("--max-model-len", type=POSITIVE_INT,
                    help="offline vLLM engine (--backend vllm) only: its context length, which also bounds every pair "
                         "(default: --max-tokens, else the model's window)")
     g.add_argument("--gpu-memory-utilization", type=SHARE,
-                   help="vLLM: share of device memory the engine may take (default 0.9 on GPU, 0.2 on CPU)")
+                   help="offline vLLM engine (--backend vllm) only: share of device memory it may take (default 0.9 on "
+                        "GPU, 0.2 on CPU)")
     g.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="spread each model RM's scoring over a Ray cluster (Ray Data, one RM replica per actor, "
                         "a GPU share per replica from --backend/--tensor-parallel-size; rules and tables stay "
@@ -166,13 +169,13 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
         if problem:
             raise InputError(f"--cache {args.cache}: {problem}")
     cache = None if args.no_cache else (args.cache or default_cache_path())
-    return ScoringOptions(device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                          truncation=args.truncation, reduction=getattr(args, "reduction", "min"), chunk=args.chunk,
-                          cache=cache, progress=not args.quiet, backend=args.backend, urls=tuple(args.url),
-                          dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
-                          device_map=args.device_map, max_model_len=args.max_model_len,
-                          gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse,
-                          ray=args.ray, ray_workers=args.ray_workers)
+    return ScoringOptions.from_flags(
+        device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens, truncation=args.truncation,
+        reduction=getattr(args, "reduction", "min"), chunk=args.chunk, cache=cache, progress=not args.quiet,
+        backend=args.backend, urls=tuple(args.url), dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
+        device_map=args.device_map, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse, ray=args.ray,
+        ray_workers=args.ray_workers)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

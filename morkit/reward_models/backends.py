@@ -63,12 +63,12 @@ def check_fits(name: str, options: ScoringOptions, backend: str) -> None:
 
     root = locate_weights(entry.meta["model_id"], required=entry.meta.get("required", ("config.json",)))
     if backend == "vllm":
-        device, spread = ("cuda" if torch.cuda.is_available() else "cpu"), options.tensor_parallel_size
+        device, spread = ("cuda" if torch.cuda.is_available() else "cpu"), options.vllm.tensor_parallel_size
     else:
         device = resolve_device(options.device)
-        spread = torch.cuda.device_count() if options.device_map and device.startswith("cuda") else 1
+        spread = torch.cuda.device_count() if options.transformers.device_map and device.startswith("cuda") else 1
     dtype = _dtype_name(options, device)
-    batch_tokens = options.max_model_len or 8192
+    batch_tokens = options.vllm.max_model_len or 8192
     if backend == "vllm":  # one sequence of the engine's full length must fit
         from morkit.reward_models.ctts import CTTS_BY_NAME
 
@@ -90,10 +90,10 @@ def vllm_rm(name: str, options: ScoringOptions) -> Any:
         kwargs["enable_chunked_prefill"] = False  # whole prompts per step (QRM reads two positions)
     if options.dtype and options.dtype != "auto":
         kwargs["dtype"] = _dtype_name(options, "cuda")
-    if options.tensor_parallel_size > 1:
-        kwargs["tensor_parallel_size"] = options.tensor_parallel_size
-    if options.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+    if options.vllm.tensor_parallel_size > 1:
+        kwargs["tensor_parallel_size"] = options.vllm.tensor_parallel_size
+    if options.vllm.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = options.vllm.gpu_memory_utilization
     if spec.architecture:
         kwargs["hf_overrides"] = {"architectures": [spec.architecture]}
     engine = VLLMRewardModel(str(spec.model_dir), kind=spec.pooling, name=name, step_token_id=spec.step_token_id,
@@ -110,7 +110,7 @@ def remote_rm(name: str, options: ScoringOptions, urls: list[str]) -> Any:
     spec = engine_spec(name, options)
     engine = RemoteRewardModel(name, urls, name, task=spec.pooling, label=spec.label, num_labels=spec.num_labels,
                                step_token_id=spec.step_token_id, reduction=options.reduction, finish=spec.finish,
-                               batch_size=min(options.batch_size, 16))
+                               batch_size=options.servers.batch_size)
     return EngineRM(spec, engine, options.truncation_for())
 
 
@@ -120,14 +120,14 @@ def truncation_of(name: str, options: ScoringOptions) -> Any:
     `options.load_options`); the bare `vllm` and `remote` entries send prompts as they are (None)."""
     if REWARD_MODELS.get(name).meta.get("backend") != "transformers":
         return None
-    return options.truncation_for(on_vllm=options.backend == "vllm" and not options.server_urls(name))
+    return options.truncation_for(on_vllm=options.backend == "vllm" and not options.servers.urls_for(name))
 
 
 def build(name: str, options: ScoringOptions) -> Any:
     """The RM registered as `name`, on the backend `options` pick (servers when `urls` name any for it)."""
     entry = REWARD_MODELS.get(name)
     if is_model_rm(entry):
-        urls = options.server_urls(name)
+        urls = options.servers.urls_for(name)
         if urls:
             return remote_rm(name, options, urls)
         check_fits(name, options, options.backend)

@@ -1,16 +1,21 @@
-"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value.
+"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value, by concern.
 
-The CLI's scoring flags map onto these fields one to one; the Python API takes the same object.
-Model RMs run on one backend: `transformers` (in this process), `vllm` (an offline engine), or the
-vLLM servers in `urls` (which then wins over `backend`). With `ray` set, each model RM's scoring is spread
-over a Ray cluster instead (`reward_models.ray_scoring`), one replica per actor, on that backend.
+Model RMs run on one backend: `transformers` (in this process, `TransformersOptions`), `vllm` (an offline
+engine, `VLLMOptions`), or the vLLM servers of `ServerOptions.urls` (which then win over `backend`). With
+`ray` set (`RayOptions`), each model RM's scoring is spread over a Ray cluster instead
+(`reward_models.ray_scoring`), one replica per actor, on that backend. Each field means one thing on the
+backend it belongs to.
+
+The CLI's flat flags (`--batch-size`, `--url`, `--tensor-parallel-size`, ...) and their Python names
+(`FLAGS`) build the value through `ScoringOptions.from_flags` / `with_flags`, which refuse a flag that does
+not apply to the chosen backend, naming it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from morkit.core import checks
@@ -23,6 +28,13 @@ BACKENDS = ("transformers", "vllm")
 _BOUND_URL = re.compile(r"^([A-Za-z0-9_.\-]+)=(.+)$")
 RAY_ADDRESS = re.compile(r"^(?:ray://)?\[?([^\s/\]]+)\]?:(\d+)$")  # HOST:PORT or ray://HOST:PORT (Ray client)
 
+MAX_REQUEST_PAIRS = 16
+"""The most pairs morkit sends in one `/pooling` request to a vLLM server. A request is the unit of the remote
+client's timeout (`timeout_s`, 30 s by default, for the whole request), of its retries and of its failures: a
+request that fails after its retries fails every pair in it. Throughput comes from the requests in flight
+(`concurrency`, 8 by default), which the server batches itself, so a larger request gains little and makes
+every retry redo, and every failure lose, more pairs."""
+
 
 def split_url(text: str) -> tuple[str | None, str]:
     """`RM=URL` binds a server to one RM; a bare URL serves every model RM of the run."""
@@ -33,71 +45,200 @@ def split_url(text: str) -> tuple[str | None, str]:
 
 
 @dataclass(frozen=True)
-class ScoringOptions:
-    """Model loading (backend, device, dtype, batch size, token limit, truncation, memory), cached-PRM
-    reduction, chunking, cache and progress bars."""
+class TransformersOptions:
+    """Model RMs in this process (`--backend transformers`)."""
 
-    device: str | None = None  # None: auto (cuda, mps, else cpu)
-    batch_size: int = 16
-    max_tokens: int | None = None  # None: the model's own window
-    truncation: str = DEFAULT_POLICY  # how a pair over the limit is cut (morkit.reward_models.truncation)
-    reduction: str = "min"
-    chunk: int = 64
-    cache: str | os.PathLike | None = None  # score cache file; None: no cache
-    progress: bool = False
-    backend: str = "transformers"  # where model RMs run: transformers or vllm
-    urls: tuple[str, ...] = ()  # vLLM servers ("URL" or "RM=URL"); when set, model RMs are scored there
-    dtype: str | None = None  # None: auto (bf16 on accelerators, fp32 on CPU)
-    tensor_parallel_size: int = 1  # vLLM: GPUs per model
-    device_map: str | None = None  # transformers: e.g. "auto" spreads a model over every visible GPU
-    max_model_len: int | None = None  # vLLM context length (default: max_tokens, else the model's window)
-    gpu_memory_utilization: float | None = None  # vLLM's share of device memory (default 0.9 GPU, 0.2 CPU)
-    prefix_reuse: bool = True  # compute a query's shared prompt prefix once (KV reuse / prefix caching)
-    check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
-    ray: str | None = None  # score model RMs on Ray: "auto" ($RAY_ADDRESS, else a local instance) or an address
-    ray_workers: int | None = None  # Ray actors (RM replicas) per RM; None: the cluster's GPUs, else one per node
+    batch_size: int = 16  # sequences per forward pass
+    device_map: str | None = None  # e.g. "auto" spreads a model over every visible GPU
 
     def __post_init__(self) -> None:
         checks.positive_int(self.batch_size, "batch_size")
-        checks.optional(checks.positive_int, self.max_tokens, "max_tokens")
-        checks.one_of(self.truncation, TRUNCATION_POLICIES, "truncation")
-        checks.one_of(self.reduction, REDUCTIONS, "reduction")
-        checks.positive_int(self.chunk, "chunk")
-        checks.one_of(self.backend, BACKENDS, "backend")
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    """The offline vLLM engine (`--backend vllm`), which schedules its own batches."""
+
+    tensor_parallel_size: int = 1  # GPUs per model
+    max_model_len: int | None = None  # context length (default: max_tokens, else the model's window)
+    gpu_memory_utilization: float | None = None  # share of device memory (default 0.9 GPU, 0.2 CPU)
+
+    def __post_init__(self) -> None:
         checks.positive_int(self.tensor_parallel_size, "tensor_parallel_size")
         checks.optional(checks.positive_int, self.max_model_len, "max_model_len")
         checks.optional(checks.share, self.gpu_memory_utilization, "gpu_memory_utilization")
-        checks.optional(checks.positive_int, self.ray_workers, "ray_workers")
-        if self.ray_workers is not None and self.ray is None:
-            raise InputError("ray_workers (--ray-workers) applies only with ray (--ray)")
-        if self.ray is not None and (not isinstance(self.ray, str)
-                                     or not (self.ray == "auto" or RAY_ADDRESS.match(self.ray))):
-            raise InputError(f"ray must be 'auto', HOST:PORT or ray://HOST:PORT, got {self.ray!r}")
-        if self.ray is not None and self.urls:
-            raise InputError("ray and urls (vLLM servers) are two ways to spread scoring: give one")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """vLLM servers (`--url`, "URL" or "RM=URL"); when any serve an RM, it is scored there."""
+
+    urls: tuple[str, ...] = ()
+    batch_size: int = 16  # pairs per /pooling request, at most MAX_REQUEST_PAIRS where there are servers
+
+    def __post_init__(self) -> None:
         if isinstance(self.urls, str):
             object.__setattr__(self, "urls", (self.urls,))
+        elif not isinstance(self.urls, tuple):
+            object.__setattr__(self, "urls", tuple(self.urls))
         for url in self.urls:
             split_url(url)
-        if self.dtype is not None and self.dtype != "auto":
-            from morkit.runtime.device import DTYPES
+        checks.positive_int(self.batch_size, "batch_size")
+        if self.urls and self.batch_size > MAX_REQUEST_PAIRS:
+            raise InputError(f"--batch-size {self.batch_size}: vLLM servers (--url) take at most "
+                             f"{MAX_REQUEST_PAIRS} pairs per /pooling request (each request is one unit of "
+                             "timeout, retry and failure)")
 
-            checks.one_of(self.dtype, ("auto", *DTYPES), "dtype")
-
-    def server_urls(self, rm: str) -> list[str]:
+    def urls_for(self, rm: str) -> list[str]:
         """The servers that score `rm`: those bound to it by name, else the unbound ones."""
         parsed = [split_url(u) for u in self.urls]
         bound = [url for name, url in parsed if name == rm]
         return bound or [url for name, url in parsed if name is None]
 
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Model RMs scored by Ray actors (`--ray`)."""
+
+    address: str = "auto"  # "auto" ($RAY_ADDRESS, else a local instance), HOST:PORT or ray://HOST:PORT
+    workers: int | None = None  # actors (RM replicas) per RM; None: the cluster's GPUs, else one per node
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or not (self.address == "auto" or RAY_ADDRESS.match(self.address)):
+            raise InputError(f"ray must be 'auto', HOST:PORT or ray://HOST:PORT, got {self.address!r}")
+        checks.optional(checks.positive_int, self.workers, "ray_workers")
+
+
+_TOP = ("device", "dtype", "max_tokens", "truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "cache",
+        "progress", "backend")
+FLAGS = (*_TOP, "batch_size", "urls", "device_map", "tensor_parallel_size", "max_model_len",
+         "gpu_memory_utilization", "ray", "ray_workers")
+"""The flat scoring option names (the CLI's flags, `-` for `_`) that `from_flags`/`with_flags` take."""
+_NOT_NULL = ("truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "progress", "backend", "batch_size",
+             "urls", "tensor_parallel_size")
+"""Flags whose field cannot be None: None means "not given" (argparse's default), so it is not a choice."""
+_ENGINE_ONLY = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_applies(given: dict[str, Any], backend: str, urls: tuple[str, ...] | Any) -> None:
+    """A flag given for a backend it does not apply to is a mistake: an InputError naming the flag."""
+    if backend != "vllm":
+        for name in _ENGINE_ONLY:
+            value = given.get(name)
+            if value is not None and not (name == "tensor_parallel_size" and value == 1):
+                raise InputError(f"{_flag(name)} applies only to the offline vLLM engine (--backend vllm)")
+    elif given.get("device_map") is not None:
+        raise InputError("--device-map applies only to the transformers backend (--backend transformers)")
+    elif given.get("batch_size") is not None and not urls:
+        raise InputError("--batch-size applies to the transformers backend and to vLLM servers (--url), not to "
+                         "the offline vLLM engine (--backend vllm), which schedules its own batches")
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How every model RM reads and scores a pair, the run (chunks, cache, progress), and the backend's own
+    options. Build it from the flat flags with `from_flags`; change it with `with_flags`."""
+
+    # how every model RM reads and scores a pair (all backends)
+    device: str | None = None  # None: auto (cuda, mps, else cpu)
+    dtype: str | None = None  # None: auto (bf16 on accelerators, fp32 on CPU)
+    max_tokens: int | None = None  # None: the model's own window
+    truncation: str = DEFAULT_POLICY  # how a pair over the limit is cut (morkit.reward_models.truncation)
+    reduction: str = "min"
+    prefix_reuse: bool = True  # compute a query's shared prompt prefix once (KV reuse / prefix caching)
+    check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
+    # the run
+    chunk: int = 64
+    cache: str | os.PathLike | None = None  # score cache file; None: no cache
+    progress: bool = False
+    backend: str = "transformers"  # where model RMs run: transformers or vllm
+    transformers: TransformersOptions = TransformersOptions()
+    vllm: VLLMOptions = VLLMOptions()
+    servers: ServerOptions = ServerOptions()
+    ray: RayOptions | None = None  # set: model RMs are scored by Ray actors
+
+    def __post_init__(self) -> None:
+        checks.optional(checks.positive_int, self.max_tokens, "max_tokens")
+        checks.one_of(self.truncation, TRUNCATION_POLICIES, "truncation")
+        checks.one_of(self.reduction, REDUCTIONS, "reduction")
+        checks.positive_int(self.chunk, "chunk")
+        checks.one_of(self.backend, BACKENDS, "backend")
+        for name, kind in (("transformers", TransformersOptions), ("vllm", VLLMOptions), ("servers", ServerOptions)):
+            if not isinstance(getattr(self, name), kind):
+                raise InputError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.ray is not None and not isinstance(self.ray, RayOptions):
+            raise InputError(f"ray must be a RayOptions or None, got {type(self.ray).__name__} (the flat "
+                             "ray='auto' goes through ScoringOptions.from_flags)")
+        if self.ray is not None and self.servers.urls:
+            raise InputError("ray (--ray) and urls (--url, vLLM servers) are two ways to spread scoring: give one")
+        if self.dtype is not None and self.dtype != "auto":
+            from morkit.runtime.device import DTYPES
+
+            checks.one_of(self.dtype, ("auto", *DTYPES), "dtype")
+
+    @classmethod
+    def from_flags(cls, **flags: Any) -> "ScoringOptions":
+        """The options the flat flags (`FLAGS`: batch_size, urls, ray, ray_workers, tensor_parallel_size, ...)
+        say, over the defaults; see `with_flags`."""
+        return cls().with_flags(**flags)
+
+    def with_flags(self, **flags: Any) -> "ScoringOptions":
+        """These options with the flat flags given changed. `batch_size` sets both the transformers forward-pass
+        size and the pairs per server request; `ray`/`ray_workers` set `ray` (None: no Ray). None for a flag
+        whose field cannot be None means "not given". A flag that does not apply to the resulting backend
+        (vLLM-engine flags off `--backend vllm`, `device_map` on it, `batch_size` on the engine without
+        servers, `ray_workers` without `ray`) or an unknown name is an InputError naming it."""
+        unknown = sorted(set(flags) - set(FLAGS))
+        if unknown:
+            raise InputError(f"unknown scoring option {unknown[0]!r}; known: {', '.join(FLAGS)}")
+        given = {k: v for k, v in flags.items() if not (v is None and k in _NOT_NULL)}
+        if not given:
+            return self
+        backend = checks.one_of(given.get("backend", self.backend), BACKENDS, "backend")
+        urls = given.get("urls", self.servers.urls)
+        _check_applies(given, backend, (urls,) if isinstance(urls, str) else urls)
+
+        def pick(names: tuple[str, ...]) -> dict[str, Any]:
+            return {name: given[name] for name in names if name in given}
+
+        ray = self.ray
+        if "ray" in given:
+            ray = None if given["ray"] is None else RayOptions(given["ray"], ray.workers if ray else None)
+        if given.get("ray_workers") is not None and ray is None:
+            raise InputError("ray_workers (--ray-workers) applies only with ray (--ray)")
+        if ray is not None and "ray_workers" in given:
+            ray = replace(ray, workers=given["ray_workers"])
+        return replace(self, **pick(_TOP), ray=ray,
+                       transformers=replace(self.transformers, **pick(("batch_size", "device_map"))),
+                       vllm=replace(self.vllm, **pick(_ENGINE_ONLY)),
+                       servers=replace(self.servers, **pick(("urls", "batch_size"))))
+
+    def as_flags(self) -> dict[str, Any]:
+        """The flat view, one value per name of `FLAGS` (`batch_size`: the transformers one; `ray`: the address
+        or None), as the options were before they were split by concern: the pipeline's keys hash it."""
+        flat = {name: getattr(self, name) for name in _TOP}
+        flat.update(batch_size=self.transformers.batch_size, urls=self.servers.urls,
+                    device_map=self.transformers.device_map,
+                    **{name: getattr(self.vllm, name) for name in _ENGINE_ONLY},
+                    ray=self.ray.address if self.ray else None, ray_workers=self.ray.workers if self.ray else None)
+        return flat
+
+    def server_urls(self, rm: str) -> list[str]:
+        """`servers.urls_for(rm)`, for readers not yet moved to the nested path."""
+        return self.servers.urls_for(rm)
+
     def engine_length(self, window: int) -> int:
         """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens."""
-        return self.max_model_len or self.max_tokens or window
+        return self.vllm.max_model_len or self.max_tokens or window
 
     def truncation_for(self, on_vllm: bool = False) -> Truncation:
         """How a model RM cuts pairs: under `truncation`, to `max_tokens`, else to the model's own window (the RM
         fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`."""
-        return Truncation(self.max_tokens, self.truncation, ceiling=self.max_model_len if on_vllm else None)
+        return Truncation(self.max_tokens, self.truncation, ceiling=self.vllm.max_model_len if on_vllm else None)
 
     def load_options(self, entry: Entry) -> dict[str, Any]:
         """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation
@@ -106,15 +247,15 @@ class ScoringOptions:
             return {}
         from morkit.reward_models.hf import Batching
 
-        options: dict[str, Any] = {"batching": Batching(max_batch=self.batch_size), "prefix_reuse": self.prefix_reuse,
-                                   "truncation": self.truncation_for()}
+        options: dict[str, Any] = {"batching": Batching(max_batch=self.transformers.batch_size),
+                                   "prefix_reuse": self.prefix_reuse, "truncation": self.truncation_for()}
         if self.device:
             options["device"] = self.device
         if entry.meta.get("model_id"):  # the CTTS adapters take dtype and a device map too
             if self.dtype:
                 options["dtype"] = self.dtype
-            if self.device_map:
-                options["device_map"] = self.device_map
+            if self.transformers.device_map:
+                options["device_map"] = self.transformers.device_map
         return options
 
     def open_cache(self) -> Any:
@@ -124,3 +265,4 @@ class ScoringOptions:
         from morkit.reward_models.cache import ScoreCache
 
         return ScoreCache(self.cache)
+

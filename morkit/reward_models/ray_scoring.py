@@ -113,7 +113,7 @@ def replica_resources(options: ScoringOptions, cluster: dict[str, float], worker
     gpus = cluster.get("GPU", 0.0)
     cpus = max(1.0, cluster.get("CPU", 1.0))
     if gpus >= 1 and options.device != "cpu":
-        per = options.tensor_parallel_size if options.backend == "vllm" else 1
+        per = options.vllm.tensor_parallel_size if options.backend == "vllm" else 1
         if per > gpus:
             raise UnavailableError(f"a replica needs {per} GPUs (tensor_parallel_size) but the Ray cluster has "
                                    f"{gpus:g}")
@@ -182,8 +182,8 @@ class RayRM:
         pairs = [tuple(p) for p in pairs]
         if not pairs:
             return
-        ray = connect(self.options.ray)
-        count, resources = replica_resources(self.options, _cluster(ray), self.options.ray_workers)
+        ray = connect(self.options.ray.address)
+        count, resources = replica_resources(self.options, _cluster(ray), self.options.ray.workers)
         rows = [{"i": i, "q": q, "a": a} for i, (q, a) in enumerate(pairs)]
         # One input block per batch, so each batch is one output block that streams back when it is done.
         blocks = max(1, -(-len(rows) // batch))
@@ -247,7 +247,7 @@ def ray_rm(name: str, options: ScoringOptions) -> RayRM:
     from morkit.reward_models import backends
     from morkit.reward_models.catalog import REWARD_MODELS, cache_key
 
-    local = replace(options, ray=None, ray_workers=None, progress=False, cache=None)
+    local = replace(options, ray=None, progress=False, cache=None)
     return RayRM(name, functools.partial(backends.build, name, local), options,
                  kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name),
                  truncation=backends.truncation_of(name, local))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -75,12 +74,13 @@ def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, o
     """The queries with every RM's score added to each candidate's `scores` (by RM name).
 
     `rms`: registered names (`morkit.list_rms()`), names cached in the queries, or RM objects.
-    Options come as a ScoringOptions or as its fields (`device="cpu"`, `backend="vllm"`, `urls=[...]`, ...).
+    Options come as a ScoringOptions, or as flat flags over it (`ScoringOptions.with_flags`: `device="cpu"`,
+    `backend="vllm"`, `urls=[...]`, `batch_size=32`, ...).
     `cache` is an open ScoreCache, a path to one, or None for `options.cache`; scored chunks are stored as
     they finish. Model RMs run one at a time: each loads when it has pairs the cache lacks, scores them
     all, and is released before the next one loads. With `ray="auto"` (or a Ray address) each model RM is
     scored by Ray actors instead, and its batches are stored as they come back."""
-    options = replace(options or ScoringOptions(), **option_fields)
+    options = (options or ScoringOptions()).with_flags(**option_fields)
     models = RewardModelSet(options)
     built = resolve_rms(rms, queries, options, models)
     try:

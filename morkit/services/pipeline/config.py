@@ -7,7 +7,7 @@
     search = ["acs"]                # search methods on the test split ([] for none)
     aggregator = "llm"              # how ACS aggregates a set of answers: llm, vote or best
     strict_grading = true           # a math answer must state its final answer (false: its last number counts)
-    [scoring]                       # ScoringOptions fields (backend, device, dtype, urls, ...)
+    [scoring]                       # the scoring flags, flat (backend, device, dtype, urls, batch_size, ...)
     [pool]                          # PoolConfig fields (normalizer, max_members, ...) and embedder
     [[benchmark]]
     name = "gsm8k"
@@ -35,6 +35,7 @@ from morkit.core.errors import InputError, UnavailableError
 from morkit.data.toml import read_toml
 from morkit.llm.base import sample_count
 from morkit.question_pool.pool import PoolConfig
+from morkit.reward_models.options import FLAGS as SCORING_FLAGS
 from morkit.reward_models.options import ScoringOptions
 from morkit.search.methods import SEARCH_METHODS, SearchOptions
 
@@ -72,7 +73,7 @@ _TOP_KEYS = {"workdir", "agents", "n", "rms", "search", "aggregator", "strict_gr
              "benchmark"}
 _BENCHMARK_KEYS = {f for f in Benchmark.__dataclass_fields__}
 _POOL_KEYS = {f for f in PoolConfig.__dataclass_fields__} - {"index"} | {"embedder"}
-_SCORING_KEYS = {f for f in ScoringOptions.__dataclass_fields__} - {"progress"}
+_SCORING_KEYS = set(SCORING_FLAGS) - {"progress"}  # flat, as the CLI flags: ScoringOptions.from_flags nests them
 _SCORING_TEXTS = ("device", "cache", "device_map")  # text fields ScoringOptions takes as given: check_config checks
 SEED_BITS = 63
 """A seed is a signed 64-bit whole number, as every seeded library takes."""
@@ -183,7 +184,7 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
     try:
         if "urls" in scoring_table:
             scoring_table["urls"] = _names(scoring_table["urls"], "[scoring] urls", path)
-        scoring = ScoringOptions(**scoring_table)
+        scoring = ScoringOptions.from_flags(**scoring_table)
     except (TypeError, ValueError) as exc:
         raise InputError(f"[scoring] {exc}", path=path) from exc
     seed = raw.get("seed", 0)
@@ -206,8 +207,9 @@ def check_config(config: PipelineConfig) -> None:
     from morkit.services.scoring import check_rm_names
 
     _checked(sample_count, config.n, "n", config.source)  # a PipelineConfig made in Python skips load_config
+    flags = config.scoring.as_flags()
     for key in _SCORING_TEXTS:
-        value = getattr(config.scoring, key)
+        value = flags[key]
         if value is not None and not (isinstance(value, (str, os.PathLike)) and str(value)):
             raise InputError(f"[scoring] {key} must be text, got {checks.shown(value)}", path=config.source)
     try:

@@ -22,9 +22,9 @@ question id whatever the question said, and whose score stage left options out) 
 outputs, so a run.json from before differs everywhere and every stage reruns once."""
 
 SCORE_NEUTRAL = ("progress", "cache", "chunk", "batch_size", "ray_workers", "check_fit")
-"""ScoringOptions fields that cannot change a score: the progress bar, where scores are cached, how many pairs
-go per call or per forward pass (a pair scores the same in any batch), how many Ray replicas share the work,
-and the memory check made before a model loads. Every other field is in the scoring key."""
+"""Scoring flags (`ScoringOptions.as_flags`) that cannot change a score: the progress bar, where scores are
+cached, how many pairs go per call, per forward pass or per server request (a pair scores the same in any batch),
+how many Ray replicas share the work, and the memory check made before a model loads. Every other flag is in the scoring key."""
 
 
 def digest(*parts: Any) -> str:
@@ -43,8 +43,9 @@ def settings(options: Any, neutral: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
-    """What in the scoring options can change a score: every field but SCORE_NEUTRAL."""
-    return settings(scoring, SCORE_NEUTRAL)
+    """What in the scoring options can change a score: every flat flag (`ScoringOptions.as_flags`, so a key
+    made before the options were split by concern is unchanged) but SCORE_NEUTRAL."""
+    return {name: value for name, value in scoring.as_flags().items() if name not in SCORE_NEUTRAL}
 
 
 def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:

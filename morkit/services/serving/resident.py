@@ -34,14 +34,14 @@ def memory_need(name: str, options: ScoringOptions, dtype: str) -> MemoryNeed | 
     """What RM `name` needs on this machine's device; None for RMs with no weights of their own to place
     (rules, tables, embedded models that share the process's resident copies, RMs on vLLM servers)."""
     entry = REWARD_MODELS.get(name)
-    if not is_model_rm(entry) or not entry.meta.get("model_id") or options.server_urls(name):
+    if not is_model_rm(entry) or not entry.meta.get("model_id") or options.servers.urls_for(name):
         return None
     from morkit.reward_models import memory
     from morkit.reward_models.weights import locate_weights
 
     root = locate_weights(entry.meta["model_id"], required=entry.meta.get("required", ("config.json",)))
-    spread = options.tensor_parallel_size if options.backend == "vllm" else 1
-    return memory.estimate(root, dtype, batch_tokens=options.max_model_len or 8192, devices=max(spread, 1))
+    spread = options.vllm.tensor_parallel_size if options.backend == "vllm" else 1
+    return memory.estimate(root, dtype, batch_tokens=options.vllm.max_model_len or 8192, devices=max(spread, 1))
 
 
 def check_fit_together(names: Sequence[str], options: ScoringOptions) -> None:
