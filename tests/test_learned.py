@@ -95,9 +95,10 @@ def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     assert all(c.setting.features in ("scores", "full") for c in fit.components)  # both read the steps
     assert fit.cv_best_of_n == max(table.values()) > 0.8
     only_min = fit_learned(step_pool, folds=4, settings=[Setting("logit", "scores", {"penalty": 1.0})])
-    from morkit.selection.stacker import fit_stacker
+    from morkit.selection.learned import STACKER_SETTINGS
 
-    assert fit_stacker(step_pool).cv_best_of_n < fit.cv_best_of_n - 0.2  # one reduced score cannot see it
+    stacker = fit_learned(step_pool, settings=STACKER_SETTINGS, baselines=False, min_mixed=1)  # the former stacker
+    assert stacker.cv_best_of_n < fit.cv_best_of_n - 0.2  # one reduced score cannot see it
     assert only_min.cv_best_of_n > 0.8
     rel = fit.report["reliability"]
     assert sum(b["count"] for b in rel["bins"]) == rel["picks"] == 80 and 0 <= rel["ece"] <= 1

@@ -245,7 +245,7 @@ def test_two_processes_adding_to_one_pool_keep_both_sets(saved_pool, tmp_path):
     pool = load_pool(saved_pool)
     ids = {q.id for q in pool.questions}
     assert {f"{p}{i}" for p in ("left", "right") for i in range(3)} <= ids and len(pool) == 4 + 6
-    assert pool.meta["revision"] == 3 and pool.index.ntotal == 10 and "stacker" in pool.meta
+    assert pool.meta["revision"] == 3 and pool.index.ntotal == 10 and "stacker" not in pool.meta  # retired slot
     assert _listing(tmp_path) == ["go", "pool"]  # no lock file, no temps left
 
 

@@ -1,4 +1,4 @@
-"""Per-query selection (PRES, stacker) and MoR ranking: rules by hand, then real rewardmath scores."""
+"""Per-query selection (PRES, the learned selector and its "stacker" grid) and MoR ranking: rules by hand, then real rewardmath scores."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from morkit.selection.base import Neighbours
 from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
 from morkit.selection.selector import Selector
-from morkit.selection.stacker import fit_stacker
+from morkit.selection.learned import STACKER_SETTINGS, fit_learned
 
 
 def _query(qid, scores, labels=None, question=None, text=True):
@@ -87,10 +87,10 @@ def test_stacker_learns_the_informative_rm(hash_embedder):
         signal = [float(l) + 0.8 * rng.standard_normal() for l in labels]
         queries.append(_query(f"s{i}", {"signal": signal, "noise": rng.standard_normal(6).tolist()}, labels))
     pool = build_pool(queries, hash_embedder, config=PoolConfig(max_members=2))
-    fit = fit_stacker(pool)
-    w = dict(zip(fit.ensemble.members, fit.ensemble.weights))
+    fit = fit_learned(pool, settings=STACKER_SETTINGS, baselines=False, min_mixed=1)  # the "stacker" grid
+    w = {name.split(":")[1]: value for name, value in fit.importances().items()}
     assert w["signal"] > 3 * abs(w["noise"])
-    assert len(fit.cv_table) == 8 and fit.cv_best_of_n == max(row[2] for row in fit.cv_table)
+    assert len(fit.cv_table) == 8 and fit.cv_best_of_n == max(row[1] for row in fit.cv_table)
 
 
 def test_selector_errors_and_rank_contract(hash_embedder):
@@ -170,18 +170,62 @@ def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_di
     assert "no such pool" in capsys.readouterr().err
 
 
-def test_stacker_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
+def test_learned_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
     from morkit.question_pool.pool import add_questions, load_pool
-    from morkit.selection import stacker as stacker_module
-    from morkit.selection.stacker import with_stored_stacker
+    from morkit.selection import learned_method
+    from morkit.services.pools import with_stored_selectors
 
-    pool = with_stored_stacker(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
+    pool = with_stored_selectors(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
+    assert "learned" in pool.meta and "stacker" not in pool.meta  # one learned method, one store slot
     pool.save(tmp_path / "p")
     loaded = load_pool(tmp_path / "p")
     calls = []
-    monkeypatch.setattr(stacker_module, "fit_stacker", lambda *a, **k: calls.append(a) or pytest.fail("refit"))
+    monkeypatch.setattr(learned_method, "fit_learned", lambda *a, **k: calls.append(a) or pytest.fail("refit"))
     choice = Selector(loaded, embedder=hash_embedder).select(_pool_queries(1)[0]).choice
     assert choice.ensemble.members == loaded.rm_names and not calls
     grown = add_questions(loaded, [_query("x", {"good": [1, 0], "bad": [0, 1], "flip": [0, 1]}, [True, False])],
                           hash_embedder)
-    assert "stacker" not in grown.meta
+    assert "stacker" not in grown.meta and "learned" not in grown.meta
+
+
+def test_an_older_pool_with_a_stacker_slot_loads_and_the_slot_is_ignored(tmp_path, hash_embedder):
+    from morkit.question_pool.pool import load_pool
+
+    pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
+    pool.save(tmp_path / "p")
+    header = json.loads((tmp_path / "p" / "pool.json").read_text())
+    header["stacker"] = {"members": list(pool.rm_names), "weights": [1.0] * len(pool.rm_names),
+                         "weighting": "stacked", "transform": "query-zscore", "penalty": 1.0,
+                         "cv_best_of_n": 0.5, "cv_table": [["query-zscore", 1.0, 0.5]]}
+    (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
+    loaded = load_pool(tmp_path / "p")
+    assert "stacker" not in loaded.meta
+    ranking = Selector(loaded, "stacker", embedder=hash_embedder).rank(_pool_queries(1)[0])
+    assert ranking.selection.method == "stacker" and ranking.selection.choice.details["learner"] in {
+        s.label for s in STACKER_SETTINGS}  # refitted on the pool's rows, not read from the old slot
+
+
+def test_the_stacker_name_is_the_learned_selector_on_the_stacker_grid(hash_embedder):
+    from morkit.selection.learned_method import Learned
+
+    pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
+    selector = Selector(pool, "stacker", embedder=hash_embedder)
+    assert isinstance(selector.method, Learned) and selector.method.settings == STACKER_SETTINGS
+    choice = selector.select(_pool_queries(1)[0]).choice
+    assert choice.ensemble.members == pool.rm_names and choice.calibrator is not None
+    assert choice.details["learner"] in {s.label for s in STACKER_SETTINGS}
+
+
+def test_the_selector_composes_a_chooser_a_ranker_and_a_calibrator(hash_embedder):
+    from morkit.selection.calibration import PickCalibrator
+    from morkit.selection.chooser import EnsembleChooser
+    from morkit.selection.ranker import Ranker
+
+    pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
+    selector = Selector(pool, "pres", embedder=hash_embedder, k=5, runnable=("good", "ghost"))
+    assert isinstance(selector.chooser, EnsembleChooser) and isinstance(selector.ranker, Ranker)
+    assert isinstance(selector.calibration, PickCalibrator)
+    assert selector.runnable == {"good"} and selector.k == 5 and selector.pool is pool
+    query = _pool_queries(1)[0]
+    selection = selector.chooser.select_many([query])[0]
+    assert selector.ranker.rank_selected(query, selection).to_json() == selector.rank(query).to_json()

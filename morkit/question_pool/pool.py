@@ -190,8 +190,8 @@ class QuestionPool:
             progress: bool = False) -> "QuestionPool":
         """A new revision with labelled queries appended; their candidates must carry every pool RM's scores.
 
-        Normaliser, ensembles and weights stay as built. A stored stacker fit is dropped as stale (a Selector
-        refits it when asked); `morkit.add_to_pool` also labels, scores and refits."""
+        Normaliser, ensembles and weights stay as built. Stored learned fits are dropped as stale (a Selector
+        refits them when asked); `morkit.add_to_pool` also labels, scores and refits."""
         from morkit.question_pool.embed import load_embedder
 
         return add_questions(self, queries, embedder or load_embedder(self.embedder), progress=progress)
@@ -336,7 +336,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    stale = ("stacker", "learned", "learned_subsets")  # selectors fitted on the old rows
+    stale = ("stacker", "learned", "learned_subsets")  # selectors fitted on the old rows (and a retired slot)
     meta = {k: v for k, v in pool.meta.items() if k not in stale}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1
@@ -359,6 +359,9 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
                    embeddings=embeddings, index=index, meta=meta)
 
 
+RETIRED_STACKER = "stacker"  # older pools' stacker fit: checked as before (a damaged header is refused), then ignored
+
+
 def load_pool(path: str | os.PathLike) -> QuestionPool:
     """Read a pool directory (morkit pool build); every problem is an InputError naming the file."""
     files = read_pool_files(path)
@@ -370,7 +373,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         global_prr = {k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()}
         ensembles = tuple(Ensemble.from_json(e) for e in header["ensembles"])
         config = PoolConfig.from_json(header["config"])
-        validity.check_loaded(rm_names, normalizer, global_prr, ensembles, header.get("stacker"))
+        validity.check_loaded(rm_names, normalizer, global_prr, ensembles, header.get(RETIRED_STACKER))
         return QuestionPool(
             questions=files.questions,
             rm_names=rm_names,
@@ -385,7 +388,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
             embeddings=arrays["embeddings"],
             index=files.index,
             config=config,
-            meta={k: v for k, v in header.items() if k not in _STORED_APART},
+            meta={k: v for k, v in header.items() if k not in _STORED_APART and k != RETIRED_STACKER},
             steps=arrays.get("steps"),
             origin=(str(canonical(path)), header.get("token")),
         )

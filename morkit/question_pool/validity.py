@@ -51,7 +51,8 @@ def check_header(header: Mapping[str, Any]) -> None:
 
 def check_loaded(rm_names: Sequence[str], normalizer: Normalizer, global_prr: Mapping[str, float],
                   ensembles: Sequence[Ensemble], stacker: Any) -> None:
-    """What selection and ranking rely on: finite normalisers and weights over the pool's RMs, singles first."""
+    """What selection and ranking rely on: finite normalisers and weights over the pool's RMs, singles first;
+    and a retired stacker slot of an older pool well-formed (it is ignored after, but a damaged header is refused)."""
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

@@ -32,6 +32,7 @@ from morkit.selection.mor import query_zscore
 FEATURE_GROUPS = ("query-z", "pool-z", "rank", "top", "tie", "steps", "agreement")
 FEATURE_SETS: Mapping[str, tuple[str, ...]] = {
     "query-z": ("query-z",),  # one column per RM: what the single-RM baselines read
+    "pool-z": ("pool-z",),  # one column per RM: the pool-standardised scores (the stacker's other transform)
     "scores": ("query-z", "pool-z", "steps"),
     "full": FEATURE_GROUPS,
 }

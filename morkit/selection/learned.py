@@ -62,6 +62,14 @@ SETTINGS = (
     Setting("lambdarank", "full", {"rounds": 200, "learning_rate": 0.03, "leaves": 4}),
 )
 
+STACKER_SETTINGS = tuple(Setting("logit", features, {"penalty": p}) for features in ("query-z", "pool-z")
+                         for p in (0.1, 1.0, 10.0, 100.0))
+"""The former stacker as settings: a conditional logit over one normalised score per RM (the query's or the
+pool's z-score) at each of its penalties. Not in SETTINGS: added to the table on 9 rewardmath pools, CV never
+picked one (bench/selection_stacker.py: a richer logit won, or where a stacker row scored best, on weak RMs,
+the margin rule kept the best single RM); the "stacker" method name is the learned selector restricted to
+them (morkit.selection.learned_method.stacker)."""
+
 
 class TooFewMixed(LookupError):
     """The pool has too few questions with both a right and a wrong answer to learn a ranker from."""
@@ -206,25 +214,29 @@ def _spec(features: str, data: PoolSlice, members: Sequence[str], step_members: 
 
 
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
-                settings: Sequence[Any] = SETTINGS) -> LearnedFit:
+                settings: Sequence[Any] = SETTINGS, baselines: bool = True,
+                min_mixed: int = MIN_MIXED) -> LearnedFit:
     """Cross-validate every setting on the pool (or its LEARN_SAMPLE), then fit the best on all of it.
 
-    Only the questions every member scored are used (morkit.selection.coverage): in a pool mixing domains, a
-    fit over the RMs a query can use learns from the questions like it. TooFewMixed when fewer than
-    MIN_MIXED of them have both a right and a wrong answer."""
+    `baselines`: also weigh every single RM (with the margin rule) and the blend of each family's best; off, the
+    best of `settings` is kept whatever it gains (the "stacker" name's grid). Only the questions every member
+    scored are used (morkit.selection.coverage): in a pool mixing domains, a fit over the RMs a query can use
+    learns from the questions like it. TooFewMixed when fewer than `min_mixed` of them have both a right and a
+    wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
     data = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
     n_mixed = int(mixed(data.correct, data.valid).sum())
-    if n_mixed < MIN_MIXED:
+    if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
-                          f"selector needs {MIN_MIXED}")
+                          f"selector needs {max(1, min_mixed)}")
     n = len(data.correct)
     fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
     reduction = pool.config.reduction
     spec_of = lambda name, rows: _spec(name, rows, members, step_members, reduction)  # noqa: E731
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
-    table, oof, candidates = _cross_validate([*settings, *singles], data, fold_of, spec_of)
+    table, oof, candidates = _cross_validate([*settings, *(singles if baselines else ())], data, fold_of, spec_of,
+                                             blend=baselines)
     best = _one_standard_error(table, oof, candidates, data)
     label, chosen = table[best][0], candidates[best]
     scores = oof[label]
@@ -246,10 +258,10 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     return replace(fit, report=report)
 
 
-def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.ndarray, spec_of: Any
+def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.ndarray, spec_of: Any, blend: bool = True
                     ) -> tuple[list[tuple[str, float, float]], dict[str, np.ndarray], list[list[Setting]]]:
-    """Out-of-fold scores of every setting and of the blend of each family's best: the CV table, the scores
-    by label, and the settings behind each row (a blend has several)."""
+    """Out-of-fold scores of every setting and (`blend`) of the blend of each family's best: the CV table, the
+    scores by label, and the settings behind each row (a blend has several)."""
     parts = []  # per fold: where its test rows are, its training slice, and each feature set's (train, test) x
     for f in np.unique(fold_of):
         train, test = data.part(fold_of != f), data.part(fold_of == f)
@@ -265,6 +277,8 @@ def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.nd
         table.append(_cv_row(setting.label, scores, data, fold_of))
         oof[setting.label] = scores
     candidates = [[setting] for setting in settings]
+    if not blend:
+        return table, oof, candidates
     family_best: dict[tuple[str, str], int] = {}  # diverse rankers averaged vary less than any one of them
     for i, setting in enumerate(settings):
         key = (setting.learner, setting.features)

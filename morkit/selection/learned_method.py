@@ -5,6 +5,9 @@ over all of them (`meta["learned"]`). A pool that mixes domains, where some RMs 
 domains, also stores one per domain's set of RMs (`meta["learned_subsets"]`, morkit.selection.coverage):
 the math queries' RMs, the code queries' RMs.
 Any other set is fitted when a query first needs it.
+
+The "stacker" method name (the former second learned method) is this one restricted to the former stacker's
+grid (`stacker`): one learned method, one fit per pool build, one store slot.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from typing import Any, Mapping
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.coverage import domain_rm_sets
-from morkit.selection.learned import MIN_MIXED, LearnedFit, TooFewMixed, fit_learned
+from morkit.selection.learned import (
+    MIN_MIXED,
+    SETTINGS,
+    STACKER_SETTINGS,
+    LearnedFit,
+    Setting,
+    TooFewMixed,
+    fit_learned,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +86,29 @@ def with_stored_learned(pool: QuestionPool) -> QuestionPool:
     return replace(pool, meta=meta)
 
 
+def _grid_settings(obj: Mapping[str, Any]) -> list[Setting] | None:
+    """The settings behind a stored fit; None when it is too damaged to tell."""
+    try:
+        return [Setting(c["setting"]["learner"], c["setting"]["features"], c["setting"]["params"])
+                for c in obj["components"]]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 @dataclass
 class Learned:
     """Selection method: the pool-learned candidate ranker over every available RM (a fit per availability
-    set, stored with the pool or fitted once here); PRES when too few questions to learn from."""
+    set, stored with the pool or fitted once here); PRES when too few questions to learn from.
+
+    `settings`, `baselines`, `min_mixed`: the grid its fits cross-validate (fit_learned); a stored fit is
+    used only when its settings are in that grid."""
 
     pool: QuestionPool
     folds: int = 5
     name: str = "learned"
+    settings: tuple[Setting, ...] = SETTINGS
+    baselines: bool = True
+    min_mixed: int = MIN_MIXED
     _fits: dict = field(init=False, repr=False, default_factory=dict)
     _choices: dict = field(init=False, repr=False, default_factory=dict)
     _fallback: Any = field(init=False, repr=False, default=None)
@@ -94,18 +120,26 @@ class Learned:
             members = tuple(m for m in self.pool.rm_names if m in available)
             if not members:
                 raise LookupError("no pool RM can score this query: its candidates lack every pool RM's scores")
-            fits = stored_fits(self.pool)
+            fits = [s for s in stored_fits(self.pool) if self._in_grid(s)]
             stored = ([s for s in fits if stored_members(s) == members]
                       or [s for s in fits if stored_members(s) is None])  # a damaged fit says so, not refitted
             if stored:
                 self._fits[available] = _stored(stored[0])
             else:
                 try:
-                    self._fits[available] = fit_learned(self.pool, members, folds=self.folds)
+                    self._fits[available] = fit_learned(self.pool, members, folds=self.folds, settings=self.settings,
+                                                        baselines=self.baselines, min_mixed=self.min_mixed)
                 except TooFewMixed as exc:
                     log.warning("%s; falling back to PRES", exc)
                     self._fits[available] = None
         return self._fits[available]
+
+    def _in_grid(self, obj: Mapping[str, Any]) -> bool:
+        """Whether a stored fit is one this grid could have chosen (a damaged one is, so it says so)."""
+        settings = _grid_settings(obj)
+        if settings is None:
+            return True
+        return all(s in self.settings or (self.baselines and s.learner == "single") for s in settings)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         fit = self.fit_for(available)
@@ -115,7 +149,8 @@ class Learned:
             self._fallback = self._fallback or PRES(self.pool)
             choice = self._fallback.choose(neighbours, available)
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
-                          {**choice.details, "fallback": f"pres: fewer than {MIN_MIXED} mixed pool questions"})
+                          {**choice.details,
+                           "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions"})
         choice = self._choices.get(available)
         if choice is None:  # the same for every query with these RMs: built once
             alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
@@ -125,3 +160,10 @@ class Learned:
                             scorer=fit, calibrator=fit.calibrator)
             self._choices[available] = choice
         return choice
+
+
+def stacker(pool: QuestionPool, folds: int = 5) -> Learned:
+    """The "stacker" name: the learned selector restricted to the former stacker's grid (a conditional logit
+    over one z-scored score per RM, penalty and z-score chosen by CV), with no single-RM baselines, no blend
+    and no margin rule, learning from any pool with a mixed question, as the stacker did."""
+    return Learned(pool, folds, "stacker", STACKER_SETTINGS, baselines=False, min_mixed=1)

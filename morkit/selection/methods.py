@@ -30,8 +30,9 @@ SELECTION_METHODS = Registry("selection method", [
           "a candidate ranker over rich RM features (per-query z-scores, ranks, top/tie flags, PRM step "
           "reductions, agreement); learner and features chosen by cross-validation on the pool",
           {"singles_only": False}),
-    Entry("stacker", "morkit.selection.stacker:Stacker",
-          "listwise weights over every usable RM, learned on the pool by cross-validation",
+    Entry("stacker", "morkit.selection.learned_method:stacker",
+          "the learned selector restricted to the former stacker's settings: a conditional logit over one "
+          "z-scored score per RM (query or pool z-score and penalty chosen by cross-validation)",
           {"singles_only": False}),
     Entry("pres", "morkit.selection.pres:pres",
           "the CTTS-MM rule: the ensemble with the highest similarity-weighted PRR over the k nearest pool questions",

@@ -1,11 +1,11 @@
 """The "Selection" section of the pool report: how the selection methods would do on this pool.
 
-It lives in the selection layer because it reads the learned selector's and the stacker's fits stored in
-pool.json and runs PRES leave-one-out; the pool report (morkit.question_pool.report) may not import this
+It lives in the selection layer because it reads the learned selector's fit stored in pool.json, fits the
+"stacker" method's grid and runs PRES leave-one-out; the pool report (morkit.question_pool.report) may not import this
 layer, so the CLI passes the fragment to `write_report(sections=...)`. Four parts:
 
 1. best-of-n accuracy per method: each cross-validated learned setting (the chosen one marked), the
-   stacker's CV, PRES and PRES top-1 leave-one-out, and the best single RM for reference;
+   "stacker" method's CV (the learned selector restricted to the former stacker's settings), PRES and PRES top-1 leave-one-out, and the best single RM for reference;
 2. a reliability diagram of the learned selector's cross-fitted out-of-fold confidence;
 3. its feature weights (logit) or gain shares (lambdarank), top TOP_FEATURES by magnitude;
 4. its CV gain over the best single RM per domain.
@@ -53,10 +53,24 @@ def _mixed_questions(pool: QuestionPool) -> int:
 def _loo(pool: QuestionPool, method: str, k: int) -> tuple[float, int]:
     """(mean leave-one-out best-of-n, picks) of a registered selection method over the pool's LOO sample."""
     from morkit.selection.methods import SELECTION_METHODS
-    from morkit.selection.selector import leave_one_out_picks
+    from morkit.selection.calibration import leave_one_out_picks
 
     hits = leave_one_out_picks(pool, SELECTION_METHODS.get(method).load()(pool), k)[1]
     return (float(np.mean(hits)) if len(hits) else float("nan")), int(len(hits))
+
+
+def _stacker_row(pool: QuestionPool) -> list[Any] | None:
+    """[method, best-of-n, sd, measured by] of the "stacker" method's CV pick over every pool RM (the former
+    stacker's settings, no baselines); None where no question has every RM's scores, or none is mixed."""
+    from morkit.selection.learned import STACKER_SETTINGS, fit_learned
+
+    try:
+        fit = fit_learned(pool, settings=STACKER_SETTINGS, baselines=False, min_mixed=1)
+    except LookupError:
+        return None
+    sd = dict((label, sd) for label, _, sd in fit.cv_table).get(fit.label, float("nan"))
+    report = fit.report
+    return [f"stacker: {fit.label}", fit.cv_best_of_n, sd, f"{report['folds']}-fold CV, {report['questions']} questions"]
 
 
 def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
@@ -76,11 +90,9 @@ def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
             mark = str(label) == chosen
             rows.append([f"learned: {label}" + (" (chosen)" if mark else ""), _num(value), _num(sd), how])
             colors.append(CHOSEN if mark else LEARNED)
-    stacker = pool.meta.get("stacker")
+    stacker = _stacker_row(pool)
     if stacker:
-        penalty = _num(stacker.get("penalty"))
-        label = f"stacker: {stacker.get('transform', '?')}" + (f", penalty {penalty:g}" if penalty == penalty else "")
-        rows.append([label, _num(stacker.get("cv_best_of_n")), float("nan"), "CV"])
+        rows.append(stacker)
         colors.append(OTHER)
     for method, label in (("pres", "PRES"), ("pres-top1", "PRES top-1")):
         value, picks = _loo(pool, method, k)

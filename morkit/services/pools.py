@@ -5,7 +5,7 @@
     before, after = add_to_saved_pool("pools/mine", morkit.load_queries("more.jsonl"))
 
 Labels missing on candidates come from `reference` or `tests`; RM scores missing on candidates come from
-running the registered RMs (through the score cache); the pool stores its stacker fit for `select`.
+running the registered RMs (through the score cache); the pool stores its learned selector's fits for `select`.
 `add_to_saved_pool` is the read-modify-write for a pool on disk that other processes may extend at the
 same time: it labels and scores without a lock, then appends to the newest revision under the pool's lock.
 """
@@ -28,7 +28,6 @@ from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.table import table_names
 from morkit.selection.learned_method import with_stored_learned
-from morkit.selection.stacker import with_stored_stacker
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
 
@@ -138,4 +137,4 @@ def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, in
 
 def with_stored_selectors(pool: QuestionPool) -> QuestionPool:
     """The pool with its learned selectors fitted on every RM and kept in pool.json, so selection starts at once."""
-    return with_stored_learned(with_stored_stacker(pool))
+    return with_stored_learned(pool)

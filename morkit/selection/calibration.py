@@ -1,0 +1,87 @@
+"""Calibrating a pick: the probability that a ranking's top candidate is correct.
+
+A method with its own cross-validation (the learned selector) carries its calibrator on its Choice; any other
+is calibrated here on its leave-one-out picks over a seeded sample of pool questions (each chosen from its
+neighbours other than itself), fitted once per PickCalibrator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from morkit.core.types import Query
+from morkit.question_pool.index import search
+from morkit.question_pool.pool import QuestionPool
+from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.confidence import SIGNALS, Calibrator, signals
+from morkit.selection.coverage import like_neighbours
+from morkit.selection.mor import member_matrix, scores_under
+
+LOO_SAMPLE = 1000
+"""Pool questions whose leave-one-out picks calibrate a method that has no cross-validation of its own."""
+
+
+class PickCalibrator:
+    """The calibrated confidence of a method's picks against one pool."""
+
+    def __init__(self, pool: QuestionPool, method: SelectionMethod, k: int):
+        self.pool = pool
+        self.method = method
+        self.k = k
+        self._calibrator: Calibrator | None = None
+
+    def calibrator(self) -> Calibrator:
+        """For methods without their own: the leave-one-out calibrator, fitted when first needed."""
+        if self._calibrator is None:
+            self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k)
+        return self._calibrator
+
+    def confidence(self, query: Query, choice: Choice, scores: np.ndarray, raw: np.ndarray | None = None) -> float:
+        """The calibrated probability that the top-scored candidate is correct; `raw`: the query's member_matrix
+        over the pool's RMs, if already read."""
+        calibrator = choice.calibrator or self.calibrator()
+        members = choice.ensemble.members
+        if raw is None:
+            members_raw = member_matrix(query, members, self.pool.config.reduction)
+        else:
+            members_raw = raw[:, [self.pool.rm_names.index(m) for m in members]]
+        valid = np.ones((1, len(scores)), dtype=bool)
+        return float(calibrator.predict(signals(np.asarray(scores)[None], members_raw[None], valid))[0])
+
+
+def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1) -> Calibrator:
+    """A Calibrator fitted on the method's leave-one-out picks (`leave_one_out_picks`)."""
+    return Calibrator.fit(*leave_one_out_picks(pool, method, k, seed))
+
+
+def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(signals, hits) of the method's picks for a seeded sample of LOO_SAMPLE pool questions, each chosen from
+    its neighbours other than itself and scored from the pool's stored member scores; a hit is the expected
+    best-of-n correctness of the pick (ties shared)."""
+    from morkit.question_pool.prr import best_of_n_matrix
+    from morkit.question_pool.rows import sample_rows
+    rows = sample_rows(len(pool), LOO_SAMPLE, seed)
+    sims, found = search(pool.index, np.ascontiguousarray(pool.embeddings[rows]), k + 1)
+    features, hits = [], []
+    for row, s, r in zip(rows, sims, found):
+        keep = (r >= 0) & (r != row)
+        neighbours = Neighbours(r[keep][:k], tuple(pool.questions[i].id for i in r[keep][:k]), s[keep][:k])
+        scores, valid, correct = (np.asarray(a[row]) for a in (pool.scores, pool.valid, pool.correct))
+        available = frozenset(n for j, n in enumerate(pool.rm_names) if not np.isnan(scores[valid, j]).any())
+        neighbours = like_neighbours(pool, neighbours, [n for n in pool.rm_names if n in available])
+        if not available or not neighbours.rows.size:
+            continue
+        try:
+            choice = method.choose(neighbours, available)
+        except LookupError:
+            continue
+        members = scores[:, [pool.rm_names.index(m) for m in choice.ensemble.members]]
+        steps = None if pool.steps is None else np.asarray(pool.steps[row])[None]
+        picked = scores_under(choice, scores[None], steps, valid[None], pool.normalizer, pool.rm_names,
+                              pool.step_rms)
+        picked = np.where(valid[None], picked, np.nan)
+        features.append(signals(picked, members[None], valid[None])[0])
+        hits.append(best_of_n_matrix(picked[:, :, None], correct[None], valid[None])[0, 0])
+    hits_array = np.nan_to_num(np.asarray(hits, dtype=np.float64), nan=0.0)
+    return np.asarray(features).reshape(-1, len(SIGNALS)), hits_array

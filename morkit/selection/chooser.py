@@ -1,0 +1,142 @@
+"""Choosing an ensemble for a query: its pool neighbours, the pool RMs it can use, the method's pick -> Selection.
+
+An RM a query cannot use (it does not apply, or its scores are missing and it may not run) is skipped, and
+said why; a query no pool RM applies to gets NO_RM_APPLIES instead of failing a run over one domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from morkit.core.errors import InputError
+from morkit.core.types import Query
+from morkit.question_pool.ensembles import Ensemble
+from morkit.question_pool.index import search
+from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import rm_rules
+from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.coverage import like_neighbours
+from morkit.selection.mor import available_members
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Why a query gets the ensemble it gets: the pick, its evidence, the neighbours, the runner-ups."""
+
+    query_id: str
+    method: str
+    choice: Choice
+    normalizer: str  # the transform the weights apply to, named for the output contract
+    neighbours: Neighbours
+    skipped_rms: Mapping[str, str] = field(default_factory=dict)  # pool RM this query cannot use -> why
+
+    @property
+    def missing_rms(self) -> tuple[str, ...]:
+        """The pool RMs this query cannot use (ensembles with them were skipped), in pool order."""
+        return tuple(self.skipped_rms)
+
+    def to_json(self) -> dict[str, Any]:
+        ens = self.choice.ensemble
+        return {
+            "id": self.query_id,
+            "method": self.method,
+            "ensemble": {"members": list(ens.members), "weights": list(ens.weights), "weighting": ens.weighting,
+                         "normalizer": self.normalizer},
+            "criterion": {"name": self.choice.details.get("criterion"),
+                          "value": self.choice.score if np.isfinite(self.choice.score) else None},
+            "runner_ups": [{"ensemble": name, "value": value} for name, value in self.choice.alternatives],
+            "neighbours": [{"id": i, "similarity": round(float(s), 6)}
+                           for i, s in zip(self.neighbours.ids, self.neighbours.similarities)],
+            "skipped": {"missing_rms": list(self.missing_rms), "why": dict(self.skipped_rms),
+                        **{k: v for k, v in self.choice.details.items() if k.startswith("skipped")}},
+        }
+
+
+NOT_APPLICABLE = "not applicable: "
+NO_RM_APPLIES = Choice(Ensemble((), (), "none"), "raw", float("nan"), (),
+                       {"criterion": None, "fallback": "no pool RM applies to this query: its candidates tie"})
+"""The choice for a query that no pool RM applies to (a code query in a math-only pool): no scores, a tie
+broken by the seeded shuffle, no confidence; an error would fail a whole run over one domain."""
+
+
+def normalizer_name(pool: QuestionPool, transform: str) -> str:
+    """The output contract's name for a choice's transform: the pool's normaliser kind for "pool-zscore"."""
+    return pool.normalizer.kind if transform == "pool-zscore" else transform
+
+
+class EnsembleChooser:
+    """Routes queries to ensembles: finds each one's pool neighbours and asks the method to pick from the RMs
+    the query can use; embeds query questions with the pool's own embedder (loaded when first needed)."""
+
+    def __init__(self, pool: QuestionPool, method: SelectionMethod, method_name: str, *, k: int,
+                 runnable: Iterable[str] = (), embedder: Any = None):
+        self.pool = pool
+        self.method = method
+        self.method_name = method_name
+        self.k = k
+        self.runnable = frozenset(runnable) & set(pool.rm_names)
+        self._rules = dict(zip(pool.rm_names, rm_rules(pool.rm_names, pool.meta.get("applies"))))
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from morkit.question_pool.embed import load_embedder
+
+            self._embedder = load_embedder(self.pool.embedder)
+        return self._embedder
+
+    def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:
+        sims, rows = search(self.pool.index, vectors, self.k)
+        out = []
+        for s, r in zip(sims, rows):
+            keep = r >= 0
+            out.append(Neighbours(r[keep], tuple(self.pool.questions[i].id for i in r[keep]), s[keep]))
+        return out
+
+    def skipped(self, query: Query) -> dict[str, str]:
+        """The pool RMs this query cannot use, in pool order, each with why: the RM does not apply to it (its
+        domain or fields, morkit.reward_models.applicability), or its scores are not on every candidate and
+        it may not run (not registered here, or a candidate has no text)."""
+        cached = available_members(query, self.pool.rm_names)
+        has_text = all(c.text is not None for c in query.candidates)
+        out = {}
+        for name in self.pool.rm_names:
+            why = self._rules[name].skip_reason(query, name)
+            if why is not None:
+                out[name] = f"{NOT_APPLICABLE}{why}"
+            elif name not in cached and not (name in self.runnable and has_text):
+                out[name] = ("no score on every candidate, and " + ("a candidate has no text to run it on"
+                             if name in self.runnable else "it is not run here"))
+        return out
+
+    def available(self, query: Query) -> frozenset[str]:
+        """Pool RMs that apply to the query and have cached scores on every candidate, or may run on them."""
+        return frozenset(self._usable(self.skipped(query)))
+
+    def _usable(self, skipped: Mapping[str, str]) -> list[str]:
+        """The pool RMs not in `skipped`, in pool order."""
+        return [n for n in self.pool.rm_names if n not in skipped]
+
+    def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
+        if vectors is None:
+            vectors = self.embedder.encode([q.question for q in queries])
+        out = []
+        for query, neighbours in zip(queries, self.neighbours(vectors)):
+            skipped = self.skipped(query)
+            usable = self._usable(skipped)
+            neighbours = like_neighbours(self.pool, neighbours, usable)
+            if not usable and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
+                out.append(Selection(query.id, self.method_name, NO_RM_APPLIES, "raw", neighbours, skipped))
+                continue
+            try:
+                choice = self.method.choose(neighbours, frozenset(usable))
+            except LookupError as exc:
+                reasons = "; ".join(f"{name}: {why}" for name, why in skipped.items())
+                raise InputError(f"query {query.id!r}: {exc}" + (f" ({reasons})" if reasons else "")) from exc
+            out.append(Selection(query.id, self.method_name, choice,
+                                 normalizer_name(self.pool, choice.transform), neighbours, skipped))
+        return out
