@@ -104,8 +104,7 @@ def main() -> int:
     from morkit.core.types import Candidate
     from morkit.data.datasets import load_spec
     from morkit.llm.agents import AgentAnswer, LLMPool, load_agents
-    from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.rm_set import RewardModelSet
+    from morkit.reward_models.session import ScoringSession
     from morkit.search.methods import SearchOptions
     from morkit.search.run import SearchRunner
     from morkit.selection.methods import SelectOptions
@@ -133,8 +132,8 @@ def main() -> int:
     runs += [(m, m, SearchOptions()) for m in BASELINES]
     totals = {name: {"correct": 0, "llm": 0, "agg": 0, "rm": 0, "hits": 0, "seconds": 0.0} for name, _, _ in runs}
     agent_correct = {a.name: 0 for a in config.agents}
-    with ScoreCache(default_cache_path()) as cache:
-        runner = SearchRunner(selector, config, RewardModelSet(), cache)
+    with ScoringSession(cache=default_cache_path()) as session:
+        runner = SearchRunner(selector, config, session, session.cache)
         for number, query in enumerate(queries, start=1):
             given = [AgentAnswer(a.name, answers[f"{a.name}|{query.id}"]) for a in config.agents]
             for a in given:
@@ -142,7 +141,7 @@ def main() -> int:
             with_answers = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in given))
             marks = []
             for name, method, options in runs:  # one at a time, so each one's cache hits and calls are its own
-                hits_before = cache.hits
+                hits_before = session.cache.hits
                 runner.options = options
                 result = runner.run(with_answers, [method]).results[method]
                 ok = bool(is_correct(result.answer, query.reference))
@@ -152,7 +151,7 @@ def main() -> int:
                 t["llm"] += result.llm_calls
                 t["agg"] += aggregations(result)
                 t["rm"] += result.rm_calls
-                t["hits"] += cache.hits - hits_before
+                t["hits"] += session.cache.hits - hits_before
                 t["seconds"] += result.seconds
             print(f"  [{number}/{len(queries)}] {query.id}: {', '.join(marks)}", file=sys.stderr)
 

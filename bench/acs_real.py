@@ -254,7 +254,7 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
         label = {c.text: bool(c.correct) for c in q.candidates}
         members = {}
         for m in selection.choice.ensemble.members:
-            rule = m not in data.tables and REWARD_MODELS.get(m).meta.get("kind") == "rule"
+            rule = m not in data.tables and REWARD_MODELS.get(m).spec.kind == "rule"
             if rule:  # reruns on each verify call's answer set
                 members[m] = models[m] if m in models else models.setdefault(m, load_rm(m))
                 continue

@@ -367,7 +367,7 @@ def main() -> None:
     from morkit.question_pool.ensembles import weight_matrix
     from morkit.question_pool.pool import PoolConfig, fit_ensembles
     from morkit.question_pool.rows import pool_rows
-    from morkit.reward_models.table import table_names
+    from morkit.reward_models.rules.table import table_names
 
     load = os.getloadavg()[0]
     data_dir = settings.data_dir(args.data_dir)

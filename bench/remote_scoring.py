@@ -53,7 +53,7 @@ def main() -> None:
 
     from morkit.core.types import Candidate, Query
     from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.remote import RemoteRewardModel
+    from morkit.reward_models.backends.servers import RemoteRewardModel
     from morkit.reward_models.scoring import score_queries
 
     workdir = Path(tempfile.mkdtemp(prefix="morkit-bench-"))
@@ -69,7 +69,7 @@ def main() -> None:
         from test_vllm_engine import build_tiny_model, start_server, stop_server
         from transformers import AutoTokenizer
 
-        from morkit.reward_models.pooling_io import chat_render
+        from morkit.reward_models.backends.pooling_io import chat_render
 
         model_dir = workdir / "tiny"
         build_tiny_model(model_dir)

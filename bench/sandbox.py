@@ -54,7 +54,7 @@ def harness_start(runs: int) -> float:
 
 def humaneval_rate(data_dir: Path, per_task: int = 10) -> tuple[int, float]:
     from morkit.core.types import Candidate, Query
-    from morkit.reward_models.rules import CodeTests, humaneval_program
+    from morkit.reward_models.rules.code_tests import CodeTests, humaneval_program
 
     path = data_dir / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
     if not path.exists():
@@ -77,7 +77,7 @@ def reference_failures(data_dir: Path) -> tuple[int, list[tuple[str, str]]]:
 
     from morkit.core.types import Candidate
     from morkit.data.datasets import load_spec
-    from morkit.reward_models.rules import CodeTests
+    from morkit.reward_models.rules.code_tests import CodeTests
 
     with gzip.open(data_dir / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as f:
         solutions = {row["task_id"]: row["prompt"] + row["canonical_solution"] for row in map(json.loads, f)}

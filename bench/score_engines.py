@@ -80,8 +80,8 @@ def main() -> None:
     from score_throughput import plain_loop, real_pairs
 
     from morkit.reward_models.backends import vllm_rm
-    from morkit.reward_models.embedded import smollm2_orm
-    from morkit.reward_models.hf import Batching
+    from morkit.reward_models.embedded.models import smollm2_orm
+    from morkit.reward_models.backends.hf import Batching
     from morkit.reward_models.options import ScoringOptions
 
     sets = {"gsm8k": real_pairs(args.pairs, args.data_dir), "best-of-8": best_of_n(args.bon_questions, args.data_dir)}

@@ -55,8 +55,8 @@ def main() -> None:
 
     import torch
 
-    from morkit.reward_models.embedded import smollm2_orm
-    from morkit.reward_models.hf import Batching
+    from morkit.reward_models.embedded.models import smollm2_orm
+    from morkit.reward_models.backends.hf import Batching
 
     pairs = real_pairs(args.pairs, args.data_dir)
     rm = smollm2_orm()

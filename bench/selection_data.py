@@ -73,7 +73,7 @@ def _parse_range(text: str) -> tuple[int, int]:
 def load_dataset(key: str, args) -> Dataset:
     from morkit.core import settings
     from morkit.data import datasets
-    from morkit.reward_models.table import table_names
+    from morkit.reward_models.rules.table import table_names
 
     data_dir = settings.data_dir(args.data_dir)
     if key == "rewardmath":

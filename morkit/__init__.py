@@ -28,7 +28,8 @@ _EXPORTS = {
     # reward models and scoring
     "REWARD_MODELS": "morkit.reward_models.catalog", "list_rms": "morkit.reward_models.catalog",
     "load_rm": "morkit.reward_models.catalog", "RewardModel": "morkit.reward_models.base",
-    "ScoringOptions": "morkit.reward_models.options", "RewardModelSet": "morkit.reward_models.rm_set",
+    "RMSpec": "morkit.reward_models.spec", "ScoringOptions": "morkit.reward_models.options",
+    "resolve_rm": "morkit.reward_models.catalog", "ScoringSession": "morkit.reward_models.session",
     "ScoreCache": "morkit.reward_models.cache", "score": "morkit.services.scoring",
     # question pools
     "QuestionPool": "morkit.question_pool.pool", "PoolConfig": "morkit.question_pool.pool",
@@ -62,7 +63,7 @@ _EXPORTS = {
     # resident models
     "release_models": "morkit.runtime.models",
 }
-_RENAMED = {"release_models": "release", "load_pipeline_config": "load_config"}
+_RENAMED = {"release_models": "release", "load_pipeline_config": "load_config", "resolve_rm": "resolve"}
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -39,14 +39,14 @@ def _isolated_score_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from morkit.reward_models.embedded import load_smollm2
+    from morkit.reward_models.embedded.models import load_smollm2
 
     return load_smollm2("cpu")
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    from morkit.reward_models.embedded import load_minilm
+    from morkit.reward_models.embedded.models import load_minilm
 
     return load_minilm("cpu")
 

@@ -14,7 +14,7 @@ from morkit.core.types import Candidate, Query
 from morkit.llm.agents import AgentAnswer, AgentsConfig, AgentSpec
 from morkit.llm.base import ScriptedLLM
 from morkit.question_pool.ensembles import Ensemble, Normalizer
-from morkit.reward_models.rules import MathConsensus
+from morkit.reward_models.rules.consensus import MathConsensus
 from morkit.search.aggregate import Aggregator
 from morkit.search.aggregators import AGGREGATORS
 from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup

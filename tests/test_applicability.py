@@ -17,7 +17,8 @@ from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.question_pool.report import write_report
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.catalog import REWARD_MODELS, applicability_of
-from morkit.reward_models.rules import CodeTests, MathConsensus
+from morkit.reward_models.rules.consensus import MathConsensus
+from morkit.reward_models.rules.code_tests import CodeTests
 from morkit.reward_models.scoring import fill_missing_scores, score_queries, skip_counts
 from morkit.selection.coverage import covered_rows
 from morkit.selection.learned_method import stored_fits, with_stored_learned

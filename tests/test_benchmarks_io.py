@@ -18,7 +18,7 @@ from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.data.datasets import load_spec
 from morkit.question_pool.graders import GRADERS, grader_name
-from morkit.reward_models.rules import CodeTests, stdio_output_matches
+from morkit.reward_models.rules.code_tests import CodeTests, stdio_output_matches
 from morkit.runtime.sandbox import SandboxLimits
 
 GPQA_HEADER = ["Pre-Revision Question", "Pre-Revision Correct Answer", "Question", "Correct Answer",

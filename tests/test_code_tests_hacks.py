@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from morkit.core.types import Candidate, Query
-from morkit.reward_models.rules import CodeTests
+from morkit.reward_models.rules.code_tests import CodeTests
 from morkit.runtime.sandbox import SandboxLimits, run_python
 
 LIMITS = SandboxLimits(wall_seconds=8)

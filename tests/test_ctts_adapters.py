@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from morkit.core.errors import UnavailableError  # noqa: E402
-from morkit.reward_models.hf import Batching  # noqa: E402
+from morkit.reward_models.backends.hf import Batching  # noqa: E402
 
 H = 32
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]

@@ -50,19 +50,22 @@ def test_context_windows_come_from_the_config_capped_by_the_model_card(adapters,
 
 
 def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(checkpoints, tmp_path, monkeypatch):
-    from morkit.reward_models.backends import build, truncation_of
+    from morkit.reward_models.backends.engine_rm import EngineRM
     from morkit.reward_models.ctts.engine import ctts_spec
-    from morkit.reward_models.engine_rm import EngineRM
     from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.catalog import resolve
+
+    def truncation_of(name, options):
+        return resolve(name, options).truncation
 
     org = tmp_path / "weights" / "Skywork"
     org.mkdir(parents=True)
     (org / "Skywork-Reward-V2-Llama-3.1-8B-40M").symlink_to(checkpoints[SKYWORK_V2]["root"])
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
     for options in (ScoringOptions(device="cpu"), ScoringOptions(device="cpu", max_tokens=64, truncation="left")):
-        assert truncation_of(SKYWORK_V2, options).signature == build(SKYWORK_V2, options).truncation.signature
+        assert truncation_of(SKYWORK_V2, options).signature == resolve(SKYWORK_V2, options).load().truncation.signature
     assert truncation_of(SKYWORK_V2, ScoringOptions()).signature == "middle@window"
-    # vLLM: the engine's length bounds every pair; the rm is built as backends.vllm_rm builds it
+    # vLLM: the engine's length bounds every pair; the rm is built as VLLMEngineHandle.load builds it
     options = ScoringOptions.from_flags(backend="vllm", max_model_len=256)
     engine_rm = EngineRM(ctts_spec(SKYWORK_V2, checkpoints[SKYWORK_V2]["root"]), None, options.truncation_for(True))
     assert engine_rm.truncation.limit == 256 and engine_rm.truncation.signature == "middle@window<=256"
@@ -73,13 +76,15 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
 
 
 def test_a_model_rm_registered_by_a_user_is_keyed_by_its_truncation_too(monkeypatch):
-    from morkit.core.registry import Entry
-    from morkit.reward_models import backends
+    from morkit.reward_models.catalog import REWARD_MODELS
     from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.catalog import resolve
 
-    mine = Entry("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", {"kind": "orm", "backend": "transformers"})
-    monkeypatch.setattr(backends.REWARD_MODELS, "get", lambda name: mine)
-    assert backends.truncation_of("my-rm", ScoringOptions(max_tokens=512)).signature == "middle@512"
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", kind="orm", backend="transformers")
+    try:
+        assert resolve("my-rm", ScoringOptions(max_tokens=512)).truncation.signature == "middle@512"
+    finally:
+        REWARD_MODELS.unregister("my-rm")
 
 
 def test_rms_name_shows_the_window_and_where_it_comes_from(capsys, monkeypatch, tmp_path):
@@ -101,10 +106,10 @@ def test_rms_name_shows_the_window_and_where_it_comes_from(capsys, monkeypatch, 
 
 def test_embedded_windows_are_the_same_in_the_catalog_and_the_classes():
     from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.reward_models.embedded import MiniLMProbe, SmolLM2Judge, SmolLM2ORM
+    from morkit.reward_models.embedded.models import MiniLMProbe, SmolLM2Judge, SmolLM2ORM
 
     for cls in (MiniLMProbe, SmolLM2Judge, SmolLM2ORM):
-        assert REWARD_MODELS.get(cls.name).meta["window"] == cls.window
+        assert REWARD_MODELS.get(cls.name).spec.window == cls.window
 
 
 def test_a_prm_cut_in_the_middle_shows_its_first_and_last_steps(adapters):

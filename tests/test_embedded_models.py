@@ -8,14 +8,14 @@ import torch
 
 from morkit.core.errors import InputError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
-from morkit.reward_models.embedded import (
+from morkit.reward_models.embedded.models import (
     MiniLMProbe,
     SmolLM2Judge,
     SmolLM2ORM,
     chat_ids,
 )
 from morkit.reward_models.heads import load_packaged_head
-from morkit.reward_models.hf import Batching
+from morkit.reward_models.backends.hf import Batching
 from morkit.reward_models.truncation import Truncation
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_judge_is_p_yes_from_the_language_model_head(smollm2, gsm8k_pairs):
 def test_minilm_pooling_matches_sentence_transformers(minilm):
     from sentence_transformers import SentenceTransformer
 
-    from morkit.reward_models.hf import run_batches
+    from morkit.reward_models.backends.hf import run_batches
     from morkit.reward_models.truncation import Encoded
     from morkit.runtime.assets import minilm_path
 
@@ -179,10 +179,10 @@ def test_release_drops_resident_models_and_the_next_request_loads_anew():
 def test_minilm_keeps_its_window_under_every_policy_and_a_long_question(minilm, policy):
     # The reported crash: --truncation left replaced the probe's 256-token window by 2048, past MiniLM's 512
     # positions, and a question longer than the window was not cut at all.
-    from morkit.reward_models.catalog import REWARD_MODELS
     from morkit.reward_models.options import ScoringOptions
+    from morkit.reward_models.catalog import resolve
 
-    options = ScoringOptions(truncation=policy).load_options(REWARD_MODELS.get("minilm-probe"))
+    options = resolve("minilm-probe", ScoringOptions(truncation=policy)).load_options()
     rm = MiniLMProbe(minilm, load_packaged_head("minilm-probe"), truncation=options["truncation"])
     assert (rm.truncation.limit, rm.truncation.policy) == (256, policy)
     question = "How many apples are left after the long story ends? " * 60

@@ -11,7 +11,7 @@ import pytest
 from morkit.core.errors import ScoreError
 from morkit.question_pool.prr import best_of_n_hit, prr
 from morkit.reward_models.base import REDUCTIONS, reduce_steps
-from morkit.reward_models.hf import Batching
+from morkit.reward_models.backends.hf import Batching
 
 # ---- Batching.plan ----------------------------------------------------------------------------------
 

@@ -49,20 +49,20 @@ def queries() -> list[Query]:
 
 def test_two_big_rms_are_never_resident_together_and_their_memory_is_freed(monkeypatch):
     import morkit
-    from morkit.reward_models import backends
+    from morkit.reward_models.backends.transformers import TransformersHandle
 
     alive: list[weakref.ref] = []
     resident_at_load: list[int] = []
-    real_build = backends.build
+    real_load = TransformersHandle.load
 
-    def build(name, options):
+    def load(handle):
         gc.collect()
         resident_at_load.append(sum(ref() is not None for ref in alive))
-        rm = real_build(name, options)
+        rm = real_load(handle)
         alive.append(weakref.ref(rm.backbone.model))
         return rm
 
-    monkeypatch.setattr(backends, "build", build)
+    monkeypatch.setattr(TransformersHandle, "load", load)
     scored = morkit.score(queries(), list(BIG_TWO), device="cpu")
     gc.collect()
     assert resident_at_load == [0, 0]  # the first model was gone before the second loaded
@@ -72,21 +72,22 @@ def test_two_big_rms_are_never_resident_together_and_their_memory_is_freed(monke
 
 def test_cached_pairs_load_no_model(tmp_path, monkeypatch):
     import morkit
-    from morkit.reward_models import backends
+    from morkit.reward_models.backends.transformers import TransformersHandle
 
     cache = tmp_path / "scores.sqlite"
     first = morkit.score(queries(), ["skywork-reward-v2-llama-3.1-8b"], device="cpu", cache=cache)
-    monkeypatch.setattr(backends, "build", lambda *a, **k: pytest.fail("a model was loaded for cached pairs"))
+    monkeypatch.setattr(TransformersHandle, "load", lambda *a, **k: pytest.fail("a model was loaded for cached pairs"))
     again = morkit.score(queries(), ["skywork-reward-v2-llama-3.1-8b"], device="cpu", cache=cache)
     assert [c.scores for q in again for c in q.candidates] == [c.scores for q in first for c in q.candidates]
 
 
 def test_a_model_too_big_for_the_device_is_refused_before_loading(monkeypatch):
     import morkit
-    from morkit.reward_models import backends, memory
+    from morkit.reward_models import memory
+    from morkit.reward_models.backends import transformers
 
     monkeypatch.setattr(memory, "devices_free", lambda device, spread: [2**20])  # 1 MiB free
-    monkeypatch.setattr(backends, "load_rm", lambda *a, **k: pytest.fail("loaded a model that cannot fit"))
+    monkeypatch.setattr(transformers, "build", lambda *a, **k: pytest.fail("loaded a model that cannot fit"))
     with pytest.raises(UnavailableError) as err:
         morkit.score(queries(), ["qwen2.5-math-rm-72b"], device="cpu")
     message = str(err.value)
@@ -108,12 +109,12 @@ def test_the_memory_estimate_counts_the_checkpoint(weights):
 def test_backend_vllm_without_vllm_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from morkit.reward_models import backends
+    from morkit.reward_models.catalog import resolve
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(UnavailableError, match="pip install vllm"):
-        backends.vllm_rm("skywork-reward-v2-llama-3.1-8b", ScoringOptions(backend="vllm"))
+        resolve("skywork-reward-v2-llama-3.1-8b", ScoringOptions(backend="vllm")).load()
 
 
 class TokenServer(FakeServer):
@@ -157,7 +158,7 @@ def test_servers_by_name_get_the_adapters_own_prompts_and_failures_keep_successe
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_question_prefix_reuse_changes_no_score(name):
-    from morkit.reward_models import prefix
+    from morkit.reward_models.backends import prefix
     from morkit.reward_models.catalog import load_rm
 
     pairs = [(q.question, c.text) for q in queries() for c in q.candidates]

@@ -208,7 +208,7 @@ def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothin
 
 
 def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, server, capsys, monkeypatch):
-    from morkit.reward_models.rules import CodeTests
+    from morkit.reward_models.rules.code_tests import CodeTests
     from morkit.services.pipeline.keys import rm_versions
 
     assert rm_versions(["code-tests", "math-consensus", "given"]) == {

@@ -31,11 +31,11 @@ class DiesOnce:
     absent; shipped to the actors by value."""
 
     def __init__(self, marker: str):
-        from morkit.reward_models.backends import build
         from morkit.reward_models.options import ScoringOptions
+        from morkit.reward_models.catalog import resolve
 
         self.marker = marker
-        self.rm = build(RM, ScoringOptions())
+        self.rm = resolve(RM, ScoringOptions()).load()
 
     def score(self, pairs):
         if not os.path.exists(self.marker):
@@ -47,7 +47,7 @@ class DiesOnce:
 @pytest.fixture(scope="module")
 def ray_local():
     ray = pytest.importorskip("ray")
-    from morkit.reward_models.ray_scoring import connect
+    from morkit.reward_models.backends.ray import connect
 
     if ray.is_initialized():
         ray.shutdown()
@@ -123,12 +123,11 @@ def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_score
 def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.ray_scoring import RayRM
-    from morkit.reward_models.catalog import cache_key
+    from morkit.reward_models.catalog import resolve
 
     marker = tmp_path / "died"
-    rm = RayRM(RM, functools.partial(DiesOnce, str(marker)),
-               ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2), cache_key=cache_key(RM))
+    rm = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2))
+    rm.factory = functools.partial(DiesOnce, str(marker))  # each actor's replica dies once
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
         scored = morkit.score(queries, [rm], cache=cache, chunk=CHUNK)
@@ -142,10 +141,10 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
 def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.ray_scoring import ray_rm
+    from morkit.reward_models.catalog import resolve
 
     total = len(_pairs(queries))
-    first = ray_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
+    first = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
     cache = CountingCache(tmp_path / "score.sqlite", die_after=2)
     with pytest.raises(DriverKilled):
         morkit.score(queries, [first], cache=cache, chunk=CHUNK)
@@ -153,7 +152,7 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
     stored = cache.written
     assert 0 < len(stored) < total
 
-    again = ray_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK))
+    again = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK))
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
         scored = morkit.score(queries, [again], cache=cache, chunk=CHUNK)
@@ -173,7 +172,7 @@ def _closed_port() -> int:
 def test_a_second_cluster_address_is_refused_not_ignored(ray_local, queries):
     import morkit
     from morkit.core.errors import InputError
-    from morkit.reward_models.ray_scoring import connect
+    from morkit.reward_models.backends.ray import connect
 
     assert connect(ray_local.get_runtime_context().gcs_address) is ray_local  # the cluster it is attached to
     with socket.socket() as other:  # something listens there, but it is not this process's cluster

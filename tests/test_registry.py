@@ -95,7 +95,7 @@ def test_register_before_and_after_listing_keeps_the_builtins():
 
 def test_registering_an_rm_before_the_catalog_is_listed_keeps_every_builtin():
     code = ("from morkit.reward_models.catalog import REWARD_MODELS\n"
-            "REWARD_MODELS.register('my-rm', 'morkit.reward_models.rules:MathConsensus', 'test', kind='rule')\n"
+            "REWARD_MODELS.register('my-rm', 'morkit.reward_models.rules.consensus:MathConsensus', 'test', kind='rule')\n"
             "from morkit.reward_models.catalog import list_rms\n"
             "names = [r.name for r in list_rms()]\n"
             "print(len(names), 'my-rm' in names, 'smollm2-orm' in names)\n")
@@ -123,10 +123,10 @@ def test_ctts_records_agree_with_their_adapter_classes():
         assert issubclass(adapter, CttsRM) and entry.load() == adapter.load
         assert (adapter.name, adapter.model_id, adapter.kind, adapter.required_files) == \
             (record.name, record.model_id, record.kind, record.required)
-        assert (entry.meta["model_id"], entry.meta["kind"], entry.meta["required"]) == \
+        assert (entry.spec.model_id, entry.spec.kind, entry.spec.required) == \
             (record.model_id, record.kind, record.required)
     ldl = Entry("ldl", "morkit.reward_models.ctts.ldl:HEAD_FILES").load()
-    assert set(ldl) <= set(REWARD_MODELS.get("ldl-reward-gemma-2-27b").meta["required"])
+    assert set(ldl) <= set(REWARD_MODELS.get("ldl-reward-gemma-2-27b").spec.required)
 
 
 def test_load_rm_names_the_missing_options():

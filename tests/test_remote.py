@@ -9,7 +9,7 @@ from fake_server import FakeServer
 
 from morkit.core.types import Candidate, Query, Score
 from morkit.reward_models.cache import ScoreCache
-from morkit.reward_models.remote import RemoteRewardModel, RemoteScoringError
+from morkit.reward_models.backends.servers import RemoteRewardModel, RemoteScoringError
 from morkit.reward_models.scoring import score_queries
 
 
@@ -171,7 +171,7 @@ def test_works_inside_running_event_loop(servers):
 def test_to_score_kinds():
     import math
 
-    from morkit.reward_models.pooling_io import MalformedOutput, to_score
+    from morkit.reward_models.backends.pooling_io import MalformedOutput, to_score
 
     assert to_score("classify", [0.25]) == Score(0.25)
     assert to_score("classify", [[0.25]]) == Score(0.25)
@@ -210,7 +210,7 @@ def test_step_and_token_kinds_over_http():
 def test_activation_switch_detection():
     from dataclasses import dataclass
 
-    from morkit.reward_models.vllm_backend import raw_output_params
+    from morkit.reward_models.backends.vllm_engine import raw_output_params
 
     @dataclass
     class New:
@@ -225,7 +225,7 @@ def test_activation_switch_detection():
 
 
 def test_vllm_backend_is_lazy():
-    from morkit.reward_models.vllm_backend import VLLMRewardModel
+    from morkit.reward_models.backends.vllm_engine import VLLMRewardModel
 
     rm = VLLMRewardModel("/nonexistent", kind="step", step_token_id=7)
     assert rm.kind == "prm" and rm._llm is None and rm.llm_kwargs["dtype"] == "float32"

@@ -10,7 +10,8 @@ import pytest
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, QueryRewardModel, RewardModel
-from morkit.reward_models.rules import CodeTests, MathConsensus, humaneval_program
+from morkit.reward_models.rules.consensus import MathConsensus
+from morkit.reward_models.rules.code_tests import CodeTests, humaneval_program
 from morkit.runtime.sandbox import SandboxLimits
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -36,9 +36,9 @@ def test_score_writes_every_candidate_and_reuses_the_cache(tmp_path, capsys):
 
 
 def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
-    from morkit.reward_models import embedded
+    from morkit.reward_models.embedded import models
 
-    monkeypatch.setattr(embedded.FeatureHeadRM, "head", lambda self, pooled: [float("nan")] * len(pooled))
+    monkeypatch.setattr(models.FeatureHeadRM, "head", lambda self, pooled: [float("nan")] * len(pooled))
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps({"id": "q-nan", "question": "What is 2+3?",
                                   "candidates": [{"text": "5"}, {"text": "6"}]}) + "\n")

@@ -11,7 +11,7 @@ from morkit.core.types import Candidate, Query, Score
 from morkit.data.contract import parse_query, query_to_json
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.scoring import score_queries
-from morkit.reward_models.table import TableRewardModel, table_names
+from morkit.reward_models.rules.table import TableRewardModel, table_names
 
 
 class FakeRM:

@@ -93,11 +93,11 @@ def test_the_python_api_takes_flat_flags_through_with_flags(monkeypatch):
     class Stop(Exception):
         pass
 
-    def capture(options):
+    def capture(options, **_):
         seen.append(options)
         raise Stop
 
-    monkeypatch.setattr(scoring, "RewardModelSet", capture)
+    monkeypatch.setattr(scoring, "ScoringSession", capture)
     for call in (lambda: morkit.score([], ["math-consensus"], batch_size=32),
                  lambda: morkit.score([], ["math-consensus"], options=ScoringOptions(chunk=8), batch_size=32)):
         with pytest.raises(Stop):
@@ -154,15 +154,17 @@ def test_the_server_request_size_is_a_checked_limit_not_a_silent_cap():
 def test_the_remote_rm_sends_the_server_batch_size(monkeypatch):
     from types import SimpleNamespace
 
-    from morkit.reward_models import backends, engine_rm
+    from morkit.reward_models.backends import servers
+    from morkit.reward_models.catalog import resolve
 
     spec = SimpleNamespace(pooling="classify", label=0, num_labels=1, step_token_id=None, finish=None)
-    monkeypatch.setattr(backends, "engine_spec", lambda name, options: spec)
-    monkeypatch.setattr(engine_rm, "EngineRM", lambda spec, engine, truncation: engine)
-    options = ScoringOptions.from_flags(urls=[f"some-rm={URL}"], batch_size=3)
-    assert options.servers.urls_for("some-rm") == [URL] and options.servers.urls_for("other") == []
-    assert options.server_urls("some-rm") == [URL]  # the old name, for readers not yet moved
-    remote = backends.remote_rm("some-rm", options, options.servers.urls_for("some-rm"))
+    monkeypatch.setattr(servers, "engine_spec", lambda name, rm, options: spec)
+    monkeypatch.setattr(servers, "EngineRM", lambda spec, engine, truncation: engine)
+    options = ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], batch_size=3)
+    assert options.servers.urls_for("smollm2-orm") == [URL] and options.servers.urls_for("other") == []
+    handle = resolve("smollm2-orm", options)
+    assert handle.backend == "servers"  # the servers bound to an RM place it there
+    remote = handle.load()
     assert (remote.batch_size, remote.urls) == (3, [URL])
 
 

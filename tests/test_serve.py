@@ -284,9 +284,9 @@ def test_a_disconnected_clients_queued_work_is_skipped():
 
 def test_a_pool_that_does_not_fit_is_refused_at_start_up(hash_pool, tmp_path, monkeypatch, capsys):
     from morkit.reward_models import memory
-    from morkit.services.serving import resident
+    from morkit.reward_models.handles import RMHandle
 
-    monkeypatch.setattr(resident, "memory_need", lambda name, options, dtype: MemoryNeed(40 * GIB, GIB))
+    monkeypatch.setattr(RMHandle, "memory_need", lambda self: MemoryNeed(40 * GIB, GIB))
     monkeypatch.setattr(memory, "devices_free", lambda device, spread: [8 * GIB])
     with pytest.raises(UnavailableError, match="'math-consensus' does not fit: it needs about 45.1 GiB"):
         RoutingEngine(hash_pool, SelectOptions(method="pres"), ScoringOptions(device="cpu"), embedder=HashEmbedder())

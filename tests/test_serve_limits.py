@@ -24,7 +24,7 @@ from test_serve import BlockingEngine, free_port, hash_pool, live, math_queries 
 from morkit.cli import main
 from morkit.core import budget, grading
 from morkit.core.errors import MorkitError
-from morkit.reward_models.rules import consensus_scores
+from morkit.reward_models.rules.consensus import consensus_scores
 from morkit.services.serving.limits import ServeLimits
 from morkit.services.serving.protocol import _SPECIAL, strip_trailing_special
 from morkit.services.serving.server import make_server
@@ -294,7 +294,7 @@ def test_answer_extraction_is_linear_on_crafted_answers():
 
 def test_work_past_the_deadline_fails_the_call_rather_than_change_a_score():
     from morkit.core.types import Candidate, Query
-    from morkit.reward_models.rules import CodeTests
+    from morkit.reward_models.rules.code_tests import CodeTests
 
     with budget.work_bounded(time.monotonic() - 1), pytest.raises(budget.DeadlinePassed):
         grading._symbolic_equal("\\sqrt{4}", "2")

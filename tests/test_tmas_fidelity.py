@@ -17,7 +17,7 @@ from morkit.loops.tmas.analysis import writes_analysis
 from morkit.loops.tmas.loop import TMAS, TMASConfig
 from morkit.loops.tmas.prompts import PAPER_WORDING
 from morkit.question_pool.ensembles import Ensemble, Normalizer
-from morkit.reward_models.rules import MathConsensus
+from morkit.reward_models.rules.consensus import MathConsensus
 from morkit.verify.combined import CombinedVerifier
 from morkit.verify.critic import LLMVerifier
 from morkit.verify.mor import MoRVerifier

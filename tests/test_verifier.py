@@ -8,7 +8,7 @@ from morkit.core.types import Score
 from morkit.llm.base import ScriptedLLM
 from morkit.question_pool.ensembles import Ensemble, Normalizer
 from morkit.reward_models.cache import ScoreCache
-from morkit.reward_models.rules import MathConsensus
+from morkit.reward_models.rules.consensus import MathConsensus
 from morkit.verify.combined import CombinedVerifier
 from morkit.verify.critic import LLMVerifier, parse_llm_score
 from morkit.verify.mor import MoRVerifier

@@ -2,7 +2,7 @@
 so vLLM's CPU attention runs them) and the embedded SmolLM2 ORM and judge (real weights), each through
 `--backend vllm` (the real CPU engine, morkit's plugin classes for INF-ORM, LDL, QRM and AceCode), must
 match the transformers adapter. Several candidates share a question, so vLLM's prefix caching is
-exercised where the model allows it. One engine at a time: the RewardModelSet releases each before the next.
+exercised where the model allows it. One engine at a time: the ScoringSession releases each before the next.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def weights(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engines():
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.rm_set import RewardModelSet
+    from morkit.reward_models.session import ScoringSession
 
-    models = RewardModelSet(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.1))
+    models = ScoringSession(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.1))
     yield models
-    models.release()
+    models.close()
 
 
 def values(score) -> list[float]:
@@ -72,12 +72,12 @@ def test_engines_were_loaded_one_at_a_time(engines):
 @pytest.fixture(scope="module")
 def smollm2_engines(engines):
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.rm_set import RewardModelSet
+    from morkit.reward_models.session import ScoringSession
 
-    engines.release()  # one engine at a time
-    models = RewardModelSet(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
+    engines.close()  # one engine at a time
+    models = ScoringSession(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
     yield models
-    models.release()
+    models.close()
 
 
 @pytest.mark.parametrize("name", ["smollm2-orm", "smollm2-judge"])

@@ -85,7 +85,7 @@ def hf_logits(path: Path, ids_list: list[list[int]]) -> list[list[float]]:
 def tiny(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from morkit.reward_models.pooling_io import chat_render
+    from morkit.reward_models.backends.pooling_io import chat_render
 
     path = tmp_path_factory.mktemp("tiny-llama-rm")
     build_tiny_model(path)
@@ -102,7 +102,7 @@ def assert_close(got: list[float], want: list[float]) -> None:
 
 @pytest.fixture(scope="module")
 def offline(tiny):
-    from morkit.reward_models.vllm_backend import VLLMRewardModel
+    from morkit.reward_models.backends.vllm_engine import VLLMRewardModel
 
     path, render, _ = tiny
     rm = VLLMRewardModel(str(path), kind="classify", name="tiny-vllm", render=render,
@@ -181,7 +181,7 @@ def server(tiny, tmp_path_factory, offline):
 
 
 def test_served_engine_gives_raw_logit(tiny, server):
-    from morkit.reward_models.remote import RemoteRewardModel
+    from morkit.reward_models.backends.servers import RemoteRewardModel
 
     path, render, want = tiny
     rm = RemoteRewardModel("tiny-remote", [server, server], "tiny", render=render, concurrency=4, timeout_s=30)
@@ -199,8 +199,8 @@ def test_offline_step_pooling_gives_step_probabilities(tmp_path):
     import torch
     from transformers import AutoTokenizer, LlamaForSequenceClassification
 
-    from morkit.reward_models.pooling_io import chat_render
-    from morkit.reward_models.vllm_backend import VLLMRewardModel
+    from morkit.reward_models.backends.pooling_io import chat_render
+    from morkit.reward_models.backends.vllm_engine import VLLMRewardModel
 
     build_tiny_model(tmp_path, num_labels=2)
     tok = AutoTokenizer.from_pretrained(tmp_path)

@@ -62,16 +62,17 @@ def cmd_rms(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries, save_queries
     from morkit.reward_models.scoring import skip_counts
-    from morkit.services.scoring import DEFAULT_RMS, cache_scope, score
+    from morkit.reward_models.session import ScoringSession
+    from morkit.services.scoring import DEFAULT_RMS
 
     options = scoring_options(args)
     output_file(args.output)
     queries = load_queries(args.input)
     names = args.rm or list(DEFAULT_RMS)
     started = time.perf_counter()
-    with cache_scope(None, options) as cache:
-        scored = score(queries, names, options=options, cache=cache)
-        hits = cache.hits if cache is not None else 0
+    with ScoringSession(options) as session:
+        scored = session.score(queries, names)
+        hits = session.cache.hits if session.cache is not None else 0
     save_queries(args.output, scored)
     pairs = sum(len(q.candidates) for q in queries)
     truncated = sum(len(c.extra.get("truncated", [])) for q in scored for c in q.candidates)

@@ -23,12 +23,14 @@ from morkit.core.errors import InputError, UnknownName
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered extension: its name, what to import, a one-line summary and free-form metadata."""
+    """One registered extension: its name, what to import, a one-line summary, and what it is: a typed `spec`
+    where its registry declares one (reward models: `RMSpec`), else free-form metadata."""
 
     name: str
     target: Any  # "package.module:attribute", or the object itself
     summary: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    spec: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "meta", MappingProxyType(dict(self.meta)))
@@ -55,14 +57,17 @@ class Entry:
 class Registry:
     """Entries of one kind (reward models, selection methods, ...), in registration order."""
 
-    def __init__(self, what: str, entries: Iterable[Entry] = ()):
+    def __init__(self, what: str, entries: Iterable[Entry] = (), *, spec_type: Any = None):
         self.what = what  # used in messages: "unknown {what} 'x'"
+        self.spec_type = spec_type  # a frozen dataclass with `of(**fields)`: each entry's metadata, typed
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         for entry in entries:
             self.add(entry)
 
     def add(self, entry: Entry, *, replace: bool = False) -> Entry:
+        if self.spec_type is not None and entry.spec is None:  # metadata given as keywords becomes the typed spec
+            entry = Entry(entry.name, entry.target, entry.summary, spec=self.spec_type.of(entry.name, **entry.meta))
         with self._lock:
             if entry.name in self._entries and not replace:
                 raise InputError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")
@@ -70,7 +75,8 @@ class Registry:
         return entry
 
     def register(self, name: str, target: Any, summary: str = "", *, replace: bool = False, **meta: Any) -> Entry:
-        """Add `name` -> `target` ("module:attribute" or an object) with its metadata."""
+        """Add `name` -> `target` ("module:attribute" or an object) with its metadata (the fields of the
+        registry's spec type, where it has one)."""
         return self.add(Entry(name, target, summary, meta), replace=replace)
 
     def unregister(self, name: str) -> Entry:

@@ -109,7 +109,7 @@ class MathGrader:
 
     def vote_shares(self, texts: Sequence[str | None]) -> list[float]:
         """Answers agree when their final answers are equivalent: math-consensus's classes, as counts."""
-        from morkit.reward_models.rules import consensus_scores
+        from morkit.reward_models.rules.consensus import consensus_scores
 
         return [share * len(texts) for share in consensus_scores(texts)]
 
@@ -152,7 +152,7 @@ class CodeGrader:
         from dataclasses import replace
 
         from morkit.core.types import Candidate
-        from morkit.reward_models.rules import CodeTests
+        from morkit.reward_models.rules.code_tests import CodeTests
 
         if not (query.tests or query.extra.get("stdio_tests")):
             return [Grade(False, "the query has no tests")] * len(texts)

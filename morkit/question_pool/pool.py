@@ -249,7 +249,7 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
                config: PoolConfig = PoolConfig(), provenance: Mapping[str, Any] | None = None,
                progress: bool = False) -> QuestionPool:
     """Build a pool from labelled queries with cached member scores (`rm_names`: default all cached RMs)."""
-    from morkit.reward_models.table import table_names
+    from morkit.reward_models.rules.table import table_names
 
     rm_names = tuple(rm_names or table_names(queries))
     if not rm_names:

@@ -3,7 +3,7 @@
 Model RMs run on one backend: `transformers` (in this process, `TransformersOptions`), `vllm` (an offline
 engine, `VLLMOptions`), or the vLLM servers of `ServerOptions.urls` (which then win over `backend`). With
 `ray` set (`RayOptions`), each model RM's scoring is spread over a Ray cluster instead
-(`reward_models.ray_scoring`), one replica per actor, on that backend. Each field means one thing on the
+(`reward_models.backends.ray`), one replica per actor, on that backend. Each field means one thing on the
 backend it belongs to.
 
 The CLI's flat flags (`--batch-size`, `--url`, `--tensor-parallel-size`, ...) and their Python names
@@ -20,7 +20,6 @@ from typing import Any
 
 from morkit.core import checks
 from morkit.core.errors import InputError
-from morkit.core.registry import Entry
 from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.truncation import DEFAULT_POLICY, TRUNCATION_POLICIES, Truncation
 
@@ -227,10 +226,6 @@ class ScoringOptions:
                     ray=self.ray.address if self.ray else None, ray_workers=self.ray.workers if self.ray else None)
         return flat
 
-    def server_urls(self, rm: str) -> list[str]:
-        """`servers.urls_for(rm)`, for readers not yet moved to the nested path."""
-        return self.servers.urls_for(rm)
-
     def engine_length(self, window: int) -> int:
         """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens."""
         return self.vllm.max_model_len or self.max_tokens or window
@@ -239,24 +234,6 @@ class ScoringOptions:
         """How a model RM cuts pairs: under `truncation`, to `max_tokens`, else to the model's own window (the RM
         fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`."""
         return Truncation(self.max_tokens, self.truncation, ceiling=self.vllm.max_model_len if on_vllm else None)
-
-    def load_options(self, entry: Entry) -> dict[str, Any]:
-        """Keyword options for building `entry` on the transformers backend: device, dtype, batching, truncation
-        (its limit is the model's own window unless `max_tokens` is set)."""
-        if entry.meta.get("backend") != "transformers":
-            return {}
-        from morkit.reward_models.hf import Batching
-
-        options: dict[str, Any] = {"batching": Batching(max_batch=self.transformers.batch_size),
-                                   "prefix_reuse": self.prefix_reuse, "truncation": self.truncation_for()}
-        if self.device:
-            options["device"] = self.device
-        if entry.meta.get("model_id"):  # the CTTS adapters take dtype and a device map too
-            if self.dtype:
-                options["dtype"] = self.dtype
-            if self.transformers.device_map:
-                options["device_map"] = self.transformers.device_map
-        return options
 
     def open_cache(self) -> Any:
         """The score cache these options name, or None."""

@@ -221,7 +221,7 @@ def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]
                         cache: ScoreCache | None = None, chunk: int = 64, progress: bool = False) -> list[Query]:
     """Run each wanted RM on the queries that want it and lack its scores; other queries are left as they are.
 
-    `wanted[i]` names the RMs query i needs; `rms[name]` gives the built RM (e.g. a RewardModelSet)."""
+    `wanted[i]` names the RMs query i needs; `rms[name]` gives the built RM (e.g. a ScoringSession)."""
     out = list(queries)
     rows: dict[str, list[int]] = {}
     for i, (query, names) in enumerate(zip(queries, wanted)):

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from morkit.core.errors import LLMError
 from morkit.llm.agents import AgentAnswer
-from morkit.reward_models.rules import consensus_scores
+from morkit.reward_models.rules.consensus import consensus_scores
 from morkit.search.aggregate import Aggregator
 from morkit.search.base import Meter, SearchResult, TraceStep
 from morkit.selection.mor import pick_best

@@ -33,7 +33,7 @@ class SearchRunner:
 
     selector: Any
     config: AgentsConfig
-    rms: Any  # name -> built RM, e.g. a RewardModelSet
+    rms: Any  # name -> built RM, e.g. a ScoringSession
     cache: Any = None
     options: SearchOptions = SearchOptions()
     llms: LLMPool = field(default_factory=LLMPool)

@@ -15,24 +15,23 @@ from morkit.llm.agents import AgentsConfig, LLMPool
 from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.rm_set import RewardModelSet
+from morkit.reward_models.session import ScoringSession
 from morkit.selection.methods import SelectOptions
 from morkit.services.routing import make_selector
-from morkit.services.scoring import cache_scope
 from morkit.services.searching import agents_config
 from morkit.verify.critic import LLMVerifier
 from morkit.verify.kinds import VERIFIERS, VerifierSetup
 
 
 def verifiers_for(kind: str, pool: QuestionPool | None, critic: LLMVerifier, selection: SelectOptions,
-                  scoring: ScoringOptions, cache: Any) -> Callable[[Query], Any]:
+                  session: ScoringSession) -> Callable[[Query], Any]:
     """query -> its verifier, for a registered verifier kind (see morkit.verify.kinds)."""
     entry = VERIFIERS.get(kind)
     needs_pool = bool(entry.meta.get("needs_pool"))
     if needs_pool and pool is None:
         raise InputError(f"verifier {kind!r} needs a pool (--pool; the MoR ensemble comes from a pool)")
-    selector = make_selector(pool, selection, scoring.device) if needs_pool else None
-    return entry.load()(VerifierSetup(critic, selector, RewardModelSet(scoring), cache))
+    selector = make_selector(pool, selection, session.options.device) if needs_pool else None
+    return entry.load()(VerifierSetup(critic, selector, session, session.cache))
 
 
 def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str | os.PathLike | None = None,
@@ -49,9 +48,9 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
     llms = LLMPool()
     critic = LLMVerifier(llms.llm(config.aggregator))
     records = []
-    with cache_scope(None, scoring) as store:
+    with ScoringSession(scoring) as session:
         verifier_for = verifiers_for(verifier or ("mor" if pool is not None else "llm"), pool, critic, selection,
-                                     scoring, store)
+                                     session)
         for query in tqdm(queries, desc=loop, unit="query", disable=not scoring.progress):
             result = make_loop(LoopSetup(config, llms, verifier_for(query), options)).run(query.question,
                                                                                            query.reference)

@@ -26,7 +26,7 @@ from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, load_pool
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.table import table_names
+from morkit.reward_models.rules.table import table_names
 from morkit.selection.learned_method import with_stored_learned
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 

@@ -2,22 +2,24 @@
 
     selections = morkit.select(queries, pool)            # ensemble + evidence per query
     rankings = morkit.rank(queries, pool)                # best candidate per query
+
+`Routing` is the one select -> fill -> rank path: `rank` runs it over a file of queries, and the server
+(morkit.services.serving.engine) runs the same three steps over each micro-batch, keeping jobs apart.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.rm_set import RewardModelSet
-from morkit.reward_models.scoring import fill_missing_scores
+from morkit.reward_models.session import ScoringSession
 from morkit.selection.methods import SelectOptions
 from morkit.selection.selector import Ranking, Selection, Selector
-from morkit.services.scoring import cache_scope
 
 
 def runnable_rms(pool: QuestionPool) -> list[str]:
@@ -25,10 +27,33 @@ def runnable_rms(pool: QuestionPool) -> list[str]:
     return [n for n in pool.rm_names if n in REWARD_MODELS and missing(REWARD_MODELS.get(n)) is None]
 
 
-def make_selector(pool: QuestionPool, options: SelectOptions = SelectOptions(), device: str | None = None) -> Selector:
-    """A Selector over `pool` with the pool's own embedder."""
-    return Selector(pool, options.method, embedder=load_embedder(pool.embedder, device), k=options.k,
+def make_selector(pool: QuestionPool, options: SelectOptions = SelectOptions(), device: str | None = None,
+                  embedder: Any = None) -> Selector:
+    """A Selector over `pool` with the pool's own embedder (or a caller's, which must be the pool's)."""
+    return Selector(pool, options.method, embedder=embedder or load_embedder(pool.embedder, device), k=options.k,
                     singles_only=options.singles_only, runnable=runnable_rms(pool) if options.allow_run else ())
+
+
+@dataclass
+class Routing:
+    """Select each query's ensemble, fill its members' missing scores in the session, rank the candidates."""
+
+    selector: Selector
+    session: ScoringSession
+    abstain_below: float | None = None
+
+    def select(self, queries: Sequence[Query], vectors: Any = None) -> list[Selection]:
+        return self.selector.select_many(queries, vectors=vectors)
+
+    def fill(self, queries: Sequence[Query], selections: Sequence[Selection]) -> list[Query]:
+        return self.session.fill(queries, [s.choice.ensemble.members for s in selections])
+
+    def rank(self, query: Query, selection: Selection) -> Ranking:
+        return self.selector.rank_selected(query, selection, self.abstain_below)
+
+    def __call__(self, queries: Sequence[Query]) -> list[Ranking]:
+        selections = self.select(queries)
+        return [self.rank(q, s) for q, s in zip(self.fill(queries, selections), selections)]
 
 
 def select(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = SelectOptions(),
@@ -38,19 +63,10 @@ def select(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions 
 
 
 def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = SelectOptions(),
-         scoring: ScoringOptions = ScoringOptions(), models: RewardModelSet | None = None) -> list[Ranking]:
+         scoring: ScoringOptions = ScoringOptions(), session: ScoringSession | None = None) -> list[Ranking]:
     """Select each query's ensemble, run its member RMs where candidates lack their scores, pick the best."""
     selector = make_selector(pool, options, scoring.device)
-    selections = selector.select_many(queries)
-    members = [s.choice.ensemble.members for s in selections]
-    owned = models is None
-    models = models or RewardModelSet(scoring)
-    try:
-        with cache_scope(None, scoring) as store:
-            scored = fill_missing_scores(queries, members, models, cache=store, chunk=scoring.chunk,
-                                         progress=scoring.progress)
-    finally:
-        if owned:
-            models.release()
-    return [selector.rank_selected(q, s, options.abstain_below) for q, s in zip(scored, selections)]
-
+    if session is not None:
+        return Routing(selector, session, options.abstain_below)(queries)
+    with ScoringSession(scoring) as own:
+        return Routing(selector, own, options.abstain_below)(queries)

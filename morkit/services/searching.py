@@ -13,12 +13,11 @@ from morkit.core.types import Query
 from morkit.llm.agents import AgentsConfig, load_agents
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.rm_set import RewardModelSet
+from morkit.reward_models.session import ScoringSession
 from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS, SearchOptions
 from morkit.search.run import SearchRunner, run_all
 from morkit.selection.methods import SelectOptions
 from morkit.services.routing import make_selector
-from morkit.services.scoring import cache_scope
 
 
 def agents_config(agents: AgentsConfig | str | os.PathLike | None) -> AgentsConfig:
@@ -48,12 +47,8 @@ def run_search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsCo
     def bar(items: Any) -> Any:
         return tqdm(items, desc="search", unit="query", disable=not scoring.progress)
 
-    models = RewardModelSet(scoring)
-    try:
-        with cache_scope(None, scoring) as store:
-            runner = SearchRunner(selector, config, models, store, options)
-            if output is not None:
-                return run_all(runner, queries, methods, output, progress=bar)
-            return [runner.run(query, methods).to_json() for query in bar(queries)]
-    finally:
-        models.release()
+    with ScoringSession(scoring) as session:
+        runner = SearchRunner(selector, config, session, session.cache, options)
+        if output is not None:
+            return run_all(runner, queries, methods, output, progress=bar)
+        return [runner.run(query, methods).to_json() for query in bar(queries)]

@@ -212,7 +212,7 @@ def train_head(rm_name: str, data: Sequence[str], output: Path | None = None, *,
     under `truncation`; writes it to `output` (default: the packaged head)."""
     from morkit.core import checks
     from morkit.core.settings import cache_dir
-    from morkit.reward_models.embedded import (
+    from morkit.reward_models.embedded.models import (
         MiniLMProbe,
         SmolLM2ORM,
         load_minilm,

@@ -24,7 +24,7 @@ class VerifierSetup:
 
     critic: Verifier
     selector: Any = None  # morkit.selection.selector.Selector over the pool
-    rms: Any = None  # name -> built RM (a RewardModelSet)
+    rms: Any = None  # name -> built RM (a ScoringSession)
     cache: Any = None  # a ScoreCache, or None
 
 

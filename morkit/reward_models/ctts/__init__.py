@@ -37,7 +37,7 @@ class CttsModel:
     n_params: float
     description: str
     required: tuple[str, ...] = ("config.json",)
-    pooling: str = "classify"  # classify | token_classify | step (see morkit.reward_models.pooling_io)
+    pooling: str = "classify"  # classify | token_classify | step (see morkit.reward_models.backends.pooling_io)
     vllm_class: str | None = None  # a morkit class registered with vLLM (vllm_plugin); None: vLLM's own
     trained_context: int | None = None  # the longest sequence its model card says it was trained on, if it says
 

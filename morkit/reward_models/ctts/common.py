@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from morkit.core.errors import ScoreError, UnavailableError
-from morkit.reward_models.hf import Batching
-from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.reward_models.backends.hf import Batching
+from morkit.reward_models.backends.pooled import Backbone, PooledRM
 from morkit.reward_models.truncation import Truncation
 from morkit.reward_models.weights import locate_weights
 from morkit.runtime.device import resolve_device, resolve_dtype

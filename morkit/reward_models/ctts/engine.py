@@ -13,7 +13,7 @@ from typing import Any
 from morkit.core.types import Score
 from morkit.reward_models.base import is_empty_answer
 from morkit.reward_models.ctts import CTTS_BY_NAME
-from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
+from morkit.reward_models.backends.engine_rm import EngineSpec, empty_answers_score
 
 
 def ctts_spec(name: str, root: Path) -> EngineSpec:
@@ -53,7 +53,7 @@ def _qrm_fields(root: Path, tokenizer: Any) -> dict[str, Any]:
     """QRM's row is [score, quantiles, rewards]; the gate is read at the assistant header, which must be there."""
     from morkit.reward_models.ctts.common import config_value
     from morkit.reward_models.ctts.qrm import gating_position, header_ids
-    from morkit.reward_models.pooling_io import MalformedOutput, row_of
+    from morkit.reward_models.backends.pooling_io import MalformedOutput, row_of
 
     q = int(config_value(root, "num_quantiles", 0))
     pattern = header_ids(tokenizer)
@@ -74,5 +74,5 @@ def spec_for(name: str, options: Any) -> EngineSpec:
     from morkit.reward_models.weights import locate_weights
 
     record = CTTS_BY_NAME[name]
-    required = ("config.json",) if options.server_urls(name) else record.required
+    required = ("config.json",) if options.servers.urls_for(name) else record.required
     return ctts_spec(name, locate_weights(record.model_id, required=required))

@@ -51,13 +51,14 @@ def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
 def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Each named RM's cache key, which carries its version (a rule's own, a packaged head's hash, a declared
     version), known without loading a model: a new version of an RM rescores, of `code-tests` relabels."""
-    from morkit.reward_models.catalog import REWARD_MODELS, cache_key
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.catalog import cache_key
 
     versions = {}
     for name in names:
         if name not in REWARD_MODELS:  # scores given in the input (a table RM)
             versions[name] = name
-        elif REWARD_MODELS.get(name).meta.get("kind") == "rule":
+        elif REWARD_MODELS.get(name).spec.kind == "rule":
             versions[name] = getattr(REWARD_MODELS.load(name)(), "cache_key", name)
         else:
             versions[name] = cache_key(name)

@@ -211,17 +211,19 @@ def _candidates(run: Run, split: str, key: str, agents_key: str, scoring: Any) -
         return {"labels": report.__dict__, "failed_generations": failed}
 
     def score_stage() -> dict[str, Any]:
+        from morkit.reward_models.session import ScoringSession
         from morkit.services.scoring import ensure_scores
 
         queries = load_queries(run.path(f"{split}.labelled.jsonl"))
         before = run.facts(f"{split}.score")
         measured = before.get("rm_seconds", {}) if before.get("labelled") == key else {}
         rm_seconds = {}
-        for name in config.rms:  # one RM at a time, timed, so each method's cost can count its own RMs
-            start = time.perf_counter()
-            queries = ensure_scores(queries, [name], scoring)
-            # an RM scored on an earlier run of these candidates comes from the cache now: keep its real time
-            rm_seconds[name] = max(round(time.perf_counter() - start, 3), float(measured.get(name, 0.0)))
+        with ScoringSession(scoring) as session:
+            for name in config.rms:  # one RM at a time, timed, so each method's cost can count its own RMs
+                start = time.perf_counter()
+                queries = ensure_scores(queries, [name], scoring, session)
+                # an RM scored on an earlier run of these candidates comes from the cache now: keep its real time
+                rm_seconds[name] = max(round(time.perf_counter() - start, 3), float(measured.get(name, 0.0)))
         save_queries(run.path(f"{split}.scored.jsonl"), queries)
         return {"rm_seconds": rm_seconds, "labelled": key}
 

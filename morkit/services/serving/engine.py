@@ -1,10 +1,10 @@
 """The scoring service behind `morkit serve`: route each query to its ensemble, fill scores, rank.
 
-One `RoutingEngine` holds a Selector over the pool (or a fixed ensemble of the pool's RMs), every RM the
-pool may run, built once and resident for the engine's life, and one shared score cache. `run(jobs)`
-scores a whole micro-batch at once (one embedding call, one scoring pass per RM) while keeping jobs apart:
-a bad query fails only its own job. The server calls it from a single thread; the TRL integration calls
-`rank`/`rewards` in process.
+One `RoutingEngine` holds the select -> fill -> rank path of `morkit rank` (services.routing.Routing) over a
+scoring session that keeps every RM the pool may run resident for the engine's life (one fit check for all
+of them together before any loads) with one shared score cache. `run(jobs)` scores a whole micro-batch at
+once (one scoring pass per RM) while keeping jobs apart: a bad query fails only its own job. The server
+calls it from a single thread; the TRL integration calls `rank`/`rewards` in process.
 """
 
 from __future__ import annotations
@@ -12,23 +12,19 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.scoring import fill_missing_scores
+from morkit.reward_models.session import ScoringSession
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.methods import SelectOptions
-from morkit.selection.selector import Ranking, Selection, Selector
-from morkit.services.routing import make_selector, runnable_rms
+from morkit.selection.selector import Ranking, Selection
+from morkit.services.routing import Routing, make_selector, runnable_rms
 from morkit.services.serving.protocol import group_responses, reward_reply
-from morkit.services.serving.resident import (
-    build_resident,
-    check_fit_together,
-    close_all,
-)
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +71,24 @@ class RoutingEngine:
         fixed = FixedEnsemble(pool, self.fixed) if self.fixed else None
         runnable = runnable_rms(pool) if select.allow_run else []
         names = [n for n in runnable if not self.fixed or n in self.fixed]
-        check_fit_together(names, scoring)  # before the embedder or any RM loads
-        if embedder is None:
-            self.selector = make_selector(pool, select, scoring.device)
-        else:  # a caller's own embedder (it must be the pool's)
-            self.selector = Selector(pool, select.method, embedder=embedder, k=select.k,
-                                     singles_only=select.singles_only, runnable=runnable)
-        if fixed is not None:
-            self.selector.method, self.selector.method_name = fixed, fixed.name
-        self.models = build_resident(names, scoring)  # each built once, resident for the engine's life
-        self.cache = scoring.open_cache()
+        self.session = ScoringSession(replace(scoring, progress=False), keep_all=True)
+        try:  # every RM built once, resident for the engine's life, after one fit check for all of them
+            self.models = self.session.keep_resident(names)
+            selector = make_selector(pool, select, scoring.device, embedder)
+            if fixed is not None:
+                selector.method, selector.method_name = fixed, fixed.name
+        except BaseException:
+            self.session.close()
+            raise
+        self.routing = Routing(selector, self.session)
+
+    @property
+    def selector(self) -> Any:
+        return self.routing.selector
+
+    @property
+    def cache(self) -> Any:
+        return self.session.cache
 
     @property
     def method(self) -> str:
@@ -117,7 +121,7 @@ class RoutingEngine:
         for i, (j, query) in enumerate(flat):
             if j not in failed:
                 try:
-                    selections[i] = self.selector.select_many([query], vectors=vectors[i])[0]
+                    selections[i] = self.routing.select([query], vectors=vectors[i])[0]
                 except Exception as exc:  # noqa: BLE001 - fails this job only
                     failed[j] = exc
         live = [i for i, (j, _) in enumerate(flat) if j not in failed]
@@ -129,7 +133,7 @@ class RoutingEngine:
             if j in failed or query is None:
                 continue
             try:
-                out[j].append(self.selector.rank_selected(query, selections[i]))
+                out[j].append(self.routing.rank(query, selections[i]))
             except Exception as exc:  # noqa: BLE001
                 failed[j] = exc
         return [failed[j] if j in failed else out[j] for j in range(len(jobs))]
@@ -137,9 +141,8 @@ class RoutingEngine:
     def _fill(self, queries: list[Query], selections: list[Any], owners: list[int],
               failed: dict[int, Exception]) -> list[Query | None]:
         """Queries with their chosen members' scores filled; on a failure, retried job by job to isolate it."""
-        wanted = [s.choice.ensemble.members for s in selections]
         try:
-            return fill_missing_scores(queries, wanted, self.models, cache=self.cache, chunk=self.scoring.chunk)
+            return self.routing.fill(queries, selections)
         except Exception as exc:  # noqa: BLE001 - find the job(s) at fault
             if len(set(owners)) <= 1:
                 failed.update((o, exc) for o in owners)
@@ -148,8 +151,7 @@ class RoutingEngine:
         for job in dict.fromkeys(owners):
             rows = [i for i, o in enumerate(owners) if o == job]
             try:
-                done = fill_missing_scores([queries[i] for i in rows], [wanted[i] for i in rows], self.models,
-                                           cache=self.cache, chunk=self.scoring.chunk)
+                done = self.routing.fill([queries[i] for i in rows], [selections[i] for i in rows])
             except Exception as exc:  # noqa: BLE001
                 failed[job] = exc
                 continue
@@ -173,6 +175,4 @@ class RoutingEngine:
         return reward_reply(job, [r.scores for r in rankings])
 
     def close(self) -> None:
-        close_all(self.models)
-        if self.cache is not None:
-            self.cache.close()
+        self.session.close()

@@ -1,4 +1,5 @@
-"""An offline vLLM pooling engine as a reward model: `VLLMRewardModel(model_dir, kind=...)`.
+"""An offline vLLM pooling engine as a reward model (`VLLMRewardModel(model_dir, kind=...)`), and the handle that
+runs a registered RM on one from its EngineSpec (`VLLMEngineHandle`, `--backend vllm`).
 
 Nothing happens at import time: `vllm` is imported, and the engine (`vllm.LLM(runner="pooling")`)
 built, on the first `score` call. vLLM starts its engine in a spawned child process, so a script
@@ -23,7 +24,8 @@ import logging
 from typing import Any, Callable, Sequence
 
 from morkit.core.types import Score
-from morkit.reward_models.pooling_io import (
+from morkit.reward_models.backends.engine_rm import EngineRM, EngineSpec, dtype_name, engine_spec, require_vllm
+from morkit.reward_models.backends.pooling_io import (
     KIND_TASK,
     Render,
     chat_render,
@@ -31,6 +33,8 @@ from morkit.reward_models.pooling_io import (
     expected_rows,
     to_score,
 )
+from morkit.reward_models.handles import RMHandle
+from morkit.reward_models.truncation import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -198,3 +202,49 @@ class VLLMRewardModel:
                 except Exception:  # noqa: BLE001 - best effort at teardown
                     log.debug("engine shutdown failed", exc_info=True)
             del llm
+
+
+class VLLMEngineHandle(RMHandle):
+    """A model RM on an offline vLLM engine in this process, run from its EngineSpec."""
+
+    backend = "vllm"
+    _engine_spec: EngineSpec | None = None
+
+    def planned_truncation(self) -> Truncation:
+        return self.options.truncation_for(on_vllm=True)
+
+    def placement(self) -> tuple[str, str, int]:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return device, dtype_name(self.options, device), self.options.vllm.tensor_parallel_size
+
+    def engine_spec(self) -> EngineSpec:
+        """How the RM runs on vLLM (its EngineSpec), read once."""
+        if self._engine_spec is None:
+            self._engine_spec = engine_spec(self.name, self.spec, self.options)
+        return self._engine_spec
+
+    def batch_tokens(self, root: Any) -> int:
+        """One sequence of the engine's full length must fit."""
+        return self.options.engine_length(self.engine_spec().max_context)
+
+    def load(self) -> Any:
+        require_vllm()
+        spec, vllm = self.engine_spec(), self.options.vllm
+        kwargs: dict[str, Any] = {"enable_prefix_caching": bool(self.options.prefix_reuse and spec.prefix_caching)}
+        if not spec.prefix_caching:
+            kwargs["enable_chunked_prefill"] = False  # whole prompts per step (QRM reads two positions)
+        if self.options.dtype and self.options.dtype != "auto":
+            kwargs["dtype"] = dtype_name(self.options, "cuda")
+        if vllm.tensor_parallel_size > 1:
+            kwargs["tensor_parallel_size"] = vllm.tensor_parallel_size
+        if vllm.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = vllm.gpu_memory_utilization
+        if spec.architecture:
+            kwargs["hf_overrides"] = {"architectures": [spec.architecture]}
+        engine = VLLMRewardModel(str(spec.model_dir), kind=spec.pooling, name=self.name,
+                                 step_token_id=spec.step_token_id, label=spec.label, num_labels=spec.num_labels,
+                                 reduction=self.options.reduction, max_model_len=self.options.engine_length(spec.max_context),
+                                 llm_kwargs=kwargs, finish=spec.finish)
+        return EngineRM(spec, engine, self.truncation)

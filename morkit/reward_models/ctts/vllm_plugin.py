@@ -8,10 +8,10 @@ classes are registered by "module:Class" path, so nothing heavy is imported unti
 from __future__ import annotations
 
 ARCHITECTURES = {
-    "MorkitINFORMForSequenceClassification": "morkit.reward_models.vllm_models:InfOrmForVLLM",
-    "MorkitAceCodeRM": "morkit.reward_models.vllm_models:AceCodeRMForVLLM",
-    "MorkitLDLRewardModel": "morkit.reward_models.vllm_models:LDLRewardForVLLM",
-    "MorkitQRMGemma2RewardModel": "morkit.reward_models.vllm_models:QRMGemmaForVLLM",
+    "MorkitINFORMForSequenceClassification": "morkit.reward_models.ctts.vllm_models:InfOrmForVLLM",
+    "MorkitAceCodeRM": "morkit.reward_models.ctts.vllm_models:AceCodeRMForVLLM",
+    "MorkitLDLRewardModel": "morkit.reward_models.ctts.vllm_models:LDLRewardForVLLM",
+    "MorkitQRMGemma2RewardModel": "morkit.reward_models.ctts.vllm_models:QRMGemmaForVLLM",
 }
 """vLLM architecture name -> class; a checkpoint runs as one through `hf_overrides={"architectures": [name]}`."""
 

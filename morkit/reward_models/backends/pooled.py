@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.types import Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
-from morkit.reward_models.hf import Batching, last_token_pool, run_batches
+from morkit.reward_models.backends.hf import Batching, last_token_pool, run_batches
 from morkit.reward_models.truncation import Encoded, Truncation, encode_pair, log_truncated, mark_cut
 
 
@@ -42,7 +42,7 @@ class PooledRM:
     name = "pooled"
     kind = "orm"
     empty_score: float | None = EMPTY_ANSWER_SCORE
-    causal = True  # a decoder: a shared prompt prefix can be run once (see morkit.reward_models.prefix)
+    causal = True  # a decoder: a shared prompt prefix can be run once (see morkit.reward_models.backends.prefix)
     window = 2048  # tokens read by default, where the model does not say (see context_window)
     absolute_positions = False  # learned position embeddings: no input may pass max_position_embeddings
     answer_steps: Callable[[str], list[str]] | None = None  # a PRM's step splitter: a cut drops whole steps
@@ -81,7 +81,7 @@ class PooledRM:
         log_truncated(self.name, encoded, self.truncation)
         backbone = self.backbone
         if self.prefix_reuse and len(pairs) > 1:
-            from morkit.reward_models.prefix import run_grouped
+            from morkit.reward_models.backends.prefix import run_grouped
 
             window = getattr(backbone.model.config, "sliding_window", None)
             rows = run_grouped(backbone.model, [q for q, _ in pairs], encoded, self.pool, pad_id=backbone.pad_id,

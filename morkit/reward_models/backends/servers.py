@@ -1,4 +1,5 @@
-"""A reward model served by one or more `vllm serve --runner pooling` servers, over their `/pooling` API.
+"""A reward model served by one or more `vllm serve --runner pooling` servers, over their `/pooling` API, and the
+handle that scores a registered RM on the servers that serve it under its name (`ServerHandle`, `--url`).
 
 Requests go round-robin over the servers (a retry moves to the next one), at most `concurrency`
 in flight at once (asyncio + a semaphore), each with its own timeout. Timeouts, connection
@@ -24,7 +25,8 @@ from typing import Any, Sequence
 from morkit.core import checks
 from morkit.core.errors import InputError, PartialScoreError
 from morkit.core.types import Score
-from morkit.reward_models.pooling_io import (
+from morkit.reward_models.backends.engine_rm import EngineRM, engine_spec
+from morkit.reward_models.backends.pooling_io import (
     KIND_TASK,
     MalformedOutput,
     Render,
@@ -43,6 +45,8 @@ from morkit.runtime.http import (
     post_json,
     run_sync,
 )
+from morkit.reward_models.handles import RMHandle
+from morkit.reward_models.truncation import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -264,3 +268,23 @@ class RemoteRewardModel:
                     out[url] = False
         return out
 
+
+
+class ServerHandle(RMHandle):
+    """A model RM on the vLLM servers that serve it under its name (`--served-model-name NAME`)."""
+
+    backend = "servers"
+
+    def planned_truncation(self) -> Truncation:
+        return self.options.truncation_for()
+
+    def memory_need(self) -> None:
+        return None  # the servers hold the weights
+
+    def load(self) -> Any:
+        spec = engine_spec(self.name, self.spec, self.options)
+        client = RemoteRewardModel(self.name, self.options.servers.urls_for(self.name), self.name, task=spec.pooling,
+                                   label=spec.label, num_labels=spec.num_labels, step_token_id=spec.step_token_id,
+                                   reduction=self.options.reduction, finish=spec.finish,
+                                   batch_size=self.options.servers.batch_size)
+        return EngineRM(spec, client, self.truncation)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Sequence
 
-from morkit.reward_models.hf import Batching, right_padded, run_batches
+from morkit.reward_models.backends.hf import Batching, right_padded, run_batches
 from morkit.reward_models.truncation import Encoded
 
 MIN_PREFIX = 16  # shorter shared prefixes are not worth a separate forward pass

@@ -1,6 +1,6 @@
 """Model RMs scored on a Ray cluster: Ray Data spreads the pairs over an actor pool, one RM replica per actor.
 
-The driver never loads the model. `RayRM.score_batches` sends the pairs the cache lacks (each with its
+The driver never loads the model. `RayHandle.score_batches` sends the pairs the cache lacks (each with its
 index) through `map_batches` over actors that build the RM once, and yields every batch as it finishes,
 so `reward_models.scoring` writes it to the score cache at once and a killed run resumes from there.
 Ray places the actors, restarts a dead one and retries its batches (up to `RESTARTS` times, where Ray Data's
@@ -27,6 +27,8 @@ from morkit.core.errors import (
 )
 from morkit.core.types import Score
 from morkit.reward_models.options import RAY_ADDRESS, ScoringOptions
+from morkit.core.registry import Entry
+from morkit.reward_models.handles import RMHandle, check_fits, place
 
 log = logging.getLogger(__name__)
 
@@ -156,21 +158,42 @@ def _morkit_cause(err: BaseException) -> MorkitError | None:
     return None
 
 
-class RayRM:
-    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor.
+def load_replica(entry: Entry, options: ScoringOptions) -> Any:
+    """Registered RM `entry` built in a Ray actor on the backend `options` (without ray) pick, after its fit
+    check there."""
+    handle = place(entry, options)
+    check_fits([handle])
+    return handle.load()
+
+
+class RayHandle(RMHandle):
+    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor; the driver
+    loads nothing.
 
     `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
     collects them in the pairs' order (for callers that want one list). `pairs_sent` counts what it sent."""
 
-    def __init__(self, name: str, factory: Callable[[], Any], options: ScoringOptions, *, kind: str = "orm",
-                 cache_key: str | None = None, truncation: Any = None):
-        self.name = name
-        self.kind = kind
-        self.cache_key = cache_key or name
-        self.truncation = truncation  # what the replicas cut pairs under, as far as known here (score cache)
-        self.factory = factory
-        self.options = options
+    backend = "ray"
+    resident_model = False
+
+    def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
+        self.local = replace(options, ray=None, progress=False, cache=None)
+        self.replica = place(entry, self.local)  # what each actor loads
+        super().__init__(entry, options, residency)
+        self.factory: Callable[[], Any] = functools.partial(load_replica, entry, self.local)
         self.pairs_sent = 0
+
+    def planned_truncation(self) -> Any:
+        return self.replica.truncation  # what the replicas cut pairs under (the score cache keys on it)
+
+    def memory_need(self) -> None:
+        return None  # each actor checks its own replica before loading it
+
+    def load(self) -> Any:
+        return self
+
+    def close(self) -> None:
+        return None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}
@@ -239,15 +262,3 @@ def _cluster(ray: Any) -> dict[str, float]:
     resources = dict(ray.cluster_resources())
     resources["nodes"] = float(sum(1 for n in ray.nodes() if n.get("Alive")))
     return resources
-
-
-def ray_rm(name: str, options: ScoringOptions) -> RayRM:
-    """The registered model RM `name` on Ray: each actor builds it with `backends.build` and these options
-    (without `ray`, so it loads in the actor, on the backend they pick)."""
-    from morkit.reward_models import backends
-    from morkit.reward_models.catalog import REWARD_MODELS, cache_key
-
-    local = replace(options, ray=None, progress=False, cache=None)
-    return RayRM(name, functools.partial(backends.build, name, local), options,
-                 kind=REWARD_MODELS.get(name).meta.get("kind", "orm"), cache_key=cache_key(name),
-                 truncation=backends.truncation_of(name, local))

@@ -14,8 +14,8 @@ import numpy as np
 from morkit.core.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
 from morkit.reward_models.heads import LogisticHead, head_cache_key, load_packaged_head
-from morkit.reward_models.hf import Batching
-from morkit.reward_models.pooled import Backbone, PooledRM
+from morkit.reward_models.backends.hf import Batching
+from morkit.reward_models.backends.pooled import Backbone, PooledRM
 from morkit.reward_models.truncation import Truncation
 from morkit.runtime import models
 
@@ -159,8 +159,8 @@ def engine_spec(name: str, options: Any = None) -> Any:
 
     from morkit.core.types import Score
     from morkit.reward_models.ctts.common import read_tensors
-    from morkit.reward_models.engine_rm import EngineSpec, empty_answers_score
-    from morkit.reward_models.pooling_io import row_of
+    from morkit.reward_models.backends.engine_rm import EngineSpec, empty_answers_score
+    from morkit.reward_models.backends.pooling_io import row_of
     from morkit.runtime import assets
 
     root = assets.smollm2_checkpoint()

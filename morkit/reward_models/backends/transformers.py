@@ -1,0 +1,48 @@
+"""Model RMs on transformers, in this process: the handle that builds an RM's own transformers implementation.
+
+The adapters (the embedded RMs, the CTTS-MM eight) take the device, dtype, device map, batching, prefix reuse
+and the handle's truncation as load options; the model loads when the RM first has to score.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from morkit.reward_models.handles import RMHandle, build
+from morkit.reward_models.truncation import Truncation
+
+
+class TransformersHandle(RMHandle):
+    """A model RM loaded by transformers in this process."""
+
+    backend = "transformers"
+
+    def planned_truncation(self) -> Truncation:
+        return self.options.truncation_for()
+
+    def placement(self) -> tuple[str, str, int]:
+        device, dtype, _ = super().placement()
+        spread = 1
+        if self.options.transformers.device_map and device.startswith("cuda"):
+            import torch
+
+            spread = torch.cuda.device_count()
+        return device, dtype, spread
+
+    def load_options(self) -> dict[str, Any]:
+        """Keyword options for the RM's transformers implementation."""
+        from morkit.reward_models.backends.hf import Batching
+
+        options: dict[str, Any] = {"batching": Batching(max_batch=self.options.transformers.batch_size),
+                                   "prefix_reuse": self.options.prefix_reuse, "truncation": self.truncation}
+        if self.options.device:
+            options["device"] = self.options.device
+        if self.spec.model_id:  # the CTTS adapters take dtype and a device map too
+            if self.options.dtype:
+                options["dtype"] = self.options.dtype
+            if self.options.transformers.device_map:
+                options["device_map"] = self.options.transformers.device_map
+        return options
+
+    def load(self) -> Any:
+        return build(self.entry, **self.load_options())

@@ -1,0 +1,172 @@
+"""ScoringSession: one scoring run's RMs and score cache, and the one way every service fills in scores.
+
+    with ScoringSession(options) as session:
+        scored = session.score(queries, ["smollm2-orm", "math-consensus"])   # every RM on every query
+        filled = session.fill(queries, [("a", "b"), ("a",)])                 # only what each query lacks
+
+Registered names resolve once to handles (catalog.resolve, morkit.reward_models.handles); names cached only in the queries
+become table RMs; RM objects are used as they are. The cache is opened once (a caller's open ScoreCache is
+used and left open). Model RMs load when they first have pairs the cache lacks, one at a time: loading one
+releases the model before it, unless the session keeps every model resident (a server, `keep_all=True`, after
+one fit check for all of them together). Closing the session releases every model and the cache it opened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterable, Sequence
+
+from morkit.core.errors import ScoreError, UnknownRewardModel
+from morkit.core.types import Query
+from morkit.reward_models.cache import ScoreCache
+from morkit.reward_models.catalog import REWARD_MODELS, resolve
+from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.handles import PlainHandle, RMHandle, check_fits
+from morkit.reward_models.rules.table import TableRewardModel, table_names
+from morkit.reward_models.scoring import fill_missing_scores, score_queries
+
+log = logging.getLogger(__name__)
+
+
+class Residency:
+    """Which loaded models stay in memory: one at a time (a run), or every one (a server, `keep_all`)."""
+
+    def __init__(self, keep_all: bool = False):
+        self.keep_all = keep_all
+        self.loaded: dict[str, Any] = {}
+        self.loads: list[str] = []  # every model load, in order (what a run cost)
+
+    def hold(self, handle: RMHandle) -> Any:
+        """The loaded model of `handle`, loading it now (after releasing the one before, unless all are kept)."""
+        if handle.name in self.loaded:
+            return self.loaded[handle.name]
+        if not self.keep_all:
+            self.release_all()
+        check_fits([handle])
+        log.info("loading reward model %s", handle.name)
+        model = handle.load()
+        made = getattr(model, "truncation", None)
+        if handle.truncation is not None and made is not None and made.signature != handle.truncation.signature:
+            raise ScoreError(f"reward model {handle.name!r} loaded cutting pairs under {made.signature}, but its "
+                             f"scores are cached under {handle.truncation.signature}")
+        self.loaded[handle.name] = model
+        self.loads.append(handle.name)
+        return model
+
+    def let_go(self, handle: RMHandle) -> None:
+        """Close `handle`'s model, if loaded, and give its memory back."""
+        model = self.loaded.pop(handle.name, None)
+        if model is None:
+            return
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+        del model
+        from morkit.runtime.models import free_memory
+
+        free_memory()
+        log.info("released reward model %s", handle.name)
+
+    def release_all(self) -> None:
+        for name in list(self.loaded):
+            self.let_go(_Named(name))
+
+
+class _Named:
+    def __init__(self, name: str):
+        self.name = name
+
+
+def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None:
+    """Every RM name must be registered or cached under `scores` in the queries; an unknown one lists the known."""
+    known = set(REWARD_MODELS.names()) | set(table_names(queries))
+    for name in names:
+        if isinstance(name, str) and name not in known:
+            raise UnknownRewardModel(name, sorted(known))
+
+
+class ScoringSession:
+    """The RMs and score cache of one scoring run (see the module docstring); a context manager."""
+
+    def __init__(self, options: ScoringOptions = ScoringOptions(), *,
+                 cache: ScoreCache | str | os.PathLike | None = None, keep_all: bool = False):
+        self.options = options
+        self.residency = Residency(keep_all)
+        self._handles: dict[str, RMHandle] = {}
+        self._owns_cache = not isinstance(cache, ScoreCache)
+        if isinstance(cache, ScoreCache):
+            self.cache: ScoreCache | None = cache
+        else:
+            self.cache = ScoreCache(cache) if cache is not None else options.open_cache()
+
+    # ------------------------------------------------------------------------------------------ the RMs
+    def handle(self, name: str) -> RMHandle:
+        """Registered RM `name`'s handle in this session (resolved once)."""
+        if name not in self._handles:
+            self._handles[name] = resolve(name, self.options, self.residency)
+        return self._handles[name]
+
+    def get(self, name: str) -> Any:
+        """What scores as registered RM `name`: a model RM's handle (it loads through the session), or the built
+        rule / plain RM itself."""
+        handle = self.handle(name)
+        return handle.scorer() if isinstance(handle, PlainHandle) else handle
+
+    __getitem__ = get
+
+    def rms(self, rms: Sequence[str | Any], queries: Sequence[Query] = ()) -> list[Any]:
+        """Scorers for `rms`: registered names, names found only in the queries' cached scores (table RMs),
+        or RM objects as they are."""
+        check_rm_names(rms, queries)
+
+        def built(rm: str | Any) -> Any:
+            if not isinstance(rm, str):
+                return rm
+            return self.get(rm) if rm in REWARD_MODELS else TableRewardModel(rm, self.options.reduction)
+
+        return [built(rm) for rm in rms]
+
+    def keep_resident(self, names: Sequence[str]) -> dict[str, Any]:
+        """Load every one of `names` now and keep it (a server): one fit check for all of them together first."""
+        handles = [self.handle(n) for n in names]
+        check_fits(handles)
+        return {h.name: (h.residency.hold(h) if h.resident_model else self.get(h.name)) for h in handles}
+
+    @property
+    def loads(self) -> list[str]:
+        return self.residency.loads
+
+    @property
+    def resident(self) -> str | None:
+        """The model loaded last, if any is loaded."""
+        return next(reversed(self.residency.loaded), None)
+
+    # ------------------------------------------------------------------------------------------ scoring
+    def score(self, queries: Sequence[Query], rms: Sequence[str | Any]) -> list[Query]:
+        """The queries with every RM's score on every candidate it applies to (cache first)."""
+        return score_queries(queries, self.rms(rms, queries), cache=self.cache, chunk=self.options.chunk,
+                             progress=self.options.progress)
+
+    def fill(self, queries: Sequence[Query], wanted: Sequence[Iterable[str]]) -> list[Query]:
+        """The queries with the scores each lacks of the RMs it wants (`wanted[i]` for query i) filled in."""
+        return fill_missing_scores(queries, wanted, self, cache=self.cache, chunk=self.options.chunk,
+                                   progress=self.options.progress)
+
+    # ------------------------------------------------------------------------------------------ the end
+    def close(self) -> None:
+        """Release every model and every RM built for this run, and close the cache the session opened."""
+        self.residency.release_all()
+        for handle in self._handles.values():
+            if not handle.resident_model:
+                handle.close()
+        self._handles.clear()
+        if self._owns_cache and self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+    def __enter__(self) -> "ScoringSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
