@@ -28,9 +28,9 @@ sample, extrapolated to the same size; both are measured in this run and the sam
   vectors  SYNTHETIC clustered unit vectors (bench/knn.py's mixture, 384 dims), since MiniLM on CPU would
            need about 18 hours for a million texts; embedding is excluded from the build time
   build    `pool_from_rows` (normaliser, single-RM PRR, enumeration, per-ensemble means over the sampled
-           questions, the FAISS index with its recall@100), then the stacker fit (sampled) and the save
+           questions, the FAISS index with its recall@100), then the learned-selector fit (sampled) and the save
 Then a FRESH process opens the saved pool (memory-mapped) and selects for `--queries` new query vectors
-from the same distribution, one at a time, with the stacker (the default method) and PRES (the
+from the same distribution, one at a time, with the learned selector (the default method) and PRES (the
 neighbours' PRR computed from member scores per query): p50 and p99 of `Selector.select_many` given
 the query's vector (neighbour search + choice), its RSS after opening and its peak RSS, measured with
 the MiniLM query embedding (p50 of one real question at a time) timed separately at the end.
@@ -227,7 +227,7 @@ def build_large(base_queries, rm_names, size: int, out: str) -> dict:
     """Build and save a `size`-question pool from tiled rows and synthetic vectors; phase times and peak RSS."""
     from morkit.question_pool.pool import PoolConfig, pool_from_rows
     from morkit.question_pool.rows import pool_rows
-    from morkit.selection.stacker import with_stored_stacker
+    from morkit.selection.learned_method import with_stored_learned
 
     t: dict[str, float] = {}
     base = pool_rows(base_queries, rm_names, "min")
@@ -237,7 +237,7 @@ def build_large(base_queries, rm_names, size: int, out: str) -> dict:
     del vectors, rows
     history = pool.meta["history"][0]["timings"]
     t["statistics"], t["index"] = history["prr_s"], history["embed_index_s"]
-    pool, t["stacker"] = timed(with_stored_stacker, pool)
+    pool, t["learned"] = timed(with_stored_learned, pool)
     _, t["save"] = timed(pool.save, out)
     return {"times": t, "ensembles": len(pool.ensembles), "dense": pool.dense, "index": pool.meta["index"],
             "sample": pool.meta["statistics"]["sample"] if not pool.dense else None, "peak_rss_gib": peak_rss_gib()}
@@ -259,7 +259,7 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
     base = rewardmath_rm_scores(data_dir)
     vectors = clustered_vectors(queries, 384, seed=2)
     out = {"open_s": open_s, "rss_before_open_gib": before, "rss_after_open_gib": opened, "methods": {}}
-    for method in ("stacker", "pres"):
+    for method in ("learned", "pres"):
         selector = Selector(pool, method, embedder=Vectors(vectors), k=k)
         selector.select_many([base[0]], vectors=vectors[:1])  # warm-up: the method's tables
         times = []
@@ -315,10 +315,10 @@ def run_large(args, base, rm_names, data_dir) -> None:
     labels = [("rows", "rows: tile the 383 problems' arrays"),
               ("statistics", "normaliser, single-RM PRR, enumeration, sampled means"),
               ("index", "FAISS index + recall (embedding excluded)"),
-              ("stacker", "stacker fit (50k-question sample)"), ("save", "save (atomic directory swap)")]
+              ("learned", "learned-selector fit (20k-question sample)"), ("save", "save (atomic directory swap)")]
     for key, label in labels:
         print(f"  {label:<58}{t[key]:>9.1f}s")
-    total = t["rows"] + t["pool_from_rows"] + t["stacker"] + t["save"]
+    total = t["rows"] + t["pool_from_rows"] + t["learned"] + t["save"]
     print(f"  {'build total':<58}{total:>9.1f}s   peak RSS {built['peak_rss_gib']:.2f} GiB")
     print(f"fresh process: open {selected['open_s']:.2f}s, RSS {selected['rss_before_open_gib']:.2f} -> "
           f"{selected['rss_after_open_gib']:.2f} GiB after opening")

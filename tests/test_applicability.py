@@ -264,3 +264,21 @@ def test_a_mixed_pool_builds_and_ranks_from_the_cli(tmp_path, capsys):
     assert ranked["m9"]["ensemble"]["members"] == ["math-consensus"] and ranked["m9"]["best_index"] in (0, 1)
     assert ranked["c9"]["ensemble"]["members"] == ["code-tests"] and ranked["c9"]["best_index"] == 0
     assert ranked["c9"]["skipped_rms"]["math-consensus"].startswith("not applicable")
+
+
+def test_one_source_decides_which_rms_apply_for_scoring_pools_and_routing(caplog):
+    from morkit.question_pool.rows import rm_rules
+
+    stored = {"math-consensus": {"domains": ["code"], "fields": []}, "gone-rm": {"domains": ["code"], "fields": []}}
+    # a registered RM: its spec now, even where a pool stored an older rule (which is logged as stale)
+    with caplog.at_level("WARNING"):
+        rules = dict(zip(["math-consensus", "gone-rm", "table"], rm_rules(["math-consensus", "gone-rm", "table"], stored)))
+    assert rules["math-consensus"] == applicability_of("math-consensus") == applicability_of(MathConsensus())
+    assert "the pool was built when it applied to code" in caplog.text
+    # an RM not registered here: the rule the pool stored; a table with no stored rule: every query
+    assert rules["gone-rm"] == applicability_of("gone-rm", stored["gone-rm"]) == Applicability(frozenset({"code"}))
+    assert rules["table"] == ALL
+    # scoring's skip plan reads the same rule as the pool rows and the selector
+    query = _q("m", "math")
+    assert (rules["math-consensus"].skip_reason(query, "math-consensus") is None
+            and score_queries([query], [MathConsensus()])[0].candidates[0].scores["math-consensus"] is not None)

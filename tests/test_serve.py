@@ -104,16 +104,30 @@ def engine(hash_pool, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference_rankings(hash_pool, math_queries):
     """What single-process `morkit.rank` gives (the hash embedder stands in for the pool's)."""
+    from morkit.question_pool import embed
     from morkit.services import routing
 
     queries = unscored(math_queries[40:70])
-    original = routing.load_embedder
-    routing.load_embedder = lambda name, device=None: HashEmbedder()
+    original = embed.load_embedder
+    embed.load_embedder = lambda name, device=None: HashEmbedder()
     try:
         rankings = routing.rank(queries, hash_pool, SelectOptions(method="pres"), ScoringOptions(device="cpu"))
     finally:
-        routing.load_embedder = original
+        embed.load_embedder = original
     return queries, [r.to_json() for r in rankings]
+
+
+def test_a_fixed_ensemble_routes_every_query_to_it(hash_pool, math_queries):
+    # `morkit serve --rm NAME`: every query gets the pool's ensemble of exactly those RMs
+    engine = RoutingEngine(hash_pool, SelectOptions(method="pres"), ScoringOptions(device="cpu"),
+                           rms=("math-consensus",), embedder=HashEmbedder())
+    try:
+        rankings = engine.rank(unscored(math_queries[40:43]))
+        assert engine.method == "fixed" and engine.health()["fixed_ensemble"] == ["math-consensus"]
+        assert all(r.selection.method == "fixed" and r.selection.choice.ensemble.members == ("math-consensus",)
+                   for r in rankings)
+    finally:
+        engine.close()
 
 
 def contract(query) -> dict:

@@ -129,10 +129,10 @@ def test_morkit_rank_accepts_a_query_without_candidates_as_score_does(tmp_path, 
     from conftest import HashEmbedder
 
     from morkit.data.contract import query_to_json
-    from morkit.services import routing
+    from morkit.question_pool import embed
 
     hash_pool.save(tmp_path / "pool")
-    monkeypatch.setattr(routing, "load_embedder", lambda name, device=None: HashEmbedder())
+    monkeypatch.setattr(embed, "load_embedder", lambda name, device=None: HashEmbedder())
     lines = [query_to_json(math_queries[40]), {**query_to_json(math_queries[41]), "candidates": []}]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main(["score", str(tmp_path / "in.jsonl"), "--rm", "math-consensus", "-o", str(tmp_path / "s.jsonl"),

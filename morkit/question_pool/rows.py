@@ -81,9 +81,18 @@ def step_matrix(query: Query, step_rms: Sequence[str]) -> np.ndarray:
 
 
 def rm_rules(rm_names: Sequence[str], stored: Mapping[str, Any] | None = None) -> list[Applicability]:
-    """Each RM's applicability: as stored with a pool (its meta "applies"), else as registered now."""
+    """Each RM's applicability (catalog.applicability_of: as registered here, else as a pool `stored` it).
+
+    A registered RM whose rule changed since the pool stored its own is logged: the pool's evidence for it
+    was gathered under the old rule (rebuild the pool to refresh it)."""
     stored = stored or {}
-    return [Applicability.of(stored[n]) if n in stored else applicability_of(n) for n in rm_names]
+    rules = [applicability_of(n, stored.get(n)) for n in rm_names]
+    for name, rule in zip(rm_names, rules):
+        if name in stored and Applicability.of(stored[name]) != rule:
+            log.warning("%s now applies to %s, but the pool was built when it applied to %s; its evidence for %s "
+                        "follows the old rule until the pool is rebuilt", name, rule.describe(),
+                        Applicability.of(stored[name]).describe(), name)
+    return rules
 
 
 def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str, width: int = 0,

@@ -155,16 +155,17 @@ def resolve(name: str, options: ScoringOptions = ScoringOptions(), residency: An
     return place(REWARD_MODELS.get(name), options, residency)
 
 
-def applicability_of(rm: str | Any) -> Applicability:
-    """The queries an RM scores: an RM object's own `applies`, else its registered entry's, else every query
-    (a table of cached scores, an unregistered RM)."""
+def applicability_of(rm: str | Any, stored: Any = None) -> Applicability:
+    """The queries an RM scores, from one source for scoring, pool building and routing alike: an RM object's
+    own `applies`, else its registered spec's, else the rule a pool `stored` for it (an RM not registered in
+    this process), else every query (a table of cached scores)."""
     own = getattr(rm, "applies", None)
     if own is not None:
         return Applicability.of(own)
     name = rm if isinstance(rm, str) else getattr(rm, "name", None)
     if name in REWARD_MODELS:
         return REWARD_MODELS.get(name).spec.applies
-    return ALL
+    return Applicability.of(stored) if stored is not None else ALL
 
 
 def cache_key(name: str) -> str:

@@ -72,7 +72,7 @@ class EnsembleChooser:
     the query can use; embeds query questions with the pool's own embedder (loaded when first needed)."""
 
     def __init__(self, pool: QuestionPool, method: SelectionMethod, method_name: str, *, k: int,
-                 runnable: Iterable[str] = (), embedder: Any = None):
+                 runnable: Iterable[str] = (), embedder: Any = None, device: str | None = None):
         self.pool = pool
         self.method = method
         self.method_name = method_name
@@ -80,13 +80,14 @@ class EnsembleChooser:
         self.runnable = frozenset(runnable) & set(pool.rm_names)
         self._rules = dict(zip(pool.rm_names, rm_rules(pool.rm_names, pool.meta.get("applies"))))
         self._embedder = embedder
+        self.device = device  # where the pool's embedder loads, when first needed
 
     @property
     def embedder(self) -> Any:
         if self._embedder is None:
             from morkit.question_pool.embed import load_embedder
 
-            self._embedder = load_embedder(self.pool.embedder)
+            self._embedder = load_embedder(self.pool.embedder, self.device)
         return self._embedder
 
     def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:

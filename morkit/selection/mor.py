@@ -4,7 +4,7 @@ Member scores come from the candidates' cached `scores` (PRM steps reduced as th
 them) and pass through one of the feature transforms below before the weighted sum:
 "pool-zscore" uses the normaliser fitted on the pool (raw pools make it the identity), exactly as
 PRR was computed there; "query-zscore" standardises each member over this query's candidates,
-which is what the learned stacker uses (only the order within a query matters for picking).
+which is what the learned selector uses (only the order within a query matters for picking).
 """
 
 from __future__ import annotations

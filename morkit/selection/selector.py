@@ -37,7 +37,7 @@ class Selector:
     pool's own embedder."""
 
     def __init__(self, pool: QuestionPool, method: str = DEFAULT_METHOD, *, embedder: Any = None, k: int = 100,
-                 singles_only: bool = False, runnable: Iterable[str] = ()):
+                 singles_only: bool = False, runnable: Iterable[str] = (), device: str | None = None):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
         entry = check_method(method, singles_only)
@@ -46,9 +46,15 @@ class Selector:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")
         self.method: SelectionMethod = entry.load()(pool, **({"singles_only": True} if singles_only else {}))
-        self.chooser = EnsembleChooser(pool, self.method, method, k=k, runnable=runnable, embedder=embedder)
+        self.chooser = EnsembleChooser(pool, self.method, method, k=k, runnable=runnable, embedder=embedder,
+                                       device=device)
         self.calibration = PickCalibrator(pool, self.method, k)
         self.ranker = Ranker(pool, self.calibration)
+
+    def use(self, method: SelectionMethod, name: str) -> None:
+        """Choose with `method` (named `name`) from now on, e.g. a server's fixed ensemble."""
+        self.method = self.chooser.method = self.calibration.method = method
+        self.chooser.method_name = name
 
     pool = property(lambda self: self.chooser.pool)
     method_name = property(lambda self: self.chooser.method_name)

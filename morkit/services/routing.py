@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from morkit.core.types import Query
-from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
@@ -29,8 +28,9 @@ def runnable_rms(pool: QuestionPool) -> list[str]:
 
 def make_selector(pool: QuestionPool, options: SelectOptions = SelectOptions(), device: str | None = None,
                   embedder: Any = None) -> Selector:
-    """A Selector over `pool` with the pool's own embedder (or a caller's, which must be the pool's)."""
-    return Selector(pool, options.method, embedder=embedder or load_embedder(pool.embedder, device), k=options.k,
+    """A Selector over `pool` that embeds with the pool's own embedder on `device`, loaded when it first embeds
+    (or with a caller's embedder, which must be the pool's)."""
+    return Selector(pool, options.method, embedder=embedder, device=device, k=options.k,
                     singles_only=options.singles_only, runnable=runnable_rms(pool) if options.allow_run else ())
 
 

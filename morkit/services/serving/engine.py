@@ -75,8 +75,9 @@ class RoutingEngine:
         try:  # every RM built once, resident for the engine's life, after one fit check for all of them
             self.models = self.session.keep_resident(names)
             selector = make_selector(pool, select, scoring.device, embedder)
+            selector.embedder  # loaded now: a server is ready before its first request
             if fixed is not None:
-                selector.method, selector.method_name = fixed, fixed.name
+                selector.use(fixed, fixed.name)
         except BaseException:
             self.session.close()
             raise
