@@ -1,8 +1,8 @@
 """Pairs/s through RemoteRewardModel against 1, 2 and 4 local `/pooling` servers, and what the score
 cache costs and saves on a repeated batch.
 
-Real vLLM CPU servers (the tiny Llama classifier of tests/test_vllm_engine.py) when vLLM imports;
-`--fake` uses the stdlib fake server of tests/test_remote.py instead (fixed 20 ms per request).
+Real vLLM CPU servers (the tiny Llama classifier of tests/reward_models/test_vllm_engine.py) when vLLM imports;
+`--fake` uses the stdlib fake server of tests/fakes/http_server.py instead (fixed 20 ms per request).
 All servers are started once; the 1- and 2-server runs use the first of them. On a 2-core machine
 the engines share the cores, so more servers cannot add compute: what changes is queueing.
 
@@ -21,7 +21,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fakes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reward_models"))  # the tiny vLLM model
 
 
 def make_pairs(count: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -59,9 +60,9 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="morkit-bench-"))
     procs, urls, fakes = [], [], []
     if args.fake:
-        from test_remote import FakePoolingServer
+        from fakes.http_server import FakeServer
 
-        fakes = [FakePoolingServer(delay_s=0.02) for _ in range(max(counts))]
+        fakes = [FakeServer(delay_s=0.02) for _ in range(max(counts))]
         urls = [f.url for f in fakes]
         render = lambda q, a: f"<user>{q}<assistant>{a}"  # noqa: E731
         backend = "fake stdlib /pooling servers (20 ms per request)"
@@ -117,11 +118,8 @@ def main() -> None:
     finally:
         for f in fakes:
             f.close()
-        if procs:
-            from test_vllm_engine import stop_server
-
-            for p in procs:
-                stop_server(p)
+        for p in procs:
+            stop_server(p)
 
 
 if __name__ == "__main__":

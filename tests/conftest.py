@@ -1,4 +1,5 @@
-"""Shared fixtures: real embedded models load once per test session; caches go to a temp dir."""
+"""Shared fixtures: real embedded models load once per test session; caches go to a temp dir.
+The fakes themselves live in tests/fakes/; this file only hands them out as fixtures."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fakes.embedder import HashEmbedder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -66,25 +68,6 @@ def embedder():
     from morkit.question_pool.embed import load_embedder
 
     return load_embedder(None, "cpu")
-
-
-class HashEmbedder:
-    """A deterministic stand-in embedder for pool arithmetic tests: unit vectors seeded by the text."""
-
-    name = "hash-embedder"
-    dim = 16
-
-    def encode(self, texts, *, batch_size=64, progress=False):
-        import hashlib
-
-        import numpy as np
-
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            rows.append(v / np.linalg.norm(v))
-        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
 
 
 @pytest.fixture
