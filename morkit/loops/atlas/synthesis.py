@@ -8,7 +8,7 @@ scoring.end_scores says which answers that call holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from morkit.core.errors import LLMError
 from morkit.core.grading import extract_answer
@@ -18,8 +18,19 @@ from morkit.loops.atlas.protocol import majority_index, parse_action
 from morkit.loops.atlas.state import RunState
 
 if TYPE_CHECKING:
-    from morkit.loops.atlas.loop import ATLAS
     from morkit.loops.base import MeteredLLM
+
+
+class Orchestrating(Protocol):
+    """What the end of a run reads of the loop (the ATLAS loop itself): its settings and verifier, the status
+    line the orchestrator is shown, and how a pending turn is closed."""
+
+    config: Any
+    verifier: Any
+
+    def status(self, run: RunState) -> str: ...
+
+    def take_pending(self, run: RunState, close: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,7 @@ class Final:
     rescored: list[dict[str, Any]]
 
 
-def final_answer(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunState, end: str) -> Final:
+def final_answer(loop: Orchestrating, problem: str, orchestrator: MeteredLLM, run: RunState, end: str) -> Final:
     """Give up (an empty answer), or synthesise and fall back as needed."""
     if end == "give_up":
         run.trace.add("give_up", explores=len(run.evidence))
@@ -57,7 +68,7 @@ def _why(run: RunState, end: str) -> str:
     return "No more explores are possible (the explore cap or the budget is reached)."
 
 
-def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunState, why: str) -> str | None:
+def _synthesise(loop: Orchestrating, problem: str, orchestrator: MeteredLLM, run: RunState, why: str) -> str | None:
     """The final-answer call; None (recorded) on failure. In the orchestrator's conversation unless the
     integrator is switched on."""
     config = loop.config
@@ -84,7 +95,7 @@ def _synthesise(loop: ATLAS, problem: str, orchestrator: MeteredLLM, run: RunSta
     return text
 
 
-def _choose(loop: ATLAS, synthesis: str | None, run: RunState) -> Final:
+def _choose(loop: Orchestrating, synthesis: str | None, run: RunState) -> Final:
     """The synthesis when there is one, else the best-verified candidate, else the majority one."""
     answered = [e for e in run.evidence if e["text"]]
     scores, rescored = scoring.end_scores(loop.verifier, run, synthesis, answered)
