@@ -79,9 +79,9 @@ def main() -> None:
     import torch
     from score_throughput import plain_loop, real_pairs
 
-    from morkit.reward_models.backends import vllm_rm
-    from morkit.reward_models.embedded.models import smollm2_orm
     from morkit.reward_models.backends.hf import Batching
+    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.embedded.models import smollm2_orm
     from morkit.reward_models.options import ScoringOptions
 
     sets = {"gsm8k": real_pairs(args.pairs, args.data_dir), "best-of-8": best_of_n(args.bon_questions, args.data_dir)}
@@ -113,7 +113,7 @@ def main() -> None:
     for label, score in paths.items():
         engine = None
         if isinstance(score, ScoringOptions):
-            engine = vllm_rm("smollm2-orm", score)
+            engine = resolve("smollm2-orm", score).load()
             engine.score(sets["gsm8k"][:2])  # start the engine outside the timing
             def score(pairs, e=engine):
                 e.engine.llm.reset_prefix_cache()  # a repeat must not read the previous run's prompts

@@ -24,7 +24,8 @@ from morkit.core.errors import InputError, UnknownName
 @dataclass(frozen=True)
 class Entry:
     """One registered extension: its name, what to import, a one-line summary, and what it is: a typed `spec`
-    where its registry declares one (reward models: `RMSpec`), else free-form metadata."""
+    where its registry declares one (reward models: `RMSpec`; `meta` is then a read-only view of its fields),
+    else free-form metadata."""
 
     name: str
     target: Any  # "package.module:attribute", or the object itself
@@ -66,8 +67,9 @@ class Registry:
             self.add(entry)
 
     def add(self, entry: Entry, *, replace: bool = False) -> Entry:
-        if self.spec_type is not None and entry.spec is None:  # metadata given as keywords becomes the typed spec
-            entry = Entry(entry.name, entry.target, entry.summary, spec=self.spec_type.of(entry.name, **entry.meta))
+        if self.spec_type is not None:  # metadata given as keywords becomes the typed spec; `meta` reads it back
+            spec = entry.spec if entry.spec is not None else self.spec_type.of(entry.name, **entry.meta)
+            entry = Entry(entry.name, entry.target, entry.summary, dict(vars(spec)), spec)
         with self._lock:
             if entry.name in self._entries and not replace:
                 raise InputError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")

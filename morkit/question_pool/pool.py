@@ -313,7 +313,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     if clashes:
         raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
     rows = pool_rows(queries, pool.rm_names, pool.config.reduction, width=pool.scores.shape[1],
-                     step_rms=pool.step_rms, rules=rm_rules(pool.rm_names, pool.meta.get("applies")))
+                     step_rms=pool.step_rms, rules=rm_rules(pool.rm_names, pool.meta.get("applies"), adding=True))
     if not rows.questions:
         raise InputError("nothing to add: no labelled query with at least two candidates")
     prr = top1 = None

@@ -80,18 +80,23 @@ def step_matrix(query: Query, step_rms: Sequence[str]) -> np.ndarray:
     return out
 
 
-def rm_rules(rm_names: Sequence[str], stored: Mapping[str, Any] | None = None) -> list[Applicability]:
+def rm_rules(rm_names: Sequence[str], stored: Mapping[str, Any] | None = None, *,
+             adding: bool = False) -> list[Applicability]:
     """Each RM's applicability (catalog.applicability_of: as registered here, else as a pool `stored` it).
 
-    A registered RM whose rule changed since the pool stored its own is logged: the pool's evidence for it
-    was gathered under the old rule (rebuild the pool to refresh it)."""
+    A registered RM whose rule changed since the pool stored its own makes the pool stale: routing logs it (the
+    pool's evidence for that RM was gathered under the old rule), and adding rows to it (`adding`) is refused,
+    since one pool would then hold rows cut under two rules."""
     stored = stored or {}
     rules = [applicability_of(n, stored.get(n)) for n in rm_names]
     for name, rule in zip(rm_names, rules):
         if name in stored and Applicability.of(stored[name]) != rule:
+            old = Applicability.of(stored[name]).describe()
+            if adding:
+                raise InputError(f"{name} now applies to {rule.describe()}, but the pool was built when it applied "
+                                 f"to {old}: rebuild the pool (morkit pool build) rather than add to it")
             log.warning("%s now applies to %s, but the pool was built when it applied to %s; its evidence for %s "
-                        "follows the old rule until the pool is rebuilt", name, rule.describe(),
-                        Applicability.of(stored[name]).describe(), name)
+                        "follows the old rule until the pool is rebuilt", name, rule.describe(), old, name)
     return rules
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar, Sequence
 
-from morkit.core.errors import InputError, UnavailableError
+from morkit.core.errors import InputError, ScoreError, UnavailableError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.memory import MemoryNeed
 from morkit.reward_models.options import ScoringOptions
@@ -51,7 +51,7 @@ class RMHandle:
     """A registered RM placed on one backend, before it loads. Subclasses say how it loads there.
 
     `score(pairs)` loads it through its residency (by default its own: the model stays until `close`);
-    a scoring session shares one residency between its handles, so one model is in memory at a time."""
+    a scoring session shares one Residency between its handles, so one model is in memory at a time."""
 
     backend: ClassVar[str] = "python"
     resident_model: ClassVar[bool] = True  # a model that takes memory (swapped one at a time in a session)
@@ -64,7 +64,7 @@ class RMHandle:
         self.kind = self.spec.kind
         self.cache_key = cache_key(self.name, self.spec)
         self.truncation = self.planned_truncation()
-        self.residency = residency if residency is not None else _OwnResidency()
+        self.residency = residency if residency is not None else Residency()
 
     def planned_truncation(self) -> Truncation | None:
         """The truncation this RM cuts pairs under here (its signature keys the score cache); None: sent whole."""
@@ -131,23 +131,63 @@ class PlainHandle(RMHandle):
             close()
 
 
-class _OwnResidency:
-    """A lone handle's model: loaded on first use, kept until the handle closes."""
+class Residency:
+    """Which loaded models stay in memory: one at a time (a run), or every one (a server, `keep_all`)."""
 
-    def __init__(self) -> None:
-        self.model: Any = None
+    def __init__(self, keep_all: bool = False):
+        self.keep_all = keep_all
+        self.loaded: dict[str, Any] = {}
+        self.loads: list[str] = []  # every model load, in order (what a run cost)
 
     def hold(self, handle: RMHandle) -> Any:
-        if self.model is None:
-            check_fits([handle])
-            self.model = handle.load()
-        return self.model
+        """The loaded model of `handle`, loading it now (after releasing the one before, unless all are kept)."""
+        if handle.name in self.loaded:
+            return self.loaded[handle.name]
+        if not self.keep_all:
+            self.release_all()
+        model = load_checked(handle)
+        self.loaded[handle.name] = model
+        self.loads.append(handle.name)
+        return model
 
     def let_go(self, handle: RMHandle) -> None:
-        model, self.model = self.model, None
-        close = getattr(model, "close", None)
-        if close is not None:
-            close()
+        """Close `handle`'s model, if loaded, and give its memory back."""
+        model = self.loaded.pop(handle.name, None)
+        if model is not None:
+            _release(model)
+            log.info("released reward model %s", handle.name)
+
+    def release_all(self) -> None:
+        for name in list(self.loaded):
+            _release(self.loaded.pop(name))
+            log.info("released reward model %s", name)
+
+
+def _release(model: Any) -> None:
+    """Close a loaded model and give its memory (host and device) back before going on."""
+    close = getattr(model, "close", None)
+    if close is not None:
+        close()
+    del model
+    from morkit.runtime.models import free_memory
+
+    free_memory()
+
+
+def load_checked(handle: RMHandle) -> Any:
+    """`handle`'s model, loaded after the fit check; refused (and released) when it would cut pairs under another
+    truncation than the one its scores are cached under. Every load goes through here: a session's, a lone
+    handle's, a Ray replica's."""
+    check_fits([handle])
+    log.info("loading reward model %s", handle.name)
+    model = handle.load()
+    made = getattr(model, "truncation", None)
+    if handle.truncation is not None and made is not None and made.signature != handle.truncation.signature:
+        _release(model)
+        raise ScoreError(f"reward model {handle.name!r} loaded cutting pairs under {made.signature}, but its "
+                         f"scores are cached under {handle.truncation.signature}")
+    return model
+
 
 
 SCORING_BACKENDS = Registry("scoring backend", [

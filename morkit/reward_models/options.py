@@ -135,6 +135,12 @@ def _check_applies(given: dict[str, Any], backend: str, urls: tuple[str, ...] | 
     elif given.get("batch_size") is not None and not urls:
         raise InputError("--batch-size applies to the transformers backend and to vLLM servers (--url), not to "
                          "the offline vLLM engine (--backend vllm), which schedules its own batches")
+    if any(split_url(url)[0] is None for url in urls or ()):  # every model RM goes to the servers
+        for name, neutral in (("tensor_parallel_size", 1), ("max_model_len", None), ("gpu_memory_utilization", None),
+                              ("device_map", None), ("dtype", "auto")):
+            if given.get(name) not in (None, neutral):
+                raise InputError(f"{_flag(name)} does not apply with an unbound --url URL, which scores every model "
+                                 "RM on the servers (bind a server to one RM with --url RM=URL to load others here)")
 
 
 @dataclass(frozen=True)

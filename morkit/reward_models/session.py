@@ -17,65 +17,16 @@ import logging
 import os
 from typing import Any, Iterable, Sequence
 
-from morkit.core.errors import ScoreError, UnknownRewardModel
+from morkit.core.errors import UnknownRewardModel
 from morkit.core.types import Query
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.catalog import REWARD_MODELS, resolve
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.handles import PlainHandle, RMHandle, check_fits
+from morkit.reward_models.handles import PlainHandle, Residency, RMHandle, check_fits
 from morkit.reward_models.rules.table import TableRewardModel, table_names
 from morkit.reward_models.scoring import fill_missing_scores, score_queries
 
 log = logging.getLogger(__name__)
-
-
-class Residency:
-    """Which loaded models stay in memory: one at a time (a run), or every one (a server, `keep_all`)."""
-
-    def __init__(self, keep_all: bool = False):
-        self.keep_all = keep_all
-        self.loaded: dict[str, Any] = {}
-        self.loads: list[str] = []  # every model load, in order (what a run cost)
-
-    def hold(self, handle: RMHandle) -> Any:
-        """The loaded model of `handle`, loading it now (after releasing the one before, unless all are kept)."""
-        if handle.name in self.loaded:
-            return self.loaded[handle.name]
-        if not self.keep_all:
-            self.release_all()
-        check_fits([handle])
-        log.info("loading reward model %s", handle.name)
-        model = handle.load()
-        made = getattr(model, "truncation", None)
-        if handle.truncation is not None and made is not None and made.signature != handle.truncation.signature:
-            raise ScoreError(f"reward model {handle.name!r} loaded cutting pairs under {made.signature}, but its "
-                             f"scores are cached under {handle.truncation.signature}")
-        self.loaded[handle.name] = model
-        self.loads.append(handle.name)
-        return model
-
-    def let_go(self, handle: RMHandle) -> None:
-        """Close `handle`'s model, if loaded, and give its memory back."""
-        model = self.loaded.pop(handle.name, None)
-        if model is None:
-            return
-        close = getattr(model, "close", None)
-        if close is not None:
-            close()
-        del model
-        from morkit.runtime.models import free_memory
-
-        free_memory()
-        log.info("released reward model %s", handle.name)
-
-    def release_all(self) -> None:
-        for name in list(self.loaded):
-            self.let_go(_Named(name))
-
-
-class _Named:
-    def __init__(self, name: str):
-        self.name = name
 
 
 def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None:
@@ -127,11 +78,19 @@ class ScoringSession:
 
         return [built(rm) for rm in rms]
 
+    def check_fit(self, names: Sequence[str]) -> None:
+        """Refuse (UnavailableError) when the RMs `names` cannot all be in memory at once (handles.check_fits)."""
+        check_fits([self.handle(n) for n in names])
+
     def keep_resident(self, names: Sequence[str]) -> dict[str, Any]:
         """Load every one of `names` now and keep it (a server): one fit check for all of them together first."""
+        self.check_fit(names)
         handles = [self.handle(n) for n in names]
-        check_fits(handles)
         return {h.name: (h.residency.hold(h) if h.resident_model else self.get(h.name)) for h in handles}
+
+    def release(self) -> None:
+        """Release the loaded models now (the next RM that must score loads again); the cache stays open."""
+        self.residency.release_all()
 
     @property
     def loads(self) -> list[str]:

@@ -58,8 +58,9 @@ class RMSpec:
 
     @property
     def loads_model(self) -> bool:
-        """A model that the scoring options place (transformers, a vLLM engine, servers, Ray); one is resident at a time."""
-        return self.backend == "transformers"
+        """A model that the scoring options place (transformers, a vLLM engine, servers, Ray); one is resident at a
+        time. A `vllm` entry (a user's own in-process engine) is one too: it loads as its factory builds it."""
+        return self.backend in ("transformers", "vllm")
 
     def absent(self, options: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
         """(what, why) for the first need absent here: "packages", "head" or "weights"; None when all are here.

@@ -282,3 +282,19 @@ def test_one_source_decides_which_rms_apply_for_scoring_pools_and_routing(caplog
     query = _q("m", "math")
     assert (rules["math-consensus"].skip_reason(query, "math-consensus") is None
             and score_queries([query], [MathConsensus()])[0].candidates[0].scores["math-consensus"] is not None)
+
+
+def test_adding_to_a_pool_built_under_an_older_rule_is_refused():
+    from fakes.embedder import HashEmbedder
+
+    from morkit.question_pool.pool import add_questions
+
+    pool = build_pool(_mixed_pool_queries(6), HashEmbedder(), rm_names=("math-consensus", "probe"),
+                      config=PoolConfig(max_members=1))
+    stale = replace(pool, meta={**pool.meta, "applies": {**pool.meta["applies"],
+                                                         "math-consensus": {"domains": ["math"], "fields": []}}})
+    more = [_labelled("math-new", "math", {"math-consensus": [1.0, 0.0, 0.2, 0.1], "probe": [0.1] * 4}, "another sum")]
+    with pytest.raises(InputError, match="math-consensus now applies to choice, math, but the pool was built when it "
+                                         "applied to math: rebuild the pool"):
+        add_questions(stale, more, HashEmbedder())
+    assert len(add_questions(pool, more, HashEmbedder())) == len(pool) + 1  # the same rule: added

@@ -297,3 +297,36 @@ def test_a_cut_score_is_not_served_under_another_truncation(tmp_path):
         shorter.truncation = Truncation(128, "middle")
         score_queries(sample(), [shorter], cache=cache)
         assert len(shorter.pairs_seen) == 7  # a whole score at 256 tokens says nothing about 128
+
+
+def test_in_process_engines_a_user_registers_are_resident_one_at_a_time():
+    # a `vllm`-family RM (the user's own engine, built in this process) is a model: loading the next one first
+    # releases it, and its scores are keyed by its registered name
+    import morkit
+    from morkit.reward_models.catalog import REWARD_MODELS
+
+    events = []
+
+    class Engine:
+        name = "whatever-the-engine-calls-itself"
+
+        def __init__(self, tag):
+            self.tag = tag
+            events.append(f"load {tag}")
+
+        def score(self, pairs):
+            return [Score(float(len(a))) for _, a in pairs]
+
+        def close(self):
+            events.append(f"close {self.tag}")
+
+    for tag in "AB":
+        REWARD_MODELS.register(f"test-engine-{tag}", lambda tag=tag: Engine(tag), "a user's engine", backend="vllm")
+    try:
+        scored = morkit.score([Query("q", "2+2?", (Candidate("4"), Candidate("five")))], ["test-engine-A", "test-engine-B"])
+    finally:
+        for tag in "AB":
+            REWARD_MODELS.unregister(f"test-engine-{tag}")
+    assert events == ["load A", "close A", "load B", "close B"]
+    assert [c.scores for c in scored[0].candidates] == [{"test-engine-A": 1.0, "test-engine-B": 1.0},
+                                                         {"test-engine-A": 4.0, "test-engine-B": 4.0}]

@@ -180,9 +180,9 @@ def test_nested_sub_objects_check_their_own_values():
 def test_the_pipeline_key_keeps_the_flat_names():
     from morkit.services.pipeline.keys import scoring_key
 
-    key = scoring_key(ScoringOptions.from_flags(urls=[URL], dtype="bf16", batch_size=4))
+    key = scoring_key(ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], dtype="bf16", batch_size=4))
     assert key == {"device": None, "dtype": "bf16", "max_tokens": None, "truncation": "middle", "reduction": "min",
-                   "prefix_reuse": True, "backend": "transformers", "urls": (URL,), "device_map": None,
+                   "prefix_reuse": True, "backend": "transformers", "urls": (f"smollm2-orm={URL}",), "device_map": None,
                    "tensor_parallel_size": 1, "max_model_len": None, "gpu_memory_utilization": None, "ray": None}
 
 
@@ -240,3 +240,13 @@ def test_cli_defaults_are_not_mistaken_for_choices():
     assert parsed("--batch-size", "32").transformers.batch_size == 32
     options = parsed("--url", URL, "--batch-size", "4")
     assert (options.servers.batch_size, options.transformers.batch_size) == (4, 4)
+
+
+@pytest.mark.parametrize("flag", [{"dtype": "bf16"}, {"device_map": "auto"}, {"max_model_len": 512, "backend": "vllm"},
+                                  {"tensor_parallel_size": 2, "backend": "vllm"}])
+def test_a_model_flag_with_an_unbound_server_url_is_an_error(flag):
+    # an unbound URL sends every model RM to the servers, so nothing loads here for the flag to change
+    with pytest.raises(InputError, match=f"--{next(iter(flag)).replace('_', '-')} does not apply with an unbound --url"):
+        ScoringOptions.from_flags(urls=[URL], **flag)
+    bound = ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], **flag)  # bound: the other RMs still load here
+    assert bound.servers.urls_for("minilm-probe") == []

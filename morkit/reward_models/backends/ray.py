@@ -28,7 +28,7 @@ from morkit.core.errors import (
 from morkit.core.types import Score
 from morkit.reward_models.options import RAY_ADDRESS, ScoringOptions
 from morkit.core.registry import Entry
-from morkit.reward_models.handles import RMHandle, check_fits, place
+from morkit.reward_models.handles import RMHandle, load_checked, place
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +161,7 @@ def _morkit_cause(err: BaseException) -> MorkitError | None:
 def load_replica(entry: Entry, options: ScoringOptions) -> Any:
     """Registered RM `entry` built in a Ray actor on the backend `options` (without ray) pick, after its fit
     check there."""
-    handle = place(entry, options)
-    check_fits([handle])
-    return handle.load()
+    return load_checked(place(entry, options))
 
 
 class RayHandle(RMHandle):

@@ -1,7 +1,9 @@
-"""Model RMs on transformers, in this process: the handle that builds an RM's own transformers implementation.
+"""Model RMs in this process: the handle that builds an RM's own transformers implementation.
 
 The adapters (the embedded RMs, the CTTS-MM eight) take the device, dtype, device map, batching, prefix reuse
-and the handle's truncation as load options; the model loads when the RM first has to score.
+and the handle's truncation as load options; the model loads when the RM first has to score. A registered RM of
+the `vllm` family (a user's in-process engine) loads here too, as its factory builds it, with no options and
+no truncation of morkit's.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ class TransformersHandle(RMHandle):
 
     backend = "transformers"
 
-    def planned_truncation(self) -> Truncation:
-        return self.options.truncation_for()
+    def planned_truncation(self) -> Truncation | None:
+        return self.options.truncation_for() if self.spec.backend == "transformers" else None
 
     def placement(self) -> tuple[str, str, int]:
         device, dtype, _ = super().placement()
@@ -30,7 +32,9 @@ class TransformersHandle(RMHandle):
         return device, dtype, spread
 
     def load_options(self) -> dict[str, Any]:
-        """Keyword options for the RM's transformers implementation."""
+        """Keyword options for the RM's transformers implementation (none for another family)."""
+        if self.spec.backend != "transformers":
+            return {}
         from morkit.reward_models.backends.hf import Batching
 
         options: dict[str, Any] = {"batching": Batching(max_batch=self.options.transformers.batch_size),

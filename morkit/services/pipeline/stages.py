@@ -222,6 +222,7 @@ def _candidates(run: Run, split: str, key: str, agents_key: str, scoring: Any) -
             for name in config.rms:  # one RM at a time, timed, so each method's cost can count its own RMs
                 start = time.perf_counter()
                 queries = ensure_scores(queries, [name], scoring, session)
+                session.release()  # its model goes before the next RM's clock starts
                 # an RM scored on an earlier run of these candidates comes from the cache now: keep its real time
                 rm_seconds[name] = max(round(time.perf_counter() - start, 3), float(measured.get(name, 0.0)))
         save_queries(run.path(f"{split}.scored.jsonl"), queries)

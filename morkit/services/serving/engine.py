@@ -72,12 +72,13 @@ class RoutingEngine:
         runnable = runnable_rms(pool) if select.allow_run else []
         names = [n for n in runnable if not self.fixed or n in self.fixed]
         self.session = ScoringSession(replace(scoring, progress=False), keep_all=True)
-        try:  # every RM built once, resident for the engine's life, after one fit check for all of them
-            self.models = self.session.keep_resident(names)
+        try:
+            self.session.check_fit(names)  # before the embedder or any RM loads
             selector = make_selector(pool, select, scoring.device, embedder)
             selector.embedder  # loaded now: a server is ready before its first request
             if fixed is not None:
                 selector.use(fixed, fixed.name)
+            self.models = self.session.keep_resident(names)  # each built once, resident for the engine's life
         except BaseException:
             self.session.close()
             raise
