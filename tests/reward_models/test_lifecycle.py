@@ -185,8 +185,9 @@ def test_every_scoring_verb_takes_the_backend_flags(verb):
     from morkit.cli.args import scoring_options
     from morkit.cli.main import build_parser
 
-    flags = ["--backend", "vllm", "--url", "inf-orm-llama3.1-70b=http://127.0.0.1:9/", "--url", "http://h:1",
-             "--dtype", "bf16", "--tensor-parallel-size", "4", "--max-model-len", "4096",
+    # servers bound to two RMs (an unbound URL would send every model RM there, and the engine flags would not apply)
+    flags = ["--backend", "vllm", "--url", "inf-orm-llama3.1-70b=http://127.0.0.1:9/",
+             "--url", "qrm-gemma-2-27b=http://h:1", "--dtype", "bf16", "--tensor-parallel-size", "4", "--max-model-len", "4096",
              "--gpu-memory-utilization", "0.8", "--no-prefix-reuse"]
     options = scoring_options(build_parser().parse_args(verb + flags))
     assert (options.backend, options.dtype, options.vllm.tensor_parallel_size, options.vllm.max_model_len,
