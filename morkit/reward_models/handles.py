@@ -34,6 +34,15 @@ def cache_key(name: str, spec: RMSpec) -> str:
     return f"{name}@{spec.version}" if spec.version else name
 
 
+def dtype_name(options: ScoringOptions, device: str) -> str:
+    """The dtype a model loads in on `device`: the one the options name, else auto (bf16 on GPUs, fp32 on CPU)."""
+    from morkit.runtime.device import DTYPES, resolve_dtype
+
+    if options.dtype and options.dtype != "auto":
+        return DTYPES[options.dtype]
+    return str(resolve_dtype(device, "auto")).removeprefix("torch.")
+
+
 def build(entry: Entry, **options: Any) -> Any:
     """Registered RM `entry` built with `options`: a required option left out is an InputError naming it; an
     absent package, head or weights an UnavailableError saying which."""
@@ -72,14 +81,12 @@ class RMHandle:
 
     def placement(self) -> tuple[str, str, int]:
         """(device, dtype name, devices one copy spreads over) where it would load."""
-        from morkit.runtime.device import DTYPES, resolve_device, resolve_dtype
+        from morkit.runtime.device import resolve_device
 
         device = resolve_device(self.options.device)
-        if self.options.dtype and self.options.dtype != "auto":
-            return device, DTYPES[self.options.dtype], 1
-        return device, str(resolve_dtype(device, "auto")).removeprefix("torch."), 1
+        return device, dtype_name(self.options, device), 1
 
-    def batch_tokens(self, root: Any) -> int:
+    def batch_tokens(self) -> int:
         """The tokens one forward pass may hold, for the activation estimate."""
         return 8192
 
@@ -93,7 +100,7 @@ class RMHandle:
 
         root = locate_weights(self.spec.model_id, required=self.spec.required)
         _, dtype, spread = self.placement()
-        return memory.estimate(root, dtype, batch_tokens=self.batch_tokens(root), devices=max(spread, 1))
+        return memory.estimate(root, dtype, batch_tokens=self.batch_tokens(), devices=max(spread, 1))
 
     def load(self) -> Any:
         """The scorer, built now (after the fit check)."""
@@ -187,7 +194,6 @@ def load_checked(handle: RMHandle) -> Any:
         raise ScoreError(f"reward model {handle.name!r} loaded cutting pairs under {made.signature}, but its "
                          f"scores are cached under {handle.truncation.signature}")
     return model
-
 
 
 SCORING_BACKENDS = Registry("scoring backend", [

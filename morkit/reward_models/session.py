@@ -13,7 +13,6 @@ one fit check for all of them together). Closing the session releases every mode
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Iterable, Sequence
 
@@ -25,8 +24,6 @@ from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.handles import PlainHandle, Residency, RMHandle, check_fits
 from morkit.reward_models.rules.table import TableRewardModel, table_names
 from morkit.reward_models.scoring import fill_missing_scores, score_queries
-
-log = logging.getLogger(__name__)
 
 
 def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None:
@@ -84,8 +81,8 @@ class ScoringSession:
 
     def keep_resident(self, names: Sequence[str]) -> dict[str, Any]:
         """Load every one of `names` now and keep it (a server): one fit check for all of them together first."""
-        self.check_fit(names)
         handles = [self.handle(n) for n in names]
+        check_fits(handles)
         return {h.name: (h.residency.hold(h) if h.resident_model else self.get(h.name)) for h in handles}
 
     def release(self) -> None:

@@ -102,12 +102,3 @@ def engine_spec(name: str, rm: Any, options: Any) -> EngineSpec:
         raise InputError(f"reward model {name!r} runs only on transformers; drop --backend vllm / --url for it")
     module, attr = rm.engine.split(":")
     return getattr(importlib.import_module(module), attr)(name, options)
-
-
-def dtype_name(options: Any, device: str) -> str:
-    """The dtype a model loads in on `device`: the one the options name, else auto (bf16 on GPUs, fp32 on CPU)."""
-    from morkit.runtime.device import DTYPES, resolve_dtype
-
-    if options.dtype and options.dtype != "auto":
-        return DTYPES[options.dtype]
-    return str(resolve_dtype(device, "auto")).removeprefix("torch.")

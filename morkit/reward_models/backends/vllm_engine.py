@@ -24,7 +24,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from morkit.core.types import Score
-from morkit.reward_models.backends.engine_rm import EngineRM, EngineSpec, dtype_name, engine_spec, require_vllm
+from morkit.reward_models.backends.engine_rm import EngineRM, EngineSpec, engine_spec, require_vllm
 from morkit.reward_models.backends.pooling_io import (
     KIND_TASK,
     Render,
@@ -33,7 +33,7 @@ from morkit.reward_models.backends.pooling_io import (
     expected_rows,
     to_score,
 )
-from morkit.reward_models.handles import RMHandle
+from morkit.reward_models.handles import RMHandle, dtype_name
 from morkit.reward_models.truncation import Truncation
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ class VLLMEngineHandle(RMHandle):
             self._engine_spec = engine_spec(self.name, self.spec, self.options)
         return self._engine_spec
 
-    def batch_tokens(self, root: Any) -> int:
+    def batch_tokens(self) -> int:
         """One sequence of the engine's full length must fit."""
         return self.options.engine_length(self.engine_spec().max_context)
 
