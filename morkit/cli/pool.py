@@ -97,9 +97,15 @@ def cmd_pool_info(args: argparse.Namespace) -> int:
                       for name, domains in info["not_applicable"].items() if domains)
     if skips:
         print(f"  not applicable (no score, by design): {skips}")
-    print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'with PRR':>11}")
+    print(f"\n  {'RM':<28}{'PRR':>7}{'best-of-n':>11}{'with PRR':>11}{'agreement':>11}{'acc alone':>11}")
     for name, row in info["rms"].items():
-        print(f"  {name:<28}{_fmt(row['mean_prr']):>7}{_fmt(row['best_of_n']):>11}{row['questions']:>11}")
+        print(f"  {name:<28}{_fmt(row['mean_prr']):>7}{_fmt(row['best_of_n']):>11}{row['questions']:>11}"
+              f"{_fmt(row['agreement']):>11}{_fmt(row['accuracy_alone']):>11}")
+    if len(info["rms"]) > 1:
+        print("  (agreement: how often its pick is another RM's; acc alone: its best-of-n where most others pick "
+              "another answer; both over the mixed questions)")
+    for warning in info["warnings"]:
+        print(f"  warning: {warning}")
     print(f"\n  best {len(info['best'])} ensembles by mean PRR:")
     for row in info["best"]:
         weights = ", ".join(f"{w:.2f}" for w in row["weights"])

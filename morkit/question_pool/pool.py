@@ -37,6 +37,7 @@ from morkit.question_pool.ensembles import (
     enumerate_ensembles,
 )
 from morkit.question_pool.index import RECALL_K, IndexConfig, index_vectors, recall_at_k
+from morkit.question_pool.leakage import leak_warnings, rm_evidence
 from morkit.question_pool.lock import canonical
 from morkit.question_pool.rows import (
     PoolQuestion,
@@ -206,10 +207,11 @@ class QuestionPool:
 
     def summary(self, top: int = 10) -> dict[str, Any]:
         """What `morkit pool info` shows: sizes, domains, embedder, index, skips, the single-RM table sorted by
-        mean PRR, and the `top` ensembles by mean PRR (NaN where undefined)."""
+        mean PRR (with each RM's agreement with the others and accuracy alone, see leakage), the `top` ensembles
+        by mean PRR (NaN where undefined), and the warnings of RMs far ahead of all others."""
         from collections import Counter
 
-        table = self.ensemble_table()
+        table, evidence = self.ensemble_table(), rm_evidence(self)
         by_prr = lambda r: -(r["mean_prr"] if r["mean_prr"] == r["mean_prr"] else -1)  # noqa: E731 - NaN last
         singles = sorted(table[: len(self.rm_names)], key=by_prr)
         meta = self.meta
@@ -224,7 +226,11 @@ class QuestionPool:
             "skipped": meta["skipped"], "missing_scores": meta["missing_scores"],
             "not_applicable": meta.get("not_applicable", {}),
             "rms": {r["ensemble"].name: {"mean_prr": r["mean_prr"], "best_of_n": r["best_of_n"],
-                                         "questions": r["questions"]} for r in singles},
+                                         "questions": r["questions"],
+                                         "agreement": evidence[r["ensemble"].name].agreement,
+                                         "accuracy_alone": evidence[r["ensemble"].name].accuracy_alone}
+                    for r in singles},
+            "warnings": leak_warnings(evidence),
             "best": [{"name": r["ensemble"].name, **r["ensemble"].to_json(), "mean_prr": r["mean_prr"],
                       "best_of_n": r["best_of_n"]}
                      for r in sorted(table, key=by_prr)[:top]],

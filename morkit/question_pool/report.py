@@ -19,6 +19,7 @@ from morkit.data.html import fmt as _fmt
 from morkit.data.html import hbars, plot_style, write_page
 from morkit.data.html import img as _img
 from morkit.data.html import table as _table
+from morkit.question_pool.leakage import MIN_ALONE, RMEvidence, leak_warnings, rm_evidence
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import nanmean_columns, sample_rows, skipped_domains
 
@@ -104,6 +105,31 @@ def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, ov
         ax.axvline(len(domains) - 0.5, color="white", linewidth=3)
     fig.colorbar(image, ax=ax, fraction=0.08 if len(cols) < 3 else 0.04, pad=0.03, label="mean PRR")
     return _img(fig, "PRR heatmap, reward model by domain")
+
+
+WARNING_BOX = "border:2px solid #d98c00;background:#fff4e0;padding:8px 16px;border-radius:6px;margin:16px 0"
+
+
+def _warnings(warnings: Sequence[str]) -> str:
+    """The leak warnings (morkit.question_pool.leakage) in a box under the header; nothing when there are none."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{escape(w)}</li>" for w in warnings)
+    return f'<div class="warning" role="alert" style="{WARNING_BOX}"><strong>Warning</strong><ul>{items}</ul></div>'
+
+
+def _agreement(evidence: dict[str, RMEvidence]) -> str:
+    """Per RM: best-of-n accuracy on the mixed questions it scores, agreement with the others, accuracy alone."""
+    header = ["reward model", "mixed questions", "best-of-n", "agreement", "questions alone", "best-of-n alone"]
+    rows = [[name, e.questions, e.accuracy, e.agreement, e.alone, e.accuracy_alone] for name, e in evidence.items()]
+    sampled = next(iter(evidence.values())).sampled
+    where = f" on a seeded sample of {sampled[0]:,} of the pool's {sampled[1]:,} questions" if sampled else ""
+    return ("<h2>Reward models against each other</h2>" + _table(header, rows, best_cols=[2]) +
+            f'<p class="note">Over the mixed questions (a correct and a wrong answer) each RM scores{where}. '
+            "Agreement: the chance that another RM picks the same answer (tied top answers equally likely), "
+            "averaged over the other RMs and the questions; alone: the questions where most other RMs pick another "
+            f"answer, and the RM's best-of-n there (– under {MIN_ALONE} such questions). An RM far ahead of all "
+            "others that stays right when alone is what a pool holding its own training questions looks like.</p>")
 
 
 def _ensemble_rows(stats: Sequence[dict[str, Any]]) -> list[list[Any]]:
@@ -197,8 +223,10 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, 
             rows = [row + ["n/a" if skip else v for v, skip in zip(per_domain[r], not_applicable[r])]
                     for row, r in zip(rows, order)]
         best_cols = [1, 2] + list(range(4, len(header)))
+        evidence = rm_evidence(pool)
         body = [
             _header(pool, domains),
+            _warnings(leak_warnings(evidence)),
             "<h2>PRR by reward model and domain</h2>",
             '<p class="note">Mean pair-wise ranking accuracy (share of correct/incorrect answer pairs ordered '
             "right; 0.5 = chance) over the questions where it is defined; grey: no such question; n/a: the RM "
@@ -209,6 +237,7 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, 
             f"<div><h3>Single reward models</h3>{_table(header, rows, best_cols)}"
             '<p class="note">Best-of-n: expected correctness of the top-scored answer. Best value per column '
             "highlighted.</p></div></div>",
+            _agreement(evidence) if n_rm > 1 else "",
             _best_ensembles(pool, table, top),
             "<h2>PRR distribution per reward model</h2>",
             _distribution(pool),

@@ -84,9 +84,11 @@ def test_pool_build_info_add_report(tmp_path, pool_input, embedder, capsys):
     assert main(["pool", "info", str(out)]) == 0
     text = capsys.readouterr().out
     assert "5 questions (math 3, code 2)" in text and "rm-a" in text and "revision 1" in text
+    assert "agreement" in text and "acc alone" in text and "warning:" not in text
     assert main(["pool", "info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["questions"] == 5 and set(info["rms"]) == {"rm-a", "prm-b"}
+    assert info["warnings"] == [] and {"agreement", "accuracy_alone"} <= set(info["rms"]["rm-a"])
 
     more = tmp_path / "more.jsonl"
     more.write_text(json.dumps(_line("w0", "How many legs do three spiders have?", {"rm-a": [1, 0], "prm-b": [0.2, 0.1]},

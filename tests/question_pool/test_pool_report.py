@@ -108,7 +108,7 @@ def test_report_is_one_self_contained_page(tmp_path):
     checker = parse(out)
     for heading in ("Question pool report", "PRR by reward model and domain", "Single reward models",
                     "Best ensembles", "Top 5 by mean PRR", "Top 5 by best-of-n accuracy",
-                    "PRR distribution per reward model"):
+                    "PRR distribution per reward model", "Reward models against each other"):
         assert heading in checker.headings
     assert len(checker.images) == 3  # heatmap, ensemble bars, distribution
     for src in checker.images:
