@@ -1,17 +1,12 @@
-"""The learned selector, morkit's default: a candidate ranker over rich RM features, chosen by CV on the pool.
+"""The learned selector, morkit's default: a candidate ranker over RM features, chosen by CV on the pool.
 
-Each setting in SETTINGS (a learner from LEARNERS, a feature set from FEATURE_SETS, the learner's
-parameters) is scored by grouped k-fold cross-validation over pool questions (a question's candidates
-never straddle folds; features' pool statistics and scales are refitted on each training part), as
-expected best-of-n accuracy with ties shared; so is a blend of the best setting of each (learner,
-feature set) family, their scores standardised per query and summed (averaging diverse rankers
-lowers their variance); and so is every single RM on its own. A learned model is kept only when it
-beats the best single RM by more than one standard error of their paired difference, corrected for having
-picked the best of many rows (`margin`), so a pool whose evidence does not support learning keeps its
-best RM. The pick is refitted on the whole pool. Its
-out-of-fold picks also fit the confidence calibrator and give the pool report its reliability diagram
-and per-domain gains. A pool with fewer than MIN_MIXED questions holding both a right and a wrong answer
-is too small to learn from: the method falls back to PRES and says so.
+Rows compete in repeated grouped cross-validation (morkit.selection.cv): every setting of SETTINGS (a learner,
+a feature set, its parameters; the "local" sets read how each RM did on the query's nearest pool questions),
+the blend of each family's best, PRES (the paper's rule) and every single RM. A row other than a single RM is
+kept only when it beats the best single RM by the margin rule, so a pool whose evidence does not support
+learning keeps its best RM; the pick is refitted on the whole pool, and its out-of-fold picks fit the
+confidence calibrator. A pool with fewer than MIN_MIXED questions holding a right and a wrong answer falls
+back to PRES and says so.
 """
 
 from __future__ import annotations
@@ -26,13 +21,23 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.selection import confidence as conf
 from morkit.selection.coverage import covered_rows
+from morkit.selection.cv import CVResult, Folds, out_of_fold, pick
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
 from morkit.selection.learners import LEARNERS, mixed
+from morkit.selection.local import NeighbourLists, single_stats
 from morkit.selection.mor import query_zscore
+from morkit.selection.pres import pres_out_of_fold
 
 MIN_MIXED = 20
 LEARN_SAMPLE = 20_000
 """Pools larger than this many questions learn from a seeded sample of them (features are ~100 per RM-candidate)."""
+REPEATS = 3
+"""Fold deals the cross-validation averages over (seeds seed, seed + 1, ...)."""
+LOCAL_K = 20
+"""Nearest pool questions whose evidence the "local" features read."""
+PRES_K = 100
+"""Neighbours PRES reads in the cross-validation, as the Selector's default k."""
+PRES_LABEL = "PRES (paper, with combinations)"
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,18 @@ class Setting:
         return {"learner": self.learner, "features": self.features, "params": dict(self.params), "name": self.name}
 
 
+BAG = 3
+"""Boosters a lambdarank setting averages (each a seed and 80% of the questions): its single fits were the least
+stable rows of the CV (sd over folds 7.4 points against 4-5 for the logits on rewardmath)."""
+
 SETTINGS = (
     *(Setting("logit", "scores", {"penalty": p}) for p in (0.3, 1.0, 3.0, 10.0, 30.0)),
     *(Setting("logit", "full", {"penalty": p}) for p in (1.0, 3.0, 10.0, 30.0)),
-    Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7}),
-    Setting("lambdarank", "full", {"rounds": 200, "learning_rate": 0.03, "leaves": 4}),
+    Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7, "bag": BAG}),
+    Setting("lambdarank", "full", {"rounds": 200, "learning_rate": 0.03, "leaves": 4, "bag": BAG}),
+    *(Setting("logit", "scores+local", {"penalty": p}) for p in (1.0, 3.0, 10.0, 30.0)),
+    *(Setting("logit", "full+local", {"penalty": p}) for p in (3.0, 10.0, 30.0)),
+    Setting("lambdarank", "full+local", {"rounds": 100, "learning_rate": 0.05, "leaves": 7, "bag": BAG}),
 )
 
 STACKER_SETTINGS = tuple(Setting("logit", features, {"penalty": p}) for features in ("query-z", "pool-z")
@@ -84,6 +96,9 @@ class PoolSlice:
     correct: np.ndarray
     valid: np.ndarray
     domains: tuple[str, ...]
+    rows: np.ndarray  # the pool rows
+    vectors: np.ndarray  # (Q, d) their question embeddings
+    stats: np.ndarray  # (Q, 2, len(members)) each member's PRR and best-of-n hit (morkit.selection.local)
 
     @classmethod
     def of(cls, pool: QuestionPool, rows: np.ndarray, members: Sequence[str]) -> "PoolSlice":
@@ -93,11 +108,13 @@ class PoolSlice:
             steps = np.asarray(pool.steps[rows])[:, :, [pool.step_rms.index(m) for m in members
                                                         if m in pool.step_rms]]
         return cls(np.asarray(pool.scores[rows])[:, :, cols], steps, np.asarray(pool.correct[rows]),
-                   np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows))
+                   np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows), np.asarray(rows),
+                   np.asarray(pool.embeddings[rows], dtype=np.float32), single_stats(pool, rows, members))
 
     def part(self, keep: np.ndarray) -> "PoolSlice":
         return PoolSlice(self.scores[keep], None if self.steps is None else self.steps[keep], self.correct[keep],
-                         self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]))
+                         self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]), self.rows[keep],
+                         self.vectors[keep], self.stats[keep])
 
 
 @dataclass(frozen=True)
@@ -109,13 +126,14 @@ class Component:
     model: Any  # a fitted LEARNERS model
 
     def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
-               step_rms: Sequence[str]) -> np.ndarray:
-        """(Q, N) from member scores in `rm_names` order and step scores in `step_rms` order."""
+               step_rms: Sequence[str], local: np.ndarray | None = None) -> np.ndarray:
+        """(Q, N) from member scores in `rm_names` order, step scores in `step_rms` order and (features of the
+        "local" group) each query's local evidence over the members."""
         x_scores = np.asarray(scores)[:, :, [list(rm_names).index(m) for m in self.spec.members]]
         x_steps = None
         if self.spec.step_members:
             x_steps = np.asarray(steps)[:, :, [list(step_rms).index(m) for m in self.spec.step_members]]
-        return self.model.scores(self.spec.apply(x_scores, x_steps, valid))
+        return self.model.scores(self.spec.apply(x_scores, x_steps, valid, local))
 
     def importances(self) -> dict[str, float]:
         return dict(zip(self.spec.names(), (float(v) for v in self.model.importances())))
@@ -142,24 +160,34 @@ def blended(parts: Sequence[np.ndarray], valid: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class LearnedFit:
     """The setting (or blend of settings) CV chose, fitted on the pool, with its CV evidence and its confidence
-    calibrator."""
+    calibrator. No components: CV chose PRES over these members (`pres_members`)."""
 
     label: str
     components: tuple[Component, ...]
     cv_best_of_n: float
-    cv_table: tuple[tuple[str, float, float], ...]  # (label, CV best-of-n, sd over folds)
+    cv_table: tuple[tuple[str, float, float], ...]  # (label, CV best-of-n, sd over repeats x folds)
     calibrator: conf.Calibrator
     report: Mapping[str, Any]  # reliability of the out-of-fold confidence, importances, per-domain gains
+    pres_members: tuple[str, ...] = ()
 
     @property
     def members(self) -> tuple[str, ...]:
-        return self.components[0].spec.members
+        return self.components[0].spec.members if self.components else self.pres_members
+
+    @property
+    def is_pres(self) -> bool:
+        return not self.components
+
+    @property
+    def local_k(self) -> int:
+        """Neighbours whose evidence its features read (0: none, the scores alone decide)."""
+        return max((c.spec.local_k for c in self.components if c.spec.uses_local), default=0)
 
     def importances(self) -> dict[str, float]:
         """Feature -> weight: one model's own (logit coefficients, or lambdarank gain shares); for a blend, the
         mean over its components of each one's scaled to a total absolute value of 1."""
-        if len(self.components) == 1:
-            return self.components[0].importances()
+        if len(self.components) <= 1:
+            return self.components[0].importances() if self.components else {}
         out: dict[str, float] = {}
         for component in self.components:
             values = component.importances()
@@ -170,7 +198,7 @@ class LearnedFit:
 
     def ensemble(self) -> Ensemble:
         """The members with each one's share of the absolute importance, for the output contract."""
-        weight = dict.fromkeys(self.members, 0.0)
+        weight = dict.fromkeys(self.members, 0.0 if self.components else 1.0)
         for name, value in self.importances().items():
             member = name.split(":", 1)[1].split("@")[0]
             if member in weight:
@@ -179,25 +207,44 @@ class LearnedFit:
         return Ensemble(self.members, tuple(weight[m] / total for m in self.members), "learned")
 
     def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
-               step_rms: Sequence[str]) -> np.ndarray:
-        """(Q, N) candidate scores from member scores in `rm_names` order and step scores in `step_rms` order."""
+               step_rms: Sequence[str], local: np.ndarray | None = None) -> np.ndarray:
+        """(Q, N) candidate scores from member scores in `rm_names` order, step scores in `step_rms` order and,
+        where its features read them, each query's local evidence (Q, 2, len(members))."""
         valid = np.asarray(valid, dtype=bool)
-        parts = [c.scores(scores, steps, valid, rm_names, step_rms) for c in self.components]
+        parts = [c.scores(scores, steps, valid, rm_names, step_rms, local) for c in self.components]
         return np.where(valid, blended(parts, valid), np.nan)
+
+    def at(self, local: np.ndarray) -> "AtQuery":
+        """This fit bound to one query's local evidence (1, 2, len(members)): the query's candidate scorer."""
+        return AtQuery(self, local)
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "components": [c.to_json() for c in self.components],
                 "cv_best_of_n": self.cv_best_of_n, "cv_table": [list(row) for row in self.cv_table],
-                "calibrator": self.calibrator.to_json(), "report": dict(self.report)}
+                "calibrator": self.calibrator.to_json(), "report": dict(self.report),
+                **({"pres_members": list(self.pres_members)} if self.is_pres else {})}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LearnedFit":
         components = tuple(Component.from_json(c) for c in obj["components"])
-        if not components:
+        pres_members = tuple(obj.get("pres_members") or ())
+        if not components and not pres_members:
             raise ValueError("no components")
         return cls(str(obj["label"]), components, float(obj["cv_best_of_n"]),
                    tuple((str(a), float(b), float(c)) for a, b, c in obj["cv_table"]),
-                   conf.Calibrator.from_json(obj["calibrator"]), obj["report"])
+                   conf.Calibrator.from_json(obj["calibrator"]), obj["report"], pres_members)
+
+
+@dataclass(frozen=True)
+class AtQuery:
+    """A fit whose features read local evidence, bound to one query's (a CandidateScorer)."""
+
+    fit: LearnedFit
+    local: np.ndarray
+
+    def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
+               step_rms: Sequence[str]) -> np.ndarray:
+        return self.fit.scores(scores, steps, valid, rm_names, step_rms, self.local)
 
 
 def _fit_model(setting: Setting, x: np.ndarray, data: PoolSlice) -> Any:
@@ -208,21 +255,18 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
     return best_of_n_matrix(np.where(data.valid, scores, np.nan)[:, :, None], data.correct, data.valid)[:, 0]
 
 
-def _spec(features: str, data: PoolSlice, members: Sequence[str], step_members: Sequence[str],
-          reduction: str) -> FeatureSpec:
-    return feature_spec(FEATURE_SETS[features], members, step_members, reduction, data.scores, data.steps, data.valid)
-
-
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
-                settings: Sequence[Any] = SETTINGS, baselines: bool = True,
+                repeats: int = REPEATS, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
                 min_mixed: int = MIN_MIXED) -> LearnedFit:
-    """Cross-validate every setting on the pool (or its LEARN_SAMPLE), then fit the best on all of it.
+    """Cross-validate every setting on the pool (or its LEARN_SAMPLE), `repeats` times over seeded fold deals,
+    then fit the pick on all of it.
 
-    `baselines`: also weigh every single RM (with the margin rule) and the blend of each family's best; off, the
-    best of `settings` is kept whatever it gains (the "stacker" name's grid). Only the questions every member
-    scored are used (morkit.selection.coverage): in a pool mixing domains, a fit over the RMs a query can use
-    learns from the questions like it. TooFewMixed when fewer than `min_mixed` of them have both a right and a
-    wrong answer."""
+    `baselines`: also weigh every single RM (with the margin rule), the blend of each family's best and PRES
+    (the paper's rule, scored out of fold from each fold's training questions); off, the best of `settings` is
+    kept whatever it gains (the "stacker" name's grid). Only the questions every member scored are used
+    (morkit.selection.coverage): in a pool mixing domains, a fit over the RMs a query can use learns from the
+    questions like it, so each domain gets its own pick. TooFewMixed when fewer than `min_mixed` of them have
+    both a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
     data = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
@@ -230,107 +274,87 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
                           f"selector needs {max(1, min_mixed)}")
-    n = len(data.correct)
-    fold_of = np.random.default_rng(seed).permutation(n) % max(2, min(folds, n))
-    reduction = pool.config.reduction
-    spec_of = lambda name, rows: _spec(name, rows, members, step_members, reduction)  # noqa: E731
+    dealt = Folds.dealt(len(data.correct), folds, seed, repeats)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
-    table, oof, candidates = _cross_validate([*settings, *(singles if baselines else ())], data, fold_of, spec_of,
-                                             blend=baselines)
-    best = _one_standard_error(table, oof, candidates, data)
-    label, chosen = table[best][0], candidates[best]
-    scores = oof[label]
-    hits = _hits(scores, data)
+    rows = [*settings, *(singles if baselines else ())]
+    lists = NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K))
+
+    def spec_of(features: str, part: PoolSlice, local: np.ndarray | None) -> FeatureSpec:
+        return feature_spec(FEATURE_SETS[features], members, step_members, pool.config.reduction, part.scores,
+                            part.steps, part.valid, local, LOCAL_K)
+
+    def local_of(train: np.ndarray | None) -> np.ndarray:
+        return lists.evidence(data.stats, LOCAL_K, train)
+
+    result = _cross_validate(rows, data, dealt, spec_of, local_of, blend=baselines)
+    if baselines:
+        pres_scores = pres_out_of_fold(pool, data.rows, members, lists, dealt, PRES_K)
+        if pres_scores is not None:
+            result.add(PRES_LABEL, pres_scores, np.stack([_hits(s, data) for s in pres_scores]), [PRES_LABEL])
+    single_labels = [s.label for s in singles] if baselines else []
+    label = pick(result, [x for x in result.hits if x not in single_labels], single_labels)
+    scores, hits = result.scores[label][0], result.hits[label][0]
     signals = conf.signals(scores, data.scores, data.valid)
-    calibrator = conf.Calibrator.fit(signals, hits)
+    chosen = result.candidates[label]
     components = []
-    for setting in chosen:
-        spec = spec_of(setting.features, data)
-        components.append(Component(setting, spec, _fit_model(setting, spec.apply(data.scores, data.steps,
-                                                                                   data.valid), data)))
-    fit = LearnedFit(label, tuple(components), table[best][1], tuple(table), calibrator, {})
+    if chosen != [PRES_LABEL]:
+        local = local_of(None) if any("local" in FEATURE_SETS[s.features] for s in chosen) else None
+        for setting in chosen:
+            spec = spec_of(setting.features, data, local)
+            x = spec.apply(data.scores, data.steps, data.valid, local)
+            components.append(Component(setting, spec, _fit_model(setting, x, data)))
+    table = tuple(result.table())
+    fit = LearnedFit(label, tuple(components), dict((r[0], r[1]) for r in table)[label], table,
+                     conf.Calibrator.fit(signals, hits), {}, () if components else members)
     report = {
-        "reliability": conf.reliability(conf.cross_fitted(signals, hits, fold_of), hits),
+        "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits),
         "importances": fit.importances(),
         "domains": _domain_gains(data, hits, members),
-        "questions": n, "mixed": n_mixed, "folds": int(len(np.unique(fold_of))),
+        "questions": len(data.correct), "mixed": n_mixed, "folds": int(len(np.unique(dealt.of[0]))),
+        "repeats": dealt.repeats,
     }
     return replace(fit, report=report)
 
 
-def _cross_validate(settings: Sequence[Setting], data: PoolSlice, fold_of: np.ndarray, spec_of: Any, blend: bool = True
-                    ) -> tuple[list[tuple[str, float, float]], dict[str, np.ndarray], list[list[Setting]]]:
-    """Out-of-fold scores of every setting and (`blend`) of the blend of each family's best: the CV table, the
-    scores by label, and the settings behind each row (a blend has several)."""
-    parts = []  # per fold: where its test rows are, its training slice, and each feature set's (train, test) x
-    for f in np.unique(fold_of):
-        train, test = data.part(fold_of != f), data.part(fold_of == f)
-        specs = {name: spec_of(name, train) for name in {s.features for s in settings}}
-        x = {name: (spec.apply(train.scores, train.steps, train.valid), spec.apply(test.scores, test.steps, test.valid))
-             for name, spec in specs.items()}
-        parts.append((fold_of == f, train, x))
-    table, oof = [], {}
+def _cross_validate(settings: Sequence[Setting], data: PoolSlice, dealt: Folds, spec_of: Any, local_of: Any,
+                    blend: bool = True) -> CVResult:
+    """Out-of-fold scores and hits of every setting on every repeat and (`blend`) of the blend of each family's
+    best (by mean over repeats)."""
+    names = {s.features for s in settings}
+    needs_local = any("local" in FEATURE_SETS[name] for name in names)
+
+    def fit_fold(repeat: int, train: np.ndarray) -> dict[str, np.ndarray]:
+        local = local_of(train) if needs_local else None
+        inside, held = data.part(train), data.part(~train)
+        local_in, local_held = (None, None) if local is None else (local[train], local[~train])
+        x = {}
+        for name in names:
+            spec = spec_of(name, inside, local_in)
+            x[name] = (spec.apply(inside.scores, inside.steps, inside.valid, local_in),
+                       spec.apply(held.scores, held.steps, held.valid, local_held))
+        return {s.label: _fit_model(s, x[s.features][0], inside).scores(x[s.features][1]) for s in settings}
+
+    oof = out_of_fold(settings, dealt, data.valid.shape[1], fit_fold)
+    result = CVResult(dealt, {}, {}, {})
     for setting in settings:
-        scores = np.full(data.valid.shape, np.nan)
-        for where, train, x in parts:
-            scores[where] = _fit_model(setting, x[setting.features][0], train).scores(x[setting.features][1])
-        table.append(_cv_row(setting.label, scores, data, fold_of))
-        oof[setting.label] = scores
-    candidates = [[setting] for setting in settings]
+        result.add(setting.label, oof[setting.label], np.stack([_hits(s, data) for s in oof[setting.label]]),
+                   [setting])
     if not blend:
-        return table, oof, candidates
-    family_best: dict[tuple[str, str], int] = {}  # diverse rankers averaged vary less than any one of them
-    for i, setting in enumerate(settings):
+        return result
+    family_best: dict[tuple[str, str], Setting] = {}  # diverse rankers averaged vary less than any one of them
+    means = {label: mean for label, mean, _ in result.table()}
+    for setting in settings:
         key = (setting.learner, setting.features)
         if setting.learner == "single":
             continue  # baselines, not learners
-        if key not in family_best or table[i][1] > table[family_best[key]][1]:
-            family_best[key] = i
+        if key not in family_best or means[setting.label] > means[family_best[key].label]:
+            family_best[key] = setting
     if len(family_best) > 1:
-        blend = [settings[i] for i in sorted(family_best.values())]
-        label = "blend of " + " + ".join(s.label for s in blend)
-        oof[label] = blended([oof[s.label] for s in blend], data.valid)
-        table.append(_cv_row(label, oof[label], data, fold_of))
-        candidates.append(blend)
-    return table, oof, candidates
-
-
-def _one_standard_error(table: Sequence[tuple[str, float, float]], oof: Mapping[str, np.ndarray],
-                        candidates: Sequence[Sequence[Setting]], data: PoolSlice) -> int:
-    """The row CV picks: the best, unless it is a learned model that beats the best single RM by no more than
-    `margin(n)` standard errors of their paired per-question difference, n being the learned rows compared
-    (the one-standard-error rule, corrected for the best of n rows: see `margin`): where the pool cannot tell
-    them apart, the single RM, which has nothing to overfit."""
-    best = max(range(len(table)), key=lambda i: table[i][1])  # the first (simplest) of equal candidates
-    singles = [i for i, c in enumerate(candidates) if c[0].learner == "single"]
-    if not singles or candidates[best][0].learner == "single":
-        return best
-    single = max(singles, key=lambda i: table[i][1])
-    diff = _hits(oof[table[best][0]], data) - _hits(oof[table[single][0]], data)
-    diff = diff[~np.isnan(diff)]
-    if len(diff) < 2:
-        return single
-    se = diff.std(ddof=1) / np.sqrt(len(diff))
-    return best if diff.mean() > margin(len(candidates) - len(singles)) * se else single
-
-
-def margin(learned_rows: int) -> float:
-    """How many standard errors the best of `learned_rows` learned CV rows must beat the best single RM by.
-
-    One row: 1, the one-standard-error rule, whose one-sided false-pick rate is P(Z > 1) ~ 0.16. The best of
-    n noisy CV estimates is biased upward (the winner's curse), so that rate is shared among the n rows
-    (Bonferroni): 2.2 standard errors for the 12 rows of SETTINGS and their blend."""
-    from statistics import NormalDist
-
-    normal = NormalDist()
-    return -normal.inv_cdf(normal.cdf(-1.0) / max(1, learned_rows))
-
-
-def _cv_row(label: str, scores: np.ndarray, data: PoolSlice, fold_of: np.ndarray) -> tuple[str, float, float]:
-    """(label, mean out-of-fold best-of-n, its sd over the folds)."""
-    hits = _hits(scores, data)
-    per_fold = [float(np.nanmean(hits[fold_of == f])) for f in np.unique(fold_of)]
-    return label, float(np.nanmean(hits)), float(np.std(per_fold, ddof=1))
+        parts = sorted(family_best.values(), key=settings.index)
+        label = "blend of " + " + ".join(s.label for s in parts)
+        scores = np.stack([blended([oof[s.label][r] for s in parts], data.valid) for r in range(dealt.repeats)])
+        result.add(label, scores, np.stack([_hits(s, data) for s in scores]), parts)
+    return result
 
 
 def _domain_gains(data: PoolSlice, hits: np.ndarray, members: Sequence[str]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.coverage import domain_rm_sets
+from morkit.selection.local import query_evidence
 from morkit.selection.learned import (
     MIN_MIXED,
     SETTINGS,
@@ -38,8 +39,10 @@ MAX_STORED_SUBSETS = 8
 def stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The members of a stored fit; None when it is too damaged to tell."""
     try:
+        if obj.get("pres_members"):
+            return tuple(obj["pres_members"])
         return tuple(obj["components"][0]["spec"]["members"])
-    except (KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError, AttributeError):
         return None
 
 
@@ -139,18 +142,20 @@ class Learned:
         settings = _grid_settings(obj)
         if settings is None:
             return True
+        if not settings:  # CV chose PRES, a baseline
+            return self.baselines
         return all(s in self.settings or (self.baselines and s.learner == "single") for s in settings)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         fit = self.fit_for(available)
         if fit is None:
-            from morkit.selection.pres import PRES
-
-            self._fallback = self._fallback or PRES(self.pool)
-            choice = self._fallback.choose(neighbours, available)
+            choice = self._pres().choose(neighbours, available)
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
                           {**choice.details,
                            "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions"})
+        if fit.is_pres:  # CV chose the paper's rule for these RMs: PRES picks per query
+            choice = self._pres().choose(neighbours, available)
+            return replace(choice, details={**choice.details, "learner": fit.label}, calibrator=fit.calibrator)
         choice = self._choices.get(available)
         if choice is None:  # the same for every query with these RMs: built once
             alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
@@ -159,7 +164,16 @@ class Learned:
                             {"criterion": "cv_best_of_n", "learner": fit.label, "skipped_members": skipped},
                             scorer=fit, calibrator=fit.calibrator)
             self._choices[available] = choice
+        if fit.local_k:  # its features read how each RM did on this query's neighbours
+            local = query_evidence(self.pool, neighbours.rows, neighbours.similarities, fit.members, fit.local_k)
+            return replace(choice, scorer=fit.at(local))
         return choice
+
+    def _pres(self) -> Any:
+        from morkit.selection.pres import PRES
+
+        self._fallback = self._fallback or PRES(self.pool)
+        return self._fallback
 
 
 def stacker(pool: QuestionPool, folds: int = 5) -> Learned:

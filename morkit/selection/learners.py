@@ -34,6 +34,7 @@ class ConditionalLogit:
     def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float = 1.0,
             sample_weight: np.ndarray | None = None) -> "ConditionalLogit":
         from scipy.optimize import minimize
+        from threadpoolctl import threadpool_limits
 
         use = mixed(correct, valid)
         if not use.any():
@@ -50,7 +51,8 @@ class ConditionalLogit:
             grad = -np.einsum("q,qn,qnf->f", weight, e_good / z_good[:, None] - e / z_all[:, None], x)
             return float(value), grad + 2 * penalty * w
 
-        w = minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
+        with threadpool_limits(1):  # BLAS threads on L-BFGS-B's tiny steps cost ~100x (scipy 1.17, 2 cores)
+            w = minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
         return cls(tuple(float(v) for v in w))
 
     def scores(self, x: np.ndarray) -> np.ndarray:
@@ -70,48 +72,54 @@ class ConditionalLogit:
 @dataclass(frozen=True)
 class LambdaRank:
     """Gradient-boosted trees with LightGBM's lambdarank objective over each query's candidates; single-
-    threaded and deterministic, so a pool refits to the same model on any machine."""
+    threaded and deterministic, so a pool refits to the same model on any machine. `bag` > 1 averages that
+    many boosters of successive seeds, each tree grown on a random 80% of the questions: one fit's trees move
+    with its seed, their mean much less."""
 
-    model: str  # LightGBM's text dump of the booster
+    models: tuple[str, ...]  # LightGBM's text dump of each booster
 
     @classmethod
     def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, rounds: int = 100,
             learning_rate: float = 0.05, leaves: int = 7, min_leaf: int = 20, feature_fraction: float = 0.5,
-            seed: int = 0) -> "LambdaRank":
+            seed: int = 0, bag: int = 1) -> "LambdaRank":
         import lightgbm
 
         use = mixed(correct, valid)
         x, correct, valid = x[use], correct[use], valid[use]
-        params = {"objective": "lambdarank", "learning_rate": learning_rate, "num_leaves": leaves,
-                  "min_data_in_leaf": min_leaf, "feature_fraction": feature_fraction, "seed": seed,
-                  "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbosity": -1}
-        data = lightgbm.Dataset(x[valid], correct[valid].astype(int), group=valid.sum(axis=1))
-        return cls(lightgbm.train(params, data, num_boost_round=rounds).model_to_string())
+        data = lightgbm.Dataset(x[valid], correct[valid].astype(int), group=valid.sum(axis=1), free_raw_data=False)
+        models = []
+        for member in range(max(1, bag)):
+            params = {"objective": "lambdarank", "learning_rate": learning_rate, "num_leaves": leaves,
+                      "min_data_in_leaf": min_leaf, "feature_fraction": feature_fraction, "seed": seed + member,
+                      "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbosity": -1,
+                      **({"bagging_fraction": 0.8, "bagging_freq": 1, "bagging_by_query": True} if bag > 1 else {})}
+            models.append(lightgbm.train(params, data, num_boost_round=rounds).model_to_string())
+        return cls(tuple(models))
 
-    def _booster(self) -> Any:
-        booster = self.__dict__.get("_loaded")
-        if booster is None:
+    def _boosters(self) -> list[Any]:
+        boosters = self.__dict__.get("_loaded")
+        if boosters is None:
             import lightgbm
 
-            booster = lightgbm.Booster(model_str=self.model)
-            object.__setattr__(self, "_loaded", booster)  # a cache, not state: frozen otherwise
-        return booster
+            boosters = [lightgbm.Booster(model_str=m) for m in self.models]
+            object.__setattr__(self, "_loaded", boosters)  # a cache, not state: frozen otherwise
+        return boosters
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         flat = x.reshape(-1, x.shape[-1])
-        return self._booster().predict(flat, num_threads=1).reshape(x.shape[:-1])
+        return np.mean([b.predict(flat, num_threads=1) for b in self._boosters()], axis=0).reshape(x.shape[:-1])
 
     def importances(self) -> np.ndarray:
-        gain = np.asarray(self._booster().feature_importance("gain"), dtype=np.float64)
+        gain = np.mean([np.asarray(b.feature_importance("gain"), dtype=np.float64) for b in self._boosters()], axis=0)
         return gain / gain.sum() if gain.sum() > 0 else gain
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model}
+        return {"models": list(self.models)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LambdaRank":
-        return cls(str(obj["model"]))
+        return cls(tuple(str(m) for m in obj["models"]) if "models" in obj else (str(obj["model"]),))
 
 
 @dataclass(frozen=True)

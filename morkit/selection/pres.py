@@ -11,7 +11,9 @@ coefficient gamma = 0.95": among ensembles scoring at least gamma times the best
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -19,8 +21,13 @@ from morkit.core import checks
 from morkit.question_pool.neighbour_prr import EnsembleMatrix, prr_evidence
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours
+from morkit.selection.cv import Folds
+from morkit.selection.local import NeighbourLists
 
 CRITERIA = ("prr", "top1")
+CV_CELLS = 50_000_000
+"""PRES is weighed in the learned selector's cross-validation when its questions x ensembles PRR table holds at
+most this many cells (200 MB of float32); larger pools leave it out of the table."""
 
 
 @dataclass
@@ -107,3 +114,38 @@ def pres(pool: QuestionPool, singles_only: bool = False) -> PRES:
 def pres_top1(pool: QuestionPool, singles_only: bool = False) -> PRES:
     """PRES over each neighbour's best-of-n hit."""
     return PRES(pool, "top1", singles_only=singles_only, name="pres-top1")
+
+
+def pres_out_of_fold(pool: QuestionPool, rows: np.ndarray, members: Sequence[str], lists: NeighbourLists,
+                     dealt: Folds, k: int) -> np.ndarray | None:
+    """(repeats, Q, N) candidate scores of PRES's picks for the pool rows `rows`, each held-out question choosing
+    from its `k` nearest questions of its fold's training part among the ensembles of `members`, as PRES does at
+    query time (a tie goes to the higher training-part mean PRR). None when the table is too large (CV_CELLS)."""
+    from scipy import sparse
+
+    from morkit.selection.mor import ensemble_scores
+
+    inside = set(members)
+    allowed = np.flatnonzero([set(e.members) <= inside for e in pool.ensembles])
+    if not len(allowed) or len(rows) * len(allowed) > CV_CELLS:
+        return None
+    table = np.asarray(pool.statistics(rows)[0], dtype=np.float32)[:, allowed]
+    filled = np.nan_to_num(table, nan=0.0)
+    raw = np.asarray(pool.scores[rows])
+    q = len(rows)
+    out = np.full((dealt.repeats, q, raw.shape[1]), np.nan)
+    for repeat, train in dealt.splits():
+        keep = lists.first(k, train)
+        weights = sparse.csr_matrix((lists.sims[keep], (np.nonzero(keep)[0], lists.rows[keep])), shape=(q, q))
+        held = np.flatnonzero(~train)
+        evidence = np.asarray(weights[held] @ filled)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an ensemble defined on no training question
+            overall = np.nan_to_num(np.nanmean(table[train], axis=0), nan=-1.0)
+        best = np.where(evidence == evidence.max(axis=1, keepdims=True), overall, -np.inf).argmax(axis=1)
+        for e in np.unique(best):
+            ensemble = pool.ensembles[allowed[e]]
+            where = held[best == e]
+            cols = [pool.rm_names.index(m) for m in ensemble.members]
+            out[repeat, where] = ensemble_scores(raw[where][:, :, cols], ensemble, "pool-zscore", pool.normalizer)
+    return out

@@ -85,7 +85,8 @@ def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
         if chosen not in labels and labels:  # a label format changed since the pool was built: mark the best
             chosen = labels[int(np.argmax(values))]
         report = learned.get("report", {})
-        how = f"{report.get('folds', '?')}-fold CV, {report.get('questions', '?')} questions"
+        deals = f" x {report['repeats']} fold deals" if report.get("repeats", 1) > 1 else ""
+        how = f"{report.get('folds', '?')}-fold CV{deals}, {report.get('questions', '?')} questions"
         for label, value, sd in ((*row, None, None)[:3] for row in learned.get("cv_table", [])):
             mark = str(label) == chosen
             rows.append([f"learned: {label}" + (" (chosen)" if mark else ""), _num(value), _num(sd), how])
@@ -116,7 +117,7 @@ def _accuracy(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None = No
     hbars(fig.add_subplot(), [r[0] for r in rows], [r[1] for r in rows], colors, reference=rows[-1][1],
           title="Best-of-n accuracy by selection method")
     return ("<h3>Accuracy by selection method</h3>"
-            + table(["method", "best-of-n", "sd over folds", "measured by"], rows, best_cols=[1],
+            + table(["method", "best-of-n", "sd over folds (and deals)", "measured by"], rows, best_cols=[1],
                     ref_rows=[len(rows) - 1])
             + img(fig, "best-of-n accuracy by selection method")
             + '<p class="note">Best-of-n: expected correctness of the top-ranked answer (ties shared). Learned '

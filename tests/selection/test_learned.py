@@ -17,7 +17,7 @@ from morkit.data.contract import save_queries
 from morkit.question_pool.pool import build_pool, load_pool
 from morkit.question_pool.rows import STEP_REDUCTIONS
 from morkit.selection.confidence import Calibrator, reliability, signals
-from morkit.selection.features import FEATURE_GROUPS, feature_spec
+from morkit.selection.features import FEATURE_SETS, feature_spec
 from morkit.selection.learned import (
     MIN_MIXED,
     LearnedFit,
@@ -68,7 +68,7 @@ def test_pool_keeps_step_scores_under_every_reduction(step_pool, tmp_path):
 def test_features_by_hand():
     scores = np.array([[[1.0, 5.0], [3.0, 5.0], [2.0, np.nan], [0.0, 4.0]]])  # one query, 4 candidates, 2 RMs
     valid = np.array([[True, True, True, True]])
-    spec = feature_spec(FEATURE_GROUPS, ("a", "b"), (), "min", scores, None, valid)
+    spec = feature_spec(FEATURE_SETS["full"], ("a", "b"), (), "min", scores, None, valid)
     raw = spec.raw(scores, None, valid)
     col = {name: i for i, name in enumerate(spec.names())}
     assert raw[0, :, col["rank:a"]] == pytest.approx([-1 / 6, 0.5, 1 / 6, -0.5])
@@ -92,7 +92,8 @@ def test_features_of_a_query_do_not_depend_on_its_batch(step_pool):
 def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     fit = fit_learned(step_pool, folds=4)
     table = {label: score for label, score, _ in fit.cv_table}
-    assert all(c.setting.features in ("scores", "full") for c in fit.components)  # both read the steps
+    assert all(c.setting.features in ("scores", "full", "scores+local", "full+local")  # all read the steps
+               for c in fit.components)
     assert fit.cv_best_of_n == max(table.values()) > 0.8
     only_min = fit_learned(step_pool, folds=4, settings=[Setting("logit", "scores", {"penalty": 1.0})])
     from morkit.selection.learned import STACKER_SETTINGS
@@ -105,7 +106,8 @@ def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     assert fit.report["domains"]["math"]["questions"] == 80
     assert set(fit.report["importances"]) == set().union(*(c.spec.names() for c in fit.components))
     blend = [row for row in fit.cv_table if row[0].startswith("blend of")]
-    assert len(blend) == 1 and blend[0][0].count(" + ") == 2  # logit x2 feature sets, lambdarank
+    assert len(blend) == 1 and blend[0][0].count(" + ") == 5  # logit x4 feature sets, lambdarank x2
+    assert fit.report["repeats"] == 3 and "PRES (paper, with combinations)" in table
 
 
 def test_fit_round_trips_through_json_with_identical_scores(step_pool):
@@ -231,7 +233,7 @@ def test_mor_verifier_scores_with_the_learned_ranker(step_pool):
 def test_the_margin_grows_with_the_rows_compared():
     """One learned row keeps the one-standard-error rule; the best of many must clear more (Bonferroni over the
     rule's one-sided rate P(Z > 1)), since the largest of many noisy CV estimates is biased upward."""
-    from morkit.selection.learned import margin
+    from morkit.selection.cv import margin
 
     assert margin(1) == pytest.approx(1.0) and margin(0) == pytest.approx(1.0)
     assert margin(12) == pytest.approx(2.2196, abs=1e-3)

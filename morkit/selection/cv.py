@@ -1,0 +1,103 @@
+"""Repeated grouped cross-validation of the learned selector's rows, and the honest rule that picks one.
+
+Every row (a setting, the blend of each family's best, PRES, each single RM) is scored out of fold on every
+repeat: the pool's questions are dealt into folds by a seeded permutation per repeat (a question's candidates
+never straddle folds), so a row's figure is a mean over repeats x folds, and its spread is their sd. Averaging
+over fold seeds is what steadies the choice: one split's luck moved a pick by more than the gap between rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+CVRow = tuple[str, float, float]
+"""(label, mean out-of-fold best-of-n over repeats and questions, sd of the per-fold means over repeats x folds)."""
+
+
+@dataclass(frozen=True)
+class Folds:
+    """Fold assignments of Q questions, one row per repeat."""
+
+    of: np.ndarray  # (repeats, Q) int
+
+    @classmethod
+    def dealt(cls, questions: int, folds: int, seed: int, repeats: int) -> "Folds":
+        k = max(2, min(folds, questions))
+        return cls(np.stack([np.random.default_rng(seed + r).permutation(questions) % k
+                             for r in range(max(1, repeats))]))
+
+    @property
+    def repeats(self) -> int:
+        return len(self.of)
+
+    def splits(self) -> list[tuple[int, np.ndarray]]:
+        """(repeat, training mask) for every fold of every repeat; the held-out rows are the rest."""
+        return [(r, self.of[r] != f) for r in range(self.repeats) for f in np.unique(self.of[r])]
+
+
+@dataclass
+class CVResult:
+    """Out-of-fold evidence of every row: hits (repeats, Q) and scores (repeats, Q, N) by label, and the
+    settings behind each row (a blend has several; PRES and the singles one)."""
+
+    folds: Folds
+    hits: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    candidates: dict[str, list[Any]]
+
+    def add(self, label: str, scores: np.ndarray, hits: np.ndarray, settings: list[Any]) -> None:
+        self.scores[label], self.hits[label], self.candidates[label] = scores, hits, settings
+
+    def row(self, label: str) -> CVRow:
+        hits = self.hits[label]
+        per_fold = [float(np.nanmean(hits[r][self.folds.of[r] == f]))
+                    for r in range(self.folds.repeats) for f in np.unique(self.folds.of[r])]
+        return label, float(np.nanmean(hits)), float(np.std(per_fold, ddof=1))
+
+    def table(self) -> list[CVRow]:
+        return [self.row(label) for label in self.hits]
+
+
+def out_of_fold(settings: Sequence[Any], folds: Folds, n_candidates: int,
+                fit_fold: Callable[[int, np.ndarray], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """(repeats, Q, N) out-of-fold scores of every setting's label; `fit_fold(repeat, train mask)` returns each
+    label's scores of the held-out rows."""
+    q = folds.of.shape[1]
+    out = {s.label: np.full((folds.repeats, q, n_candidates), np.nan) for s in settings}
+    for repeat, train in folds.splits():
+        for label, scores in fit_fold(repeat, train).items():
+            out[label][repeat, ~train] = scores
+    return out
+
+
+def pick(result: CVResult, learned_labels: Sequence[str], single_labels: Sequence[str]) -> str:
+    """The row CV picks: the best, unless it is not a single RM and beats the best single RM by no more than
+    `margin(n)` standard errors of their paired per-question difference (averaged over repeats), n being the
+    non-single rows compared: where the pool cannot tell them apart, the single RM, which has nothing to
+    overfit."""
+    table = {label: mean for label, mean, _ in result.table()}
+    best = max(table, key=lambda label: table[label])  # the first (simplest) of equal rows
+    if not single_labels or best in single_labels:
+        return best
+    single = max(single_labels, key=lambda label: table[label])
+    diff = np.nanmean(result.hits[best] - result.hits[single], axis=0)
+    diff = diff[~np.isnan(diff)]
+    if len(diff) < 2:
+        return single
+    se = diff.std(ddof=1) / np.sqrt(len(diff))
+    return best if diff.mean() > margin(len(learned_labels)) * se else single
+
+
+def margin(learned_rows: int) -> float:
+    """How many standard errors the best of `learned_rows` CV rows must beat the best single RM by.
+
+    One row: 1, the one-standard-error rule, whose one-sided false-pick rate is P(Z > 1) ~ 0.16. The best of
+    n noisy CV estimates is biased upward (the winner's curse), so that rate is shared among the n rows
+    (Bonferroni)."""
+    from statistics import NormalDist
+
+    normal = NormalDist()
+    return -normal.inv_cdf(normal.cdf(-1.0) / max(1, learned_rows))

@@ -1,0 +1,194 @@
+"""Local evidence from a query's neighbours, repeated cross-validation, PRES scored out of fold, and a fit that
+CV hands to PRES."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from fakes.embedder import HashEmbedder
+
+from morkit.core.types import Candidate, Query
+from morkit.question_pool.pool import build_pool
+from morkit.selection.base import Neighbours
+from morkit.selection.cv import CVResult, Folds, pick
+from morkit.selection.features import FEATURE_SETS, feature_spec
+from morkit.selection.learned import LearnedFit, Setting, fit_learned
+from morkit.selection.learned_method import Learned
+from morkit.selection.learners import LambdaRank
+from morkit.selection.local import NeighbourLists, query_evidence, single_stats, weighted
+from morkit.selection.mor import scores_under
+from morkit.selection.pres import PRES, pres_out_of_fold
+from morkit.selection.selector import Selector
+
+
+def _topic_queries(n=90, seed=0):
+    """Two topics; on each, a different RM is the one that finds the right answer (the other is noise): a
+    global ranker must weigh both alike, the neighbours tell which to trust."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        topic = i % 2
+        right = int(rng.integers(0, 4))
+        cands = []
+        for c in range(4):
+            good = float(rng.normal() + (2.5 if c == right else 0.0))
+            noise = float(rng.normal())
+            scores = {"alpha": good, "beta": noise} if topic == 0 else {"alpha": noise, "beta": good}
+            cands.append(Candidate(text=f"q{i} answer {c}", correct=c == right, scores=scores))
+        question = ("algebra " if topic == 0 else "geometry ") + f"problem {i}"
+        out.append(Query(f"t{i}", question, tuple(cands), domain="math"))
+    return out
+
+
+class _TopicEmbedder(HashEmbedder):
+    """Questions of one topic lie close together: a topic direction plus a little hashed noise."""
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        noise = super().encode(texts)
+        topic = np.array([[1.0, 0.0] if t.startswith("algebra") else [0.0, 1.0] for t in texts], np.float32)
+        v = np.concatenate([topic * 3, noise[:, 2:]], axis=1)
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def topic_pool():
+    return build_pool(_topic_queries(), _TopicEmbedder(), rm_names=("alpha", "beta"))
+
+
+def test_weighted_means_skip_undefined_values_and_negative_similarity():
+    stats = np.array([[[1.0, np.nan]], [[0.0, 0.5]], [[0.5, 1.0]]])[None, :, :, :]  # (1, K=3, 1 stat, 2 RMs)
+    out = weighted(stats, np.array([[0.5, 0.5, -1.0]]))
+    assert out[0, 0].tolist() == pytest.approx([0.5, 0.5])  # the negative neighbour weighs nothing
+    assert np.isnan(weighted(stats[:, :1], np.array([[1.0]]))[0, 0, 1])
+
+
+def test_neighbour_lists_never_hold_the_row_itself_and_respect_the_allowed_rows():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(30, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    lists = NeighbourLists.among(v, 10)
+    assert not (lists.rows == np.arange(30)[:, None]).any()
+    exact = np.argsort(-(v @ v.T - 10 * np.eye(30)), axis=1)[:, :10]
+    assert np.array_equal(lists.rows, exact)
+    allowed = np.arange(30) % 3 != 0
+    keep = lists.first(4, allowed)
+    assert (keep.sum(axis=1) <= 4).all() and allowed[lists.rows[keep]].all()
+    stats = rng.random((30, 2, 3))
+    got = lists.evidence(stats, 4, allowed)
+    row = 5
+    rows, sims = lists.rows[row][keep[row]], lists.sims[row][keep[row]]
+    want = (stats[rows] * sims[:, None, None]).sum(axis=0) / sims.sum()
+    assert got[row] == pytest.approx(want)
+
+
+def test_query_evidence_reads_the_pool_rows_of_its_neighbours(topic_pool):
+    rows, sims = np.array([0, 2, 4]), np.array([0.9, 0.8, 0.7])
+    got = query_evidence(topic_pool, rows, sims, ("beta", "alpha"), k=2)
+    stats = single_stats(topic_pool, rows[:2], ("beta", "alpha"))
+    assert got.shape == (1, 2, 2) and got[0] == pytest.approx((stats * sims[:2, None, None]).sum(0) / sims[:2].sum())
+
+
+def test_local_features_scale_each_rms_query_z_by_its_local_lead():
+    scores = np.array([[[1.0, 3.0], [2.0, 1.0], [3.0, 2.0]]])  # one query, 3 candidates, 2 RMs
+    valid = np.ones((1, 3), bool)
+    local = np.array([[[0.9, 0.2], [1.0, 0.0]]])  # PRR then hit, per RM: a leads here
+    spec = feature_spec(FEATURE_SETS["scores+local"], ("a", "b"), (), "min", scores, None, valid, local, 20)
+    raw = spec.raw(scores, None, valid, local)
+    col = {name: i for i, name in enumerate(spec.names())}
+    assert spec.local_centre == pytest.approx((0.9, 0.2, 1.0, 0.0))  # fitted on this one query: all centred to 0
+    assert raw[0, :, col["local-prr:a"]] == pytest.approx([0, 0, 0])
+    other = np.array([[[0.5, 0.6], [0.5, 1.0]]])  # another query where b leads
+    raw = spec.raw(scores, None, valid, other)
+    z = raw[0, :, col["query-z:b"]]
+    assert raw[0, :, col["local-prr:b"]] == pytest.approx(z * 0.4)
+    assert raw[0, :, col["local-hit:b"]] == pytest.approx(z * 1.0)
+    assert raw[0, :, col["local:pres-pick"]] == pytest.approx(z)  # b has the best local PRR
+    with pytest.raises(ValueError, match="local evidence"):
+        spec.raw(scores, None, valid)
+    again = type(spec).from_json(json.loads(json.dumps(spec.to_json())))
+    assert again == spec and again.local_k == 20
+
+
+def test_local_features_let_the_neighbours_say_which_rm_to_trust(topic_pool):
+    plain = fit_learned(topic_pool, settings=[Setting("logit", "scores", {"penalty": 1.0})], baselines=False,
+                        repeats=1)
+    local = fit_learned(topic_pool, settings=[Setting("logit", "scores+local", {"penalty": 1.0})],
+                        baselines=False, repeats=1)
+    assert local.cv_best_of_n > plain.cv_best_of_n + 0.08 and local.local_k > 0
+    pool = replace(topic_pool, meta={**topic_pool.meta, "learned": local.to_json()})
+    selector = Selector(pool, embedder=_TopicEmbedder(), k=10)
+    hits = []
+    for query in _topic_queries(20, seed=7):
+        ranking = selector.rank(query)
+        hits.append(query.candidates[ranking.best_index].correct)
+        assert ranking.selection.choice.scorer.fit.label == local.label  # bound to this query's evidence
+    assert np.mean(hits) > 0.75
+
+
+def test_cv_averages_over_fold_deals_and_keeps_the_single_rm_when_the_gain_is_noise():
+    dealt = Folds.dealt(40, 4, seed=0, repeats=3)
+    assert dealt.of.shape == (3, 40) and not np.array_equal(dealt.of[0], dealt.of[1])
+    assert len(dealt.splits()) == 12 and all(train.sum() == 30 for _, train in dealt.splits())
+    result = CVResult(dealt, {}, {}, {})
+    single = np.tile((np.arange(40) % 2).astype(float), (3, 1))
+    single[:, :4], single[:, 4:6] = 0.0, 1.0
+    lucky = single.copy()
+    lucky[:, :4], lucky[:, 4:6] = 1.0, 0.0  # better on 4 questions, worse on 2: z ~ 0.8
+    result.add("single RM: a", None, single, ["a"])
+    result.add("lucky", None, lucky, ["x"])
+    assert pick(result, ["lucky"], ["single RM: a"]) == "single RM: a"  # a few questions: within the margin
+    result.add("clear", None, np.ones((3, 40)), ["y"])
+    assert pick(result, ["lucky", "clear"], ["single RM: a"]) == "clear"
+    label, mean, sd = result.row("clear")
+    assert mean == 1.0 and sd == 0.0
+
+
+def test_pres_out_of_fold_picks_what_pres_picks_from_the_training_neighbours(topic_pool):
+    rows = np.arange(len(topic_pool))
+    lists = NeighbourLists.among(np.asarray(topic_pool.embeddings), 40)
+    dealt = Folds.dealt(len(rows), 3, seed=1, repeats=1)
+    oof = pres_out_of_fold(topic_pool, rows, topic_pool.rm_names, lists, dealt, k=15)
+    pres = PRES(topic_pool)
+    available = frozenset(topic_pool.rm_names)
+    for repeat, train in dealt.splits():
+        keep = lists.first(15, train)
+        for row in np.flatnonzero(~train)[:10]:
+            nbrs = Neighbours(lists.rows[row][keep[row]], (), lists.sims[row][keep[row]])
+            choice = pres.choose(nbrs, available)
+            want = scores_under(choice, topic_pool.scores[[row]], None, topic_pool.valid[[row]],
+                                topic_pool.normalizer, topic_pool.rm_names, ())[0]
+            # tied ensembles (the same members, weights in proportion) may differ in scale, never in order
+            assert np.array_equal(np.argsort(oof[repeat, row]), np.argsort(want))
+
+
+def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
+    fit = fit_learned(topic_pool, repeats=1, settings=[Setting("logit", "scores", {"penalty": 1.0})])
+    pres_fit = replace(fit, label="PRES (paper, with combinations)", components=(),
+                       pres_members=topic_pool.rm_names)
+    again = LearnedFit.from_json(json.loads(json.dumps(pres_fit.to_json())))
+    assert again.is_pres and again.members == topic_pool.rm_names
+    pool = replace(topic_pool, meta={**topic_pool.meta, "learned": again.to_json()})
+    method = Learned(pool)
+    nbrs = Neighbours(np.arange(10), (), np.linspace(0.9, 0.5, 10))
+    choice = method.choose(nbrs, frozenset(pool.rm_names))
+    want = PRES(pool).choose(nbrs, frozenset(pool.rm_names))
+    assert choice.ensemble == want.ensemble and choice.details["learner"].startswith("PRES")
+    assert choice.calibrator is not None
+
+
+def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic_pool):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 4, 3))
+    correct = np.zeros((60, 4), bool)
+    correct[np.arange(60), np.argmax(x[:, :, 0] + 0.3 * rng.normal(size=(60, 4)), axis=1)] = True
+    valid = np.ones((60, 4), bool)
+    bag = LambdaRank.fit(x, correct, valid, rounds=10, min_leaf=5, bag=3)
+    assert len(bag.models) == 3 and len(set(bag.models)) == 3
+    parts = [LambdaRank((m,)).scores(x) for m in bag.models]
+    assert bag.scores(x) == pytest.approx(np.mean(parts, axis=0))
+    assert LambdaRank.fit(x, correct, valid, rounds=10, min_leaf=5, bag=3) == bag  # deterministic
+    old = LambdaRank.from_json({"model": bag.models[0]})  # a pool saved before bagging
+    assert old.scores(x) == pytest.approx(parts[0])
