@@ -11,6 +11,7 @@ back to PRES and says so.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -32,7 +33,10 @@ MIN_MIXED = 20
 LEARN_SAMPLE = 20_000
 """Pools larger than this many questions learn from a seeded sample of them (features are ~100 per RM-candidate)."""
 REPEATS = 3
-"""Fold deals the cross-validation averages over (seeds seed, seed + 1, ...)."""
+"""Fold deals the cross-validation averages over (seeds seed, seed + 1, ...), on pools of at most REPEATS_UP_TO
+questions: one deal's luck moved the pick on a few hundred questions, hardly on thousands, where it would
+only triple the fit's time."""
+REPEATS_UP_TO = 5_000
 LOCAL_K = 20
 """Nearest pool questions whose evidence the "local" features read."""
 PRES_K = 100
@@ -274,21 +278,23 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
                           f"selector needs {max(1, min_mixed)}")
-    dealt = Folds.dealt(len(data.correct), folds, seed, repeats)
+    dealt = Folds.dealt(len(data.correct), folds, seed, repeats if len(data.correct) <= REPEATS_UP_TO else 1)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     rows = [*settings, *(singles if baselines else ())]
-    lists = NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K))
+    @functools.cache
+    def lists() -> NeighbourLists:  # found at most once, and only if a row reads neighbours
+        return NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K))
 
     def spec_of(features: str, part: PoolSlice, local: np.ndarray | None) -> FeatureSpec:
         return feature_spec(FEATURE_SETS[features], members, step_members, pool.config.reduction, part.scores,
                             part.steps, part.valid, local, LOCAL_K)
 
     def local_of(train: np.ndarray | None) -> np.ndarray:
-        return lists.evidence(data.stats, LOCAL_K, train)
+        return lists().evidence(data.stats, LOCAL_K, train)
 
     result = _cross_validate(rows, data, dealt, spec_of, local_of, blend=baselines)
     if baselines:
-        pres_scores = pres_out_of_fold(pool, data.rows, members, lists, dealt, PRES_K)
+        pres_scores = pres_out_of_fold(pool, data.rows, members, lists(), dealt, PRES_K)
         if pres_scores is not None:
             result.add(PRES_LABEL, pres_scores, np.stack([_hits(s, data) for s in pres_scores]), [PRES_LABEL])
     single_labels = [s.label for s in singles] if baselines else []
