@@ -24,9 +24,12 @@ class Folds:
     of: np.ndarray  # (repeats, Q) int
 
     @classmethod
-    def dealt(cls, questions: int, folds: int, seed: int, repeats: int) -> "Folds":
-        k = max(2, min(folds, questions))
-        return cls(np.stack([np.random.default_rng(seed + r).permutation(questions) % k
+    def dealt(cls, questions: int, folds: int, seed: int, repeats: int, groups: np.ndarray | None = None) -> "Folds":
+        """`repeats` seeded deals into `folds` folds; rows of one group (a repeated question text) share a fold."""
+        ids = np.arange(questions) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+        n = int(ids.max()) + 1 if questions else 0
+        k = max(2, min(folds, n))
+        return cls(np.stack([(np.random.default_rng(seed + r).permutation(n) % k)[ids]
                              for r in range(max(1, repeats))]))
 
     @property

@@ -14,7 +14,8 @@ opinion). Feature groups, per member RM r and candidate i of a query:
   agreement  the share of RMs whose top pick is i, and i's mean query-z over the RMs
   local      r's query-z times how much better than usual r did on the query's nearest pool questions (its
              similarity-weighted PRR and best-of-n hit there, less their pool means: morkit.selection.local),
-             and the query-z of the RM with the best local PRR (PRES's single pick)
+             and the query-z of the RM with the best local PRR (like PRES's single pick, from k neighbours'
+             weighted mean)
 
 Every feature is 0 where r has no score for the candidate, and features are scaled by their sd over the
 training candidates so one L2 penalty suits them all. Only the order within a query matters downstream.
@@ -39,7 +40,7 @@ FEATURE_SETS: Mapping[str, tuple[str, ...]] = {
     "query-z": ("query-z",),  # one column per RM: what the single-RM baselines read
     "pool-z": ("pool-z",),  # one column per RM: the pool-standardised scores (the stacker's other transform)
     "scores": ("query-z", "pool-z", "steps"),
-    "full": FEATURE_GROUPS[:-1],
+    "full": ("query-z", "pool-z", "rank", "top", "tie", "steps", "agreement"),
     "scores+local": ("query-z", "pool-z", "steps", "local"),
     "full+local": FEATURE_GROUPS,
 }
@@ -107,7 +108,7 @@ class FeatureSpec:
             elif group == "agreement":
                 out += ["agreement:votes", "agreement:mean-query-z"]
             elif group == "local":
-                out += [f"local-{stat}:{m}" for stat in STATS for m in self.members] + ["local:pres-pick"]
+                out += [f"local-{stat}:{m}" for stat in STATS for m in self.members] + ["local:best-prr"]
             else:
                 out += [f"{group}:{m}" for m in self.members]
         return out

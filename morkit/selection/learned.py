@@ -101,6 +101,7 @@ class PoolSlice:
     valid: np.ndarray
     domains: tuple[str, ...]
     rows: np.ndarray  # the pool rows
+    groups: np.ndarray  # (Q,) one id per distinct question text: a repeated question is one group
     vectors: np.ndarray  # (Q, d) their question embeddings
     stats: np.ndarray  # (Q, 2, len(members)) each member's PRR and best-of-n hit (morkit.selection.local)
 
@@ -113,12 +114,13 @@ class PoolSlice:
                                                         if m in pool.step_rms]]
         return cls(np.asarray(pool.scores[rows])[:, :, cols], steps, np.asarray(pool.correct[rows]),
                    np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows), np.asarray(rows),
+                   np.unique([pool.questions[r].question for r in rows], return_inverse=True)[1],
                    np.asarray(pool.embeddings[rows], dtype=np.float32), single_stats(pool, rows, members))
 
     def part(self, keep: np.ndarray) -> "PoolSlice":
         return PoolSlice(self.scores[keep], None if self.steps is None else self.steps[keep], self.correct[keep],
                          self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]), self.rows[keep],
-                         self.vectors[keep], self.stats[keep])
+                         self.groups[keep], self.vectors[keep], self.stats[keep])
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,9 @@ class LearnedFit:
                step_rms: Sequence[str], local: np.ndarray | None = None) -> np.ndarray:
         """(Q, N) candidate scores from member scores in `rm_names` order, step scores in `step_rms` order and,
         where its features read them, each query's local evidence (Q, 2, len(members))."""
+        if self.is_pres:
+            raise TypeError("CV chose PRES for these RMs: it picks an ensemble per query (Learned.choose), it has "
+                            "no candidate scorer of its own")
         valid = np.asarray(valid, dtype=bool)
         parts = [c.scores(scores, steps, valid, rm_names, step_rms, local) for c in self.components]
         return np.where(valid, blended(parts, valid), np.nan)
@@ -260,10 +265,10 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
 
 
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
-                repeats: int = REPEATS, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
+                repeats: int | None = None, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
                 min_mixed: int = MIN_MIXED) -> LearnedFit:
-    """Cross-validate every setting on the pool (or its LEARN_SAMPLE), `repeats` times over seeded fold deals,
-    then fit the pick on all of it.
+    """Cross-validate every setting on the pool (or its LEARN_SAMPLE) over `repeats` seeded fold deals (None:
+    REPEATS up to REPEATS_UP_TO questions, else one), then fit the pick on all of it.
 
     `baselines`: also weigh every single RM (with the margin rule), the blend of each family's best and PRES
     (the paper's rule, scored out of fold from each fold's training questions); off, the best of `settings` is
@@ -278,12 +283,15 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
                           f"selector needs {max(1, min_mixed)}")
-    dealt = Folds.dealt(len(data.correct), folds, seed, repeats if len(data.correct) <= REPEATS_UP_TO else 1)
+    if repeats is None:
+        repeats = REPEATS if len(data.correct) <= REPEATS_UP_TO else 1
+    dealt = Folds.dealt(len(data.correct), folds, seed, repeats, data.groups)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     rows = [*settings, *(singles if baselines else ())]
+
     @functools.cache
-    def lists() -> NeighbourLists:  # found at most once, and only if a row reads neighbours
-        return NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K))
+    def lists() -> NeighbourLists:  # found at most once, when local features or PRES read neighbours
+        return NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K), data.groups)
 
     def spec_of(features: str, part: PoolSlice, local: np.ndarray | None) -> FeatureSpec:
         return feature_spec(FEATURE_SETS[features], members, step_members, pool.config.reduction, part.scores,

@@ -98,6 +98,13 @@ def _grid_settings(obj: Mapping[str, Any]) -> list[Setting] | None:
         return None
 
 
+def _grid_key(setting: Setting) -> tuple:
+    """A setting as the grid knows it: a fit stored before lambdarank was bagged has no "bag" and is still the
+    grid's (its single booster serves as it is, not refitted in every process)."""
+    params = tuple(sorted((k, v) for k, v in setting.params.items() if k != "bag"))
+    return setting.learner, setting.features, params
+
+
 @dataclass
 class Learned:
     """Selection method: the pool-learned candidate ranker over every available RM (a fit per availability
@@ -144,7 +151,8 @@ class Learned:
             return True
         if not settings:  # CV chose PRES, a baseline
             return self.baselines
-        return all(s in self.settings or (self.baselines and s.learner == "single") for s in settings)
+        grid = {_grid_key(s) for s in self.settings}
+        return all(_grid_key(s) in grid or (self.baselines and s.learner == "single") for s in settings)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         fit = self.fit_for(available)
@@ -153,9 +161,9 @@ class Learned:
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
                           {**choice.details,
                            "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions"})
-        if fit.is_pres:  # CV chose the paper's rule for these RMs: PRES picks per query
+        if fit.is_pres:  # CV chose the paper's rule for these RMs: PRES picks per query, calibrated as PRES is
             choice = self._pres().choose(neighbours, available)
-            return replace(choice, details={**choice.details, "learner": fit.label}, calibrator=fit.calibrator)
+            return replace(choice, details={**choice.details, "learner": fit.label})
         choice = self._choices.get(available)
         if choice is None:  # the same for every query with these RMs: built once
             alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)

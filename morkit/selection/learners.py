@@ -51,7 +51,8 @@ class ConditionalLogit:
             grad = -np.einsum("q,qn,qnf->f", weight, e_good / z_good[:, None] - e / z_all[:, None], x)
             return float(value), grad + 2 * penalty * w
 
-        with threadpool_limits(1):  # BLAS threads on L-BFGS-B's tiny steps cost ~100x (scipy 1.17, 2 cores)
+        # BLAS threads on L-BFGS-B's tiny steps cost ~100x (scipy 1.17, 2 cores); the limit is process-wide
+        with threadpool_limits(1, user_api="blas"):
             w = minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
         return cls(tuple(float(v) for v in w))
 

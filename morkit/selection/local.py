@@ -45,8 +45,10 @@ class NeighbourLists:
     sims: np.ndarray  # (Q, K) float32
 
     @classmethod
-    def among(cls, vectors: np.ndarray, k: int) -> "NeighbourLists":
-        """The `k` nearest of the other rows for every row (exact inner product over unit vectors)."""
+    def among(cls, vectors: np.ndarray, k: int, groups: np.ndarray | None = None) -> "NeighbourLists":
+        """The `k` nearest of the other rows for every row (exact inner product over unit vectors); with
+        `groups` (one id per row, e.g. its question text), never a row of the same group: a repeated question
+        would otherwise be its own neighbour."""
         vectors = np.asarray(vectors, np.float32)
         n = len(vectors)
         k = max(0, min(k, n - 1))
@@ -55,13 +57,16 @@ class NeighbourLists:
         for start in range(0, n, _CHUNK):
             block = vectors[start:start + _CHUNK] @ vectors.T
             block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf  # never itself
+            if groups is not None:
+                block[np.asarray(groups)[start:start + len(block), None] == np.asarray(groups)[None, :]] = -np.inf
             if k == 0:
                 continue
             top = np.argpartition(-block, k - 1, axis=1)[:, :k]
             order = np.argsort(-np.take_along_axis(block, top, axis=1), axis=1, kind="stable")
             rows[start:start + len(block)] = np.take_along_axis(top, order, axis=1)
             sims[start:start + len(block)] = np.take_along_axis(block, rows[start:start + len(block)], axis=1)
-        return cls(rows, sims)
+        rows[~np.isfinite(sims)] = -1  # fewer rows than k outside the row's group
+        return cls(rows, np.where(np.isfinite(sims), sims, 0.0).astype(np.float32))
 
     def first(self, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
         """(Q, K) mask of each row's first `k` neighbours among the `allowed` rows (None: all)."""
@@ -74,9 +79,12 @@ class NeighbourLists:
         """(Q, 2, M) local evidence of every row from its first `k` neighbours among the `allowed` rows (a
         fold's training part; None: all), their statistics being `stats` (Q, 2, M)."""
         keep = self.first(k, allowed)
-        gathered = np.asarray(stats)[np.where(keep, self.rows, 0)]  # (Q, K, 2, M)
+        front = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # each row's kept neighbours first, in order
+        keep = np.take_along_axis(keep, front, axis=1)
+        rows, sims = np.take_along_axis(self.rows, front, axis=1), np.take_along_axis(self.sims, front, axis=1)
+        gathered = np.asarray(stats)[np.where(keep, rows, 0)]  # (Q, k, 2, M)
         gathered = np.where(keep[:, :, None, None], gathered, np.nan)
-        return weighted(gathered, np.where(keep, self.sims, 0.0))
+        return weighted(gathered, np.where(keep, sims, 0.0))
 
 
 def query_evidence(pool: object, rows: np.ndarray, sims: np.ndarray, members: Sequence[str], k: int) -> np.ndarray:

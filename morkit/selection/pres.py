@@ -11,7 +11,6 @@ coefficient gamma = 0.95": among ensembles scoring at least gamma times the best
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -25,9 +24,9 @@ from morkit.selection.cv import Folds
 from morkit.selection.local import NeighbourLists
 
 CRITERIA = ("prr", "top1")
-CV_CELLS = 50_000_000
-"""PRES is weighed in the learned selector's cross-validation when its questions x ensembles PRR table holds at
-most this many cells (200 MB of float32); larger pools leave it out of the table."""
+CV_CELLS = 10_000_000
+"""PRES is weighed in the learned selector's cross-validation when its questions x ensembles table holds at most
+this many cells (each fold recomputes it with its own ensemble weights); larger pools leave it out."""
 
 
 @dataclass
@@ -92,8 +91,7 @@ class PRES:
         if not mask.any():
             raise LookupError("no pool ensemble can score this query: its candidates lack every pool RM's scores")
         evidence = np.where(mask, self.scores(neighbours), -np.inf)
-        # Equal evidence (e.g. no neighbour with mixed labels) falls back to the pool-wide mean, not position.
-        order = np.lexsort((-self._overall, -evidence))
+        order = ranked(evidence, self._overall)
         best = int(order[0])
         details = {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())}
         if self.gamma is not None:  # within gamma of the best: fewest members first, then the order above
@@ -104,6 +102,12 @@ class PRES:
         others = [int(e) for e in order[: self.runner_ups + 1] if e != best and mask[e]][: self.runner_ups]
         alternatives = tuple((self.pool.ensembles[e].name, float(evidence[e])) for e in others)
         return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives, details)
+
+
+def ranked(evidence: np.ndarray, overall: np.ndarray) -> np.ndarray:
+    """Ensemble indices by PRES evidence, highest first, along the last axis; equal evidence (e.g. no neighbour
+    with mixed labels) goes to the higher pool-wide mean `overall`, not to position."""
+    return np.lexsort((np.broadcast_to(-overall, evidence.shape), -evidence), axis=-1)
 
 
 def pres(pool: QuestionPool, singles_only: bool = False) -> PRES:
@@ -120,32 +124,37 @@ def pres_out_of_fold(pool: QuestionPool, rows: np.ndarray, members: Sequence[str
                      dealt: Folds, k: int) -> np.ndarray | None:
     """(repeats, Q, N) candidate scores of PRES's picks for the pool rows `rows`, each held-out question choosing
     from its `k` nearest questions of its fold's training part among the ensembles of `members`, as PRES does at
-    query time (a tie goes to the higher training-part mean PRR). None when the table is too large (CV_CELLS)."""
+    query time. Each fold weighs its ensembles by the single RMs' PRR over its training part, as a pool built from
+    it would, so no held-out label reaches a weight, a PRR or a tie-break. None when the table is too large
+    (CV_CELLS)."""
     from scipy import sparse
 
+    from morkit.question_pool.ensembles import enumerate_ensembles
+    from morkit.question_pool.rows import ensemble_statistics, nanmean_columns
     from morkit.selection.mor import ensemble_scores
 
-    inside = set(members)
-    allowed = np.flatnonzero([set(e.members) <= inside for e in pool.ensembles])
-    if not len(allowed) or len(rows) * len(allowed) > CV_CELLS:
-        return None
-    table = np.asarray(pool.statistics(rows)[0], dtype=np.float32)[:, allowed]
-    filled = np.nan_to_num(table, nan=0.0)
-    raw = np.asarray(pool.scores[rows])
+    config, names = pool.config, list(pool.rm_names)
+    rows = np.asarray(rows)
+    raw, correct, valid = (np.asarray(a[rows]) for a in (pool.scores, pool.correct, pool.valid))
+    singles = np.asarray(pool.statistics(rows, singles_only=True)[0], dtype=np.float64)[:, [names.index(m)
+                                                                                            for m in members]]
     q = len(rows)
     out = np.full((dealt.repeats, q, raw.shape[1]), np.nan)
     for repeat, train in dealt.splits():
+        weights = dict(zip(members, (float(v) for v in nanmean_columns(singles[train]))))
+        ensembles = enumerate_ensembles(members, weights, max_members=config.max_members,
+                                        weightings=config.weightings, temperature=config.temperature)
+        if q * len(ensembles) > CV_CELLS:
+            return None
+        table = ensemble_statistics(raw, correct, valid, pool.normalizer, names, ensembles)[0]
         keep = lists.first(k, train)
-        weights = sparse.csr_matrix((lists.sims[keep], (np.nonzero(keep)[0], lists.rows[keep])), shape=(q, q))
+        near = sparse.csr_matrix((lists.sims[keep], (np.nonzero(keep)[0], lists.rows[keep])), shape=(q, q))
         held = np.flatnonzero(~train)
-        evidence = np.asarray(weights[held] @ filled)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an ensemble defined on no training question
-            overall = np.nan_to_num(np.nanmean(table[train], axis=0), nan=-1.0)
-        best = np.where(evidence == evidence.max(axis=1, keepdims=True), overall, -np.inf).argmax(axis=1)
+        evidence = np.asarray(near[held] @ np.nan_to_num(table, nan=0.0))
+        overall = np.nan_to_num(nanmean_columns(table[train]), nan=-1.0)
+        best = ranked(evidence, overall)[:, 0]
         for e in np.unique(best):
-            ensemble = pool.ensembles[allowed[e]]
-            where = held[best == e]
-            cols = [pool.rm_names.index(m) for m in ensemble.members]
+            ensemble, where = ensembles[e], held[best == e]
+            cols = [names.index(m) for m in ensemble.members]
             out[repeat, where] = ensemble_scores(raw[where][:, :, cols], ensemble, "pool-zscore", pool.normalizer)
     return out

@@ -105,7 +105,7 @@ def test_local_features_scale_each_rms_query_z_by_its_local_lead():
     z = raw[0, :, col["query-z:b"]]
     assert raw[0, :, col["local-prr:b"]] == pytest.approx(z * 0.4)
     assert raw[0, :, col["local-hit:b"]] == pytest.approx(z * 1.0)
-    assert raw[0, :, col["local:pres-pick"]] == pytest.approx(z)  # b has the best local PRR
+    assert raw[0, :, col["local:best-prr"]] == pytest.approx(z)  # b has the best local PRR
     with pytest.raises(ValueError, match="local evidence"):
         spec.raw(scores, None, valid)
     again = type(spec).from_json(json.loads(json.dumps(spec.to_json())))
@@ -176,7 +176,11 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     choice = method.choose(nbrs, frozenset(pool.rm_names))
     want = PRES(pool).choose(nbrs, frozenset(pool.rm_names))
     assert choice.ensemble == want.ensemble and choice.details["learner"].startswith("PRES")
-    assert choice.calibrator is not None
+    assert choice.calibrator is None  # calibrated on PRES's own leave-one-out picks, over its ensemble's signals
+    ranking = Selector(pool, embedder=_TopicEmbedder(), k=10).rank(_topic_queries(1, seed=3)[0])
+    assert 0 <= ranking.confidence <= 1
+    with pytest.raises(TypeError, match="PRES"):
+        again.scores(pool.scores, None, pool.valid, pool.rm_names, ())
 
 
 def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic_pool):
@@ -192,3 +196,74 @@ def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic
     assert LambdaRank.fit(x, correct, valid, rounds=10, min_leaf=5, bag=3) == bag  # deterministic
     old = LambdaRank.from_json({"model": bag.models[0]})  # a pool saved before bagging
     assert old.scores(x) == pytest.approx(parts[0])
+
+
+def test_no_held_out_label_reaches_its_own_out_of_fold_scores():
+    """Relabel one fold's questions at random: every row's out-of-fold scores in that fold stay the same (the
+    local evidence, its centre, the scales and PRES read training labels only), while other folds' change."""
+    from morkit.selection import learned as L
+
+    queries = _topic_queries(120)
+    dealt = Folds.dealt(len(queries), 4, seed=3, repeats=1)
+    held = dealt.of[0] == 2
+    rng = np.random.default_rng(5)
+
+    def relabel(q):
+        right = int(rng.integers(0, len(q.candidates)))
+        return replace(q, candidates=tuple(replace(c, correct=i == right) for i, c in enumerate(q.candidates)))
+
+    def out_of_fold(qs):
+        pool = build_pool(qs, _TopicEmbedder(), rm_names=("alpha", "beta"))
+        data = L.PoolSlice.of(pool, np.arange(len(pool)), pool.rm_names)
+        lists = NeighbourLists.among(data.vectors, 60, data.groups)
+
+        def spec_of(features, part, local):
+            return feature_spec(FEATURE_SETS[features], pool.rm_names, (), "min", part.scores, part.steps, part.valid,
+                                local, L.LOCAL_K)
+
+        settings = [Setting("logit", "scores+local", {"penalty": 1.0}),
+                    Setting("lambdarank", "full+local", {"rounds": 20, "bag": 2})]
+        result = L._cross_validate(settings, data, dealt, spec_of,
+                                   lambda train: lists.evidence(data.stats, L.LOCAL_K, train), blend=False)
+        out = {label: scores[0] for label, scores in result.scores.items()}
+        out["PRES"] = pres_out_of_fold(pool, data.rows, pool.rm_names, lists, dealt, 30)[0]
+        return out
+
+    before, after = out_of_fold(queries), out_of_fold([relabel(q) if h else q for q, h in zip(queries, held)])
+    for label in before:
+        assert np.allclose(before[label][held], after[label][held], equal_nan=True), label
+        assert not np.allclose(before[label][~held], after[label][~held], equal_nan=True), label
+
+
+def test_a_repeated_question_is_one_group_in_the_folds_and_never_its_own_neighbour():
+    texts = np.array(["a", "b", "a", "c", "b", "d"])
+    dealt = Folds.dealt(6, 3, seed=0, repeats=4, groups=texts)
+    assert all(d[0] == d[2] and d[1] == d[4] for d in dealt.of)
+    v = np.eye(6, dtype=np.float32)[[0, 1, 0, 2, 1, 3]]  # a repeated text has the same vector
+    lists = NeighbourLists.among(v, 5, np.unique(texts, return_inverse=True)[1])
+    assert 2 not in lists.rows[0] and 0 not in lists.rows[2] and 4 not in lists.rows[1]
+    assert (lists.rows[0] >= 0).sum() == 4  # the five others, less its repeat
+
+
+def test_a_fit_stored_before_bagging_is_still_the_grids(topic_pool):
+    """A pool saved before lambdarank was bagged holds a fit with one booster under the "model" key and no
+    "bag": it is used as stored, not refitted in every process."""
+    from morkit.selection import learned_method
+
+    fit = fit_learned(topic_pool, repeats=1, baselines=False,
+                      settings=[Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7,
+                                                               "bag": 1})])
+    old = fit.to_json()
+    component = old["components"][0]
+    component["setting"]["params"].pop("bag")
+    component["model"] = {"model": component["model"]["models"][0]}
+    pool = replace(topic_pool, meta={**topic_pool.meta, "learned": old})
+    method = Learned(pool)
+    refits = []
+    original = learned_method.fit_learned
+    learned_method.fit_learned = lambda *a, **k: refits.append(a) or original(*a, **k)
+    try:
+        got = method.fit_for(frozenset(pool.rm_names))
+    finally:
+        learned_method.fit_learned = original
+    assert not refits and got.label == fit.label and isinstance(got.components[0].model, LambdaRank)
