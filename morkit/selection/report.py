@@ -184,6 +184,9 @@ def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> 
     values = sorted(((str(n), _num(v)) for n, v in importances.items()),
                     key=lambda item: -np.nan_to_num(abs(item[1]), nan=-1.0))[:TOP_FEATURES]
     head = f"<h3>Learned feature weights (top {len(values)} by magnitude)</h3>"
+    if learned.get("pres_members"):
+        return head + ('<p class="note">Cross-validation chose PRES for these RMs: each query gets the ensemble '
+                       "its nearest pool questions favour; there is no learned model to weigh.</p>")
     if not values:
         return head + '<p class="note">The learned model reports no feature weights.</p>'
     rows = [[*_feature_parts(name), value] for name, value in values]

@@ -181,6 +181,9 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     assert 0 <= ranking.confidence <= 1
     with pytest.raises(TypeError, match="PRES"):
         again.scores(pool.scores, None, pool.valid, pool.rm_names, ())
+    from morkit.selection.report import _importances
+
+    assert "chose PRES" in _importances(again.to_json(), again.importances())
 
 
 def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic_pool):
