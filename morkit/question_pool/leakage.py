@@ -17,15 +17,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from morkit.question_pool.prr import best_of_n_matrix
 from morkit.question_pool.rows import sample_rows
 
-if TYPE_CHECKING:
-    from morkit.question_pool.pool import QuestionPool
+
+class ScoredPool(Protocol):
+    """What the evidence reads of a pool (morkit.question_pool.pool.QuestionPool has it)."""
+
+    rm_names: Sequence[str]
+    scores: np.ndarray
+    correct: np.ndarray
+    valid: np.ndarray
+    dense: bool
+
+    def __len__(self) -> int: ...
 
 LEAD = 0.15
 """A warning needs the RM's best-of-n accuracy at least this far (15 points) above the runner-up RM's."""
@@ -165,7 +174,7 @@ def evidence_from_arrays(scores: Any, correct: Any, valid: Any, rm_names: Sequen
     return out
 
 
-def rm_evidence(pool: "QuestionPool", *, min_alone: int = MIN_ALONE) -> dict[str, RMEvidence]:
+def rm_evidence(pool: ScoredPool, *, min_alone: int = MIN_ALONE) -> dict[str, RMEvidence]:
     """Per pool RM: its accuracy, agreement with the others and accuracy when alone, on the mixed questions it
     scores; an on-the-fly pool is read on a seeded sample of SAMPLE rows."""
     rows = None if pool.dense else sample_rows(len(pool), SAMPLE, seed=0)
@@ -189,7 +198,7 @@ def _far_ahead(name: str, evidence: Mapping[str, RMEvidence]) -> tuple[str, Pair
     return runner, paired
 
 
-def leak_warnings(source: "QuestionPool | Mapping[str, RMEvidence]") -> list[str]:
+def leak_warnings(source: ScoredPool | Mapping[str, RMEvidence]) -> list[str]:
     """One sentence per RM far ahead of every other on the pool (a pool, or its `rm_evidence`)."""
     evidence = source if isinstance(source, Mapping) else rm_evidence(source)
     notes = []
