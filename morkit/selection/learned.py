@@ -68,7 +68,14 @@ BAG = 3
 """Boosters a lambdarank setting averages (each a seed and 80% of the questions): its single fits were the least
 stable rows of the CV (sd over folds 7.4 points against 4-5 for the logits on rewardmath)."""
 
+STACKER_SETTINGS = tuple(Setting("logit", features, {"penalty": p}) for features in ("query-z", "pool-z")
+                         for p in (0.1, 1.0, 10.0, 100.0))
+"""The former stacker as settings: a conditional logit over one normalised score per RM (the query's or the
+pool's z-score) at each of its penalties; the "stacker" method name is the learned selector restricted to them
+(morkit.selection.learned_method.stacker). In SETTINGS they compete with the rest, but stay out of the blend."""
+
 SETTINGS = (
+    *STACKER_SETTINGS,
     *(Setting("logit", "scores", {"penalty": p}) for p in (0.3, 1.0, 3.0, 10.0, 30.0)),
     *(Setting("logit", "full", {"penalty": p}) for p in (1.0, 3.0, 10.0, 30.0)),
     Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7, "bag": BAG}),
@@ -77,15 +84,6 @@ SETTINGS = (
     *(Setting("logit", "full+local", {"penalty": p}) for p in (3.0, 10.0, 30.0)),
     Setting("lambdarank", "full+local", {"rounds": 100, "learning_rate": 0.05, "leaves": 7, "bag": BAG}),
 )
-
-STACKER_SETTINGS = tuple(Setting("logit", features, {"penalty": p}) for features in ("query-z", "pool-z")
-                         for p in (0.1, 1.0, 10.0, 100.0))
-"""The former stacker as settings: a conditional logit over one normalised score per RM (the query's or the
-pool's z-score) at each of its penalties. Not in SETTINGS: added to the table on 9 rewardmath pools, CV never
-picked one (bench/selection_stacker.py: a richer logit won, or where a stacker row scored best, on weak RMs,
-the margin rule kept the best single RM); the "stacker" method name is the learned selector restricted to
-them (morkit.selection.learned_method.stacker)."""
-
 
 class TooFewMixed(LookupError):
     """The pool has too few questions with both a right and a wrong answer to learn a ranker from."""
@@ -359,8 +357,8 @@ def _cross_validate(settings: Sequence[Setting], data: PoolSlice, dealt: Folds, 
     means = {label: mean for label, mean, _ in result.table()}
     for setting in settings:
         key = (setting.learner, setting.features)
-        if setting.learner == "single":
-            continue  # baselines, not learners
+        if setting.learner == "single" or setting in STACKER_SETTINGS:
+            continue  # baselines, and one score per RM: the blend averages the rankers of many features
         if key not in family_best or means[setting.label] > means[family_best[key].label]:
             family_best[key] = setting
     if len(family_best) > 1:
