@@ -1,10 +1,10 @@
 """Does the learned selector's CV ever pick the stacker? Per pool, the CV best-of-n of the stacker settings
 (a conditional logit over one normalised score per RM: query-z or pool-z x penalty) against the learned
-selector's own pick, with the stacker settings added to its CV table.
+selector's own pick (the stacker settings are in its CV table).
 
 Pools are built from the bench's data sets (bench/selection_data.py: GSM8K questions a packaged head trained
-on are dropped, so no GSM8K model-solution question 0-399 is in a pool) with a hash embedder: the fit reads
-only the pool's arrays, never its index.
+on are dropped, so no GSM8K model-solution question 0-399 is in a pool) with a hash embedder, so the rows that read
+neighbours (the "+local" settings, PRES) see random ones here: this bench weighs the stacker's settings only.
 
     .venv/bin/python bench/selection_stacker.py [--datasets rewardmath qwen gsm8k humaneval mixed] [--folds 5]
 """
@@ -71,7 +71,7 @@ def main() -> None:
 
 
 def measure(pool, folds: int) -> None:
-    """Print the CV pick of each stored RM set's fit, with the stacker settings in its table."""
+    """Print the CV pick of each stored RM set's fit, the stacker settings in its table (they are in SETTINGS)."""
     from morkit.selection.coverage import domain_rm_sets
     from morkit.selection.learned import SETTINGS, STACKER_SETTINGS, TooFewMixed, fit_learned
 
@@ -79,7 +79,7 @@ def measure(pool, folds: int) -> None:
     for members in domain_rm_sets(pool):
         started = time.perf_counter()
         try:
-            fit = fit_learned(pool, members, folds=folds, settings=[*SETTINGS, *STACKER_SETTINGS])
+            fit = fit_learned(pool, members, folds=folds, settings=SETTINGS)  # the stacker's settings among them
         except TooFewMixed as exc:
             print(f"  [{len(members)} RMs] {exc}")
             continue
