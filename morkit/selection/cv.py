@@ -76,22 +76,23 @@ def out_of_fold(settings: Sequence[Any], folds: Folds, n_candidates: int,
     return out
 
 
-def pick(result: CVResult, learned_labels: Sequence[str], single_labels: Sequence[str]) -> str:
-    """The row CV picks: the best, unless it is not a single RM and beats the best single RM by no more than
-    `margin(n)` standard errors of their paired per-question difference (averaged over repeats), n being the
-    non-single rows compared: where the pool cannot tell them apart, the single RM, which has nothing to
-    overfit."""
+def pick(result: CVResult, learned_labels: Sequence[str], baseline_labels: Sequence[str]) -> str:
+    """The row CV picks. Baselines (each single RM, and PRES: rules with nothing fitted beyond the pool's tables)
+    compete on their CV means alone; a learned row is picked only when it is the best row and beats the best
+    baseline by more than `margin(n)` standard errors of their paired per-question difference (averaged over
+    repeats), n being the learned rows compared. Where the pool cannot tell them apart, the baseline, which has
+    nothing to overfit."""
     table = {label: mean for label, mean, _ in result.table()}
     best = max(table, key=lambda label: table[label])  # the first (simplest) of equal rows
-    if not single_labels or best in single_labels:
+    if not baseline_labels or best in baseline_labels:
         return best
-    single = max(single_labels, key=lambda label: table[label])
-    diff = np.nanmean(result.hits[best] - result.hits[single], axis=0)
+    baseline = max(baseline_labels, key=lambda label: table[label])
+    diff = np.nanmean(result.hits[best] - result.hits[baseline], axis=0)
     diff = diff[~np.isnan(diff)]
     if len(diff) < 2:
-        return single
+        return baseline
     se = diff.std(ddof=1) / np.sqrt(len(diff))
-    return best if diff.mean() > margin(len(learned_labels)) * se else single
+    return best if diff.mean() > margin(len(learned_labels)) * se else baseline
 
 
 def margin(learned_rows: int) -> float:

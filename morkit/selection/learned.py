@@ -2,10 +2,10 @@
 
 Rows compete in repeated grouped cross-validation (morkit.selection.cv): every setting of SETTINGS (a learner,
 a feature set, its parameters; the "local" sets read how each RM did on the query's nearest pool questions),
-the blend of each family's best, PRES (the paper's rule) and every single RM. A row other than a single RM is
-kept only when it beats the best single RM by the margin rule, so a pool whose evidence does not support
-learning keeps its best RM; the pick is refitted on the whole pool, and its out-of-fold picks fit the
-confidence calibrator. A pool with fewer than MIN_MIXED questions holding a right and a wrong answer falls
+the blend of each family's best, PRES (the paper's rule) and every single RM. The rules (PRES, each single RM)
+compete on their CV means; a learned row is kept only when it beats the best of them by the margin rule, so a
+pool whose evidence does not support learning keeps its best rule. The pick is refitted on the whole pool, and
+its out-of-fold picks fit the confidence calibrator. A pool with fewer than MIN_MIXED questions holding a right and a wrong answer falls
 back to PRES and says so.
 """
 
@@ -268,8 +268,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     """Cross-validate every setting on the pool (or its LEARN_SAMPLE) over `repeats` seeded fold deals (None:
     REPEATS up to REPEATS_UP_TO questions, else one), then fit the pick on all of it.
 
-    `baselines`: also weigh every single RM (with the margin rule), the blend of each family's best and PRES
-    (the paper's rule, scored out of fold from each fold's training questions); off, the best of `settings` is
+    `baselines`: also weigh every single RM and PRES (the paper's rule, scored out of fold from each fold's
+    training questions), the rules a learned row must beat by the margin rule, and the blend of each family's best; off, the best of `settings` is
     kept whatever it gains (the "stacker" name's grid). Only the questions every member scored are used
     (morkit.selection.coverage): in a pool mixing domains, a fit over the RMs a query can use learns from the
     questions like it, so each domain gets its own pick. TooFewMixed when fewer than `min_mixed` of them have
@@ -303,8 +303,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
         pres_scores = pres_out_of_fold(pool, data.rows, members, lists(), dealt, PRES_K)
         if pres_scores is not None:
             result.add(PRES_LABEL, pres_scores, np.stack([_hits(s, data) for s in pres_scores]), [PRES_LABEL])
-    single_labels = [s.label for s in singles] if baselines else []
-    label = pick(result, [x for x in result.hits if x not in single_labels], single_labels)
+    rules = [s.label for s in singles] + ([PRES_LABEL] if PRES_LABEL in result.hits else []) if baselines else []
+    label = pick(result, [x for x in result.hits if x not in rules], rules)
     scores, hits = result.scores[label][0], result.hits[label][0]
     signals = conf.signals(scores, data.scores, data.valid)
     chosen = result.candidates[label]

@@ -144,6 +144,14 @@ def test_cv_averages_over_fold_deals_and_keeps_the_single_rm_when_the_gain_is_no
     assert pick(result, ["lucky", "clear"], ["single RM: a"]) == "clear"
     label, mean, sd = result.row("clear")
     assert mean == 1.0 and sd == 0.0
+    # a rule with nothing fitted (PRES) competes with the single RMs on its mean alone, and sets the bar
+    result = CVResult(dealt, {}, {}, {})
+    result.add("single RM: a", None, single, ["a"])
+    result.add("PRES", None, lucky, ["PRES"])
+    assert pick(result, [], ["single RM: a", "PRES"]) == "PRES"
+    result.add("learned", None, np.minimum(lucky + np.isin(np.arange(40), [8, 10]), 1.0), ["x"])  # 2 better: z 1.4
+    assert pick(result, ["learned"], ["single RM: a", "PRES"]) == "learned"  # one row: the 1-SE rule
+    assert pick(result, ["learned"] + [f"other {i}" for i in range(11)], ["single RM: a", "PRES"]) == "PRES"
 
 
 def test_pres_out_of_fold_picks_what_pres_picks_from_the_training_neighbours(topic_pool):
