@@ -1,7 +1,7 @@
 """Per-query RM selection: best-of-n accuracy under cross-validation by problem, and select() latency.
 
 A. Accuracy. Each data set's questions are split into `--folds` folds by a seeded permutation of
-   the questions (never of answers). For each fold a question pool is built from the training
+   the questions (never of answers), once per `--seeds` seed (a "fold deal"; default three). For each fold a question pool is built from the training
    questions only (`morkit.question_pool.pool.build_pool`; every question is embedded once with
    all-MiniLM-L6-v2 and looked up by text, so folds do not re-embed) and each held-out question is
    answered by:
@@ -10,16 +10,18 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
      - "PRES singles" / "PRES (paper, with combinations)" / "PRES top-1 criterion":
        Selector(pool, "pres", singles_only=True) / Selector(pool, "pres") / Selector(pool, "pres-top1"),
        with --k neighbours, on a z-score pool (morkit's default) and on a raw pool (the paper's setting),
-     - "morkit default": Selector(pool), the learned selector (morkit.selection.learned: learner and features
-       chosen by an inner CV on the fold's pool), and "stacker": the previous default,
+     - "morkit default": Selector(pool), the learned selector (morkit.selection.learned: its inner CV on the
+       fold's pool, repeated over three fold deals, picks among its settings, their blend, PRES and every single
+       RM), and "stacker": the previous default,
      - "learned: <learner> [<features>]": the learned selector restricted to one learner and feature set
-       (its inner CV still picks the parameters), and the blend of those three, always (the default
-       chooses between these and every single setting by its inner CV),
+       (its inner CV still picks the parameters; no single RMs, PRES or margin rule), the "+local" ones
+       reading each query's nearest pool questions, and the blend of those six, always,
      - "per-query oracle": per question, the best single RM's hit (an upper bound for picking one RM).
    A method's hit on a question is its EXPECTED best-of-n correctness: the share of correct answers
    among the candidates tied for its top score (never the first by position). Scores come from
    Selector.select_many + Selector.rank_selected (Ranking.scores). Reported: mean over all questions
-   (each is held out exactly once), the sd of the per-fold means, the same mean over "mixed" questions
+   and deals (each question is held out once per deal), the sd of the per-fold means over folds x deals and
+   of the deals' means, the same mean over "mixed" questions
    only (both a correct and a wrong answer: the only ones where methods can differ), points vs the best
    single chosen on train, and on how many questions a method beats / loses to it.
 
@@ -55,7 +57,8 @@ B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (
    FAISS's default of one thread per core makes a single-query search an order of magnitude slower.
 
     .venv/bin/python bench/selection.py [--datasets rewardmath qwen gsm8k humaneval mixed] [--folds 5] [--k 100]
-                                        [--no-speed | --speed-only] [--keep-head-train]
+                                        [--seeds 0 1 2] [--no-learner-rows] [--no-speed | --speed-only]
+                                        [--keep-head-train]
 """
 
 from __future__ import annotations
@@ -75,8 +78,11 @@ LEARNER_ROWS = (  # (label, settings of morkit.selection.learned.SETTINGS it may
     ("learned: logit [scores] (CV penalty)", ("logit", "scores")),
     ("learned: logit [full] (CV penalty)", ("logit", "full")),
     ("learned: lambdarank [full] (CV params)", ("lambdarank", "full")),
+    ("learned: logit [scores+local] (CV penalty)", ("logit", "scores+local")),
+    ("learned: logit [full+local] (CV penalty)", ("logit", "full+local")),
+    ("learned: lambdarank [full+local]", ("lambdarank", "full+local")),
 )
-BLEND_ROW = "learned: blend of the three above (always)"
+BLEND_ROW = "learned: blend of the six above (always)"
 BEST_TRAIN = "best single (chosen on train)"
 ORACLE = "per-query oracle (best single per question)"
 RANDOM = "random pick (expected)"
@@ -112,30 +118,43 @@ def single_hits(queries, rm_names, reduction: str = "min"):
     return out
 
 
-def learner_rows(pool, test, rms) -> dict:
+def learner_rows(pool, test, tvec, k) -> dict:
     """Expected best-of-n of each LEARNER_ROWS restriction of the learned selector on the fold's test questions:
-    fitted (with its own inner CV over the learner's parameters) on the fold's pool, one fit over every RM
-    (a test question missing an RM's score reads 0 for its features)."""
+    fitted on the fold's pool with its own inner CV over the learner's parameters and nothing else (no single-RM
+    baselines, no PRES, no margin rule), routed like the default (Selector, so "local" features read each test
+    query's neighbours); and the blend of all of them."""
+    from dataclasses import replace
+
     import numpy as np
 
-    from morkit.question_pool.prr import best_of_n_matrix
-    from morkit.question_pool.rows import pool_rows
     from morkit.selection.learned import SETTINGS, TooFewMixed, blended, fit_learned
+    from morkit.selection.selector import Selector
 
-    rows = pool_rows(test, rms, pool.config.reduction, step_rms=pool.step_rms)
+    width = max(len(q.candidates) for q in test)
+    valid = np.array([[i < len(q.candidates) for i in range(width)] for q in test])
+    correct = np.array([[i < len(q.candidates) and bool(q.candidates[i].correct) for i in range(width)]
+                        for q in test])
+
+    def padded(rows):
+        return np.array([list(r) + [np.nan] * (width - len(r)) for r in rows])
+
+    def expected(scores):
+        return np.array([expected_hit(r[v], c[v]) for r, v, c in zip(scores, valid, correct)])
+
     out, parts = {}, []
     for label, (learner, features) in LEARNER_ROWS:
+        grid = [s for s in SETTINGS if (s.learner, s.features) == (learner, features)]
         try:
-            fit = fit_learned(pool, settings=[s for s in SETTINGS if (s.learner, s.features) == (learner, features)])
+            fit = fit_learned(pool, settings=grid, baselines=False)
         except TooFewMixed:
             continue
-        with np.errstate(all="ignore"):
-            scores = fit.scores(rows.scores, rows.steps, rows.valid, rms, pool.step_rms)
-        out[label] = best_of_n_matrix(scores[:, :, None], rows.correct, rows.valid)[:, 0]
+        selector = Selector(replace(pool, meta={**pool.meta, "learned": fit.to_json()}), k=k)
+        scores = padded(selector.rank_selected(q, sel).scores for q, sel in
+                        zip(test, selector.select_many(test, vectors=tvec)))
+        out[label] = expected(scores)
         parts.append(scores)
     if len(parts) == len(LEARNER_ROWS):
-        scores = blended(parts, rows.valid)
-        out[BLEND_ROW] = best_of_n_matrix(scores[:, :, None], rows.correct, rows.valid)[:, 0]
+        out[BLEND_ROW] = expected(blended(parts, valid))
     return out
 
 
@@ -148,7 +167,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
 
     queries, rms = ds.queries, ds.rm_names
     n = len(queries)
-    print(f"\n=== {ds.name}: {n} questions, {len(rms)} RMs, {args.folds}-fold CV by problem (seed {args.seed}), "
+    print(f"\n=== {ds.name}: {n} questions, {len(rms)} RMs, {args.folds}-fold CV by problem (seeds {args.seeds}), "
           f"k={args.k} ===")
     for note in ds.notes:
         print(note)
@@ -162,100 +181,96 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     qvec = embedder.encode([q.question for q in queries])
     print(f"embedded the {len({q.question for q in queries})} distinct question texts once "
           f"({embedder.name}, {time.perf_counter() - started:.1f}s); folds look them up")
-    lookup = embedder
-
-    hits: dict[str, np.ndarray] = {RANDOM: np.array([c.mean() for c in correct])}
+    seeds = list(args.seeds)
+    tile = lambda v: np.tile(v, (len(seeds), 1))  # noqa: E731 - the same on every deal
+    hits: dict[str, np.ndarray] = {RANDOM: tile(np.array([c.mean() for c in correct]))}
     singles = single_hits(queries, rms)
-    hits[ORACLE] = np.nanmax(singles, axis=1)  # among the RMs that score the question
-    singles = np.where(np.isnan(singles), hits[RANDOM][:, None], singles)  # no score: a random pick
+    hits[ORACLE] = tile(np.nanmax(singles, axis=1))  # among the RMs that score the question
+    singles = np.where(np.isnan(singles), hits[RANDOM][0][:, None], singles)  # no score: a random pick
     for r, name in enumerate(rms):
-        hits[name] = singles[:, r]
-    hits[BEST_TRAIN] = np.full(n, np.nan)
+        hits[name] = tile(singles[:, r])
     domain_of = np.array([q.domain or "unknown" for q in queries], dtype=object)
     domains = sorted(set(domain_of))
-    if len(domains) > 1:
-        hits[PER_DOMAIN] = np.full(n, np.nan)
-    labels = []
-    for label, _, _ in PRES_METHODS:
-        for norm in NORMALIZERS:
-            labels.append(f"{label} [{norm}]")
-    labels.append(DEFAULT_LABEL)
-    labels.append("stacker (previous default) [zscore]")
+    labels = [BEST_TRAIN] + ([PER_DOMAIN] if len(domains) > 1 else [])
+    labels += [f"{label} [{norm}]" for label, _, _ in PRES_METHODS for norm in NORMALIZERS]
+    labels += [DEFAULT_LABEL, "stacker (previous default) [zscore]"]
     if len(domains) == 1:  # one fit over every RM: a mixed-domain pool has no question that all of them score
         labels += [label for label, _ in LEARNER_ROWS] + [BLEND_ROW]
     for label in labels:
-        hits[label] = np.full(n, np.nan)
+        hits[label] = np.full((len(seeds), n), np.nan)
 
-    fold_of = np.empty(n, dtype=int)
-    fold_of[np.random.default_rng(args.seed).permutation(n)] = np.arange(n) % args.folds
+    fold_of = np.empty((len(seeds), n), dtype=int)
     chosen_single, per_domain_picks, stacker_info, pres_picks = [], [], [], {label: [] for label in labels}
     timing = {"build": 0.0, "select": 0.0}
-    for f in range(args.folds):
-        train = [queries[i] for i in np.flatnonzero(fold_of != f)]
-        test_rows = np.flatnonzero(fold_of == f)
-        test = [queries[i] for i in test_rows]
-        tvec = qvec[test_rows]
-        for norm in NORMALIZERS:
-            t0 = time.perf_counter()
-            pool = build_pool(train, lookup, rm_names=rms, config=PoolConfig(normalizer=norm))
-            timing["build"] += time.perf_counter() - t0
-            if norm == "zscore":
-                train_rows = np.flatnonzero(fold_of != f)
-                best = int(np.argmax(singles[train_rows].mean(axis=0)))
-                chosen_single.append(rms[best])
-                hits[BEST_TRAIN][test_rows] = singles[test_rows, best]
-                if PER_DOMAIN in hits:  # the manual choice: per domain, the best single RM on its training questions
-                    picks = {}
-                    for domain in domains:
-                        inside = train_rows[domain_of[train_rows] == domain]
-                        pick = int(np.argmax(singles[inside].mean(axis=0))) if len(inside) else best
-                        picks[domain] = rms[pick]
-                        where = test_rows[domain_of[test_rows] == domain]
-                        hits[PER_DOMAIN][where] = singles[where, pick]
-                    per_domain_picks.append(picks)
-            methods = [(f"{label} [{norm}]", Selector(pool, method, k=args.k, singles_only=singles_only))
-                       for label, method, singles_only in PRES_METHODS]
-            if norm == "zscore":
-                methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
-                methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
+    for s, seed in enumerate(seeds):
+        fold_of[s, np.random.default_rng(seed).permutation(n)] = np.arange(n) % args.folds
+        for f in range(args.folds):
+            train_rows, test_rows = np.flatnonzero(fold_of[s] != f), np.flatnonzero(fold_of[s] == f)
+            train, test = [queries[i] for i in train_rows], [queries[i] for i in test_rows]
+            tvec = qvec[test_rows]
+            for norm in NORMALIZERS:
                 t0 = time.perf_counter()
-                if len(domains) == 1:
-                    for label, values in learner_rows(pool, test, rms).items():
-                        hits[label][test_rows] = values
-                timing["select"] += time.perf_counter() - t0
-            for label, selector in methods:
-                t0 = time.perf_counter()
-                selections = selector.select_many(test, vectors=tvec)
-                for row, query, selection in zip(test_rows, test, selections):
-                    ranking = selector.rank_selected(query, selection)
-                    hits[label][row] = expected_hit(ranking.scores, correct[row])
-                    pres_picks[label].append(selection.choice.ensemble.name)
-                timing["select"] += time.perf_counter() - t0
-                if label == DEFAULT_LABEL and len(domains) == 1:
-                    fit = selector.method.fit_for(frozenset(rms))
-                    stacker_info.append(f"fold {f}: " + ("PRES fallback (too few mixed questions)" if fit is None else
-                                        f"CV chose {fit.label}, CV best-of-n {fit.cv_best_of_n:.3f}"))
-                elif label == DEFAULT_LABEL:  # a fit per RM set: say which each domain's queries got
-                    for query, selection in zip(test, selections):
+                pool = build_pool(train, embedder, rm_names=rms, config=PoolConfig(normalizer=norm))
+                timing["build"] += time.perf_counter() - t0
+                if norm == "zscore":
+                    best = int(np.argmax(singles[train_rows].mean(axis=0)))
+                    chosen_single.append(rms[best])
+                    hits[BEST_TRAIN][s, test_rows] = singles[test_rows, best]
+                    if PER_DOMAIN in hits:  # the manual choice: per domain, the best single RM on its training set
+                        picks = {}
+                        for domain in domains:
+                            inside = train_rows[domain_of[train_rows] == domain]
+                            pick = int(np.argmax(singles[inside].mean(axis=0))) if len(inside) else best
+                            picks[domain] = rms[pick]
+                            where = test_rows[domain_of[test_rows] == domain]
+                            hits[PER_DOMAIN][s, where] = singles[where, pick]
+                        per_domain_picks.append(picks)
+                methods = [(f"{label} [{norm}]", Selector(pool, method, k=args.k, singles_only=singles_only))
+                           for label, method, singles_only in PRES_METHODS]
+                if norm == "zscore":
+                    methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
+                    methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
+                    t0 = time.perf_counter()
+                    if len(domains) == 1 and not args.no_learner_rows:
+                        for label, values in learner_rows(pool, test, tvec, args.k).items():
+                            hits[label][s, test_rows] = values
+                    timing["select"] += time.perf_counter() - t0
+                for label, selector in methods:
+                    t0 = time.perf_counter()
+                    selections = selector.select_many(test, vectors=tvec)
+                    for row, query, selection in zip(test_rows, test, selections):
+                        ranking = selector.rank_selected(query, selection)
+                        hits[label][s, row] = expected_hit(ranking.scores, correct[row])
+                        pres_picks[label].append(selection.choice.ensemble.name)
+                    timing["select"] += time.perf_counter() - t0
+                    if label != DEFAULT_LABEL:
+                        continue
+                    for query, selection in zip(test, selections):  # which fit (or fallback) each query got
                         details = selection.choice.details
-                        stacker_info.append(f"{query.domain}: " + (details.get("learner") or details.get("fallback")))
+                        stacker_info.append((f"{query.domain}: " if len(domains) > 1 else "")
+                                            + (details.get("learner") or details.get("fallback")))
 
     def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
         if np.isnan(values).all():
             return f"{label:<52} n/a: fewer than {MIN_MIXED} mixed pool questions to learn from"
-        folds = [np.nanmean(values[fold_of == f]) for f in range(args.folds)]
+        folds = [np.nanmean(values[s][fold_of[s] == f]) for s in range(len(seeds)) for f in range(args.folds)]
+        by_seed = np.nanmean(values, axis=1)
         mean = np.nanmean(values)
-        mix = np.nanmean(values[mixed]) if mixed.any() else float("nan")
-        text = f"{label:<52} {mean * 100:6.2f} {np.std(folds, ddof=1) * 100:6.2f} {mix * 100:8.2f}"
+        mix = np.nanmean(values[:, mixed]) if mixed.any() else float("nan")
+        text = (f"{label:<52} {mean * 100:6.2f} {np.std(folds, ddof=1) * 100:6.2f} "
+                f"{(np.std(by_seed, ddof=1) if len(seeds) > 1 else 0.0) * 100:6.2f} {mix * 100:8.2f}")
         if ref is None:
             return text + f" {'':>8} {'':>7}"
+        per_question, ref_question = np.nanmean(values, axis=0), np.nanmean(ref, axis=0)
         delta = (mean - np.nanmean(ref)) * 100
-        wins, losses = int((values > ref + 1e-12).sum()), int((values < ref - 1e-12).sum())
+        wins = int((per_question > ref_question + 1e-12).sum())
+        losses = int((per_question < ref_question - 1e-12).sum())
         return text + f" {delta:+8.2f} {wins:>3}/{losses:<3}"
 
     ref = hits[BEST_TRAIN]
-    header = (f"{'method':<52} {'acc%':>6} {'sd%':>6} {'mixed%':>8} {'d pts':>8} {'+/- q':>7}\n"
-              f"{'':<52} {'':>6} {'folds':>6} {f'(n={mixed.sum()})':>8} {'vs best':>8} {'vs best':>7}")
+    header = (f"{'method':<52} {'acc%':>6} {'sd%':>6} {'sd%':>6} {'mixed%':>8} {'d pts':>8} {'+/- q':>7}\n"
+              f"{'':<52} {'':>6} {'folds':>6} {'seeds':>6} {f'(n={mixed.sum()})':>8} {'vs best':>8} {'vs best':>7}")
+    print(f"\nmean over {len(seeds)} fold deal(s) (seeds {seeds}); sd over folds x deals, and of the deals' means")
     print("\nsingle RMs (sorted by accuracy; identical on every fold):")
     print(header)
     for name in sorted(rms, key=lambda nm: -np.nanmean(hits[nm])):
@@ -263,15 +278,14 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     print(row(RANDOM, hits[RANDOM], ref))
     print("\nselection (pool built from the training folds only):")
     print(header)
-    print(row(BEST_TRAIN, ref, None))
-    if PER_DOMAIN in hits:
-        print(row(PER_DOMAIN, hits[PER_DOMAIN], ref))
     for label in labels:
-        print(row(label, hits[label], ref))
+        print(row(label, hits[label], None if label == BEST_TRAIN else ref))
     print(row(ORACLE, hits[ORACLE], ref))
+    se = np.nanmean(ref, axis=0).std(ddof=1) / np.sqrt(n)
+    print(f"best single (chosen on train): SE of its mean {se * 100:.2f} points")
     if PER_DOMAIN in hits:
         for label in (DEFAULT_LABEL, "PRES (paper, with combinations) [zscore]"):
-            diff = hits[label] - hits[PER_DOMAIN]
+            diff = np.nanmean(hits[label] - hits[PER_DOMAIN], axis=0)
             print(f"{label} vs {PER_DOMAIN}: {diff.mean() * 100:+.2f} points (paired SE "
                   f"{diff.std(ddof=1) / np.sqrt(n) * 100:.2f}), better on {(diff > 1e-12).sum()} questions, "
                   f"worse on {(diff < -1e-12).sum()}")
@@ -280,11 +294,11 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     print(f"\nbest single chosen on train per fold: {chosen_single}")
     if PER_DOMAIN in hits:
         print(f"best single per domain chosen on train, per fold: {per_domain_picks}")
-        shown = [name for name in (*rms, BEST_TRAIN, PER_DOMAIN, *labels, ORACLE) if name in hits]
+        shown = [name for name in (*rms, *labels, ORACLE) if name in hits]
         print("\nby domain (accuracy %; questions, mixed): " + "; ".join(
             f"{d} ({(domain_of == d).sum()}, {(mixed & (domain_of == d)).sum()})" for d in domains))
         for name in shown:
-            print(f"  {name:<52}" + "".join(f" {d} {np.nanmean(hits[name][domain_of == d]) * 100:6.2f}"
+            print(f"  {name:<52}" + "".join(f" {d} {np.nanmean(hits[name][:, domain_of == d]) * 100:6.2f}"
                                             for d in domains))
     for label in labels:
         picks = pres_picks[label]
@@ -293,23 +307,15 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
         counts = sorted(((picks.count(p), p) for p in set(picks)), reverse=True)
         shown = ", ".join(f"{p} x{c}" for c, p in counts[:4])
         print(f"picks of {label}: {len(set(picks))} distinct; top: {shown}")
-    if len(domains) == 1:
-        for line in stacker_info:
-            print(f"learned default, {line}")
-    else:
-        counts = sorted(((stacker_info.count(p), p) for p in set(stacker_info)), reverse=True)
-        print("learned default's fits used, by domain: " + ", ".join(f"{p} x{c}" for c, p in counts))
-    print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds)")
+    counts = sorted(((stacker_info.count(p), p) for p in set(stacker_info)), reverse=True)
+    print("learned default's fits, by the test queries that used them:")
+    for c, p in counts:
+        print(f"  x{c}: {p}")
+    print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds and deals)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[1:]))
-    parser.add_argument("--datasets", nargs="*", choices=DATASETS, default=list(DATASETS))
-    parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--k", type=int, default=100, help="pool neighbours per query for PRES")
-    parser.add_argument("--seed", type=int, default=0)
+def add_data_args(parser: argparse.ArgumentParser) -> None:
+    """The flags selection_data.load_dataset reads (but --keep-head-train), shared with bench/selection_curve.py."""
     parser.add_argument("--qwen-range", default="0:70",
                         help="START:STOP of qwen25_math_rm8 questions (before dropping head-training ones)")
     parser.add_argument("--gsm8k-range", default="0:1000",
@@ -324,6 +330,21 @@ def main() -> None:
     parser.add_argument("--mixed-per-task", type=int, default=6, help="completions per HumanEval task in the mixed set")
     parser.add_argument("--mixed-rms", nargs="+", help="RMs of the mixed set",
                         default=["math-consensus", "code-tests", "minilm-probe", "smollm2-orm"])
+    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser.add_argument("--datasets", nargs="*", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--k", type=int, default=100, help="pool neighbours per query for PRES")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="one fold deal per seed; figures are means over them, with the spread")
+    parser.add_argument("--no-learner-rows", action="store_true",
+                        help="skip the rows of the learned selector restricted to one learner (faster)")
+    add_data_args(parser)
     parser.add_argument("--keep-head-train", action="store_true",
                         help="keep questions the packaged minilm-probe head was trained on")
     speed = parser.add_mutually_exclusive_group()
@@ -336,8 +357,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 0],
                         help="time under each BLAS/OpenMP thread limit (threadpoolctl); 0 = as the libraries load")
     parser.add_argument("--noise", type=float, default=0.01, help="sd of the gaussian jitter on replicated embeddings")
-    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
     args = parser.parse_args()
+    args.seed = args.seeds[0]  # the speed pool's
 
     import logging
 
