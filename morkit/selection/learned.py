@@ -319,7 +319,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     fit = LearnedFit(label, tuple(components), dict((r[0], r[1]) for r in table)[label], table,
                      conf.Calibrator.fit(signals, hits), {}, () if components else members)
     report = {
-        "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits),
+        # a PRES pick is calibrated as PRES is, on its own picks' signals (Learned.choose): no diagram of this one
+        "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits) if components else {},
         "importances": fit.importances(),
         "domains": _domain_gains(data, hits, members),
         "questions": len(data.correct), "mixed": n_mixed, "folds": int(len(np.unique(dealt.of[0]))),

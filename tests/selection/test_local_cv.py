@@ -192,6 +192,9 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     from morkit.selection.report import _importances
 
     assert "chose PRES" in _importances(again.to_json(), again.importances())
+    # rules only (the single RMs and PRES): each topic has its own good RM, so PRES's neighbours win the CV
+    fit = fit_learned(topic_pool, repeats=1, settings=[])
+    assert fit.is_pres and fit.members == topic_pool.rm_names and fit.report["reliability"] == {}
 
 
 def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic_pool):
