@@ -98,7 +98,7 @@ class PoolSlice:
     correct: np.ndarray
     valid: np.ndarray
     domains: tuple[str, ...]
-    rows: np.ndarray  # the pool rows
+    members: tuple[str, ...]  # the RMs of the last axis of `scores` and `stats`
     groups: np.ndarray  # (Q,) one id per distinct question text: a repeated question is one group
     vectors: np.ndarray  # (Q, d) their question embeddings
     stats: np.ndarray  # (Q, 2, len(members)) each member's PRR and best-of-n hit (morkit.selection.local)
@@ -111,13 +111,13 @@ class PoolSlice:
             steps = np.asarray(pool.steps[rows])[:, :, [pool.step_rms.index(m) for m in members
                                                         if m in pool.step_rms]]
         return cls(np.asarray(pool.scores[rows])[:, :, cols], steps, np.asarray(pool.correct[rows]),
-                   np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows), np.asarray(rows),
+                   np.asarray(pool.valid[rows]), tuple(pool.questions[r].domain for r in rows), tuple(members),
                    np.unique([pool.questions[r].question for r in rows], return_inverse=True)[1],
                    np.asarray(pool.embeddings[rows], dtype=np.float32), single_stats(pool, rows, members))
 
     def part(self, keep: np.ndarray) -> "PoolSlice":
         return PoolSlice(self.scores[keep], None if self.steps is None else self.steps[keep], self.correct[keep],
-                         self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]), self.rows[keep],
+                         self.valid[keep], tuple(np.asarray(self.domains, dtype=object)[keep]), self.members,
                          self.groups[keep], self.vectors[keep], self.stats[keep])
 
 
@@ -300,7 +300,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
 
     result = _cross_validate(rows, data, dealt, spec_of, local_of, blend=baselines)
     if baselines:
-        pres_scores = pres_out_of_fold(pool, data.rows, members, lists(), dealt, PRES_K)
+        pres_scores = pres_out_of_fold(pool, data, lists(), dealt, PRES_K)
         if pres_scores is not None:
             result.add(PRES_LABEL, pres_scores, np.stack([_hits(s, data) for s in pres_scores]), [PRES_LABEL])
     rules = [s.label for s in singles] + ([PRES_LABEL] if PRES_LABEL in result.hits else []) if baselines else []

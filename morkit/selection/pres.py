@@ -12,7 +12,7 @@ coefficient gamma = 0.95": among ensembles scoring at least gamma times the best
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -120,33 +120,29 @@ def pres_top1(pool: QuestionPool, singles_only: bool = False) -> PRES:
     return PRES(pool, "top1", singles_only=singles_only, name="pres-top1")
 
 
-def pres_out_of_fold(pool: QuestionPool, rows: np.ndarray, members: Sequence[str], lists: NeighbourLists,
-                     dealt: Folds, k: int) -> np.ndarray | None:
-    """(repeats, Q, N) candidate scores of PRES's picks for the pool rows `rows`, each held-out question choosing
-    from its `k` nearest questions of its fold's training part among the ensembles of `members`, as PRES does at
-    query time. Each fold weighs its ensembles by the single RMs' PRR over its training part, as a pool built from
-    it would, so no held-out label reaches a weight, a PRR or a tie-break. None when the table is too large
-    (CV_CELLS)."""
+def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt: Folds, k: int) -> np.ndarray | None:
+    """(repeats, Q, N) candidate scores of PRES's picks for a fit's questions `data` (a
+    morkit.selection.learned.PoolSlice: its member scores, labels and single-RM statistics, read once by the fit),
+    each held-out question choosing from its `k` nearest questions of its fold's training part among the
+    ensembles of the slice's members, as PRES does at query time. Each fold weighs its ensembles by the single RMs'
+    PRR over its training part, as a pool built from it would, so no held-out label reaches a weight, a PRR or a
+    tie-break. None when the table is too large (CV_CELLS)."""
     from scipy import sparse
 
     from morkit.question_pool.ensembles import enumerate_ensembles
     from morkit.question_pool.rows import ensemble_statistics, nanmean_columns
     from morkit.selection.mor import ensemble_scores
 
-    config, names = pool.config, list(pool.rm_names)
-    rows = np.asarray(rows)
-    raw, correct, valid = (np.asarray(a[rows]) for a in (pool.scores, pool.correct, pool.valid))
-    singles = np.asarray(pool.statistics(rows, singles_only=True)[0], dtype=np.float64)[:, [names.index(m)
-                                                                                            for m in members]]
-    q = len(rows)
-    out = np.full((dealt.repeats, q, raw.shape[1]), np.nan)
+    config, members = pool.config, list(data.members)
+    q = len(data.correct)
+    out = np.full((dealt.repeats, q, data.scores.shape[1]), np.nan)
     for repeat, train in dealt.splits():
-        weights = dict(zip(members, (float(v) for v in nanmean_columns(singles[train]))))
+        weights = dict(zip(members, (float(v) for v in nanmean_columns(data.stats[train, 0]))))
         ensembles = enumerate_ensembles(members, weights, max_members=config.max_members,
                                         weightings=config.weightings, temperature=config.temperature)
         if q * len(ensembles) > CV_CELLS:
             return None
-        table = ensemble_statistics(raw, correct, valid, pool.normalizer, names, ensembles)[0]
+        table = ensemble_statistics(data.scores, data.correct, data.valid, pool.normalizer, members, ensembles)[0]
         keep = lists.first(k, train)
         near = sparse.csr_matrix((lists.sims[keep], (np.nonzero(keep)[0], lists.rows[keep])), shape=(q, q))
         held = np.flatnonzero(~train)
@@ -155,6 +151,7 @@ def pres_out_of_fold(pool: QuestionPool, rows: np.ndarray, members: Sequence[str
         best = ranked(evidence, overall)[:, 0]
         for e in np.unique(best):
             ensemble, where = ensembles[e], held[best == e]
-            cols = [names.index(m) for m in ensemble.members]
-            out[repeat, where] = ensemble_scores(raw[where][:, :, cols], ensemble, "pool-zscore", pool.normalizer)
+            cols = [members.index(m) for m in ensemble.members]
+            out[repeat, where] = ensemble_scores(data.scores[where][:, :, cols], ensemble, "pool-zscore",
+                                                 pool.normalizer)
     return out

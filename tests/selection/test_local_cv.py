@@ -155,10 +155,12 @@ def test_cv_averages_over_fold_deals_and_keeps_the_single_rm_when_the_gain_is_no
 
 
 def test_pres_out_of_fold_picks_what_pres_picks_from_the_training_neighbours(topic_pool):
+    from morkit.selection.learned import PoolSlice
+
     rows = np.arange(len(topic_pool))
     lists = NeighbourLists.among(np.asarray(topic_pool.embeddings), 40)
     dealt = Folds.dealt(len(rows), 3, seed=1, repeats=1)
-    oof = pres_out_of_fold(topic_pool, rows, topic_pool.rm_names, lists, dealt, k=15)
+    oof = pres_out_of_fold(topic_pool, PoolSlice.of(topic_pool, rows, topic_pool.rm_names), lists, dealt, k=15)
     pres = PRES(topic_pool)
     available = frozenset(topic_pool.rm_names)
     for repeat, train in dealt.splits():
@@ -240,7 +242,7 @@ def test_no_held_out_label_reaches_its_own_out_of_fold_scores():
         result = L._cross_validate(settings, data, dealt, spec_of,
                                    lambda train: lists.evidence(data.stats, L.LOCAL_K, train), blend=False)
         out = {label: scores[0] for label, scores in result.scores.items()}
-        out["PRES"] = pres_out_of_fold(pool, data.rows, pool.rm_names, lists, dealt, 30)[0]
+        out["PRES"] = pres_out_of_fold(pool, data, lists, dealt, 30)[0]
         return out
 
     before, after = out_of_fold(queries), out_of_fold([relabel(q) if h else q for q, h in zip(queries, held)])
