@@ -96,7 +96,7 @@ def pick(result: CVResult, learned_labels: Sequence[str], baseline_labels: Seque
 
 
 def margin(learned_rows: int) -> float:
-    """How many standard errors the best of `learned_rows` CV rows must beat the best single RM by.
+    """How many standard errors the best of `learned_rows` learned CV rows must beat the best rule by.
 
     One row: 1, the one-standard-error rule, whose one-sided false-pick rate is P(Z > 1) ~ 0.16. The best of
     n noisy CV estimates is biased upward (the winner's curse), so that rate is shared among the n rows

@@ -121,7 +121,7 @@ class Learned:
     min_mixed: int = MIN_MIXED
     _fits: dict = field(init=False, repr=False, default_factory=dict)
     _choices: dict = field(init=False, repr=False, default_factory=dict)
-    _fallback: Any = field(init=False, repr=False, default=None)
+    _pres_method: Any = field(init=False, repr=False, default=None)  # the fallback, and CV's pick where PRES won
 
     def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
         """The fit over the available RMs (stored with the pool, else fitted here on the questions they
@@ -180,8 +180,8 @@ class Learned:
     def _pres(self) -> Any:
         from morkit.selection.pres import PRES
 
-        self._fallback = self._fallback or PRES(self.pool)
-        return self._fallback
+        self._pres_method = self._pres_method or PRES(self.pool)
+        return self._pres_method
 
 
 def stacker(pool: QuestionPool, folds: int = 5) -> Learned:

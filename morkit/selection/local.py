@@ -50,6 +50,7 @@ class NeighbourLists:
         `groups` (one id per row, e.g. its question text), never a row of the same group: a repeated question
         would otherwise be its own neighbour."""
         vectors = np.asarray(vectors, np.float32)
+        groups = None if groups is None else np.asarray(groups)
         n = len(vectors)
         k = max(0, min(k, n - 1))
         rows = np.full((n, k), -1, np.int64)
@@ -58,7 +59,7 @@ class NeighbourLists:
             block = vectors[start:start + _CHUNK] @ vectors.T
             block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf  # never itself
             if groups is not None:
-                block[np.asarray(groups)[start:start + len(block), None] == np.asarray(groups)[None, :]] = -np.inf
+                block[groups[start:start + len(block), None] == groups[None, :]] = -np.inf
             if k == 0:
                 continue
             top = np.argpartition(-block, k - 1, axis=1)[:, :k]
