@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from morkit.question_pool.prr import best_of_n_matrix
+from morkit.question_pool.prr import best_of_n_matrix, mixed_questions, top_answers
 from morkit.question_pool.rows import sample_rows
 
 
@@ -90,9 +90,7 @@ class RMEvidence:
 
 def _top_share(scores: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """(Q, N, R): each RM's pick as a distribution over candidates, tied top scores sharing it evenly."""
-    valid3 = valid[:, :, None]
-    filled = np.where(valid3 & ~np.isnan(scores), scores, -np.inf)
-    top = (filled == filled.max(axis=1, keepdims=True)) & valid3
+    top = top_answers(scores, valid[:, :, None] & ~np.isnan(scores))
     with np.errstate(invalid="ignore", divide="ignore"):
         return top / top.sum(axis=1, keepdims=True)
 
@@ -117,8 +115,7 @@ class _Sums:
         if scores.shape[1] == 0:  # no candidate columns: no mixed question
             return
         hits = best_of_n_matrix(scores, correct, valid)  # (Q, R), NaN where a valid candidate lacks a score
-        mixed = (correct & valid).any(axis=1) & (~correct & valid).any(axis=1)
-        defined = mixed[:, None] & np.isfinite(hits)
+        defined = mixed_questions(correct, valid)[:, None] & np.isfinite(hits)
         hits = np.where(defined, hits, 0.0)
         share = np.nan_to_num(_top_share(scores, valid))
         agree = np.matmul(share.transpose(0, 2, 1), share)  # (Q, R, R): chance both RMs pick the same answer

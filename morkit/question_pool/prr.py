@@ -58,6 +58,19 @@ def prr_matrix(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np
     return out
 
 
+def mixed_questions(correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """(Q,) questions with both a correct and a wrong valid candidate: the only ones a ranking can get wrong."""
+    correct, valid = np.asarray(correct, dtype=bool), np.asarray(valid, dtype=bool)
+    return (correct & valid).any(axis=1) & (~correct & valid).any(axis=1)
+
+
+def top_answers(scores: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """(Q, N, C) where a candidate holds its question's top score per column, among the `present` candidates
+    (ties: every one of them)."""
+    filled = np.where(present, scores, -np.inf)
+    return present & (filled == filled.max(axis=1, keepdims=True))
+
+
 def best_of_n_matrix(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Expected best-of-n correctness for many questions and scorers, ties shared evenly.
 
@@ -67,8 +80,7 @@ def best_of_n_matrix(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray)
     valid3 = np.asarray(valid, dtype=bool)[:, :, None]
     correct3 = np.asarray(correct, dtype=bool)[:, :, None]
     missing = (np.isnan(scores) & valid3).any(axis=1)
-    filled = np.where(valid3 & ~np.isnan(scores), scores, -np.inf)
-    top = (filled == filled.max(axis=1, keepdims=True)) & valid3
+    top = top_answers(scores, valid3 & ~np.isnan(scores))
     with np.errstate(invalid="ignore", divide="ignore"):
         out = (top & correct3).sum(axis=1) / top.sum(axis=1)
     out[missing] = np.nan

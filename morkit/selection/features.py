@@ -31,6 +31,7 @@ import numpy as np
 
 from morkit.core import checks
 from morkit.question_pool.ensembles import Normalizer
+from morkit.question_pool.prr import top_answers
 from morkit.question_pool.rows import STEP_REDUCTIONS
 from morkit.selection.local import STATS
 from morkit.selection.mor import query_zscore
@@ -73,8 +74,7 @@ def _ranks(values: np.ndarray, present: np.ndarray) -> np.ndarray:
 
 def top_flags(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(top, shared): where a candidate holds its query's top score per column, and how many hold it."""
-    filled = np.where(present, values, -np.inf)
-    top = present & (filled == filled.max(axis=1, keepdims=True))
+    top = top_answers(values, present)
     return top, top.sum(axis=1, keepdims=True)
 
 

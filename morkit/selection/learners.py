@@ -15,12 +15,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from morkit.core.registry import Entry, Registry
+from morkit.question_pool.prr import mixed_questions
 
 
-def mixed(correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """(Q,) questions with both a correct and a wrong valid candidate."""
-    good = correct & valid
-    return good.any(axis=1) & (~correct & valid).any(axis=1)
+mixed = mixed_questions
+"""(Q,) questions with both a correct and a wrong valid candidate (morkit.question_pool.prr.mixed_questions)."""
 
 
 @dataclass(frozen=True)
