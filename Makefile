@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install test test-fast docs docs-serve demo bench clean
 
 install: $(STAMP)
 
@@ -38,6 +38,22 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 
+# The docs site, built offline and strictly (a broken link or API reference fails) into site/.
+DOCS_STAMP := $(VENV)/.docs-$(shell cat requirements-docs.lock | cksum | cut -d' ' -f1)
+export NO_MKDOCS_2_WARNING := 1
+
+$(DOCS_STAMP): requirements-docs.lock | install
+	$(BIN)/python -m pip install -q -r requirements-docs.lock
+	rm -f $(VENV)/.docs-*
+	touch $@
+
+docs: install $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict
+
+# The same site at http://127.0.0.1:8000, rebuilt on every edit.
+docs-serve: install $(DOCS_STAMP)
+	$(BIN)/mkdocs serve --strict
+
 demo: install
 	$(BIN)/morkit demo
 
@@ -45,4 +61,4 @@ bench: install
 	$(BIN)/python bench/score_throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

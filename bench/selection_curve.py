@@ -25,8 +25,8 @@ set, accuracy against pool questions on a log axis, each method's sd as error ba
 
     .venv/bin/python bench/selection_curve.py [--datasets rewardmath gsm8k mixed] [--sizes 25 50 100 200 all]
                                               [--repeats 3] [--folds 5] [--k 100] [--seed 0]
-                                              [--plot bench/figures/selection_curve.svg]
-                                              [--json bench/figures/selection_curve.json]
+                                              [--plot docs/figures/selection_curve.svg]
+                                              [--json docs/figures/selection_curve.json]
     .venv/bin/python bench/selection_curve.py --quick     # smoke run: sizes 25 50, repeats 1, folds 2
 """
 

@@ -1,0 +1,238 @@
+"""Every code block in README.md and docs/ runs or is checked, so a changed API breaks the build, not the reader.
+
+How each fence is checked (docs/contributing.md says the same for writers):
+- python: run in order, in one namespace per page, in a folder holding the files the examples name
+  (`queries.jsonl` without labels, `validation.jsonl` with them: the packaged GSM8K sample).
+- sh: every `morkit ...`, `python bench/...` and `make ...` command is parsed by its real argument parser
+  (or found in the Makefile); nothing is run, so GPU and cluster commands are checked here too.
+- toml: parsed; a block whose first line names `pipeline*.toml` or `agents*.toml` is read by morkit's loader.
+- json: parsed; an object with `candidates` is read by the JSONL contract's parser.
+- text: what a command prints, shown to the reader; not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import runpy
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", flags=re.S | re.M)
+LANGUAGES = {"python", "sh", "toml", "json", "text"}
+
+
+def blocks(page: Path, language: str | None = None) -> list[tuple[int, str, str]]:
+    """(line, language, body) of each fenced block of `page`, in order."""
+    text = page.read_text(encoding="utf-8")
+    found = [(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)) for m in FENCE.finditer(text)]
+    return [b for b in found if language is None or b[1] == language]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def where(page: Path, line: int) -> str:
+    return f"{page_id(page)}:{line}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_block_names_a_checked_language(page):
+    for line, language, _ in blocks(page):
+        assert language in LANGUAGES, f"{where(page, line)}: a ``` block needs one of {sorted(LANGUAGES)}, not {language!r}"
+
+
+# ---- sh: parse every command with its own parser ----------------------------------------------------------
+
+
+class _Parsed(Exception):
+    """Raised in place of running a script once its arguments parsed."""
+
+
+def commands(body: str) -> list[list[str]]:
+    """The commands of a shell block: continuations joined, comments dropped, split on ; && || and |."""
+    out = []
+    for line in body.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split, lexer.commenters = True, "#"
+        words: list[str] = []
+        for token in [*lexer, ";"]:
+            if token and set(token) <= set(";&|"):
+                while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):  # VAR=value before a command
+                    words.pop(0)
+                if words:
+                    out.append(words)
+                words = []
+            else:
+                words.append(token)
+    return out
+
+
+def check_morkit(argv: list[str]) -> None:
+    from morkit.cli.main import build_parser
+
+    build_parser().parse_args(argv)
+
+
+def check_script(path: Path, argv: list[str], monkeypatch) -> None:
+    """Parse `argv` with the script's own ArgumentParser, stopping before its work starts."""
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parse(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.setattr(sys, "argv", [str(path), *argv])
+    monkeypatch.syspath_prepend(str(path.parent))
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except _Parsed:
+        return
+    raise AssertionError(f"{path.name} never parsed its arguments")
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+
+
+def check_command(words: list[str], monkeypatch) -> None:
+    program, *argv = words
+    if program.endswith("morkit"):
+        check_morkit(argv)
+    elif program.endswith("python") and argv[:2] == ["-m", "morkit"]:
+        check_morkit(argv[2:])
+    elif program.endswith("python") and argv and argv[0].startswith("bench/"):
+        check_script(ROOT / argv[0], argv[1:], monkeypatch)
+    elif program == "make":
+        unknown = set(argv) - make_targets()
+        assert not unknown, f"no make target {sorted(unknown)}"
+
+
+SH_BLOCKS = [(page, line, body) for page in PAGES for line, _, body in blocks(page, "sh")]
+
+
+@pytest.mark.parametrize("page,line,body", SH_BLOCKS, ids=[where(p, n) for p, n, _ in SH_BLOCKS])
+def test_every_shell_command_parses(page, line, body, monkeypatch, capsys):
+    for words in commands(body):
+        try:
+            check_command(words, monkeypatch)
+        except SystemExit as exc:  # argparse rejected it: show its one-line reason
+            if exc.code not in (0, None):
+                pytest.fail(f"{where(page, line)}: `{shlex.join(words)}` does not parse: {capsys.readouterr().err.strip()}")
+        except AssertionError as exc:
+            pytest.fail(f"{where(page, line)}: `{shlex.join(words)}`: {exc}")
+
+
+# ---- toml and json: parse, and read with morkit's own loaders where they name a file kind ------------------
+
+
+TOML_BLOCKS = [(page, line, body) for page in PAGES for line, _, body in blocks(page, "toml")]
+
+
+@pytest.mark.parametrize("page,line,body", TOML_BLOCKS, ids=[where(p, n) for p, n, _ in TOML_BLOCKS])
+def test_every_toml_block_loads(page, line, body, tmp_path, monkeypatch):
+    try:
+        tomllib.loads(body)
+    except tomllib.TOMLDecodeError as exc:
+        pytest.fail(f"{where(page, line)}: not TOML: {exc}")
+    name = re.match(r"#\s*([\w.-]+\.toml)", body)
+    if name is None:
+        return
+    path = tmp_path / name.group(1)
+    path.write_text(body, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    if path.name.startswith("pipeline"):
+        import morkit
+
+        if "agents.toml" in body:  # the page's agents file: the packaged one stands in for it
+            from morkit.llm.agents import default_agents_path
+
+            (tmp_path / "agents.toml").write_text(default_agents_path().read_text(encoding="utf-8"))
+        morkit.load_pipeline_config(path)
+    elif path.name.startswith("agents"):
+        import morkit
+
+        morkit.load_agents(path)
+
+
+JSON_BLOCKS = [(page, line, body) for page in PAGES for line, _, body in blocks(page, "json")]
+
+
+@pytest.mark.parametrize("page,line,body", JSON_BLOCKS, ids=[where(p, n) for p, n, _ in JSON_BLOCKS])
+def test_every_json_block_parses(page, line, body, tmp_path):
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:  # one JSON value per line (JSONL)
+        try:
+            values = [json.loads(row) for row in body.splitlines() if row.strip()]
+        except json.JSONDecodeError as exc:
+            pytest.fail(f"{where(page, line)}: neither JSON nor JSONL: {exc}")
+    else:
+        values = [value]
+    queries = [v for v in values if isinstance(v, dict) and "candidates" in v]
+    if queries:
+        import morkit
+
+        path = tmp_path / "block.jsonl"
+        path.write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+        morkit.load_queries(path)
+
+
+# ---- python: run every example of a page, in order, as a reader would paste them ---------------------------
+
+
+PYTHON_PAGES = [page for page in PAGES if blocks(page, "python")]
+
+
+@pytest.fixture
+def example_files(tmp_path, monkeypatch):
+    """A folder with the two files the examples name, as the working directory."""
+    from morkit.demo import sample_path
+
+    rows = [json.loads(line) for line in sample_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    math = [r for r in rows if r.get("domain") == "math"]
+    (tmp_path / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in math))
+    plain = [{**r, "candidates": [{k: v for k, v in c.items() if k != "correct"} for c in r["candidates"]]}
+             for r in math]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def registries():
+    import morkit
+
+    return [morkit.REWARD_MODELS, morkit.SELECTION_METHODS, morkit.SEARCH_METHODS, morkit.LOOPS,
+            morkit.LLM_BACKENDS, morkit.VERIFIERS, morkit.AGGREGATORS, morkit.DATASETS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
+def test_every_python_example_runs(page, example_files):
+    before = {id(r): set(r.names()) for r in registries()}
+    namespace: dict = {"__name__": "docs"}
+    try:
+        for line, _, body in blocks(page, "python"):
+            try:
+                exec(compile(body, where(page, line), "exec"), namespace)
+            except Exception as exc:  # noqa: BLE001 - name the block that failed
+                pytest.fail(f"{where(page, line)}: {type(exc).__name__}: {exc}\n{body}")
+    finally:  # an example may register its own RM or method; leave every registry as found
+        for registry in registries():
+            for name in set(registry.names()) - before[id(registry)]:
+                registry.unregister(name)
+
+
+def test_the_front_page_shows_the_three_things_users_do():
+    python = [body for _, _, body in blocks(ROOT / "README.md", "python")]
+    assert any("morkit.score(" in b for b in python) and any("build_pool(" in b for b in python)
+    assert any(".rank(" in b for b in python)
