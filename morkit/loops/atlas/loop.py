@@ -1,34 +1,6 @@
 """ATLAS: an orchestrator LLM that explores a problem with fresh, independent solvers, then answers itself.
 
-Paper: Qin, Cao, Xie, "ATLAS: Agentic Test-time Learning-to-Allocate Scaling" (arXiv 2606.01667). The
-orchestrator owns the loop in ONE conversation that holds the evidence: its system prompt (principles,
-actions, solvers with their prices), the problem, then per round its own reply (free-text reasoning ending
-in an ACTION line) and the explore's result, the solver's response WHOLE. The actions:
-
-    ACTION: explore [solver=<name>] [effort=<name>] [prompt=<name>]
-    ADDITIONAL_PROMPT: <free text to the end of the reply>      (optional)
-    ACTION: stop
-    ACTION: give_up
-
-`explore` runs one solver on the ORIGINAL problem (its user message is the problem; the prompting variant and
-the additional prompt go to its system prompt; it sees no other candidate), optionally choosing the solver
-(ATLAS-MM, priced per 1k tokens), a reasoning effort (the solver model's own setting, `reasoning_effort`) and a
-prompting variant. Its whole response and final answer join the conversation (verifier scores only with
-`show_scores`, morkit's addition: see scoring.py). `stop`, or the explore cap or the Budget, ends exploring:
-the orchestrator then writes the final answer in the same conversation (or, with `synthesis="integrator"`, a
-separate stateless call does: the paper's ablation). `give_up` ends the run with an empty answer. Responses
-are kept whole within `pool_tokens`; one that does not fit is left out whole, with a note of how many were.
-
-Parsing is regex-only, never eval: the LAST line starting with `ACTION:` counts (the reasoning above may
-mention actions). Defaults, each recorded in the trace and told to the orchestrator in its next turn:
-- no ACTION line (or a failed orchestrator call): explore with the default solver while fewer than
-  `min_explores` explores ran, else stop;
-- `stop` / `give_up` before `min_explores` explores: explore with the default solver instead;
-- an unknown solver / effort / prompt name: the default solver / no effort / no prompt variant.
-With a call budget, exploring stops while one call is still left for the final answer. If that call fails
-(LLMError, BudgetExhausted, empty text), the answer falls back to the best-verified candidate (scored in one
-call), or without a verifier to the most common final answer.
-"""
+The loop: decide, explore, answer; the ACTION protocol, its defaults and fidelity: docs/loops/atlas.md."""
 
 from __future__ import annotations
 
@@ -70,8 +42,7 @@ class ATLAS:
     """The ATLAS loop: `run(problem)` explores with solvers as the orchestrator directs, then answers.
 
     `solvers` maps names to Solvers (or LLMs, or (llm, params, system, cost) tuples); a single LLM or Solver
-    becomes {"default": ...}. `default_solver` (else the first name) serves defaults. `verifier` (optional)
-    scores the final answer or picks the fallback, and with `show_scores` scores what the orchestrator sees."""
+    becomes {"default": ...}. `default_solver` (else the first name) serves the protocol's defaults."""
 
     name = "atlas"
 

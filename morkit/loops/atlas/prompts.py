@@ -1,16 +1,6 @@
 """What ATLAS's orchestrator (and the integrator of the ablation) reads: its system prompt, each turn, each candidate.
 
-The principles are the paper's published orchestrator prompts (Qin, Cao, Xie, arXiv 2606.01667, Appendix H), in
-its words: one version for plain ATLAS, one for ATLAS-MM (priced solvers), one that offers additional_prompt.
-morkit picks the version by its config (priced solvers: ATLAS-MM; else ADDITIONAL_PROMPT offered: the
-additional_prompt version; else plain ATLAS) and adapts it in marked ways only: the name additional_prompt is
-written ADDITIONAL_PROMPT as in morkit's action syntax; with priced solvers and ADDITIONAL_PROMPT offered, the
-additional_prompt sentence joins ATLAS-MM's principle 3; sentences about giving up go when give_up is off, and
-those asking for written reasoning when reason_first is off; plain ATLAS's principles 1-2 are not legible in
-the text and are taken from ATLAS-MM; two sentences cut off in the text end where they become unreadable.
-The rest (the opening line, the action block, the menus, each turn's text, the final-answer turn, the
-integrator) is morkit's wording: the paper's explore description and finalize instructions are not legible.
-"""
+The principles are the paper's Appendix H, in the version the config matches (docs/loops/atlas.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """ATLAS's data and protocol: configuration, solvers, the orchestrator's ACTION parser, evidence helpers.
 
-Kept apart from the loop (loop.py) and the prompts (prompts.py) so the protocol can be read and tested
-on its own. Paper: Qin, Cao, Xie, "ATLAS: Agentic Test-time Learning-to-Allocate Scaling", arXiv 2606.01667.
-"""
+Kept apart from the loop (loop.py) and the prompts (prompts.py) so the protocol can be read and tested alone."""
 
 from __future__ import annotations
 
@@ -182,9 +180,8 @@ def check_name(name: str) -> None:
 def parse_action(text: str) -> ParsedAction | None:
     """The LAST `ACTION: explore|stop|give_up [key=value ...]` line of a reply, None if there is none.
 
-    The last one counts because the orchestrator reasons first and may mention actions while it weighs them.
-    Keys are lower-cased; a repeated key keeps its first value; other words are ignored. For explore, text after
-    an `ADDITIONAL_PROMPT:` marker below the ACTION line (to the end of the reply) is the additional prompt."""
+    The last counts: the reasoning before it may mention actions. For explore, text after an
+    `ADDITIONAL_PROMPT:` marker below the ACTION line (to the end of the reply) is the additional prompt."""
     matches = list(_ACTION.finditer(text or ""))
     if not matches:
         return None

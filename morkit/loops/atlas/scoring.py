@@ -1,14 +1,6 @@
 """ATLAS's verifier (morkit's addition: the paper has none): what it scores, when, and in how many calls.
 
-Scores that are compared always come from one verify call, unless the verifier declares them absolute
-(morkit.verify.base.scores_are_absolute):
-- `show_scores` off (the paper's setting): no explore is verified;
-- on, with an absolute verifier: each explore is scored once, when it arrives, and shown with it;
-- on, with any other verifier: before each orchestrator turn with new candidates, every candidate so far is
-  re-scored in ONE call and shown as that turn's table (it does not compare with an earlier turn's table);
-- the end: the final answer, or the fallback's pick among the candidates, is scored in ONE call; absolute
-  scores the explores already have are reused, not asked for again.
-"""
+Scores compared come from one call unless the verifier declares them absolute (docs/loops/atlas.md)."""
 
 from __future__ import annotations
 
@@ -67,11 +59,10 @@ def table_line(run: RunState) -> str | None:
 
 def end_scores(verifier: Any, run: RunState, synthesis: str | None,
                answered: Sequence[dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Scores by text of the synthesis (when there is one) or of the candidates (for the fallback), and what the
-    end call scored ([] when no call was made).
+    """Scores by text of the synthesis (or of the candidates, for the fallback), and what the end call scored.
 
-    One call: the synthesis alone when scores are absolute, else beside every candidate (its score means
-    something only next to theirs); for the fallback, every candidate, unless all have absolute scores already."""
+    One call: the synthesis alone when scores are absolute, else beside every candidate; for the fallback,
+    every candidate, unless all have absolute scores already ([] when no call was made)."""
     if verifier is None:
         return {}, []
     absolute = scores_are_absolute(verifier)

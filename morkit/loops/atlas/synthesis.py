@@ -1,9 +1,6 @@
-"""ATLAS's end: give up, or the final answer written by the orchestrator in its own conversation (the paper's
-ATLAS) or by a separate stateless integrator (the paper's ablation), then the fallbacks when that fails.
+"""ATLAS's end: give up, or the final answer by the orchestrator (or the ablation's integrator), then fallbacks.
 
-With a verifier, the final answer (or the fallback's pick among the candidates) is scored in ONE verify call:
-scoring.end_scores says which answers that call holds.
-"""
+With a verifier, the final answer (or the fallback's pick) is scored in ONE call: see scoring.end_scores."""
 
 from __future__ import annotations
 

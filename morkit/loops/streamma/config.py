@@ -1,11 +1,6 @@
 """StreamMAConfig: every setting of a StreamMA run, each a documented field (the CLI's `--set field=value`).
 
-Defaults follow the paper (Yang et al., "Streaming Communication in Multi-Agent Reasoning", arXiv 2606.05158:
-its text and prompt appendix, and the figures of its project page, EnVision-Research/StreamMA) where it says;
-where it is silent the choice is named in the field's comment. The paper's symbols: A agents (`agents`),
-S steps per agent (`steps`), N replicas of the whole system whose final answers are majority-voted (`votes`,
-"Stream x N").
-"""
+Defaults follow the paper where it says; docs/loops/streamma.md lists each setting and its source."""
 
 from __future__ import annotations
 

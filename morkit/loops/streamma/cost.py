@@ -1,21 +1,6 @@
 """Token and KV-cache accounting of a StreamMA run: per call, per agent and in total, with the paper's prices.
 
-The quantities are those of the paper's RunLogger (EnVision-Research/StreamMA): per agent its calls
-("segments"), prompt tokens ("prefill_tokens", cached ones included), the prompt tokens a KV (prefix) cache
-would reuse ("cached_tokens"), the hit ratio reused / prompt, generated tokens ("decode_tokens"), and totals.
-
-Reuse: a stream agent answers upstream steps in turns of one conversation, so call k re-sends call k-1's
-prompt and reply and adds the new upstream step. A cache that keeps call k-1's keys and values reuses
-min(prompt_k, prompt_{k-1} + generated_{k-1}) tokens of call k whenever call k's conversation extends call
-k-1's with its reply (checked on the messages); otherwise (a first call, any serial call) it reuses none.
-`prefilled` = prompt - reused is what must still be computed. Cost, in USD: without a cache every prompt
-token at `price_input`; with one the reused tokens at `price_cached`; generated tokens at `price_output`.
-
-Counts: a backend's own counts when it reports them (`Completion.prompt_tokens/completion_tokens`);
-otherwise the model's tokenizer when the LLM exposes one (LocalLLM: its chat template); otherwise words
-(whitespace-split message contents), a proxy that is exact for scripted LLMs. Each call records how it was
-counted; streams report no counts, so the solver is always counted here.
-"""
+How reuse is found and tokens are counted: docs/loops/streamma.md, "Tokens, KV reuse and cost"."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """StreamMA plumbing without threads or models: who sends to whom, messages, steps, the best available answer.
 
-A `Topology` is a DAG over agents 0..n-1 in which agent 0 (the solver) is the only source; the chain
-0 -> 1 -> ... -> n-1 is the main case. `StepSplitter` cuts a streamed solution into steps at an
-end-of-step marker (by default the paper's END_STEP on a line of its own). `best_available` builds the
-final solution from whatever each agent finished: the final agent's steps, extended by the further steps
-of its nearest ancestors, so nothing computed is lost when an agent stops early. Settings live in `config` (re-exported here), prompts in `prompts`.
-"""
+A `Topology` is a DAG whose only source is agent 0; `StepSplitter` cuts a stream into steps at the marker."""
 
 from __future__ import annotations
 
@@ -158,10 +153,8 @@ class Topology:
 class StepSplitter:
     """Cuts streamed text into steps at `marker` as pieces arrive; steps are stripped, blank ones skipped.
 
-    `line=True` (for a marker without line breaks): a step ends at a line that ends with the marker, the
-    paper's 'END_STEP on its own line' (a line of the marker alone, or a model's step line that ends with
-    it; spaces and markdown emphasis around it are ignored). `line=False`: the marker ends a step wherever
-    it appears."""
+    `line=True`: a step ends at a line that ends with the marker (the paper's 'END_STEP on its own line');
+    `line=False`: wherever the marker appears."""
 
     def __init__(self, marker: str, line: bool = False):
         if not marker:

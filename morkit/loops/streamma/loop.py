@@ -1,34 +1,6 @@
 """StreamMA: agents in a chain (or tree/DAG) that solve and review a problem step by step, pipelined.
 
-The paper: Yang et al., "Streaming Communication in Multi-Agent Reasoning" (arXiv 2606.05158; code
-EnVision-Research/StreamMA). Agent 0 streams its solution; each time a step ends (the paper's END_STEP
-line) that step goes at once to every downstream agent, a reviewer-and-corrector, which answers it in one more
-turn of its conversation: ACCEPT, or ERROR + CORRECTION (`prompts`), and passes forward the most accurate
-version, the original or its correction (`replies`), as soon as it has it, so adjacent agents work at the
-same time on different steps. Authority rises downstream. Every reviewer ends with a summary, which goes
-downstream with its output; the final agent's holds the final answer, which (optionally scored by a
-Verifier) is the run's answer.
-Protocols, on the same agents and prompts: `single` (agent 0 alone), `serial` (the paper's baseline: each
-agent writes its whole response, and the next gets the complete upstream response in one message, tail
-included) and `stream`. `votes` = N runs N independent replicas and majority-votes their final answers
-(the paper's Stream x N). Every call's tokens, the prefix a KV cache would reuse and the cost at the
-paper's prices go to `state["tokens"]` (`cost`).
-
-One thread per agent; edges are bounded queues, so a slow reviewer makes its upstream wait
-(back-pressure), and an `EndOfStream` sentinel closes every edge, also after a failure: a failed agent
-records its error, ends its downstream edges and drains its inboxes, so the others finish with what they
-have and the answer is the best available (see `best_available`). Latencies go to `LoopResult.state`,
-every step's emission, receipt and review to the trace with its time.
-
-A backend that serialises its calls (LocalLLM holds one lock per model for a whole `stream`) leaves
-nothing to overlap: pipelining pays off with one that serves concurrent requests (a vLLM server) or
-with one model per agent.
-
-Modules: `config` (settings), `graph` (topology, messages, step cutting), `prompts` (roles and turns),
-`replies` (reading replies, what is handed on), `run` (the threads and queues of one run), `agentlog` (what
-each agent did), `cost` (tokens and KV reuse), `vote` (Stream x N), this one (the loop, its result and the
-protocol comparison).
-"""
+The loop, its result and the protocol comparison; the algorithm and its fidelity: docs/loops/streamma.md."""
 
 from __future__ import annotations
 

@@ -1,32 +1,6 @@
 """StreamMA's prompts: what each agent is told, and what each of its turns sends it.
 
-The reviewers follow the paper's prompt appendix (its Chain boxes for Agent_B, Agent_C and Agent_D), which is
-legible in part. Its words, used as published (agents named by number here: Agent 2 for Agent_B):
-
-    PAPER  [Topology: Chain A→B→C→D]  You are Agent_C. You receive Agent_B's output.
-           You are a reviewer-and-corrector.  For each step: ...  (cut off; the last agent's: "final quality
-           check briefl...")
-           YOU MUST CORRECT ERRORS: When found, state "ERROR: [description]" then "CORRECTION: [corrected step]"
-           YOU CAN OVERRULE PREVIOUS AGENTS: When you find errors, state ... (the middle agents)
-           YOU HAVE FINAL CORRECTION AUTHORITY: This is the last chance to fix errors. State ... (the last)
-           Pass forward the MOST ACCURATE version (original if correct, your correction if not).  (the
-           middle agents' without the parenthesis)
-           After all steps, provide DETAILED overall summary with thorough analysis and any corrections made.
-           You are responsible for final answer accuracy. FINAL ANSWER: Must directly address the original
-           problem. Base on CORRECTED versions. After all steps, provide DETAILED final answer with thorough
-           analysis.  (the last agent, instead of the two lines before)
-           [Stream only] After your response, output END_STEP on its own line.  (the tag marks a line that only
-           the stream prompts hold; morkit sends the line without it)
-           The original problem is:  (a fragment of the appendix; morkit heads the problem with it)
-
-morkit's words (marked `# morkit` below) complete the cut-off sentence ("check it; if it is correct, write
-ACCEPT"), name the labels its parser reads (ACCEPT, SUMMARY:, 'The answer is N'), and say how steps arrive.
-The solver's box (Agent_A) and the Tree and Graph variants are not legible: the solver's prompt is morkit's,
-with the END_STEP line in the paper's form. `review="rewrite"` and `authority="ranked"` keep morkit's earlier
-prompts (each reviewer writes its own STEP k; each agent is told its level). Both protocols use the same
-system prompts and the same 'Upstream step k (from agent j):' sections; `stream` sends one per user turn as
-each step arrives, `serial` all of them, the complete upstream response, in one message.
-"""
+The paper's words are marked `# PAPER`, morkit's `# morkit`; docs/loops/streamma.md quotes the appendix."""
 
 from __future__ import annotations
 

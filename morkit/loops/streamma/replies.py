@@ -1,11 +1,6 @@
 """Reading a StreamMA reviewer's reply: its verdicts, corrections, steps and summary, and what it hands on.
 
-A reply is read by its labels (ACCEPT, ERROR:, CORRECTION:, STEP k:, SUMMARY:), one block per upstream
-step. Under the paper's review (`review="correct"`) an agent's version of a step is 'the MOST ACCURATE
-version (original if correct, your correction if not)': `version`. Under morkit's earlier protocol
-(`review="rewrite"`) it is the step the agent wrote itself: `own_step`. `forwarded` builds what goes
-downstream for a step.
-"""
+A reply is read by its labels (ACCEPT, ERROR:, CORRECTION:, STEP k:, SUMMARY:), one block per upstream step."""
 
 from __future__ import annotations
 

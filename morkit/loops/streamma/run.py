@@ -1,16 +1,6 @@
 """StreamMA's agents at work: one thread per agent, bounded queues for edges, sentinels, budgets, timing.
 
-`PipelineRun` runs a Topology once. Agent 0 streams its solution and emits each step when its marker
-arrives. Under `stream` each step goes downstream at once, and a downstream agent answers step k from every
-open upstream edge in one more turn of its own conversation (the review protocol of `prompts`: a verdict on
-the upstream step, and its version of the step) and sends it on as soon as it has it; once its upstream has
-ended (each end carries the sender's summary) it writes its own summary in one more turn. Under `serial` an agent
-hands on its steps only when it has finished, and a downstream agent waits for the complete upstream
-response, then answers it in one call. Queues hold `queue_size` steps, so a slow reviewer makes its upstream
-wait. Whatever happens to an agent (done, max_steps, failure, deadline) it ends its downstream edges with an
-`EndOfStream` and drains its inboxes, so no agent waits forever and the others finish with what they have.
-Per-agent counts and times go to an `AgentLog`, every call's tokens to the `Ledger`, every event to the Trace.
-"""
+`PipelineRun` runs a Topology once; every agent closes its edges however it ends, so none waits forever."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Stream x N: a majority vote over the final answers of N independent replicas of the whole system.
 
-The paper's Stream x N / Serial x N (N in {1, 4, 16}) vote the replicas' final answers. Answers are grouped
-by the query kind's answer key (`morkit.question_pool.graders.answer_keys`: math equivalence by default) and
-each replica counts once. The largest group wins; a tie goes to the group that appeared first, and its first
-replica's answer is returned. Replicas with no stated answer abstain; when all abstain the first replica wins.
-"""
+Answers are grouped by the query kind's answer key; ties and abstentions: docs/loops/streamma.md."""
 
 from __future__ import annotations
 
