@@ -1,23 +1,6 @@
-"""Run untrusted (LLM-written, possibly hostile) Python in a separate, isolated subprocess.
+"""Run untrusted (LLM-written, possibly hostile) Python in a separate, isolated process tree, never in this one.
 
-Never runs the code in this process. sandbox_launcher.py (started in its own session) gives each run
-new PID, mount, network, IPC and UTS namespaces: the program sees only its own processes, no
-network, and a new root holding read-only system files, no /proc, a size-capped tmpfs /work as
-cwd and a private /dev/shm; as root it runs under a uid of its own, otherwise in a user namespace.
-Hard resource limits are low, capabilities are gone, and a seccomp filter refuses signals to other processes,
-namespace and mount calls and signal-owner fcntl/ioctl commands. The wall limit is enforced by the
-launcher, which dies with morkit and takes the whole namespace with it, and again by morkit.
-
-`tests=` (assert-style test code): `code` is the candidate, imported as module `solution` in a process
-of its own; the test code, never in a file the candidate can open, runs in the harness's other process,
-which the candidate's code never runs in, calling its functions across a pipe (sandbox_harness.py). The run passes
-only if that process reports, on a pipe with a per-run token, that the tests ran to their end; exiting
-early (even with status 0) fails.
-
-`stdin` is the program's standard input: written to a file beside main.py, which the launcher opens
-read-only on fd 0 and unlinks just before the exec (without it fd 0 is /dev/null: reads give EOF).
-Its size is added to the /work cap, so an input never eats the program's own disk allowance.
-"""
+`run_python` starts sandbox_launcher.py and classifies how the run ended; docs/security.md says what holds."""
 
 from __future__ import annotations
 
@@ -82,10 +65,8 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: byt
                tests: str | None = None) -> SandboxResult:
     """Run `code` as a Python program in a fresh sandbox and classify the outcome.
 
-    With `tests` (assert-style test code), `code` is the candidate: imported as module `solution`, not run
-    as `__main__`, and "passed" needs the harness's report that the tests, run in another process, reached
-    their end (see sandbox_harness.py). `stdin` (str: UTF-8) is what the program reads on fd 0; None gives
-    it /dev/null."""
+    With `tests` (assert-style test code), `code` is the candidate, imported as module `solution`, and "passed"
+    needs the tests, run in another process, to reach their end. `stdin` (str: UTF-8) is fd 0; None: /dev/null."""
     import shutil
     import subprocess
     import tempfile

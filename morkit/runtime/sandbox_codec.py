@@ -1,10 +1,6 @@
 """Plain values between the sandbox harness's two processes: JSON trees of tagged built-in values, framed on pipes.
 
-Standard library only: the launcher runs this file's text in the sandbox ahead of sandbox_harness.py's
-(morkit is not importable there). `encode` turns a value into a tree by its built-in base type (a subclass
-crosses as its plain value; anything else is refused); `decode` rebuilds a tree from built-in types only
-and refuses any tree `encode` could not have made, since the other process may send anything.
-"""
+Standard library only (it runs in the sandbox); `decode` refuses any tree `encode` could not have made."""
 
 import builtins
 import json

@@ -1,21 +1,6 @@
 """The harness inside the sandbox: `python -I -S -B -c <sandbox_codec.py + this file> /work/main.py FDS MARK`.
 
-Standard library only: the launcher hands the two files' text to a fresh interpreter in the sandbox, where
-morkit is not importable. FDS picks how /work/main.py runs:
-
-- none: as a program (`__main__`), reading its input on stdin;
-- TOKEN,REPORT,TESTS: as the candidate of the assert-style tests read from TESTS, in two processes. The
-  harness forks before it reads anything: the child imports the candidate as module `solution` (never
-  `__main__`, so its `if __name__ == "__main__":` block does not run) and answers calls of its functions;
-  the parent, which the candidate's code never runs in, reads the per-run token and the tests, runs the
-  tests in its own untouched interpreter with the candidate's functions behind proxies, and writes the
-  token on REPORT only once the tests ran to their end.
-
-Between the two, only data crosses, as JSON trees of tagged plain values (`encode`, `decode`): a
-function's arguments one way, its answer (or the exception it raised) and its arguments as it left them
-the other. The parent rebuilds each answer from built-in types only, so no object of the candidate's,
-no `__eq__` that always agrees and no patched module or built-in reaches the tests.
-"""
+Without FDS main.py runs as a program; with them it is module `solution`, called by tests in a second process."""
 
 import builtins
 import os

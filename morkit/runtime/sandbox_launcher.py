@@ -1,23 +1,6 @@
 """The sandbox's launcher: `python -I -S -B sandbox_launcher.py CONFIG`, started by morkit in a new session.
 
-Three processes, so that no limit depends on the candidate's goodwill or on morkit staying alive:
-
-- the monitor (this script): dies with the morkit thread that started it (PDEATHSIG), makes new
-  PID, mount, network, IPC and UTS namespaces (and a user namespace when not root), forks the
-  init, kills it at the wall limit, and reports how the run ended on morkit's status pipe;
-- the init (PID 1 of the new PID namespace, dies with the monitor): builds a new root of
-  read-only binds (the interpreter, system libraries, a few /etc files, /dev/null and friends), a
-  size-capped tmpfs /work holding the program and a private tmpfs /dev/shm (no /proc: nothing of any
-  process shows), pivots into it, forks the program and waits for it. When the init exits the kernel
-  kills every process left in the namespace;
-- the program: its own session and, when morkit runs as root, its own unused uid; low hard limits, no
-  capabilities, a seccomp filter, its input (if any) on fd 0 and its test code (if any) on an fd the
-  harness closes before the candidate runs, both unlinked from /work; then exec's Python with the
-  harness (sandbox_harness.py) on /work/main.py.
-
-Standard library only: there is no morkit on the path here. A failure before the exec is reported
-as {"setup": message}, and the program never runs.
-"""
+Monitor, namespace init and program, so no limit depends on the candidate or on morkit staying alive."""
 
 from __future__ import annotations
 
