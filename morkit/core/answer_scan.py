@@ -1,9 +1,6 @@
-"""Linear-time scanners behind answer extraction (`core.grading`): the last balanced \\boxed{}, 'A: x' lines,
-'the answer is x', and calculator annotations `<<...>>`.
-
-Each gives exactly what the plain regular expression it replaces gave, but the regexes retried from every
-start of a long run (of unclosed boxes, blank lines, spaces, '<<') and cost quadratic time, or exponential
-for nested quantifiers; an answer text of a megabyte now takes a fraction of a second.
+r"""Linear-time scanners behind answer extraction (`core.grading`): the last balanced \boxed{}, 'A: x' lines, 'the
+answer is x', calculator annotations `<<...>>`. Each gives exactly what the regex it replaces gave, without that
+regex's quadratic (or exponential) time on long runs.
 """
 
 from __future__ import annotations

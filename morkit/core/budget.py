@@ -1,9 +1,6 @@
-"""A bound on the work of one call, set by whoever waits for it (the reward server's engine thread).
-
-Within `work_bounded(deadline, symbolic_classes)`, on this thread, answer grading compares a new answer
-symbolically with at most `symbolic_classes` classes, and grading or sandbox work past `deadline` (a
-`time.monotonic()` value) raises `DeadlinePassed` instead of going on: the call fails, and no score made
-with part of the work is ever returned. Outside it (the CLI, pools, loops) nothing is bounded.
+"""A bound on the work of one call, set by whoever waits for it (the reward server's engine thread): within
+`work_bounded(deadline, symbolic_classes)` grading compares with at most that many classes, and work past the
+deadline raises `DeadlinePassed`. Outside it nothing is bounded.
 """
 
 from __future__ import annotations

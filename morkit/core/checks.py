@@ -1,7 +1,5 @@
-"""Value checks shared by option dataclasses and the CLI's argument parsing, so both say the same thing.
-
-Each check returns the value (converted where that is lossless) or raises InputError naming `what`:
-a dataclass passes "TMASConfig.epsilon", the CLI passes "--epsilon".
+"""Value checks shared by option dataclasses and the CLI's argument parsing, so both say the same thing: each returns
+the value (converted where lossless) or raises InputError naming `what` ("TMASConfig.epsilon", "--epsilon").
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""One error tree for all of morkit, rooted at MorkitError; `exit_code` is what the CLI exits with.
-
-    MorkitError (exit 1: a runtime failure)
-    ├── InputError (exit 2: bad input; also a ValueError) - names the file and line, flag, option or id
-    │   └── UnknownName - a name no registry knows; lists the known ones
-    ├── UnavailableError - a model, package or weights file that is not on this machine
-    ├── ScoreError - a reward model produced something unusable
-    │   └── PartialScoreError - some pairs of a batch scored, some not (the scores are kept)
-    └── LLMError - a generation that failed after its retries
-
-Every expected failure is one of these, with a one-line message a user can act on.
+"""One error tree for all of morkit, rooted at MorkitError; `exit_code` is what the CLI exits with (InputError 2,
+every other 1). Every expected failure is one of these, with a one-line message a user can act on; the tree is
+drawn on the docs page Scoring and backends.
 """
 
 from __future__ import annotations

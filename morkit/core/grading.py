@@ -1,9 +1,6 @@
-"""Grading math answers: final-answer extraction, equivalence, and the one `is_correct`.
-
-`extract_answer` pulls the final answer out of a worked solution; `answers_equivalent` decides
-whether two answers mean the same value: cheap normalisation and exact rational comparison
-first, then `math_verify` (sympy) for symbolic forms, under a time guard that also works off
-the main thread. Nothing is ever `eval`ed.
+"""Grading math answers: final-answer extraction, equivalence (normalisation and exact rationals first, then
+`math_verify` under a time guard that also works off the main thread), and the one `is_correct`. Nothing is
+ever `eval`ed.
 """
 
 from __future__ import annotations
@@ -112,11 +109,9 @@ def reference_answer(reference: str | None) -> str | None:
 
 
 def is_correct(answer: str | None, reference: str | None, strict: bool = False) -> bool | None:
-    """The one grading rule: whether the answer's final value is equivalent to the reference's.
-
-    With `strict` the answer must state its final answer (\\boxed{x}, '#### x', 'The answer is x',
-    'Final answer: x', a final 'A: x' line); otherwise its last number counts as the answer. None when
-    there is no reference to grade against; an empty answer is never correct."""
+    r"""The one grading rule: whether the answer's final value is equivalent to the reference's. With `strict`
+    the answer must state its final answer (\boxed{x}, '#### x', 'The answer is x', 'Final answer: x', a final
+    'A: x' line), else its last number counts. None without a reference; an empty answer is never correct."""
     if reference is None:
         return None
     return answers_equivalent(extract_answer(answer, strict=strict), reference_answer(reference))
@@ -130,12 +125,10 @@ compared."""
 
 
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
-    """Group final answers by value: each answer's class index (0, 1, ... in order of first appearance),
-    None for a missing answer. An answer joins the first class whose representative it is equivalent to
-    (`answers_equivalent`), found without comparing it with every class: identical normalised answers
-    share a class at once, exact values are looked up in a sorted index, and only classes a symbolic
-    comparison could join are compared (under `core.budget.work_bounded`, at most its `symbolic_classes`).
-    The same classes as comparing with every representative in turn, up to that bound."""
+    """Group final answers by value: each answer's class index (0, 1, ... in order of first appearance), None for
+    a missing one. The same classes as comparing with every class's representative in turn (up to the bound of
+    `core.budget.work_bounded`), found without doing so: by normalised text, a sorted index of exact values, and
+    symbolic comparison only where it could join."""
     cap = budget.current().symbolic_classes
     by_norm: dict[str, int] = {}
     numbers = _NumberIndex()

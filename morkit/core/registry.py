@@ -1,13 +1,6 @@
-"""The one registry pattern of morkit: name -> lazy target plus metadata, for every extension point.
-
-A target is a "package.module:attribute" string, imported only when the entry is loaded, so listing
-a registry never imports torch, vLLM or a model. A target may also be the object itself (handy for
-a class defined in a user's script). Built-in entries are declared in each layer's catalog module;
-`register()` adds one before or after anything was listed, and a name is taken once unless
-`replace=True`.
-
-    from morkit.reward_models.catalog import REWARD_MODELS
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="python")
+"""The one registry pattern of morkit: name -> lazy target ("package.module:attribute", imported only when loaded,
+or the object itself) plus metadata, for every extension point, so listing never imports torch, vLLM or a model.
+`register()` works before or after listing; a name is taken once unless `replace=True`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Every environment variable morkit reads, in one place, with its default.
-
-Values are read when asked for (not frozen at import), so a test or a notebook may set them first.
-Nothing here guesses a folder from where the package happens to be installed.
+"""Every environment variable morkit reads, in one place, with its default (ENVIRONMENT). Values are read when asked
+for, not frozen at import, and no folder is guessed from where the package happens to be installed.
 """
 
 from __future__ import annotations

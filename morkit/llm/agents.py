@@ -1,7 +1,5 @@
 """Agent pools from agents.toml: who answers (name, backend, model, sampling, system prompt), and the aggregator.
-
-Backends are looked up by name in LLM_BACKENDS (morkit.llm.backends); an LLM is built only when first
-used, and agents that name the same backend and model share one instance.
+Backends come from LLM_BACKENDS; an LLM is built when first used, one per (backend, model).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""LLM backends, in LLM_BACKENDS: name -> factory(agent spec) -> LLM, named by `backend` in agents.toml.
-
-A factory reads the fields of an AgentSpec (morkit.llm.agents) it needs: model, base_url, api_key_env,
-timeout, retries, concurrency. Add one with
-
-    LLM_BACKENDS.register("mine", "mypkg.llm:from_agent_spec", "what it talks to")
+"""LLM backends, in LLM_BACKENDS: name -> factory(agent spec) -> LLM, named by `backend` in agents.toml. A factory
+reads the AgentSpec fields it needs; add one with `LLM_BACKENDS.register("mine", "mypkg.llm:from_agent_spec", ...)`.
 """
 
 from __future__ import annotations

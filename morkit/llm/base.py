@@ -1,9 +1,5 @@
-"""Text generation for agents, aggregators and judges: the `LLM` protocol and its plain data types.
-
-A conversation is a list of {"role", "content"} messages (OpenAI chat format). `chat` answers many
-conversations at once (each with `params.n` samples); `stream` yields one conversation's text as it
-is produced. Backends: `openai_compat` (any OpenAI-compatible server, vLLM included) and `local`
-(transformers, the embedded SmolLM2 by default). `ScriptedLLM` replays a function, for tests.
+"""Text generation for agents, aggregators and judges: the `LLM` protocol (`chat` many conversations, `stream` one)
+and its plain data types; `ScriptedLLM` replays a function, for tests. Backends: `openai_compat` and `local`.
 """
 
 from __future__ import annotations
@@ -30,14 +26,9 @@ def sample_count(value: object, what: str) -> int:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """What to generate, and how long the call may take.
-
-    `timeout_s` is the deadline of the whole call, retries included (None: the backend's own limits);
-    a loop passes the time left in its budget here, so no call it makes can outlast the budget. Backends
-    that cannot stop a generation midway (the local one) may ignore it.
-
-    `reasoning_effort` is a reasoning model's own effort setting ("low", "medium", "high", ...), sent only by
-    backends that declare `takes_reasoning_effort` (the OpenAI-compatible one); others ignore it."""
+    """What to generate, and how long the call may take: `timeout_s` is the deadline of the whole call, retries
+    included (None: the backend's own limits), so a loop's calls cannot outlast its budget. `reasoning_effort` is
+    sent only by backends that declare `takes_reasoning_effort`."""
 
     n: int = 1
     temperature: float = 0.7

@@ -1,10 +1,6 @@
-"""An `LLM` run here with transformers: SmolLM2-135M-Instruct from morkit's cached checkpoint by default.
-
-The model loads on first use, once per process and (path, device, dtype), as a resident model
-(morkit.runtime.models) that the SmolLM2 reward models share. `chat` batches every
-conversation's `n` samples together (left padding, at most `max_batch` sequences per `generate`);
-temperature 0 is greedy and deterministic. One lock per loaded model keeps threads from running
-`generate` at the same time. Stop strings go to `generate` and are also cut from the decoded text.
+"""An `LLM` run here with transformers: SmolLM2-135M-Instruct from morkit's cached checkpoint by default, loaded
+once per process as a resident model the SmolLM2 RMs share. `chat` batches every sample (left padding); one lock
+per model; temperature 0 is greedy and deterministic.
 """
 
 from __future__ import annotations
@@ -78,12 +74,9 @@ class LocalLLM:
     @staticmethod
     def _generate_options(lm: LoadedLM, params: SamplingParams, deadline: float | None = None,
                           prompt_tokens: int = 0) -> dict[str, Any]:
-        """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer).
-
-        New tokens stop at the model's context window (a paper's 8,192-token limit on a small model ends
-        there, with finish reason "length"). With a `deadline` (time.monotonic()), generation stops there
-        (`max_time`) and the text so far comes back with finish reason "length" (nothing generated is thrown
-        away)."""
+        """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer). New
+        tokens stop at the model's context window; at `deadline` (time.monotonic()) generation stops (`max_time`)
+        and the text so far comes back with finish reason "length"."""
         from transformers import GenerationConfig
 
         tok = lm.tokenizer

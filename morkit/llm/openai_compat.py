@@ -1,14 +1,6 @@
-"""An `LLM` served by any OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp, OpenAI, ...).
-
-`chat` sends one request per conversation, at most `concurrency` in flight (asyncio + a semaphore),
-each bounded by `timeout`, and all of them by `params.timeout_s` when it is set. Timeouts, connection
-errors, 408/429/5xx answers and malformed replies (not JSON, not labelled JSON, or JSON of the wrong
-shape: indices, texts, usage counts) are retried with exponential backoff; other 4xx answers fail at
-once. Servers that ignore `n` > 1 get follow-up requests for the missing samples. `chat_partial` keeps
-the conversations that succeeded; `chat` raises `ChatError` (an `LLMError`) naming the failed ones.
-`stream` reads server-sent events, each read bounded by `timeout` and the whole stream by
-`stream_timeout` or `params.timeout_s`. Stop strings are also cut here, as a safety net for servers that
-ignore them. Nothing connects until a method is called.
+"""An `LLM` served by any OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp, OpenAI, ...): bounded
+concurrency and timeouts, retries with backoff on transient failures and malformed replies, `chat_partial` keeping
+the successes, SSE `stream`. Nothing connects until a method is called; docs: Scoring and backends, LLM backends.
 """
 
 from __future__ import annotations
@@ -239,11 +231,9 @@ class OpenAIChatLLM:
         return results  # type: ignore[return-value]
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        """Content pieces of one sample from the server's SSE stream; retried only before the first piece.
-
-        `timeout` bounds each read; the whole stream, retries included, ends by `stream_timeout` or
-        `params.timeout_s`, whichever is sooner, so a server that sends only keep-alives cannot hold it.
-        The stream is read on its own thread and event loop; closing this iterator stops it at once."""
+        """Content pieces of one sample from the server's SSE stream; retried only before the first piece. `timeout`
+        bounds each read and `stream_timeout` or `params.timeout_s` (the sooner) the whole stream, so keep-alives
+        cannot hold it; closing this iterator stops it at once."""
         payload = self._payload(conversation, params, 1, params.seed)
         payload["stream"] = True
         seconds = min(self.stream_timeout, params.timeout_s or math.inf)

@@ -1,17 +1,6 @@
 """Which queries a reward model applies to, and the rule that tells a query it skips from a broken one.
 
-An RM declares its domains (None: every domain) and the query fields it needs (one of them must be
-present). For a query and an RM:
-
-1. the query's domain is given and is not one of the RM's domains: the RM does not apply; its score
-   is missing, recorded under the query's `skipped_rms`, and the run goes on;
-2. the query's domain is one of the RM's domains and it lacks every needed field: a data error
-   (`code-tests` on a `domain: code` query without tests), raised as an InputError naming the query;
-3. the query has no domain (or the RM declares no domains) and lacks every needed field: nothing
-   says the query is broken rather than of another kind, so the RM does not apply (rule 1);
-4. otherwise the RM applies.
-
-A domain is what makes a missing field an error: set `domain` on queries to have gaps caught.
+The four rules (a domain is what makes a missing field an error) are on the docs page Scoring and backends.
 """
 
 from __future__ import annotations

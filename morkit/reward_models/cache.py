@@ -1,10 +1,5 @@
-"""A persistent score cache keyed by (RM, question hash, answer hash), so no pair is scored twice.
-
-SQLite in WAL mode: safe for several morkit processes at once, and each batch is committed as soon
-as it is scored, so a later failure loses nothing already computed. Each score of a model RM keeps the
-truncation it was made under (`middle@4096`, `middle@window`; see `fit_holds`): a cut score serves only
-the same truncation again, so changing `--truncation`, `--max-tokens` or `--max-model-len` never returns a
-score that the new setting would make differently.
+"""A persistent score cache keyed by (RM, question hash, answer hash), so no pair is scored twice. SQLite in WAL
+mode, each batch committed as it is scored; each model RM's score keeps the truncation it was made under.
 """
 
 from __future__ import annotations
@@ -32,14 +27,9 @@ LEGACY_COLUMNS = COLUMNS[:-1]  # caches written before scores kept their truncat
 
 
 def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
-    """Whether a score cached under truncation `made` (a `Truncation.signature` such as `middle@4096` or
-    `middle@window`; None: made before signatures were kept) holds under `wanted` (None: the RM never cuts).
-
-    A cut score holds only under the same signature. A whole one holds under the same limit, or under a
-    larger number of tokens than the number it fitted in; `window` stands for the model's own window, which
-    is not compared with numbers (and assumes one checkpoint per cache key). A score from before signatures
-    were kept holds only if it was whole and is wanted under the model's own window (no window is smaller
-    than the defaults of that time)."""
+    """Whether a score cached under truncation `made` (a `Truncation.signature`; None: from before signatures) holds
+    under `wanted` (None: the RM never cuts). A cut score holds only under the same signature; a whole one under
+    the same limit or a larger number; an old one only if whole and wanted under the model's own window."""
     if wanted is None:
         return True
     if made is None:

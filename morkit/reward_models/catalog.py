@@ -1,13 +1,5 @@
 """The reward models morkit knows, in REWARD_MODELS: name -> factory, with an RMSpec saying what each is and needs.
-
-Listing and checking availability import no model code: an entry's spec says which Python packages,
-trained head or weights it needs, and `missing()` looks for them on disk. Add an RM with
-
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="python")
-
-(the keywords are RMSpec fields, morkit.reward_models.spec; the target is called with the RM's options and
-returns an object with `score(pairs)` or `score_query(query)`, see morkit.reward_models.base). How a model RM
-is placed on a backend and loaded there is `resolve` below (morkit.reward_models.handles).
+Listing and checking availability import no model code; `resolve` places a model RM on a backend (handles).
 """
 
 from __future__ import annotations

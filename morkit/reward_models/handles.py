@@ -1,12 +1,5 @@
-"""RM handles: a registered RM placed on one backend, knowing before it loads what its scores will mean.
-
-`place(entry, options)` picks the handle class of the backend the options put the RM on (SCORING_BACKENDS:
-transformers in this process, an offline vLLM engine, vLLM servers, Ray actors; plain code for rules and the
-like) and builds it; `catalog.resolve(name, options)` does the same from a registered name. Before anything
-loads, a handle knows the RM's kind, the key its scores are cached under, the exact truncation it will cut pairs
-with, and the memory it needs; `load()` builds the scorer with that very truncation, so the cache's record of how
-a score was made cannot drift from how it is made. Every backend's handle (morkit.reward_models.backends) shares
-the RMHandle base.
+"""RM handles: a registered RM placed on one backend, knowing before it loads its kind, cache key, truncation and
+memory need; `load()` builds the scorer with that very truncation, so the cache's record cannot drift.
 """
 
 from __future__ import annotations

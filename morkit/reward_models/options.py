@@ -1,14 +1,6 @@
-"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value, by concern.
-
-Model RMs run on one backend: `transformers` (in this process, `TransformersOptions`), `vllm` (an offline
-engine, `VLLMOptions`), or the vLLM servers of `ServerOptions.urls` (which then win over `backend`). With
-`ray` set (`RayOptions`), each model RM's scoring is spread over a Ray cluster instead
-(`reward_models.backends.ray`), one replica per actor, on that backend. Each field means one thing on the
-backend it belongs to.
-
-The CLI's flat flags (`--batch-size`, `--url`, `--tensor-parallel-size`, ...) and their Python names
-(`FLAGS`) build the value through `ScoringOptions.from_flags` / `with_flags`, which refuse a flag that does
-not apply to the chosen backend, naming it.
+"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value grouped by backend.
+The CLI's flat flags (`FLAGS`) build it through `from_flags` / `with_flags`, which refuse a flag that does not
+apply to the chosen backend, naming it.
 """
 
 from __future__ import annotations
@@ -192,11 +184,9 @@ class ScoringOptions:
         return cls().with_flags(**flags)
 
     def with_flags(self, **flags: Any) -> "ScoringOptions":
-        """These options with the flat flags given changed. `batch_size` sets both the transformers forward-pass
-        size and the pairs per server request; `ray`/`ray_workers` set `ray` (None: no Ray). None for a flag
-        whose field cannot be None means "not given". A flag that does not apply to the resulting backend
-        (vLLM-engine flags off `--backend vllm`, `device_map` on it, `batch_size` on the engine without
-        servers, `ray_workers` without `ray`) or an unknown name is an InputError naming it."""
+        """These options with the flat flags given changed (`batch_size` sets the transformers and the server batch).
+        None for a flag whose field cannot be None means "not given". An unknown name, or a flag that does not apply
+        to the resulting backend, is an InputError naming it."""
         unknown = sorted(set(flags) - set(FLAGS))
         if unknown:
             raise InputError(f"unknown scoring option {unknown[0]!r}; known: {', '.join(FLAGS)}")

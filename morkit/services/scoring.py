@@ -27,15 +27,10 @@ def default_cache_path() -> Path:
 
 def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, options: ScoringOptions | None = None,
           cache: ScoreCache | str | os.PathLike | None = None, **option_fields: Any) -> list[Query]:
-    """The queries with every RM's score added to each candidate's `scores` (by RM name).
-
-    `rms`: registered names (`morkit.list_rms()`), names cached in the queries, or RM objects.
-    Options come as a ScoringOptions, or as flat flags over it (`ScoringOptions.with_flags`: `device="cpu"`,
-    `backend="vllm"`, `urls=[...]`, `batch_size=32`, ...).
-    `cache` is an open ScoreCache, a path to one, or None for `options.cache`; scored chunks are stored as
-    they finish. Model RMs run one at a time: each loads when it has pairs the cache lacks, scores them
-    all, and is released before the next one loads. With `ray="auto"` (or a Ray address) each model RM is
-    scored by Ray actors instead, and its batches are stored as they come back."""
+    """The queries with every RM's score added to each candidate's `scores` (by RM name). `rms`: registered names,
+    names cached in the queries, or RM objects; options as a ScoringOptions or flat flags over it (`device="cpu"`,
+    `backend="vllm"`, `ray="auto"`, ...); `cache`: an open ScoreCache, a path, or None for `options.cache`. Model RMs
+    run one at a time; the docs page Scoring and backends says how."""
     options = (options or ScoringOptions()).with_flags(**option_fields)
     with ScoringSession(options, cache=cache) as session:
         return session.score(queries, rms)
@@ -43,11 +38,9 @@ def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, o
 
 def ensure_scores(queries: Sequence[Query], names: Sequence[str], options: ScoringOptions = ScoringOptions(),
                   session: ScoringSession | None = None) -> list[Query]:
-    """Fill in each named RM's score where the queries lack it, by running the registered RM (through the cache),
-    in `session` (else a session of its own over `options`).
-
-    A name that is not registered stays a table of whatever the queries cache (the pool counts the gaps);
-    a name neither registered nor cached anywhere is an error."""
+    """Fill in each named RM's score where the queries lack it, by running the registered RM (through the cache) in
+    `session` (else one over `options`). An unregistered name stays a table of what the queries cache; a name
+    neither registered nor cached anywhere is an error."""
     check_rm_names(names, queries)
     to_run = [n for n in names if n in REWARD_MODELS and any(lacks_scores(q, n) for q in queries)]
     if not to_run:

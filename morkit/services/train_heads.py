@@ -1,8 +1,5 @@
-"""Fit the logistic heads of the embedded ORMs on labelled shared data, and report held-out quality.
-
-Split is by question (seeded), so no question has answers on both sides. Features are pooled
-hidden states of the frozen backbone; they are saved as they are computed, so an interrupted run
-resumes where it stopped.
+"""Fit the logistic heads of the embedded ORMs on labelled shared data, and report held-out quality. The split is
+by question (seeded); frozen-backbone features are saved as computed, so a rerun resumes. Docs: Reward models.
 """
 
 from __future__ import annotations
@@ -111,12 +108,9 @@ def _mean_prr(s: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
 
 
 def _calibrate(s: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
-    """Slope and bias mapping a score to P(correct), with the slope kept positive.
-
-    The slope is fitted on scores centred within each question, so it measures how the score orders
-    a question's answers; fitting it across questions can turn it negative (the direction ranks
-    answers within a question but tracks question difficulty across them), which would flip the
-    ranking. The bias is then fitted with the slope held fixed."""
+    """Slope and bias mapping a score to P(correct), with the slope kept positive. The slope is fitted on scores centred
+    within each question (across questions it can turn negative, tracking difficulty, and flip the ranking); then
+    the bias with the slope held fixed."""
     from scipy.optimize import minimize_scalar
     from sklearn.linear_model import LogisticRegression
 

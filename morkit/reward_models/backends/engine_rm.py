@@ -1,11 +1,6 @@
-"""A registered model RM on a vLLM engine or vLLM servers: what the model needs (`EngineSpec`) and the RM
-that scores with it (`EngineRM`).
-
-A spec holds everything that makes a score that model's score: the exact prompt rendering (the same
-function the transformers adapter uses), the pooling kind, the label, the PRM step tag id taken from
-the tokenizer, how a raw output becomes a Score, which answers never reach the model, and which vLLM
-class runs the checkpoint. The same spec serves the offline engine and remote servers, so one short
-name means one model on every backend.
+"""A registered model RM on a vLLM engine or vLLM servers: what the model needs (`EngineSpec`: rendering, pooling
+kind, label, step tag, how an output becomes a Score, vLLM class) and the RM that scores with it (`EngineRM`).
+One spec serves the offline engine and servers, so one short name means one model on every backend.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The transformers backend core every model-based RM stands on.
-
-Pairs are rendered and tokenised once and cut to fit (morkit.reward_models.truncation), grouped into
-length-sorted batches under a token budget, right padded, and run under inference mode. Every
-sequence is pooled at its own positions, so a pair's score does not depend on its batch-mates.
+"""The transformers backend core every model-based RM stands on: pairs rendered, tokenised and cut once, batched by
+length under a token budget, right padded, and each sequence pooled at its own positions, so a pair's score does
+not depend on its batch-mates.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Base for model RMs: render a pair to token ids, run the backbone, pool hidden states, apply a head.
-
-Like vLLM's pooling models, the model part only turns hidden states into scores; subclasses say
-how to render a pair (`render`), where to read it (`pool`) and what the head computes (`head`).
+"""Base for model RMs: render a pair to token ids, run the backbone, pool hidden states, apply a head. Subclasses
+say how to render a pair (`render`), where to read it (`pool`) and what the head computes (`head`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""What the vLLM backends share: pooling kinds, default prompt rendering, and reading pooled outputs.
-
-Pure Python (no vllm, torch or transformers import at module level), so the offline engine
-(`vllm_backend`) and the HTTP client (`remote`) read a model's output in exactly the same way.
-
-Kinds, and the vLLM pooling task each one asks for:
-
-- ``classify``: a sequence classifier (``*ForSequenceClassification``); one row of ``num_labels``
-  raw logits per prompt; the score is ``row[label]``.
-- ``token_classify``: a token reward model (``Qwen2ForRewardModel``); one row per prompt token;
-  the score is the last token's ``row[label]``.
-- ``step``: a process reward model with STEP pooling; one row per step-tag token; each step's
-  score is ``softmax(row)[label]`` (label 1 = "good step"), and the value reduces the steps.
-- ``embed``: a decoder's raw last-token hidden state (LAST pooling, no normalisation), for RMs whose
-  head morkit applies itself (the embedded SmolLM2 ORM and judge); the RM's own `finish` reads it.
-
-Activation is always turned off at the server/engine and applied here, so a score never depends
-on a vLLM default (which has changed: sigmoid for one-label classifiers, softmax for PRMs).
+"""What the vLLM backends share: pooling kinds (classify, token_classify, step, embed), default prompt rendering,
+and reading pooled outputs with activation applied here, never by a vLLM default. Pure Python, so the engine and
+the HTTP client read a model's output the same way; the kinds are tabled on the docs page Scoring and backends.
 """
 
 from __future__ import annotations

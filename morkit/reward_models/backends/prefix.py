@@ -1,11 +1,6 @@
-"""Question-prefix reuse: a query's candidates share their rendered tokens up to the answer, so that
-prefix runs through the model once and its KV cache serves every candidate.
-
-Only causal decoders qualify (an encoder's prefix states depend on what follows). Pairs are grouped
-by question; a group's shared prefix is the longest common prefix of its token ids (so a BPE merge
-across the question/answer boundary can never make two candidates disagree), cut one token short of
-the shortest member so every candidate keeps at least one token of its own. Each candidate's hidden
-states are the prefix's followed by its own, so pooling sees exactly what the unshared path sees.
+"""Question-prefix reuse: a query's candidates share their rendered tokens up to the answer, so that prefix runs
+through the model once and its KV cache serves every candidate (causal decoders only; the longest common prefix of
+the token ids, one token short of the shortest member). Docs: Scoring and backends, question-prefix reuse.
 """
 
 from __future__ import annotations

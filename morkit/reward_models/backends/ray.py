@@ -1,11 +1,6 @@
-"""Model RMs scored on a Ray cluster: Ray Data spreads the pairs over an actor pool, one RM replica per actor.
-
-The driver never loads the model. `RayHandle.score_batches` sends the pairs the cache lacks (each with its
-index) through `map_batches` over actors that build the RM once, and yields every batch as it finishes,
-so `reward_models.scoring` writes it to the score cache at once and a killed run resumes from there.
-Ray places the actors, restarts a dead one and retries its batches (up to `RESTARTS` times, where Ray Data's
-default is forever); the driver checks that every index comes back exactly once.
-`ray` is imported only when a run uses it.
+"""Model RMs scored on a Ray cluster: Ray Data spreads the pairs the cache lacks over an actor pool, one RM replica
+per actor, and each finished batch goes to the score cache at once. The driver loads no model, restarts are
+bounded by RESTARTS, and every index must come back exactly once; `ray` is imported only when a run uses it.
 """
 
 from __future__ import annotations
@@ -106,12 +101,9 @@ def _quiet_data(ray: Any) -> None:
 
 def replica_resources(options: ScoringOptions, cluster: dict[str, float], workers: int | None = None
                       ) -> tuple[int, dict[str, float]]:
-    """(actors, per-actor resources) for one RM on a cluster with `cluster` resources.
-
-    On GPUs a replica takes what one model needs: `tensor_parallel_size` GPUs on vLLM, else one GPU (a
-    transformers `device_map` spreads over the GPUs its actor is given); actors default to as many as
-    the cluster's GPUs hold. Without GPUs (or with `device="cpu"`) a replica takes no GPU and the
-    cluster's CPUs are split evenly between the actors (default: one actor per node)."""
+    """(actors, per-actor resources) for one RM on a cluster with `cluster` resources: on GPUs, `tensor_parallel_size`
+    GPUs per replica on vLLM, else one, and as many actors as the GPUs hold; without GPUs (or on `device="cpu"`) no
+    GPU, the CPUs split evenly, one actor per node by default."""
     gpus = cluster.get("GPU", 0.0)
     cpus = max(1.0, cluster.get("CPU", 1.0))
     if gpus >= 1 and options.device != "cpu":
@@ -165,11 +157,9 @@ def load_replica(entry: Entry, options: ScoringOptions) -> Any:
 
 
 class RayHandle(RMHandle):
-    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor; the driver
-    loads nothing.
-
-    `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
-    collects them in the pairs' order (for callers that want one list). `pairs_sent` counts what it sent."""
+    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor; the driver loads
+    nothing. `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
+    collects them in order."""
 
     backend = "ray"
     resident_model = False

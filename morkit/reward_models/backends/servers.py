@@ -1,17 +1,6 @@
-"""A reward model served by one or more `vllm serve --runner pooling` servers, over their `/pooling` API, and the
-handle that scores a registered RM on the servers that serve it under its name (`ServerHandle`, `--url`).
-
-Requests go round-robin over the servers (a retry moves to the next one), at most `concurrency`
-in flight at once (asyncio + a semaphore), each with its own timeout. Timeouts, connection
-errors, 5xx/408/429 answers, and malformed replies (not JSON, a content type other than JSON, the
-wrong shape, length or indices, numbers a float cannot hold, non-finite scores) are retried with
-exponential backoff; after the last try the pair is reported as failed by index, while every other
-pair's score is kept: `score_partial` returns both, and `score` raises `RemoteScoringError` (a
-`PartialScoreError`, so `score_queries` caches what did succeed before failing the run). Even an
-unexpected error in one request fails only that request's pairs.
-
-Request (vLLM `PoolingCompletionRequest`): ``{"model", "input", "task", "use_activation": false,
-"encoding_format": "float", "add_special_tokens": false}``; response: ``{"data": [{"index": i, "data": <nested floats>}, ...]}``.
+"""A reward model served by `vllm serve --runner pooling` servers over their `/pooling` API, and the handle that
+scores a registered RM on the servers serving it under its name (`--url`). Requests are bounded, retried with
+backoff, and fail alone: `score_partial` keeps every other pair (docs: Scoring and backends, vLLM servers).
 """
 
 from __future__ import annotations

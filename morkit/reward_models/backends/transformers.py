@@ -1,9 +1,5 @@
-"""Model RMs in this process: the handle that builds an RM's own transformers implementation.
-
-The adapters (the embedded RMs, the CTTS-MM eight) take the device, dtype, device map, batching, prefix reuse
-and the handle's truncation as load options; the model loads when the RM first has to score. A registered RM of
-the `vllm` family (a user's in-process engine) loads here too, as its factory builds it, with no options and
-no truncation of morkit's.
+"""Model RMs in this process: the handle that builds an RM's own transformers implementation with the device, dtype,
+device map, batching, prefix reuse and truncation as load options; the model loads when it first has to score.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """An offline vLLM pooling engine as a reward model (`VLLMRewardModel(model_dir, kind=...)`), and the handle that
-runs a registered RM on one from its EngineSpec (`VLLMEngineHandle`, `--backend vllm`).
-
-Nothing happens at import time: `vllm` is imported, and the engine (`vllm.LLM(runner="pooling")`)
-built, on the first `score` call. vLLM starts its engine in a spawned child process, so a script
-that scores with this backend must do so under ``if __name__ == "__main__":`` (tests are fine).
-
-Kinds (see `pooling_io`): ``classify`` (sequence classifier: raw logit of `label`),
-``token_classify`` (token reward model: the last token's raw value), ``step`` (PRM with STEP
-pooling at `step_token_id`: per-step softmax probability of `label` in `Score.steps`).
-Activation is turned off in the engine (raw logits) and applied here where the kind needs it.
-
-CPU defaults (no CUDA device seen): float32, eager mode, `gpu_memory_utilization=0.2` (on CPU it is
-the share of host memory vLLM reserves for its KV cache); `max_model_len=2048`; all overridable via
-`llm_kwargs` (e.g. `tensor_parallel_size`, `hf_overrides`, `enable_prefix_caching`). A `finish`
-callable replaces the standard reading of a pooled output (pooling_io.to_score), for RMs with their
-own output layout.
+runs a registered RM on one from its EngineSpec (`--backend vllm`). The engine is built on the first `score`, in
+a spawned process (score under `if __name__ == "__main__":`); CPU defaults are on the docs page Scoring and backends.
 """
 
 from __future__ import annotations

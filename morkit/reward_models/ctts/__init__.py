@@ -1,11 +1,6 @@
-"""Exact adapters for the eight reward models of the CTTS-MM paper (see each family module).
-
-This module only describes them (no torch import). `CTTS_MODELS` is the one place their facts live:
-the catalog registers each record under its short name, and each adapter class reads its model id,
-kind and required files from the record of its `name`. A model's context window is its checkpoint's
-`max_position_embeddings`, capped where its model card states a shorter training length (of the eight,
-only Skywork-Reward-V2's card is known to: 16,384 tokens). Weights are found by `weights.locate_weights`
-(explicit `path=`, `$MORKIT_WEIGHTS_DIR/<org>/<name>`, or the Hugging Face cache), never downloaded.
+"""The eight reward models of the CTTS-MM paper, described without importing torch: `CTTS_MODELS` is the one place
+their facts live (id, kind, adapter, size, vLLM pooling and class, trained length), read by the catalog, the
+adapters and the vLLM specs. Each adapter is in its family module; docs: Reward models.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""TIGER-Lab/AceCodeRM-32B: a Qwen2 causal LM with a value head, run as `Qwen2Model` + `v_head.summary`.
-
-The checkpoint holds `model.*`, `lm_head.weight` (unused: the LM logits are never computed) and
-`v_head.summary.{weight,bias}` (searched in every *.safetensors file of the checkpoint, as the value
-head may sit in its own file). Score = value at the last real token (`attention_mask.sum - 1`,
-right padding), a raw unbounded value, so empty answers go through the model (`empty_score = None`).
-Format: [user, assistant] with no explicit system turn: the tokenizer's Qwen template inserts its
-own default system prompt, as in the card.
+"""TIGER-Lab/AceCodeRM-32B: `Qwen2Model` + the value head `v_head.summary`, read at the last real token (a raw
+value, so empty answers reach the model). Format and checkpoint notes: docs page Reward models.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Shared machinery of the CTTS-MM adapters: chat rendering, checkpoint reading, backbone and head loading.
-
-Every adapter builds a transformers backbone class (no trust_remote_code), loads its custom head
-tensors by name from the checkpoint itself (a missing or unexpected head tensor is an error, never
-a random init), renders pairs with the model's own chat template with exactly one BOS and no
-generation prompt, right pads, and runs its head on the pooled hidden states.
+"""Shared machinery of the CTTS-MM adapters: chat rendering with exactly one BOS, checkpoint reading, and a
+transformers backbone plus head tensors loaded by name (missing or unexpected ones are an error, never random).
 """
 
 from __future__ import annotations
@@ -24,12 +20,8 @@ QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within
 
 
 def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
-    """Template text (no generation prompt) -> ids with exactly one leading BOS when the model uses one.
-
-    The template is rendered as text, a leading BOS string is stripped, and the text is tokenised
-    with the tokenizer's own special-token handling; if that adds no BOS but the template had one,
-    it is put back. A second leading BOS is an error (it would silently shift every score).
-    """
+    """Template text (no generation prompt) -> ids with exactly one leading BOS when the model uses one: a BOS string is
+    stripped, the text tokenised, and the BOS put back if tokenising added none. A second leading BOS is an error."""
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=False)
     bos = tokenizer.bos_token
     had_bos = bool(bos) and text.startswith(bos)
@@ -45,12 +37,8 @@ def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[i
 
 
 def load_tokenizer(root: Path) -> Any:
-    """The checkpoint's tokenizer.json used verbatim (as transformers 4 fast tokenizers did).
-
-    transformers 5's AutoTokenizer may pick a model-specific class (from config.json's model type)
-    that rebuilds the pre-tokenizer and BOS handling instead of reading them from tokenizer.json;
-    the file is what the model was trained with, so it wins. Without one, AutoTokenizer decides.
-    """
+    """The checkpoint's tokenizer.json used verbatim (as transformers 4 fast tokenizers did), since transformers 5's
+    AutoTokenizer may rebuild its pre-tokenizer and BOS handling; without one, AutoTokenizer decides."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if (root / "tokenizer.json").is_file():

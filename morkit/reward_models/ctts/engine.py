@@ -1,8 +1,5 @@
-"""EngineSpecs for the eight CTTS-MM RMs: the adapter's own rendering and head facts, for vLLM and servers.
-
-vLLM's classes run Qwen2.5-Math-RM (token_classify: the last token's logit), Qwen2.5-Math-PRM (STEP
-pooling at the tokenizer's `<extra_0>` id; vLLM returns no rows for a tag id the prompt lacks) and the
-two Skywork sequence classifiers; morkit's classes (`vllm_models`) run INF-ORM, LDL, QRM and AceCode.
+"""EngineSpecs for the eight CTTS-MM RMs: the adapter's own rendering and head facts, for vLLM and servers. vLLM's
+classes run Qwen2.5-Math-RM, -PRM and the two Skyworks; morkit's (`vllm_models`) run INF-ORM, LDL, QRM, AceCode.
 """
 
 from __future__ import annotations

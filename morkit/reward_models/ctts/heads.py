@@ -1,7 +1,5 @@
-"""Custom head modules of the CTTS-MM reward models, with the parameter names their checkpoints use.
-
-Each head maps pooled hidden rows to the model's outputs; none is ever randomly initialised in
-use: the adapters fill them with `common.load_strict`, which refuses missing or unexpected tensors.
+"""Custom head modules of the CTTS-MM reward models, with the parameter names their checkpoints use. None is ever
+randomly initialised in use: `common.load_strict` refuses missing or unexpected tensors.
 """
 
 from __future__ import annotations

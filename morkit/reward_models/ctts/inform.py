@@ -1,10 +1,5 @@
-"""infly/INF-ORM-Llama3.1-70B: `LlamaModel` + `score` MLP (Linear(h,h) -> ReLU -> Linear(h,1)).
-
-The card's INFORMForSequenceClassification is reproduced without its code: backbone `model.*`,
-head tensors `score.0.*` / `score.2.*`. Pooling follows the reference exactly: the token before
-the first `config.pad_token_id` (the last real token when the pad id does not occur in the text).
-Format: Llama-3.1 chat [user, assistant], one BOS. Score = raw logit, so empty answers go through
-the model (`empty_score = None`).
+"""infly/INF-ORM-Llama3.1-70B: `LlamaModel` + the `score` MLP (Linear(h,h) -> ReLU -> Linear(h,1)), pooled at the
+token before the first pad id as in the reference; a raw logit. Details: docs page Reward models.
 """
 
 from __future__ import annotations

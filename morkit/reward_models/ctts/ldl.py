@@ -1,12 +1,5 @@
-"""ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1: `Gemma2Model` + label-distribution heads from two .pt files.
-
-The backbone is a plain Gemma2Model checkpoint; the heads are not in the safetensors but in
-`regression_layer.pt` (MLP -> 22 x 10-bin distributions) and `gating_layer.pt` (MLP -> 22 weights),
-read with `torch.load(weights_only=True)` and kept in fp32 (the reference runs them under fp32
-autocast). Their layer sizes are read off the tensors; every tensor must fit the module exactly.
-Pooling: the token before the first `config.pad_token_id` (reference rule). Score = expectation of
-the gated mixture distribution over linspace(0, 1, 10): a value in [0, 1], so an empty answer is
-not shown to the model and scores 0.0 (`empty_score`). Format: Gemma chat [user, assistant], one BOS.
+"""ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1: `Gemma2Model` + label-distribution heads from two .pt files (fp32); the
+score is the gated mixture's expectation over linspace(0, 1, 10). Details: docs page Reward models.
 """
 
 from __future__ import annotations

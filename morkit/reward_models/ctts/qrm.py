@@ -1,18 +1,5 @@
-"""nicolinho/QRM-Gemma-2-27B: quantile RM on `Gemma2Model`, heads loaded by name, no remote code.
-
-Heads (names as in the QRM reference code; the Gemma repo's names are unconfirmed and checked at
-load): `regression_layer` (Linear(h, O*Q), no bias), `gating` (3 x Linear-ReLU-BatchNorm, Linear,
-softmax(x / T) * logit_scale) and `reward_transform_matrix` (O x O). Sizes come from the config
-(`num_objectives`, `num_quantiles`, `gating_temperature`, `gating_hidden_dim`, `gating_n_hidden`).
-Heads run in fp32 (the reference runs them under fp32 autocast).
-
-The reward is read at the token before the first `config.pad_token_id` (last real token), the
-gate at the last occurrence of the assistant-turn header "<end_of_turn>\\n<start_of_turn>model\\n"
-(ids from the tokenizer; a pair without it is an error, as in the reference). Score = gate-weighted
-mean over objectives of each objective's quantile mean: unbounded, so empty answers go through the
-model (`empty_score = None`). `Score.extra` keeps `quantiles` (Q values), `quantile_levels` and the
-per-objective `rewards`. The reference's repeat-based quantile mixing only type-checks when O == Q;
-here it is computed as sum_o gate_o * adjusted[q, o], which is what it computes in that case.
+"""nicolinho/QRM-Gemma-2-27B: a quantile RM on `Gemma2Model`, heads loaded by name, no remote code; the score is the
+gate-weighted mean of quantile means, with the quantiles in `Score.extra`. Details: docs page Reward models.
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
-"""Qwen/Qwen2.5-Math-RM-72B (ORM) and Qwen/Qwen2.5-Math-PRM-7B (PRM) on a plain `Qwen2Model`.
-
-Both checkpoints hold `model.*` (the Qwen2 backbone) and a `score` MLP (`score.0`, `score.2`:
-Linear(h,h) -> ReLU -> Linear(h,1 or 2)); their remote code is never run.
-
-Format (model cards): system "Please reason step by step, and put your final answer within
-\\boxed{}.", user = question, assistant = answer; rendered by the tokenizer's chat template with no
-generation prompt (the Qwen tokenizer has no BOS). Scales: the RM's value is a raw logit read at the
-last token (pooling inside the remote code is unconfirmed; last real token assumed), so empty
-answers go through the model (`empty_score = None`). The PRM's steps are probabilities: the answer
-is split on blank lines ("\\n\\n"; each step stripped, empty ones dropped), steps are joined by
-`<extra_0>` with a trailing one, and each step's score is softmax(2 logits)[1] at its `<extra_0>`
-(found by the tokenizer's id for that token). `Score.value` reduces the steps (min by default;
-last, mean, prod). An empty answer is not shown to the PRM: it scores 0.0 with one 0.0 step.
+"""Qwen/Qwen2.5-Math-RM-72B (ORM, raw logit at the last token) and Qwen/Qwen2.5-Math-PRM-7B (PRM, P(good) per step
+at each step tag) on a plain `Qwen2Model` with their `score` MLP. Format and steps: docs page Reward models.
 """
 
 from __future__ import annotations

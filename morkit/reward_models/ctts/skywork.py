@@ -1,11 +1,5 @@
-"""Skywork/Skywork-Reward-Gemma-2-27B and Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M.
-
-Both checkpoints are stock `*ForSequenceClassification` (num_labels=1): backbone `model.*` plus
-`score.weight` (Linear(h,1), no bias), loaded here as `Gemma2Model` / `LlamaModel` + that tensor.
-Score = raw Bradley-Terry logit at the last real token (right padding), so empty answers go through
-the model (`empty_score = None`). Format: [user, assistant] in the tokenizer's chat template, no
-system prompt (Gemma has no system role; Skywork V2's card asks for none), exactly one BOS.
-Gemma-2 runs with eager attention by default: the card warns that sdpa degrades this model.
+"""Skywork/Skywork-Reward-Gemma-2-27B and Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M: stock sequence classifiers
+(backbone + `score.weight`), a raw Bradley-Terry logit at the last real token. Details: docs page Reward models.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""vLLM model classes for the four CTTS-MM reward models vLLM has no class for: INF-ORM, LDL, QRM, AceCode.
-
-Each is vLLM's own backbone (LlamaModel, Gemma2Model, Qwen2Model) plus morkit's head for that model,
-the same module and the same strict loader the transformers adapter uses (`CttsRM.build_head`), so
-the two backends cannot drift apart. The head reads the checkpoint directory itself (safetensors
-tensors by name, or LDL's .pt files); the backbone's weights come through vLLM's loader.
-
-The pooler is vLLM's classify pooler (LAST token, activation switchable per request; morkit turns it
-off) with the head as classifier, so prefix caching works. QRM also needs the hidden state at the
-assistant-turn header: its pooling reads each prompt's token ids and needs the whole prompt computed
-in one step (no prefix caching or chunked prefill for it; morkit's spec turns both off).
-
-This module imports vLLM; only vLLM imports it, through the registrations in `vllm_plugin`.
+"""vLLM model classes for the four CTTS-MM RMs vLLM has no class for (INF-ORM, LDL, QRM, AceCode): vLLM's backbone
+plus the adapter's own head and strict loader, so the backends cannot drift apart. Only vLLM imports this module.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""morkit's vLLM plugin: registers the out-of-tree reward model classes (see `vllm_models`) with vLLM.
-
-Installed as the `vllm.general_plugins` entry point `morkit`, so every vLLM process loads it: an
-offline engine's spawned workers, `vllm serve`, and remote workers where morkit is installed. The
-classes are registered by "module:Class" path, so nothing heavy is imported until vLLM builds one.
+"""morkit's vLLM plugin (entry point `vllm.general_plugins`: `morkit`): registers the out-of-tree reward model classes
+of `vllm_models` by "module:Class" path in every vLLM process where morkit is installed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Reward models that run here with no download: a SmolLM2 ORM, a SmolLM2 yes/no judge, a MiniLM probe.
-
-All three report a probability in [0, 1]. Their backbones are the process's resident models
-(morkit.runtime.models): the SmolLM2 RMs share one copy with the local LLM, the probe with the embedder.
+"""Reward models that run here with no download: a SmolLM2 ORM, a SmolLM2 yes/no judge, a MiniLM probe. All three
+give a probability in [0, 1]; their backbones are the process's resident models (morkit.runtime.models).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The code-tests rule (kind "rule"): 1 when a candidate program passes the query's tests, else 0, without a model.
-
-CodeTests runs each candidate in a sandboxed subprocess with assert-style test code (`tests`), stdin/stdout
-tests (`extra["stdio_tests"]`), or both.
+"""The code-tests rule (kind "rule"): 1 when a candidate program passes the query's tests (`tests`, `stdio_tests` or
+both) in a sandboxed subprocess, else 0, without a model.
 """
 
 from __future__ import annotations
@@ -28,11 +26,8 @@ _NOT_RUN = SandboxResult("failed", None, "", "empty answer: not run", 0.0)
 
 
 def stdio_output_matches(output: str, expected: str) -> bool:
-    """LiveCodeBench's stdin/stdout comparison (lcb_runner/evaluation/testing_util.py, grade_stdio).
-
-    Both texts lose leading and trailing whitespace, then are split at "\\n" and each line is stripped at both
-    ends; the line counts must agree, and each pair of lines must be equal, or else both split (at
-    whitespace) into numbers that are equal as Decimals ("1.0" matches "1", "0.50" matches ".5")."""
+    """LiveCodeBench's stdin/stdout comparison (grade_stdio): stripped texts, stripped lines, equal line counts, and
+    each pair of lines equal as text or as Decimal numbers ("1.0" matches "1")."""
     mine, theirs = _stripped_lines(output), _stripped_lines(expected)
     return len(mine) == len(theirs) and all(a == b or _same_numbers(a, b) for a, b in zip(mine, theirs))
 
@@ -63,13 +58,9 @@ def stdio_tests(query: Query) -> list[dict[str, str]] | None:
 
 def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: SandboxLimits,
                     bound: budget.WorkBound = budget.WorkBound()) -> SandboxResult:
-    """Run `program` once per test, in its own sandbox with the test's input on stdin, until one fails.
-
-    A test passes when the program exits 0 within `limits` and its stdout matches the expected output
-    (stdio_output_matches). The result is the failing test's (a wrong answer: status "failed" with the
-    reason appended to stderr), else the last test's. The output cap is raised to twice the expected
-    output's size (plus 4 KiB) where that is more, so a long right answer is never cut. Each run first checks
-    `bound` (DeadlinePassed once its deadline has passed)."""
+    """Run `program` once per test, each in its own sandbox with the test's input on stdin, until one fails; the result
+    is the failing test's, else the last one's. The output cap grows to fit twice the expected output (plus 4 KiB);
+    each run first checks `bound`."""
     result = _NOT_RUN
     for number, test in enumerate(tests, start=1):
         bound.check()
@@ -84,11 +75,9 @@ def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: Sa
 
 
 def prompt_helpers(question: str) -> str:
-    """The imports and finished functions a code prompt defines for the tests to use (HumanEval/32's `poly`,
-    /38's `encode_cyclic`), as source to run in the tests' namespace after the candidate's names, so that a
-    candidate cannot redefine what its tests rely on. A function whose body is only a docstring, `pass`,
-    `...` or `raise NotImplementedError` (and imports) is the one to write, and stays the candidate's. ''
-    for prose."""
+    """The imports and finished functions a code prompt defines for its tests (HumanEval/32's `poly`), as source to run
+    after the candidate's names so a candidate cannot redefine them; a function with a stub body is the candidate's
+    to write. '' for prose."""
     import ast
 
     if len(question) > 100_000 or "def " not in question:
@@ -114,17 +103,9 @@ def _is_stub(function: Any) -> bool:
 
 @dataclass(frozen=True)
 class CodeTests:
-    """Test verifier: 1.0 if the candidate program passes all of its query's tests in the sandbox, else 0.0.
-
-    The program is the answer's last fenced ```python block when it has one, else the whole text.
-    Two kinds of tests, either or both: `query.tests`, assert-style Python test code that must run to its
-    end against the candidate imported as module `solution` (its `__main__` block does not run), out of
-    its reach: in no file, in a process of their own that takes only plain built-in values from its
-    functions (runtime/sandbox_harness.py), with the finished helpers of its prompt (`prompt_helpers`);
-    and `extra["stdio_tests"]`, inputs the candidate, run as a program, reads on stdin, each in its own
-    sandbox, whose stdout must match the expected output (LiveCodeBench's comparison,
-    `stdio_output_matches`); a candidate stops at its first failed test. Exiting early, even with status 0, fails the test code; a stdin/stdout test only needs
-    exit 0."""
+    """Test verifier: 1.0 if the candidate program (its last fenced python block, else the whole text) passes all of its
+    query's tests in the sandbox, else 0.0: test code against the candidate imported as `solution`, in a process of
+    its own, and stdin/stdout tests compared as LiveCodeBench does. Docs: Reward models, code-tests."""
 
     name: str = "code-tests"
     limits: SandboxLimits = SandboxLimits()
@@ -155,15 +136,9 @@ class CodeTests:
 
     @property
     def cache_key(self) -> str:
-        """Version 4: test code runs in a process of its own, against the candidate imported as `solution` in
-        another (version 3 ran both in one file as `__main__`, where trace hooks, frames, patched built-ins
-        or an answer whose `__eq__` always agrees passed wrong programs, and main blocks failed right ones).
-        Version 3: the program is the answer's last fenced code block when it has one (version 2 ran the
-        whole text, so an LLM's fenced answer always failed); version 2: a run counts only if its tests ran
-        to their end (version 1 accepted any exit 0).
-
-        Stdin/stdout tests did not bump it: they extend the cache context (see there), and queries
-        with test code only keep the context, and the meaning, their scores were cached under."""
+        """Version 4: test code runs in its own process against the candidate imported as `solution`; 3: the last fenced
+        code block is the program; 2: a run counts only if its tests ran to their end. The versions' reasons are on the
+        docs page Reward models."""
         return f"{self.name}@4"
 
     def score_query(self, query: Query) -> list[Score]:

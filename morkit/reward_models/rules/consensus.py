@@ -13,12 +13,8 @@ from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
 
 
 def consensus_scores(texts: Sequence[str | None]) -> list[float]:
-    """Each text's share of all texts whose final answer is equivalent to its own.
-
-    Answers are grouped into equivalence classes by comparing with one representative per
-    class (identical normalised answers skip the comparison); empty texts score
-    EMPTY_ANSWER_SCORE, texts without an extractable answer 0. The denominator is len(texts).
-    """
+    """Each text's share of all texts whose final answer is equivalent to its own (the denominator is len(texts)).
+    Empty texts score EMPTY_ANSWER_SCORE, texts without an extractable answer 0."""
     n = len(texts)
     answers = [None if is_empty_answer(t) else extract_answer(t) for t in texts]
     cls = equivalence_classes(answers)
