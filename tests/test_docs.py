@@ -77,9 +77,15 @@ def commands(body: str) -> list[list[str]]:
 
 
 def check_morkit(argv: list[str]) -> None:
+    """Parse with the real CLI parser; every `--rm NAME` must be a registered RM."""
     from morkit.cli.main import build_parser
+    from morkit.reward_models.catalog import REWARD_MODELS
 
-    build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    named = getattr(args, "rm", None) or []
+    named = [named] if isinstance(named, str) else named
+    unknown = [name for name in named if name not in REWARD_MODELS]
+    assert not unknown, f"--rm {unknown} is not a registered RM"
 
 
 def check_script(path: Path, argv: list[str], monkeypatch) -> None:
