@@ -1,14 +1,6 @@
-"""morkit: reward-model ensembles and per-query routing for test-time scaling.
-
-    import morkit
-
-    queries = morkit.load_queries("candidates.jsonl")
-    scored = morkit.score(queries, rms=["smollm2-orm", "math-consensus"])
-    pool = morkit.build_pool(morkit.load_queries("validation.jsonl"), rms=["smollm2-orm", "math-consensus"])
-    ranking = morkit.Selector(pool).rank(scored[0])
-
-Every name below is imported on first use (PEP 562), so `import morkit` loads no model, torch or vLLM.
-ARCHITECTURE.md says where each piece lives and where a new reward model, method or loop goes.
+"""morkit: reward-model ensembles and per-query routing for test-time scaling, e.g.
+`morkit.rank(morkit.load_queries("queries.jsonl"), morkit.load_pool("pools/mine"))`. Every name is imported on
+first use (PEP 562), so `import morkit` loads no model, torch or vLLM.
 """
 
 from __future__ import annotations

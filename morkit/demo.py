@@ -1,11 +1,6 @@
 """`morkit demo`: what morkit does, offline on a CPU, in about two minutes.
 
-1. Routing on real cached scores: 22 reward models and LLM judges scored 10 solutions of each of 383
-   MATH problems (RewardMATH, packaged). A pool is built from most problems; on the held-out rest,
-   morkit's per-query selection picks answers, against the best single RM chosen on the pool.
-2. The live path with models that run here: the embedded RMs score a packaged sample, a pool of the
-   scored math questions picks each new question's ensemble (PRES), local SmolLM2 agents answer,
-   and Agent Collaboration Search builds the final answer, every step traced.
+1. Routing on the real cached scores of 22 RMs (RewardMATH); 2. live: embedded RMs, a PRES pool, SmolLM2 agents, ACS.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Argument parsing the verbs share: a parser whose errors are one line, checked value types, option groups.
 
 Value types reuse morkit.core.checks, so `--chunk 0` and `ScoringOptions.from_flags(chunk=0)` say the same thing.
-Each option group has a function that turns the parsed flags into the typed options a service takes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """`morkit loop NAME`: run a test-time-scaling loop per query with morkit's verifier.
 
-Offline by default: every role is the embedded SmolLM2 (the packaged agents.toml) and the verifier is
-an LLM critic; with --pool, each query's MoR ensemble verifies (--verifier both adds the critic).
+Offline by default (the packaged SmolLM2 agents, an LLM critic); --pool verifies with each query's MoR ensemble.
 """
 
 from __future__ import annotations

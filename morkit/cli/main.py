@@ -1,7 +1,6 @@
 """The `morkit` command line: each verb parses its flags into typed options, calls a service, and prints.
 
-Exit codes: 0 ok, 1 runtime failure, 2 bad input. Every expected failure is one line on stderr
-(`morkit: error: ...`); -v adds the traceback. A closed output pipe (`morkit pool info P | head`) ends quietly.
+Exit codes: 0 ok, 1 runtime failure, 2 bad input; every expected failure is one line on stderr (-v: the traceback).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """A TRL reward function backed by a pool's routed RM ensemble: `GRPOTrainer(reward_funcs=routed_reward(...))`.
 
-TRL's GRPOTrainer calls each reward function as `f(prompts=..., completions=..., completion_ids=..., **columns)`
-(dataset columns repeated per generation, newer versions add `trainer_state`) and expects one float (or
-None) per completion. Prompts and completions are strings, or conversations (lists of
-{"role", "content"} messages): the question is the prompt's last user message, the answer the completion's
-text. A prompt's completions are scored together as one query, as GRPO groups them. The scores come from
-the same engine as `morkit serve`, either in this process or from a running server (`url=`, with the
-server's API key as a bearer token), so both give the same rewards. TRL itself is not needed to build or
-call the function.
+It scores in this process or through `morkit serve`: the same engine, so the same rewards. TRL itself is not needed.
 """
 
 from __future__ import annotations
@@ -23,12 +16,8 @@ from morkit.llm.base import message_text
 class RoutedReward:
     """A GRPO reward function: each completion's score under its prompt's routed ensemble.
 
-    Backed by an in-process `RoutingEngine` (built on first call from `pool` and the options) or by a
-    `morkit serve` URL (an httpx client built on first call; one call's requests, of at most
-    `max_request_items` completions each, a prompt's completions together, have `timeout_s` in all, retries
-    on connection errors and 503/504 included (`retries` at most); `api_key`, default $MORKIT_API_KEY, is
-    sent as `Authorization: Bearer KEY`). `reference_column` names a dataset column whose value becomes the query's
-    reference answer (default: none)."""
+    Backed by exactly one of `pool` (an in-process RoutingEngine, built on first call), `engine`, or `url` (a
+    `morkit serve` server, sent `api_key` as a bearer token); docs/serving.md lists the options and defaults."""
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
                  select: Any = None, scoring: Any = None, rms: Sequence[str] = (),

@@ -1,26 +1,6 @@
 """The pipeline's config file (TOML): benchmarks and their splits, agents, pool RMs, scoring and search.
 
-    workdir = "runs/first"          # every stage's output; relative paths are from this file's folder
-    agents = "agents.toml"          # omitted: the packaged offline SmolLM2 agents
-    n = 1                           # samples per agent and question (default: each agent's own n)
-    rms = ["smollm2-orm", "math-consensus"]
-    search = ["acs"]                # search methods on the test split ([] for none)
-    aggregator = "llm"              # how ACS aggregates a set of answers: llm, vote or best
-    strict_grading = true           # a math answer must state its final answer (false: its last number counts)
-    [scoring]                       # the scoring flags, flat (backend, device, dtype, urls, batch_size, ...)
-    [pool]                          # PoolConfig fields (normalizer, max_members, ...) and embedder
-    [[benchmark]]
-    name = "gsm8k"
-    data = "gsm8k_test"             # a registered data set or a JSONL file
-    validation = 8                  # questions for the pool ...
-    test = 4                        # ... and, disjoint from them, questions to rank and search
-
-A benchmark may instead name `validation_data` and `test_data` (data sets or files); the counts then
-cap each. Questions are drawn with a seeded shuffle (`seed`), so a split is the same on every run.
-Relative paths in the file (workdir, agents, data files) are from the file's folder.
-
-`load_config` checks what the file says (keys, types, ranges); `check_config` what it names (reward models,
-the device, the agents file), before the pipeline's first stage: a config that would fail spends nothing.
+`load_config` checks what the file says, `check_config` what it names, before the first stage (docs/pipeline.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
-"""The pipeline's comparison on the test split, per benchmark: accuracy and cost of each way to pick an answer.
-
-- oracle: some candidate is correct (pass@N), the ceiling of every method below;
-- best single agent: the agent most accurate on the benchmark's validation questions, one sample;
-- majority vote: the answer most candidates agree with (equivalent math answers, option letter, or program);
-- best-of-N with the best single RM: the RM whose top pick is most often correct on validation;
-- MoR rank: the pool's per-query ensemble picks (morkit rank);
-- each search method (ACS, ...): its final answer, graded by the benchmark's grader.
-
-Grading is strict by default (`strict_grading` in the config): a math answer must state its final
-answer, as the label stage's math grader demands. With `strict_grading = false` an answer's last number
-counts too, and the math candidates of both splits are regraded that way here, so every method is
-graded alike. Choices made on validation (which agent, which RM) never look at test labels. Costs count the test
-split only: generation tokens, LLM calls and seconds of the agents a method uses (the best agent: one
-sample's share), plus the RM seconds of the RMs it uses (each RM's scoring time split evenly over
-the test questions) and its own LLM and RM work.
+"""The pipeline's comparison on the test split, per benchmark: accuracy and cost of each way to pick an answer
+(oracle, best single agent, majority vote, best-of-N with the best RM, MoR rank, each search method).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """What each pipeline stage's key is made of, so that a stage is kept only when nothing that shapes its output changed.
 
-A stage's key hashes its inputs' keys and its settings. Settings enter whole (every field of their options
-dataclass), minus a short, named list of fields that cannot change the output, so that an option added
-later is in the key without anyone remembering to add it. Generated answers carry keys of their own
-(`services.generating.answer_key`): a rerun of the generate stage reuses only answers asked the same way.
+Settings enter whole, minus a named list of fields that cannot change the output, so a new option is in the key.
 """
 
 from __future__ import annotations

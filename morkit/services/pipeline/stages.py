@@ -1,12 +1,6 @@
 """The CTTS-MM flow as resumable stages: split, generate, label, score, pool, then the same on test, rank, search.
 
-Each stage writes one output in the workdir, atomically, and records in `run.json` the key it was made
-under (a hash of everything in the config that can change its output and the keys of the stages before
-it, `pipeline.keys`) and how long it took. A rerun skips every stage whose output exists under the same key,
-and redoes a stage whose inputs changed (and so everything after it). Within a stage, `generate` reuses
-only answers asked the same way (each answer's own key) and resumes from its `.partial` log, `search` from
-its own, and scores come from the score cache, so an interrupted stage loses only what was in flight.
-The whole config is checked (`config.check_config`) and the benchmarks split before anything is written.
+Each stage writes one output and records its key in run.json; a rerun keeps every stage whose key is unchanged.
 """
 
 from __future__ import annotations

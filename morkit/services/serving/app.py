@@ -1,12 +1,6 @@
 """The HTTP app of `morkit serve` (FastAPI): /v1/rank, OpenRLHF's /get_reward, /health and /metrics.
 
-Every scoring request goes through one micro-batcher into the engine. Limits are enforced where input
-enters, before any work: an API key (401, every route but /health), the body size before reading (413),
-the bytes of bodies held at once (503 with Retry-After, never queued), the items, candidates and text of
-one request (400/413, checked on the decoded JSON before any query is built), a bounded queue (503), and
-one deadline for the whole request, reading its body included (408, 504). Bodies are decoded and parsed
-on a worker thread, so the event loop (and /health) keeps answering. A bad body is a 400 with a one-line
-reason. A request that times out or whose client disconnects leaves the queue at once.
+Every limit is enforced where input enters, before any work (docs/serving.md lists each and its answer).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' `Request` annotation at run time
@@ -155,8 +149,7 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
     """The FastAPI app over `engine` (a RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`).
 
     With `api_key`, every route but /health needs it as a bearer token. On SIGTERM the server sets
-    `app.state.stop_by` (a time.monotonic() deadline: now + grace) and `app.state.closing`: requests still
-    waiting at 0.7 of the grace are answered 503, and the batcher gets what is left to let the engine finish."""
+    `app.state.stop_by` and `app.state.closing`: requests still waiting at 0.7 of the grace are answered 503."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 

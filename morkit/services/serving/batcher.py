@@ -1,14 +1,5 @@
-"""A micro-batcher: concurrent requests queue up, and one worker hands them to the engine in batches.
-
-The queue is bounded (a full queue raises `Overloaded`, which the server answers with 503). The worker
-takes the first waiting item, then whatever else arrives within `max_wait_ms` (up to `max_batch`), and runs
-the synchronous engine call in one dedicated thread, so models are only ever used by that thread. An item
-whose future is cancelled (its client went away, or its deadline passed) leaves the queue at once and
-gives back its byte reservation; one cancelled while the engine runs it is dropped when the call returns.
-Items may carry a deadline: past the latest one of a batch, nobody waits for its results, and the engine's
-grading and sandbox runs raise DeadlinePassed rather than go on (`core.budget.work_bounded`). The engine
-thread is a daemon: `stop` waits for it at most its timeout, so a hung model call cannot keep the process
-alive.
+"""A micro-batcher: concurrent requests wait in a bounded queue, and one daemon thread runs them on the engine
+in batches. A cancelled item leaves the queue at once; past a batch's latest deadline, the engine's grading stops.
 """
 
 from __future__ import annotations

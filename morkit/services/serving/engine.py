@@ -1,10 +1,6 @@
-"""The scoring service behind `morkit serve`: route each query to its ensemble, fill scores, rank.
+"""The scoring service behind `morkit serve` and the TRL reward: route each query to its ensemble, fill scores, rank.
 
-One `RoutingEngine` holds the select -> fill -> rank path of `morkit rank` (services.routing.Routing) over a
-scoring session that keeps every RM the pool may run resident for the engine's life (one fit check for all
-of them together before any loads) with one shared score cache. `run(jobs)` scores a whole micro-batch at
-once (one scoring pass per RM) while keeping jobs apart: a bad query fails only its own job. The server
-calls it from a single thread; the TRL integration calls `rank`/`rewards` in process.
+One `RoutingEngine` keeps every RM the pool may run resident, with one score cache; a bad query fails only its own job.
 """
 
 from __future__ import annotations

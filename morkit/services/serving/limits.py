@@ -1,10 +1,5 @@
 """What one `morkit serve` may take: `ServeLimits` (batching, sizes, deadlines) and `ByteBudget`, the request
-bodies it holds at once.
-
-Memory is bounded by bytes, not by a count of requests: every body is reserved from one budget before it is
-read (its Content-Length, or chunk by chunk) and given back only when nothing holds it any more (its
-handler has answered and the engine is not running it). A body that would overflow the budget is refused
-at once (503), never queued.
+bodies it holds at once (memory is bounded by bytes, not requests: a body over the budget is a 503, never queued).
 """
 
 from __future__ import annotations

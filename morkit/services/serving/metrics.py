@@ -1,7 +1,5 @@
-"""The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash).
-
-Requests by route and status, request latency, engine batch sizes and times, queued requests dropped
-before scoring, queue depth, the bytes of request bodies held, and the shared score cache's hits and misses.
+"""The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash):
+requests, latency, batches, dropped requests, queue depth, bytes held, and the score cache's hits and misses.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The server's request and reply bodies: contract queries for /v1/rank, OpenRLHF's remote-RM protocol.
 
-Bodies are decoded with the JSONL contract's own reader and queries with its own parser, so a bad body
-gets the same one-line reasons as a bad input file (naming the query's index and id). Before any query is
-built, a body's size is checked against the server's limits: items (a 400), candidates, JSON values and
-characters of text (`TooLarge`, a 413). OpenRLHF sends
-`{"query": [prompt + response, ...], "prompts": [...], "labels": [...]}`; each text is split into its prompt
-and response, responses are grouped by prompt into one contract query per prompt (labels become the
-query's `reference`), and the reply gives each item its routed ensemble's score. Everything here is linear
-in the body's size.
+Read with the JSONL contract's own parser (the same one-line reasons as a bad file), size-checked first, linear in size.
 """
 
 from __future__ import annotations

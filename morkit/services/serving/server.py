@@ -1,11 +1,6 @@
-"""Run the app under uvicorn, programmatically, on a socket bound here first.
+"""Run the app under uvicorn on a socket bound here first, so a bad --host or --port fails before any model loads.
 
-`bind_socket` resolves the host (with a deadline) and binds and listens before anything else, so a bad
-host, a port in use or one not allowed is one InputError at once, and the address printed is the one bound.
-uvicorn's own SIGINT/SIGTERM handling stops accepting and finishes the requests in flight; past
-`ServeLimits.grace_s` it cancels them, and the app's lifespan stops the batcher within what is left of the
-grace. An engine call still running then is abandoned (`Server.abandoned`): its thread is a daemon, and
-`morkit serve` exits without waiting for it.
+SIGTERM finishes the requests in flight within `ServeLimits.grace_s`; an engine call still running then is abandoned.
 """
 
 from __future__ import annotations
