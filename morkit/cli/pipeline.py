@@ -20,7 +20,7 @@ example config (pipeline.toml):
 
   [[benchmark]]
   name = "gsm8k"
-  data = "gsm8k_test"                   # a registered data set (morkit pool datasets) or a JSONL file
+  data = "gsm8k_test"                   # a registered data set (listed by `morkit generate --help`) or a JSONL file
   validation = 200                      # questions for the pool
   test = 100                            # disjoint questions to rank and search
 """
