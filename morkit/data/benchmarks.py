@@ -1,23 +1,6 @@
-"""Benchmarks read from their own public file formats: GPQA's CSV and LiveCodeBench's JSONL.
+"""Benchmarks read from their own public file formats: GPQA's CSV and LiveCodeBench's JSONL, as bare questions.
 
-Both give bare questions (no candidates) with a prompt template in `extra["prompt"]` and what their
-grader needs; registered in morkit.data.datasets.DATASETS.
-
-- GPQA (CC-BY-4.0, idavidrein/gpqa): `<data_dir>/gpqa/gpqa_diamond.csv` (loader `gpqa`) or
-  `gpqa_main.csv` (`gpqa_main`), the release's columns "Question", "Correct Answer", "Incorrect
-  Answer 1..3" and "Record ID". The four options are shuffled with a seed derived from the record id
-  (the same order on every load), shown as "(A) ..." lines in the question, and the reference is the
-  correct option's letter: graded by the `choice` grader.
-- LiveCodeBench (code_generation_lite): every `<data_dir>/livecodebench/test*.jsonl`, in name order,
-  rows with question_id, question_title, question_content, platform, contest_date, starter_code,
-  difficulty, public_test_cases and private_test_cases (JSON strings of [{"input", "output",
-  "testtype"}], the private ones often base64 of zlib of a pickled JSON string) and metadata (a JSON
-  string). Problems whose tests are all "stdin" are loaded with them as `extra["stdio_tests"]`, graded
-  by the `code` grader. Problems with "functional" tests (LeetCode: a `Solution` method called with
-  JSON arguments) are skipped, and how many is logged as a warning: there is no call harness here.
-
-Pickled test data is never unpickled with pickle.loads: a restricted unpickler refuses every global,
-so only plain values (the JSON string) can load and no code in a file can run.
+Pickled tests load through an unpickler that refuses every global; file layouts: docs/jsonl.md.
 """
 
 from __future__ import annotations

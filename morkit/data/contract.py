@@ -1,4 +1,4 @@
-"""The JSONL query contract (README.md, "Input contract"): lines to Query objects and back, unknown keys kept."""
+"""The JSONL query contract (docs/jsonl.md): lines to Query objects and back, unknown keys kept."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Loaders that turn the public labelled data sets into contract Queries, registered in DATASETS.
 
-The data folder is a setting (`--data-dir`, or $MORKIT_DATA_DIR): see morkit.core.settings.
-Candidate order is shuffled with a seed derived from the query id, and authorship is kept only
-in `agent` (never in text), so neither position nor author can leak into anything learned.
-To add a data set, register a loader `fn(data_dir: Path) -> list[Query]` in DATASETS. The
-benchmarks read from their own public file formats (GPQA's CSV, LiveCodeBench's JSONL) are in
-morkit.data.benchmarks.
+A loader is `fn(data_dir: Path) -> list[Query]`; candidate order is shuffled by query id (docs/jsonl.md).
 """
 
 from __future__ import annotations

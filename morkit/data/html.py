@@ -1,8 +1,6 @@
-"""One-file HTML reports: inline CSS, plots as PNG data URIs, escaped text, tables, written atomically.
+"""One-file HTML reports (pool, selection, pipeline): inline CSS, PNG data URIs, escaped text, atomic writes.
 
-Shared by the pool report (and its selection section, morkit.selection.report) and the pipeline report.
-Plots use matplotlib's Agg canvas directly, never pyplot, so no global backend is touched; matplotlib is
-imported only when a figure is drawn, in `plot_style()` so user text is never read as mathtext.
+Plots use matplotlib's Agg canvas, never pyplot (no global backend), and never read user text as mathtext.
 """
 
 from __future__ import annotations

@@ -44,9 +44,8 @@ _DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_consta
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each non-blank line (of a gzip file too, by its .gz suffix).
 
-    A bad line raises InputError naming the file and line (and the query id where the line has one): bytes
-    that are not UTF-8, malformed JSON, a line that is not an object, NaN or infinite numbers (not JSON),
-    integers too long to read, nesting deeper than MAX_DEPTH, and lone surrogate escapes (not Unicode)."""
+    A bad line (not UTF-8, malformed, not an object, non-finite, too deep, a lone surrogate: docs/jsonl.md)
+    raises InputError naming the file, line and, where it has one, the query id."""
     path = str(path)
     opener = gzip.open if path.endswith(".gz") else open
     try:  # surrogateescape: bad bytes become lone surrogates, so the line that holds them can be named

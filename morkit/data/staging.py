@@ -1,11 +1,6 @@
 """Temporary files and directories beside a target, named so that the next writer cleans up after a killed one.
 
-A temp for DIR/NAME is DIR/.NAME.<host>-<pid>.<random>.tmp (`.old` for a pool directory on its way out):
-<host> is a short hash of this machine's name and <pid> the writer's process id. Before making its own
-temp, a writer calls `sweep(target)`, which removes the temps of the same target whose writer is gone
-(same machine, process no longer alive) and any older than a day (another machine's, a reused pid, or
-one named by an older morkit without a pid). `morkit.data.jsonl.atomic_path` (files) and the pool store
-(`morkit.question_pool.store`, directories) both make their temps here.
+DIR/.NAME.<host>-<pid>.<random>.tmp; `sweep` removes a dead writer's and any over a day old (docs/jsonl.md).
 """
 
 from __future__ import annotations

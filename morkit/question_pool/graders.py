@@ -1,19 +1,6 @@
 """Graders by domain: whether each candidate answers its query correctly, and why not when it cannot tell.
 
-One registry (`GRADERS`, name -> lazy target) serves `morkit label`, `pool build` and `pool add`:
-
-- `math`: the stated final answer (\\boxed{}, '#### x', 'The answer is x', a final 'A: x' line) is
-  equivalent to the reference's (exact rationals, then math-verify). Strict by default: an answer
-  that states none is `correct: false` with the reason, never graded on its last number.
-- `choice`: the letter the answer states ('The answer is (C)', 'Answer: C', \\boxed{C}) is the
-  reference letter; none stated is false with a reason.
-- `code`: the candidate program (its last fenced code block, when it has one) passes the query's
-  tests in the sandbox: followed by the `tests` code it runs to its end, and given each input of
-  `stdio_tests` on stdin it exits 0 and prints the expected output (LiveCodeBench's comparison).
-
-A query's grader is its `domain` when one is registered under that name (aliases: `mcq`, `gpqa`,
-`mmlu` -> choice; `python` -> code), else `code` when it has `tests` or `stdio_tests`, else `math`
-when it has a `reference`; with none of these it is left unlabelled.
+One registry, GRADERS, serves `label`, `pool build` and `pool add`; what each grader checks: docs/pools.md.
 """
 
 from __future__ import annotations

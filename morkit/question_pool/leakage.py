@@ -1,16 +1,6 @@
 """Signs that a pool holds an RM's own training questions: an RM far ahead of every other on the pool.
 
-A pool built on questions a reward model was trained on misleads selection: the RM memorised those answers,
-looks near-perfect on the pool, and is trusted for the wrong reason (a GSM8K pool of the questions the
-packaged `minilm-probe` head was trained on made the learned selector pick it for math; on unseen
-questions it scored 0.30 against 0.45 for math-consensus). morkit cannot know an RM's training data, but
-it can show the pattern memorisation leaves: one RM's best-of-n accuracy far above every other RM's, its
-picks often alone against the others' and still right. A genuinely much better RM leaves the same
-pattern, so this is a reason to check, never a proof.
-
-Everything is computed over the pool's "mixed" questions (a correct and a wrong valid candidate) that an RM
-scores (every valid candidate has its score), in chunks of rows, so a memory-mapped pool is never read
-whole; an on-the-fly pool is read on a seeded sample of rows.
+A sign, never a proof (a much better RM shows it too); the rule and its thresholds are in docs/pools.md.
 """
 
 from __future__ import annotations
@@ -73,11 +63,8 @@ class Paired:
 class RMEvidence:
     """How one RM does on the pool's mixed questions it scores, and how often its pick is the others'.
 
-    accuracy: mean expected best-of-n hit (ties shared); agreement: mean over those questions and the other
-    RMs scoring them of the chance that both pick the same answer (each RM's tied top answers equally
-    likely); alone: questions where, on average, most other RMs scoring it pick another answer (mean
-    agreement below one half); accuracy_alone: the mean hit there, NaN under `MIN_ALONE` of them;
-    versus: the paired difference to each other RM; sampled: (rows read, pool rows) when a sample was read."""
+    Each field is defined in docs/pools.md ("Leakage warnings"); `versus` is the paired difference to each
+    other RM, `sampled` (rows read, pool rows) when a sample was read."""
 
     questions: int
     accuracy: float

@@ -1,8 +1,6 @@
 """The writers' lock of a pool directory: an exclusive flock on `.NAME.lock` beside it.
 
-Held for a save, and for a read-modify-write (`morkit.services.pools.add_to_saved_pool`). A second
-writer waits up to LOCK_TIMEOUT_S and then fails with an InputError naming the pool. A flock dies with
-its process, so a killed writer never leaves the pool locked; the lock file is removed on release.
+A second writer waits up to LOCK_TIMEOUT_S, then fails naming the pool; a flock dies with its process.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""PRR of every ensemble on a few pool questions, computed from their member scores in a few milliseconds.
+"""PRR of every ensemble on a few pool questions, from their member scores, for pools without a dense table.
 
-A pool too large for a dense PRR table (`QuestionPool.dense` False) computes, per query, the PRR of
-its k nearest questions. PRR only compares a correct answer with an incorrect one of the same question,
-so the work is one (pairs x RMs) @ (RMs x ensembles) product of member-score differences, whose sign
-says which answer of each pair the ensemble ranks higher. The product runs in float32; where its
-rounding could flip a sign (a difference within a bound of zero), the two ensemble scores are recomputed
-exactly as the pool builder does (members added term by term in float64), so the result equals the
-dense table's row for row: a tie stays a tie and counts as wrong.
+A float32 product of member-score differences, rechecked exactly near zero: equal to the dense table's values.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """The question pool: per pool question, member RM scores, PRR and best-of-n of every ensemble, embedding.
 
-A pool is built from labelled queries whose candidates carry cached `scores` (run `morkit score`
-first, or let the CLI do it). Ensembles are evaluated from the stored member scores, never by
-re-running a model, and `add_questions` extends a pool with the normaliser and ensemble weights it
-was built with, so old rows never change.
-
-PRR and best-of-n of every ensemble are stored as dense (questions x ensembles) tables while they fit
-(`PoolConfig.dense_cells`); above that (a million questions x 5,335 ensembles would be 43 GB) a pool
-keeps only member scores and computes the statistics of the rows selection reads on the fly
-(`QuestionPool.statistics`), with per-ensemble means estimated on a seeded sample at build time.
+Built from labelled queries with cached scores; dense tables or on-the-fly statistics (docs/pools.md).
 """
 
 from __future__ import annotations
@@ -169,12 +161,10 @@ class QuestionPool:
         return as_array("mean_prr"), as_array("mean_top1"), as_array("questions").astype(np.int64)
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the pool directory atomically under the pool's lock (see morkit.question_pool.store).
+        """Write the pool directory atomically under the pool's lock; afterwards this object is that revision.
 
-        A pool loaded from `path` (or derived from one loaded there) is saved only while `path` still holds
-        that revision: when another process saved the pool in between, this is an InputError and nothing is
-        written (morkit.services.pools.add_to_saved_pool redoes an addition on the newest revision instead).
-        Afterwards this object stands for the revision it wrote."""
+        A pool loaded from `path` saves there only while `path` still holds that revision, else InputError and
+        nothing written (`add_to_saved_pool` redoes an addition on the newest revision instead)."""
         token = uuid.uuid4().hex
         header = {**self.meta, "rm_names": list(self.rm_names), "config": self.config.to_json(),
                   "normalizer": self.normalizer.to_json(), "global_prr": dict(self.global_prr),

@@ -1,11 +1,6 @@
 """Pair-wise Reward Ranking accuracy (CTTS-MM eq. 11) and best-of-n hits, vectorised over questions and scorers.
 
-PRR of one question = share of (correct, incorrect) answer pairs whose scores are ordered strictly
-right. A tie counts as wrong (0), so an RM that gives every answer the same score gets 0, not 0.5.
-Questions with only correct or only incorrect answers have no pairs: their PRR is NaN.
-
-The batched form is the Mann-Whitney U statistic with strict ties: the sum over correct answers of
-the incorrect answers strictly below each, counted with one comparison per candidate slot.
+A tie counts as wrong; a question without a (correct, incorrect) pair has PRR NaN (docs/pools.md).
 """
 
 from __future__ import annotations
@@ -33,13 +28,9 @@ def best_of_n_hit(scores: np.ndarray, correct: np.ndarray) -> float:
 
 
 def prr_matrix(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """PRR for many questions and many scorers at once.
+    """(Q, E) PRR from scores (Q, N, E) and correct, valid (Q, N): a strict Mann-Whitney U, one comparison per slot.
 
-    scores: (Q, N, E) candidate scores per scorer (NaN where a valid candidate lacks a score);
-    correct, valid: (Q, N) booleans (valid marks real candidates in a padded row).
-    Returns (Q, E) float64: NaN where a question has no mixed pair or a valid candidate has no score.
-    Counts, for each candidate slot that holds a correct answer, the incorrect answers strictly below it:
-    N vectorised comparisons, which beat sorting for the handful of candidates a question has.
+    NaN where a question has no mixed pair or a valid candidate (not padding) lacks a score.
     """
     scores = np.asarray(scores, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)

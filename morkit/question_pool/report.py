@@ -1,8 +1,6 @@
 """A one-file HTML report on a question pool: how each RM and the best ensembles rank answers.
 
-Everything is inline (PNG plots as base64 data URIs, CSS in the page), so the file can be mailed
-or archived alone. Plots use matplotlib's Agg canvas directly, never pyplot, so no global backend
-is touched. All user text (RM names, domains) is HTML-escaped.
+Everything is inline (PNG plots, CSS), so the file can be mailed or archived alone; user text is escaped.
 """
 
 from __future__ import annotations

@@ -82,11 +82,10 @@ def step_matrix(query: Query, step_rms: Sequence[str]) -> np.ndarray:
 
 def rm_rules(rm_names: Sequence[str], stored: Mapping[str, Any] | None = None, *,
              adding: bool = False) -> list[Applicability]:
-    """Each RM's applicability (catalog.applicability_of: as registered here, else as a pool `stored` it).
+    """Each RM's applicability (as registered here, else as the pool `stored` it).
 
-    A registered RM whose rule changed since the pool stored its own makes the pool stale: routing logs it (the
-    pool's evidence for that RM was gathered under the old rule), and adding rows to it (`adding`) is refused,
-    since one pool would then hold rows cut under two rules."""
+    An RM whose rule changed since the pool stored it makes the pool stale: routing logs a warning, and adding
+    rows (`adding`) is refused, since one pool would then hold rows cut under two rules."""
     stored = stored or {}
     rules = [applicability_of(n, stored.get(n)) for n in rm_names]
     for name, rule in zip(rm_names, rules):
@@ -104,10 +103,8 @@ def pool_rows(queries: Sequence[Query], rm_names: Sequence[str], reduction: str,
               step_rms: Sequence[str] | None = None, rules: Sequence[Applicability] | None = None) -> PoolRows:
     """Build phase 1: labelled queries with cached member scores -> padded (Q, N, R) arrays; the rest skipped.
 
-    An RM's scores on a query it does not apply to (morkit.reward_models.applicability) are left out, as
-    missing, and counted by domain apart from the gaps where it applies (`rules`: each RM's, default
-    `rm_rules`). `step_rms` (default: the RMs that give step scores here) also get (Q, N, P, 3) arrays of
-    their step scores under every STEP_REDUCTIONS rule."""
+    Scores of an RM on queries it does not apply to are left out and counted by domain (`rules`, default
+    `rm_rules`); `step_rms` also get (Q, N, P, 3) arrays of their step scores under STEP_REDUCTIONS."""
     kept, skipped = [], {"unlabelled": [], "fewer_than_two_candidates": []}
     for query in queries:
         if len(query.candidates) < 2:
@@ -176,11 +173,10 @@ def added_counts(old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
                         rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
                         progress: bool = False, ids: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunked over questions.
+    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunks keep temporaries near 4M values.
 
-    A score that overflows when normalised or combined (scores near the float limit) is an InputError naming
-    the question (by `ids`, else by row) and the RM or ensemble: such values would make PRR meaningless.
-    The default chunk keeps each (questions x candidates x ensembles) temporary near 4M values."""
+    A score that overflows when normalised or combined is an InputError naming the question (by `ids`, else
+    row) and the RM or ensemble."""
     from tqdm import tqdm
 
     def question(row: int) -> str:

@@ -1,23 +1,6 @@
-"""The versioned pool directory on disk: pool.json, questions.jsonl, arrays as .npy, index.faiss.
+"""The versioned pool directory on disk (pool.json, questions.jsonl, .npy arrays, index.faiss): files, not objects.
 
-This module knows files, not pool objects; morkit.question_pool.pool turns them into a QuestionPool and back.
-
-Writing (`write_pool_files`) holds the pool's writer lock (morkit.question_pool.lock), builds a complete
-staging directory beside the target and swaps it in atomically (morkit.data.staging.swap_in), so the
-target path holds the old pool or the new one, never half of each. Temps are named after their writer's
-process, and a killed writer's are removed by the next write. Each saved revision carries a random
-`token`; saving a pool derived from a loaded revision checks that the directory still holds that
-revision, so a writer that loaded the pool before another one saved it fails instead of dropping the
-other's questions.
-
-Reading (`read_pool_files`) checks the format version, every header key's type, every array's dtype and
-shape, the questions and the index, naming the file that is wrong; it reads again when the pool was
-replaced while being read. Arrays are memory-mapped, not read: opening a million-question pool touches
-only what selection reads. Their values are checked at opening up to `VALUE_CHECK_BYTES` per array;
-larger arrays are checked where they are read (`morkit.question_pool.neighbour_prr` checks the rows it uses).
-
-Format version 1 stores the dense PRR and best-of-n tables (prr.npy, top1.npy); version 2, written for
-pools too large for them, leaves both out and keeps sampled per-ensemble means under "statistics".
+Written whole and swapped in under the writers' lock; read with every file checked (format: docs/pools.md).
 """
 
 from __future__ import annotations

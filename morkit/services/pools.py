@@ -1,13 +1,6 @@
 """Pools as a service: labelled queries in (files or registered data sets), a saved question pool out.
 
-    pool = morkit.build_pool(morkit.load_queries("validation.jsonl"), rms=["smollm2-orm", "math-consensus"])
-    pool.save("pools/mine")
-    before, after = add_to_saved_pool("pools/mine", morkit.load_queries("more.jsonl"))
-
-Labels missing on candidates come from `reference` or `tests`; RM scores missing on candidates come from
-running the registered RMs (through the score cache); the pool stores its learned selector's fits for `select`.
-`add_to_saved_pool` is the read-modify-write for a pool on disk that other processes may extend at the
-same time: it labels and scores without a lock, then appends to the newest revision under the pool's lock.
+Missing labels and scores are filled first; the pool keeps its learned selector's fits (docs/pools.md).
 """
 
 from __future__ import annotations
@@ -82,9 +75,8 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
                ) -> QuestionPool:
     """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors.
 
-    `rms`: pool RMs (default: every RM cached in the queries, else smollm2-orm); registered ones are run
-    where scores are missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2).
-    How labels were filled is recorded in the pool's history."""
+    `rms` default: every RM cached in the queries, else smollm2-orm; registered ones run where scores are
+    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2)."""
     names = list(rms or table_names(labelled_queries) or DEFAULT_RMS)
     check_rm_names(names, labelled_queries)  # fail early: before the embedder loads or anything is scored
     if not any(len(q.candidates) >= 2 for q in labelled_queries):
@@ -110,10 +102,8 @@ def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query]
                       lock_timeout: float | None = None) -> tuple[QuestionPool, QuestionPool]:
     """Append queries to the pool saved at `path` without losing another writer's additions.
 
-    Labels and scores are filled first, without holding anything (the slow part); then, under the pool's
-    lock (morkit.question_pool.lock.pool_lock: a second writer waits up to `lock_timeout` seconds, default
-    LOCK_TIMEOUT_S, then fails naming the pool), the newest revision is loaded, the queries are appended to
-    it and the result is saved. Returns (the revision they were added to, the new revision)."""
+    Labels and scores first, unlocked; then, under the pool's lock (`lock_timeout`, default LOCK_TIMEOUT_S),
+    append to the newest revision and save. Returns (the revision added to, the new revision)."""
     pool = load_pool(path)
     options = replace(options, reduction=pool.config.reduction)
     queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
