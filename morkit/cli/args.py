@@ -16,7 +16,7 @@ from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.options import BACKENDS, MAX_REQUEST_PAIRS, ScoringOptions
 from morkit.reward_models.truncation import DEFAULT_POLICY, POLICY_HELP, TRUNCATION_POLICIES
 
-CONTRACT = "JSONL, one query per line: see 'Input contract' in README.md"
+CONTRACT = "JSONL, one query per line: see docs/jsonl.md"
 
 
 class Parser(argparse.ArgumentParser):

@@ -126,7 +126,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help=f"ATLAS explore cap (default {atlas.max_explores})")
     g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
                    help="any field of the loop's config (TMASConfig, StreamMAConfig, ATLASConfig), e.g. "
-                        "--set guidelines=false; repeatable; applied after the flags above. The README's "
-                        "fidelity tables name each paper's mechanism and its setting")
+                        "--set guidelines=false; repeatable; applied after the flags above. The fidelity tables of "
+                        "docs/loops/ name each paper's mechanism and its setting")
     add_scoring_options(p)
     p.set_defaults(func=cmd_loop)

