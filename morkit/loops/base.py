@@ -1,12 +1,6 @@
 """What every test-time-scaling loop shares: budgets, a metered LLM, a trace of events, the result.
-
-A loop calls its LLMs through `MeteredLLM`, which charges calls and tokens to the loop's `Budget`
-and refuses a call once the budget is spent (`BudgetExhausted`), so a loop stops cleanly and
-returns the best answer it has. Under a time budget every call gets the time left as its deadline
-(`SamplingParams.timeout_s`), so no call in flight outlasts the budget, and a call cut by it counts as a
-spent budget. Every event (generation, verification, bank update, failure) is appended to the `Trace`
-with its time offset; nothing computed is dropped when a step fails.
-"""
+A loop's LLM calls are charged to its Budget and refused once it is spent, so the loop stops cleanly with
+the best answer it has, and every event lands in the Trace (docs/loops/index.md, "Options and budgets")."""
 
 from __future__ import annotations
 

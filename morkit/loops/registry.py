@@ -1,11 +1,6 @@
 """The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop.
-
-A loop implements `run(problem, reference=None) -> LoopResult` (see morkit.loops.base). Its factory
-gets the agents of agents.toml (their LLMs built once, in an LLMPool), the verifier for this problem
-and the typed LoopOptions, and reads the options it needs. Add one with
-
-    LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")
-"""
+A factory gets the agents (their LLMs built once), this problem's verifier and the typed LoopOptions, and
+reads the options it needs; `LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")` adds one."""
 
 from __future__ import annotations
 

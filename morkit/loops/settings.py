@@ -1,6 +1,5 @@
-"""`KEY=VALUE` settings for a loop's config dataclass: every field of TMASConfig, StreamMAConfig and
-ATLASConfig is switchable from the command line (`morkit loop tmas --set guidelines=false`) without a flag
-per field. Values are parsed by the field's declared type; an unknown key or a bad value is an InputError
+"""`--set KEY=VALUE` for a loop's config dataclass: any field of TMASConfig, StreamMAConfig or ATLASConfig,
+without a flag per field. Values are parsed by the field's type; an unknown key or a bad value is an InputError
 naming it and listing what is accepted."""
 
 from __future__ import annotations

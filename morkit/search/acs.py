@@ -1,24 +1,6 @@
 """Agent Collaboration Search (CTTS-MM, Section 3.2 and Algorithm A): reward-guided greedy aggregation of answers.
 
-1. Score every agent answer with the query's MoR verifier; the top-k (default 2) form the set S.
-2. Aggregate S; that is the current answer. The aggregator is a role (morkit.search.aggregators): an LLM
-   writes one refined answer (`llm`, the paper's), or one of S's answers is picked by the verifier's
-   scores (`vote`, `best`; no LLM call).
-3. Greedy, in one of two forms (`step`), for at most `max_steps` (default 8, appendix D.2):
-   - `argmax` (Section 3.2, the default): per step, aggregate S plus each answer not in S (one batched
-     call), and keep the best if it scores strictly higher than the current answer; stop when none
-     does or nothing is left. A step is one such round.
-   - `first` (Algorithm A): passes. A pass takes the answers not in S at its start, in `order`, and
-     aggregates S plus each; an aggregate that scores strictly higher joins its answer to S and becomes
-     the current answer at once, and the pass goes on with the next answer. Stop when a pass improves
-     nothing or nothing is left. A step is one pass (Algorithm A's T, "Search Steps").
-4. Residual: aggregate all answers plus the current one; keep it only if it scores higher.
-Comparisons: a verifier whose scores are absolute (morkit.verify.base.scores_are_absolute) scores each
-new aggregate alone against the current answer's stored score, as the paper does; any other one
-scores the aggregates and the current answer in one call. Every call passes all agent answers as
-context, so set-level RMs see the same siblings; identical texts are scored once per call. The
-aggregator gets each set's scores from the first call. Every step lands in the trace.
-"""
+The algorithm, its two greedy forms (`argmax`, `first`) and its fidelity to the paper: docs/search.md."""
 
 from __future__ import annotations
 
@@ -38,7 +20,7 @@ ACS_STEPS = ("argmax", "first")
 ACS_ORDERS = ("answers", "scores")
 """The order a `first` pass tries answers in: the answers' own (Algorithm A iterates A_0 - S), or best-scored first."""
 PAPER_MAX_STEPS = 8
-"""Appendix D.2: "the number of aggregating is set to 8" (read as Algorithm A's T; see the README)."""
+"""Appendix D.2: "the number of aggregating is set to 8" (read as Algorithm A's T; see docs/search.md)."""
 
 
 def ranked(scores: Sequence[float]) -> list[int]:
@@ -48,6 +30,11 @@ def ranked(scores: Sequence[float]) -> list[int]:
 
 @dataclass
 class ACS:
+    """Agent Collaboration Search over one query's answers: `ACS(verifier, aggregator).run(question, answers)`.
+
+    `k` answers form the initial set; `step` is `argmax` (Section 3.2) or `first` (Algorithm A's passes, tried
+    in `order`); at most `max_steps` steps (None: no limit); `residual` adds the final all-answers aggregation."""
+
     verifier: Verifier
     aggregator: AnswerAggregator
     k: int = 2

@@ -1,12 +1,6 @@
-"""MoA-style aggregation: an LLM reads several responses to a question and writes one refined answer.
+"""MoA-style aggregation, ACS's `llm` aggregator: an LLM reads several responses and writes one refined answer.
 
-This is the `llm` entry of AGGREGATORS (morkit.search.aggregators); `vote` and `best` pick among the
-answers instead (morkit.search.voting). The prompt is a choice in AGGREGATOR_PROMPTS: `ctts-mm` (default)
-is CTTS-MM's aggregator prompt as its Figure J publishes it (MoA's system prompt and numbered responses,
-the question as "Question: {question}."); `moa` is the Mixture-of-Agents Aggregate-and-Synthesize prompt
-as MoA publishes it (the bare question); `refine` is morkit's earlier prompt, with a final-answer line.
-The default sampling is the paper's (temperature 0.7, 8,192 tokens; llm.agents.AGGREGATOR_SAMPLING).
-"""
+The prompts (`ctts-mm`: CTTS-MM's Figure J, the default; `moa`; `refine`) and the sampling: docs/search.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """ACS's aggregators, in AGGREGATORS: name -> factory(SearchSetup) -> AnswerAggregator (morkit.search.base).
 
-An aggregator turns a set of answers, with the verifier's scores of them, into one answer. `llm` is
-the CTTS-MM aggregator (an LLM writes one refined answer; the agents.toml `[aggregator]`); `vote` and
-`best` pick one of the answers by the scores and make no LLM call (morkit.search.voting). Add one with
-
-    AGGREGATORS.register("mine", "mypkg.agg:make_mine", "what it does")
-"""
+`llm` writes one refined answer (CTTS-MM); `vote` and `best` pick one by the verifier's scores (docs/search.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The answer-search methods, in SEARCH_METHODS: name -> factory(SearchSetup) -> SearchMethod.
 
-A method implements `run(question, answers) -> SearchResult` (see morkit.search.base). Its factory
-gets the query's verifier, the LLM aggregator, the agents, the query's kind and the typed SearchOptions
-(ACS takes its aggregator from AGGREGATORS by `SearchOptions.aggregator`). Add one with
-
-    SEARCH_METHODS.register("mine", "mypkg.search:make_mine", "what it does")
-"""
+A factory gets the query's verifier, the LLM aggregator, the agents, the query's kind and SearchOptions."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Run a search method over many queries: agents answer, a per-query MoR verifier is chosen, the method runs.
-
-Finished queries are appended to a work file as they complete, so an interrupted run resumes where
-it stopped; the final output is written atomically from it.
-"""
+"""Run search methods over many queries: agents answer, a per-query MoR verifier is chosen, each method runs.
+Finished queries go to a work file as they complete, so an interrupted run resumes where it stopped; the
+final output is written atomically from it."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""Aggregators that pick one of the set's answers instead of writing a new one; they make no LLM call.
+"""Aggregators that pick one of the set's answers instead of writing a new one (`best`, `vote`); no LLM call.
 
-- `best` (BestAggregator): the answer the verifier scores highest.
-- `vote` (VoteAggregator): a verifier-weighted vote. Answers are grouped by final answer (how, depends
-  on the query's kind: see `answer_keys`), each answer adds its weight to its group, and the heaviest
-  group's highest-scoring answer is returned.
-
-Weights: a softmax of the set's scores, w_i = exp(s_i / T) / sum_j exp(s_j / T). Adding a constant to
-every score changes nothing, so negative scores are fine, and every answer keeps a positive vote (unlike
-s - min, which silences the lowest answer, and every answer tied with it). T (`temperature`, default 1)
-is in the verifier's units: a score higher by T weighs e times as much. MoR scores are weighted sums of
-member scores standardised by the pool (or within the query), so T = 1 lets one standard deviation of
-evidence count e-fold; answers the verifier barely separates vote almost equally (agreement decides),
-while a clear gap lets the better-scored answer outweigh several others. (Standardising the set's own
-scores first was rejected: it blows a negligible gap up to a full standard deviation.)
-
-Under ACS's acceptance rule (an aggregate replaces the current answer only when it scores strictly
-higher in the same verify call), a picking aggregator can never replace the verifier's top answer once
-that is current. With ACS's default k=2 both therefore return the verifier's top answer (best-of-N up
-to ties); `vote` differs from it when the initial set is larger (k > 2), since the initial answer is
-the set's aggregate whatever it scores.
-"""
+The vote's softmax weights, and why under ACS both return best-of-N's pick at k=2: docs/search.md."""
 
 from __future__ import annotations
 
@@ -81,9 +62,8 @@ class BestAggregator:
 class VoteAggregator:
     """The highest-scoring answer of the group with the most verifier-weighted votes; no LLM call.
 
-    `kind` is the query's kind (a grader name) and picks how answers are grouped (`answer_keys`). Groups
-    that tie on votes are ordered by their best score, then by first appearance; when no answer states
-    anything to group by, the top-scoring answer is returned."""
+    `kind` (the query's grader name) picks how answers are grouped (`answer_keys`); tied groups go to the best
+    score, then to first appearance; with nothing to group by, the top-scoring answer wins."""
 
     kind: str | None = None
     temperature: float = 1.0

@@ -1,8 +1,5 @@
-"""Loops as a service: run a registered test-time-scaling loop on each query with morkit's verifier.
-
-    records = morkit.run_loop("tmas", queries)                       # offline: SmolLM2 agents, LLM critic
-    records = morkit.run_loop("atlas", queries, pool=pool)           # the query's MoR ensemble verifies
-"""
+"""Loops as a service: run a registered test-time-scaling loop on each query with morkit's verifier
+(`morkit.run_loop("tmas", queries)`; `pool=` verifies with the query's MoR ensemble). Guide: docs/loops/index.md."""
 
 from __future__ import annotations
 

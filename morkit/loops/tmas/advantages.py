@@ -1,13 +1,6 @@
 """The GRPO advantage TMAS states, A_i = (r_i - mean) / (std + delta), over morkit's groups, in TRL.
-
-The paper partitions rollouts into Base and Bank groups and gives a right Bank rollout a bonus
-beta * (1 - p_base). Read as two separate groups, std-normalisation cancels a bonus every right Bank rollout
-shares; read as one group per problem, the bonus lifts a right Bank rollout above a right Base one. morkit
-takes the reading that keeps the bonus: a problem's Base and Bank rollouts share one group
-(grouping="problem"); explore rollouts keep a group per row. TRL 1.16 normalises per row (one prompt's
-`num_generations` completions), which cannot hold two prompts, so `JointGroupGRPOTrainer` recomputes the
-advantages from the same generation batch's rewards and puts them where TRL's were.
-"""
+A problem's Base and Bank rollouts share one group, so the bank bonus survives normalisation; a GRPOTrainer
+subclass puts these advantages where TRL's per-row ones were (docs/loops/tmas.md, "Advantages")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Which parts of a verifier write analysis, so that TMAS's memory agents are fed analysis and never bare scores.
-
-The paper's verification agent writes "analytical feedback and scalar scores", and the summary, experience
-and guideline agents work from that analysis. An MoR ensemble writes only numbers ("ensemble score 0.41
-(...)"). A verifier writes analysis when it says so (`writes_analysis`) or, failing that, when it holds an
-LLM critic (a node with `llm` and `params`, as `sampled_verifier` finds them). `without_score_parts` gives a
-copy of a combined verifier in which the parts that write none return empty feedback, so its feedback is
-the critique alone; their own feedback is kept for the trace.
-"""
+`without_score_parts` gives a combined verifier whose score-only parts (MoR) return empty feedback, keeping
+their own for the trace (docs/loops/tmas.md, "Verification with MoR or a critic")."""
 
 from __future__ import annotations
 

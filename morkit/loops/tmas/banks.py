@@ -1,16 +1,6 @@
-"""TMAS memory: the experience bank and the guideline bank, and the line protocol agents edit them with.
-
-The experience agent answers with one operation a line (`ADD result: ...`, `ADD avoid: ...`,
-`REFINE 3: ...`, `DELETE 3`, `KEEP 3`); the guideline agent with `STRATEGY: ...` lines. Small models
-produce junk, so lines are parsed with regexes, anything else is rejected with a reason (and recorded
-by the loop), and applying operations always yields a valid bank. Banks are immutable: every update
-returns a new bank, so each iteration's snapshot in the trace stays as it was.
-
-The experience bank is the agent's to curate (the paper targets 20 to 35 entries) under an optional
-hard cap whose evictions are reported; near-duplicates are rejected by word-set Jaccard similarity, as
-the paper's code does. The guideline bank records every strategy ever tried and never forgets one:
-when a prompt has a size limit, its rendering leaves out the oldest strategies and says how many.
-"""
+"""TMAS memory: the experience and guideline banks, and the line protocol agents edit them with (`ADD`,
+`REFINE`, `DELETE`, `KEEP`; `STRATEGY:`). Junk lines are rejected with a reason, and banks are immutable, so
+each round's snapshot stays as it was (docs/loops/tmas.md, "Memory banks")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The answer so far: which of TMAS's solutions the loop would answer with, and by what rule.
-
-Scores from one `verify` call compare with each other; scores from two calls compare only when the verifier
-declares them absolute (morkit.verify.base.scores_are_absolute). So under `select="score"` an absolute
-verifier's best score over all rounds wins, while for any other verifier each round's best is a finalist
-and the finalists are re-scored together in one call, whose scores choose. `select="vote"` (and a run with
-no score at all) takes the last round's most common answer.
-"""
+Scores of different verify calls compare only when the verifier declares them absolute; otherwise each
+round's best is re-scored with the others in one call (docs/loops/tmas.md, "Which answer")."""
 
 from __future__ import annotations
 

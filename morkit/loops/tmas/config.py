@@ -1,11 +1,6 @@
 """TMASConfig: every knob of the TMAS loop, with the paper's value where the paper gives one.
-
-Paper: "TMAS: Scaling Test-Time Compute via Multi-Agent Synergy" (arXiv 2605.10344) and its code
-README (github.com/george-QF/TMAS-code): N=8 candidates, M=8 verifications, up to 20 iterations,
-epsilon=0.2, five agents (solution, verification, summary, experience, guideline) on one model. A
-field whose docstring says "deviation" or "not in the paper" is a morkit choice; the README's TMAS
-fidelity table lists them all.
-"""
+A field whose docstring says "deviation" or "not in the paper" is a morkit choice; the fidelity table of
+docs/loops/tmas.md lists them all beside the paper's values."""
 
 from __future__ import annotations
 

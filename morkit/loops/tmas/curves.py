@@ -1,14 +1,6 @@
-"""Per-iteration accuracy curves from TMAS output records (the JSON lines of `morkit loop tmas`).
-
-Two curves, as the paper plots accuracy against the iteration:
-- best-so-far: whether the answer the loop would give had it stopped after iteration t is correct
-  (the state's `curve[t].correct`, i.e. the loop's own `select` rule applied to rounds 1..t);
-- round mean: the share of iteration t's N solutions that are correct (the paper's per-iteration pass@1).
-Both need the reference, which the loop uses only to mark `correct`. Records written before the state
-had a `curve` are read from their `rollouts` (best-so-far then uses the best score, the loop's default).
-A run that stopped before iteration t keeps its last answer for best-so-far and drops out of the round
-mean (the count of runs behind each point is reported).
-"""
+"""Per-iteration accuracy curves from TMAS output records (the JSON lines of `morkit loop tmas`): best-so-far
+(what the loop would answer had it stopped after round t) and round mean (round t's pass@1); definitions and
+edge cases: docs/loops/tmas.md, "Per-iteration curves"."""
 
 from __future__ import annotations
 

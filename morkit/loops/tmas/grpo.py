@@ -1,33 +1,6 @@
 """Training with the TMAS hybrid reward in TRL's GRPOTrainer: the data rows, their order, the advantage groups.
-
-A TMAS GRPO data set has one row per (problem, branch), with these columns:
-
-- `prompt`: the branch's conversation, from the loop's prompts (morkit.loops.tmas.prompts), shaped as at
-  inference. base: the problem alone; bank: the problem, the previous round's solutions with their
-  verification summaries (R_{t-1}) and the experience bank, as an exploiting solver sees them; explore:
-  the problem, the guideline bank and a request for a different strategy.
-- `problem_id`: shared by the rows of one problem (the hybrid reward's group key for p_base).
-- `rollout_type`: base, bank or explore.
-- `answer`: the reference answer.
-- `problem`: the problem text (the novelty judge reads it).
-- `guideline_bank`: the strategies shown to an explore row ([] on the others).
-
-The banks and R_{t-1} come from a TMAS run on the problem (`state=result.state`) or are given directly.
-
-The advantage is the paper's A_i = (r_i - mean) / (std + delta) over a group. Base and Bank rollouts of one
-problem form one group (GroupAdvantage, grouping="problem"): only then does the bank bonus lift a right
-Bank rollout above a right Base one after std-normalisation (in a group of its own, a bonus shared by every
-right rollout cancels). TRL normalises per prompt, so `grpo_trainer` uses a small GRPOTrainer subclass
-that replaces TRL's advantages with these. grouping="row" keeps TRL's own per-row groups (with
-`scale_rewards="none"`, morkit's earlier behaviour).
-
-Why the order matters: TRL repeats each row `num_generations` times and calls the reward functions once
-per generation batch, `per_device_train_batch_size * steps_per_generation` completions per process.
-A problem's Bank and Base rows must fall in the same batch, for p_base and for the joint group. With
-`shuffle_dataset=False` the sampler takes rows in data-set order, in chunks of whole generation batches.
-So rows are laid out problem by problem (`problem_blocks`, which can shuffle the problems), and the
-batch is a multiple of rows_per_problem * num_generations. `check_grouping` enforces both.
-"""
+A problem's Base and Bank rows must land in one reward call, so rows go in problem blocks and
+`check_grouping` refuses settings that would split them (docs/loops/tmas.md, "Hybrid-reward RL with TRL")."""
 
 from __future__ import annotations
 
@@ -141,11 +114,9 @@ def rollout_prompt(problem: str, rollout_type: str, experience: ExperienceBank |
 def tmas_rows(problems: Iterable[Mapping[str, Any]], types: Sequence[str] = ROLLOUT_TYPES, *,
               require_previous: bool = True, base_previous: bool = False,
               excerpt_chars: int | None = TMASConfig.excerpt_chars) -> list[dict[str, Any]]:
-    """One row per (problem, type). A problem has `id`, `problem` and `answer`, and optionally `experience`
-    (bank or text), `guidelines` (bank or strategies) and `previous` (R_{t-1}: solutions with their
-    summaries), or a TMAS `state` to take all three from. A bank row without previous solutions has a
-    shape inference never produces, so it is refused unless `require_previous=False`. `base_previous`
-    shows R_{t-1} to base rows too (default: the problem alone)."""
+    """One row per (problem, type), from a problem's `id`, `problem`, `answer` and its banks and R_{t-1}
+    (`experience`, `guidelines`, `previous`, or a TMAS `state` for all three). A bank row without previous
+    solutions is refused unless `require_previous=False`; `base_previous` shows R_{t-1} to base rows too."""
     rows = []
     for item in problems:
         missing = [k for k in ("id", "problem", "answer") if item.get(k) is None]
@@ -206,11 +177,10 @@ def rows_per_problem(rows: Sequence[Mapping[str, Any]], column: str = "problem_i
 
 def check_grouping(rows: Sequence[Mapping[str, Any]], args: Any, column: str = "problem_id",
                    grouping: str = "problem") -> int:
-    """Raise an InputError unless every reward call of a GRPOTrainer with `args` holds each problem's rows
-    whole and the bank bonus survives the advantage; return the rows per problem. Needs shuffle_dataset=False,
-    rows in problem blocks, per_device_train_batch_size * steps_per_generation a multiple of
-    rows_per_problem * num_generations; with grouping "problem", a `column` on every row and the reward
-    functions summed before normalising; with "row" and Bank rows, no per-group reward scaling."""
+    """Raise an InputError unless each reward call of a GRPOTrainer with `args` holds every problem's rows whole
+    and the bank bonus survives the advantage; return the rows per problem. Needs shuffle_dataset=False, problem
+    blocks, a batch that is a multiple of rows_per_problem * num_generations; with "problem", a `column` on every
+    row and summed rewards; with "row" and Bank rows, no per-group reward scaling."""
     checks.one_of(grouping, GROUPINGS, "grouping")
     if getattr(args, "shuffle_dataset", True):
         raise InputError("set shuffle_dataset=False (shuffle the problems with problem_blocks(rows, seed) instead): "

@@ -1,12 +1,6 @@
 """TMAS (arXiv 2605.10344): rounds of solve -> verify -> summarise -> remember over a Verifier.
 
-Each round: N solutions, each exploiting (the previous round's solutions with their summaries, and the
-experience bank) or, with probability epsilon, exploring (the guideline bank); M verification passes; then
-the summary, experience and guideline agents update memory (morkit.loops.tmas.banks, .prompts). Memory
-agents read analysis, never bare scores (.analysis); the answer compares scores across rounds only as
-.choice allows. A failed pass or agent call is recorded and skipped. The reference, when given, only marks
-correctness in the trace and the state's `curve`; no prompt contains it. README: "Fidelity to the papers".
-"""
+The round, the memory agents, the answer rule and the fidelity to the paper: docs/loops/tmas.md."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""Strategy novelty for the TMAS exploration reward: an LLM judge compares a rollout with the guideline bank.
-
-The guideline bank holds the high-level strategies already tried on a problem; an exploring rollout is asked
-for a different one. The judge reads the problem, the bank's strategies and the rollout, and answers one of
-the paper's three classes: 1 (genuinely different from every listed strategy), 0 (essentially the same as
-at least one of them) or -1 (the strategy cannot be determined: the solution is too vague or incomplete).
-With an empty bank there is nothing to repeat: the class is `empty_bank_class` and no call is made. A reply
-without a class (small judges ramble) or a failed judge call gets `fallback`, and is counted.
-How a class becomes the reward table's binary novelty is the reward's business (HybridRewardConfig).
-
-The judge prompt is the paper's where its rendering is legible: steps 1-3 (identify, compare, classify), the
-three class definitions, "Respond in a JSON code block:" and the reply's first key, `"identified_strategy":
-"Brief description of th` (the rest is cut off). morkit's words: the role line, the tagged layout around
-`<already_attempted_strategies>` (the paper names that tag; `<problem>` and `<student_solution>` are
-morkit's), the end of that description and the `classification` key.
-
-`answer_novelty` is the older, answer-level proxy kept as a named alternative: 1 when the final answer is
-equivalent to no previously seen answer, 0 when it repeats one, -1 when there is no final answer.
-"""
+"""Strategy novelty for the TMAS exploration reward: an LLM judge compares a rollout with the guideline bank and
+answers the paper's class, 1 (new), 0 (the same as one) or -1 (cannot tell); `answer_novelty` is the older
+answer-level proxy. Which words of the judge prompt are the paper's: docs/loops/tmas.md (reward fidelity)."""
 
 from __future__ import annotations
 

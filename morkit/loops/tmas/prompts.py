@@ -1,17 +1,6 @@
 """The TMAS agents' prompts: solution (first round, exploit, explore), summary, experience and guideline.
-
-What each agent sees follows the paper (arXiv 2605.10344): an exploiting solution sees every previous
-attempt with its verification summary, and the experience bank; an exploring one sees the guideline bank
-and is told to go a fundamentally different way; the summary agent condenses one candidate's M
-verifications; the experience and guideline agents see all N rollouts (solution, summary) of the round.
-No prompt shows verifier scores or extracted answers unless `show_scores` asks for them.
-
-Wording: the constants marked PAPER are the published prompts' words as far as /work/shared/papers/tmas.txt
-renders them (solution, refinement, experience and guideline prompts; an ellipsis in the source is where
-morkit stops quoting). Everything else is morkit's: the openings the rendering lost, the summary prompt
-(not legible), the final 'The answer is' line (morkit grades by it), and the line protocols
-(ADD/REFINE/DELETE/KEEP, STRATEGY:) that replace the paper's JSON replies so small models stay parseable.
-"""
+Constants marked PAPER quote the published prompts as far as tmas.txt renders them; the rest is morkit's.
+What each agent sees, and why morkit's words differ where they do: docs/loops/tmas.md (fidelity table)."""
 
 from __future__ import annotations
 

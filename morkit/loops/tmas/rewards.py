@@ -1,38 +1,6 @@
-"""The TMAS hybrid RL reward, as reward functions TRL's `GRPOTrainer` accepts as `reward_funcs`.
-
-TRL calls a reward function as `fn(prompts=..., completions=..., completion_ids=..., **columns)`, with
-every dataset column as a list aligned with the completions (each row repeated `num_generations` times)
-plus `trainer_state`, `log_extra` and `log_metric`. Completions are strings or message lists (the last
-message's content is read). One float (or None: "does not apply") comes back per completion.
-
-Each rollout gets exactly one of the paper's three rewards, chosen by its `rollout_type` column
-(the branch whose prompt produced it), so correctness is never counted twice:
-
-- `base` (no memory in the prompt): correctness, +1 right / -1 wrong; keeps basic reasoning.
-- `bank` (exploit: the prompt shows the experience bank): correctness plus, when right, the bank bonus
-  beta * (1 - p_base), p_base the accuracy of the `base` rollouts of the same problem; rewards using
-  the bank where the problem is hard without it.
-- `explore` (the prompt shows the guideline bank and asks for another approach): the paper's table over
-  (correct, novel): +1.0, +0.2 (right, not novel), -0.5 (wrong, novel), -1.0. An LLM judge compares the
-  rollout's strategy with that row's guideline bank and answers 1 (different from all), 0 (the same as
-  one) or -1 (cannot tell); novel means class 1, and -1 counts as not novel unless
-  `undetermined="novel"` (morkit.loops.tmas.novelty). The table already rewards correctness, so nothing
-  is added to it.
-
-Without a `rollout_type` column, `used_bank` (bool) marks bank rows and the rest are base.
-
-Grouping for p_base: rows with the same `problem_id` (HybridRewardConfig.group_column) in one reward
-call form a problem's group; Bank and Base prompts differ, so they only meet through that id. Without
-the column the prompt is the key (text, or the messages as JSON): then only identical prompts meet.
-TRL scores one generation batch per call (`per_device_train_batch_size * steps_per_generation`
-completions per process): a problem's Bank and Base rows must land in the same batch - see
-morkit.loops.tmas.grpo.check_grouping. A precomputed `p_base` column, where not None, is used instead.
-A bank row whose problem has no base rollout in the call gets no bonus (counted in `tmas/bank_without_base`).
-
-`correctness_reward`, `bank_bonus_reward` and `novelty_reward` return the parts separately (None where a
-part does not apply); TRL sums reward functions with nansum, so passing the three gives the hybrid total
-with each part logged under its own name.
-"""
+"""The TMAS hybrid RL reward as TRL `reward_funcs`: each rollout gets one of the paper's three rewards by its
+`rollout_type` (base: correctness; bank: plus beta * (1 - p_base) when right; explore: the novelty table).
+Columns read, p_base groups and logged metrics: docs/loops/tmas.md, "Hybrid-reward RL with TRL"."""
 
 from __future__ import annotations
 

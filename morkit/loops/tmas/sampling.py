@@ -1,14 +1,6 @@
-"""How TMAS samples: a derived seed per sample, chat calls fanned out one per sample, sampled verifiers.
-
-The LLM protocol takes one SamplingParams per `chat` call, and the OpenAI-compatible backend sends that
-seed with every conversation, so a batch of identical prompts (every exploiting solution of round 1)
-comes back identical from a server that honours seeds. `fan_out` therefore makes one call per sample,
-each with its own seed, up to `parallel` at a time, keeping each sample's result or error in place.
-
-`sampled_verifier` gives an LLM critic (a dataclass verifier with `llm` and `params` fields, as
-morkit.verify.critic.LLMVerifier, possibly nested in a combined verifier) a temperature and seed for one
-verification pass; a verifier without such a knob (MoR) is deterministic, and None says so.
-"""
+"""How TMAS samples: a derived seed per sample, chat calls fanned out one per sample (so a seed-honouring server
+returns distinct samples for identical prompts), and an LLM critic sampled per verification pass (MoR, with no
+sampling knob, is deterministic); docs/loops/tmas.md, "Seeds"."""
 
 from __future__ import annotations
 
