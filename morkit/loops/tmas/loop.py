@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 from morkit.core.errors import InputError, LLMError, MorkitError, ScoreError
 from morkit.core.grading import extract_answer, is_correct
