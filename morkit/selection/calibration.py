@@ -1,9 +1,6 @@
 """Calibrating a pick: the probability that a ranking's top candidate is correct.
 
-A method with its own cross-validation (the learned selector) carries its calibrator on its Choice; any other
-is calibrated here on its leave-one-out picks over a seeded sample of pool questions (each chosen from its
-neighbours other than itself), fitted once per PickCalibrator.
-"""
+Methods without a cross-validation of their own are calibrated on leave-one-out picks (docs/selection.md)."""
 
 from __future__ import annotations
 

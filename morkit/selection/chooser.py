@@ -1,8 +1,6 @@
 """Choosing an ensemble for a query: its pool neighbours, the pool RMs it can use, the method's pick -> Selection.
 
-An RM a query cannot use (it does not apply, or its scores are missing and it may not run) is skipped, and
-said why; a query no pool RM applies to gets NO_RM_APPLIES instead of failing a run over one domain.
-"""
+RMs a query cannot use are skipped and said why (docs/selection.md, "Queries that cannot use every RM")."""
 
 from __future__ import annotations
 

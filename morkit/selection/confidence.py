@@ -1,12 +1,5 @@
-"""Calibrated confidence: the probability that a ranking's pick is a correct answer.
-
-A ranking is summarised by a few signals that do not depend on the method's score scale: how far the
-pick's score stands above the runner-up (in the query's own sd of scores), the softmax mass of the pick,
-the share of the query's RMs whose own top choice is the pick, and the number of candidates. A logistic
-map from these signals to "the pick was correct" is fitted on out-of-sample picks over pool questions
-(cross-validation folds, or leave-one-out neighbours), so the number is calibrated on questions the
-method did not learn from. `reliability` bins such picks for the pool report's diagram.
-"""
+"""Calibrated confidence: a logistic map from scale-free signals of a ranking to "the pick was correct", fitted
+on out-of-sample picks; `reliability` bins them for the pool report (docs/selection.md, "Calibrated confidence")."""
 
 from __future__ import annotations
 

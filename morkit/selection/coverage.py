@@ -1,12 +1,5 @@
-"""Which pool questions a set of RMs covers: the rows a selector for a query that can use those RMs learns from.
-
-A pool question is covered by some RMs when each of them scored every one of its candidates. In a pool
-that mixes domains, an RM that does not apply to a domain (code-tests on math) covers none of its
-questions, so a selector over the RMs a math query can use learns from the math questions (and any
-other question those RMs all scored), never from rows where a member's score is missing; and PRES weighs
-only the neighbours those RMs cover, so an RM that applies everywhere does not collect evidence from
-neighbours where the query's other RMs could not compete.
-"""
+"""Which pool questions a set of RMs covers (each scored every candidate): what a selector over those RMs learns
+from, and the neighbours PRES weighs, so each domain of a mixed pool gets its own evidence."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Repeated grouped cross-validation of the learned selector's rows, and the honest rule that picks one.
-
-Every row (a setting, the blend of each family's best, PRES, each single RM) is scored out of fold on every
-repeat: the pool's questions are dealt into folds by a seeded permutation per repeat (a question's candidates
-never straddle folds), so a row's figure is a mean over repeats x folds, and its spread is their sd. Averaging
-over fold seeds is what steadies the choice: one split's luck moved a pick by more than the gap between rows.
-"""
+"""Repeated grouped cross-validation of the learned selector's rows, and the margin rule that picks one
+(docs/selection.md, "Repeated cross-validation and the margin rule")."""
 
 from __future__ import annotations
 
@@ -77,11 +72,8 @@ def out_of_fold(settings: Sequence[Any], folds: Folds, n_candidates: int,
 
 
 def pick(result: CVResult, learned_labels: Sequence[str], baseline_labels: Sequence[str]) -> str:
-    """The row CV picks. Baselines (each single RM, and PRES: rules with nothing fitted beyond the pool's tables)
-    compete on their CV means alone; a learned row is picked only when it is the best row and beats the best
-    baseline by more than `margin(n)` standard errors of their paired per-question difference (averaged over
-    repeats), n being the learned rows compared. Where the pool cannot tell them apart, the baseline, which has
-    nothing to overfit."""
+    """The row CV picks: the best baseline (rule) by CV mean, unless the best row is learned and beats it by more
+    than `margin(len(learned_labels))` standard errors of their paired per-question difference."""
     table = {label: mean for label, mean, _ in result.table()}
     best = max(table, key=lambda label: table[label])  # the first (simplest) of equal rows
     if not baseline_labels or best in baseline_labels:
@@ -96,11 +88,8 @@ def pick(result: CVResult, learned_labels: Sequence[str], baseline_labels: Seque
 
 
 def margin(learned_rows: int) -> float:
-    """How many standard errors the best of `learned_rows` learned CV rows must beat the best rule by.
-
-    One row: 1, the one-standard-error rule, whose one-sided false-pick rate is P(Z > 1) ~ 0.16. The best of
-    n noisy CV estimates is biased upward (the winner's curse), so that rate is shared among the n rows
-    (Bonferroni)."""
+    """How many standard errors the best of `learned_rows` learned CV rows must beat the best rule by: the
+    one-standard-error rule's false-pick rate P(Z > 1) shared among them (Bonferroni; 1 row: 1, 28 rows: 2.5)."""
     from statistics import NormalDist
 
     normal = NormalDist()

@@ -1,25 +1,6 @@
 """Candidate features for the learned selector: what each RM says about a candidate, relative to its siblings.
 
-The evidence a selector sees matters more than the learner that reads it (a raw weighted sum of scores
-gives one number per RM; the same scores seen several ways give the learner the shape of each RM's
-opinion). Feature groups, per member RM r and candidate i of a query:
-
-  query-z    r's score standardised over the query's candidates (0 where r is constant there)
-  pool-z     r's score standardised with r's pool-wide mean and sd (fitted on the training rows)
-  rank       i's rank among the query's candidates under r, scaled to [-0.5, 0.5]; ties share a rank
-  top        1 where i has the query's top score under r
-  tie        1 where that top score is shared by several candidates
-  steps      process RMs only: query-z and pool-z of the step scores under every other reduction
-             (min, mean, last; the pool's own is already the member score)
-  agreement  the share of RMs whose top pick is i, and i's mean query-z over the RMs
-  local      r's query-z times how much better than usual r did on the query's nearest pool questions (its
-             similarity-weighted PRR and best-of-n hit there, less their pool means: morkit.selection.local),
-             and the query-z of the RM with the best local PRR (like PRES's single pick, from k neighbours'
-             weighted mean)
-
-Every feature is 0 where r has no score for the candidate, and features are scaled by their sd over the
-training candidates so one L2 penalty suits them all. Only the order within a query matters downstream.
-"""
+The groups and named feature sets are tabulated in docs/selection.md ("Features")."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The learned selector, morkit's default: a candidate ranker over RM features, chosen by CV on the pool.
-
-Rows compete in repeated grouped cross-validation (morkit.selection.cv): every setting of SETTINGS (a learner,
-a feature set, its parameters; the "local" sets read how each RM did on the query's nearest pool questions),
-the blend of each family's best, PRES (the paper's rule) and every single RM. The rules (PRES, each single RM)
-compete on their CV means; a learned row is kept only when it beats the best of them by the margin rule, so a
-pool whose evidence does not support learning keeps its best rule. The pick is refitted on the whole pool, and
-its out-of-fold picks fit the confidence calibrator. A pool with fewer than MIN_MIXED questions holding a right and a wrong answer falls
-back to PRES and says so.
-"""
+"""The learned selector, morkit's default: a candidate ranker over RM features, chosen by CV on the pool among
+SETTINGS, their blend, PRES and every single RM, then refitted on the whole pool (docs/selection.md)."""
 
 from __future__ import annotations
 
@@ -265,15 +257,10 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
                 repeats: int | None = None, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
                 min_mixed: int = MIN_MIXED) -> LearnedFit:
-    """Cross-validate every setting on the pool (or its LEARN_SAMPLE) over `repeats` seeded fold deals (None:
-    REPEATS up to REPEATS_UP_TO questions, else one), then fit the pick on all of it.
-
-    `baselines`: also weigh every single RM and PRES (the paper's rule, scored out of fold from each fold's
-    training questions), the rules a learned row must beat by the margin rule, and the blend of each family's best; off, the best of `settings` is
-    kept whatever it gains (the "stacker" name's grid). Only the questions every member scored are used
-    (morkit.selection.coverage): in a pool mixing domains, a fit over the RMs a query can use learns from the
-    questions like it, so each domain gets its own pick. TooFewMixed when fewer than `min_mixed` of them have
-    both a right and a wrong answer."""
+    """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE) over `repeats` fold
+    deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then fit the pick on all of them. `baselines`:
+    also weigh the blend, PRES and every single RM under the margin rule (off: the "stacker" grid). TooFewMixed
+    below `min_mixed` questions with a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
     data = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)

@@ -1,14 +1,5 @@
-"""The learned selection method: the fits a pool stores in pool.json, and `Learned`, which picks by them.
-
-A fit serves the queries that can use exactly its RMs. A pool whose RMs score every question stores one,
-over all of them (`meta["learned"]`). A pool that mixes domains, where some RMs apply only to some
-domains, also stores one per domain's set of RMs (`meta["learned_subsets"]`, morkit.selection.coverage):
-the math queries' RMs, the code queries' RMs.
-Any other set is fitted when a query first needs it.
-
-The "stacker" method name (the former second learned method) is this one restricted to the former stacker's
-grid (`stacker`): one learned method, one fit per pool build, one store slot.
-"""
+"""The learned selection method: the fits a pool stores in pool.json (over every RM, and per domain's RMs), and
+`Learned`, which picks by them; `stacker` is it restricted to the former stacker's grid (docs/selection.md)."""
 
 from __future__ import annotations
 
@@ -107,11 +98,9 @@ def _grid_key(setting: Setting) -> tuple:
 
 @dataclass
 class Learned:
-    """Selection method: the pool-learned candidate ranker over every available RM (a fit per availability
-    set, stored with the pool or fitted once here); PRES when too few questions to learn from.
-
-    `settings`, `baselines`, `min_mixed`: the grid its fits cross-validate (fit_learned); a stored fit is
-    used only when its settings are in that grid."""
+    """Selection method: the pool-learned candidate ranker over the available RMs (a fit per availability set,
+    stored with the pool or fitted once here); PRES when too few questions to learn from. A stored fit is used
+    only when its settings are in this grid (`settings`, `baselines`, `min_mixed`: see fit_learned)."""
 
     pool: QuestionPool
     folds: int = 5

@@ -1,11 +1,6 @@
-"""Learners that rank a query's candidates from their features, in LEARNERS: name -> model class.
-
-A model class has `fit(x, correct, valid, **params)` on (Q, N, F) features and `from_json(obj)`; a fitted
-model has `scores(x) -> (Q, N)`, `importances() -> (F,)` and `to_json()`. Only questions with both a
-correct and a wrong candidate teach (the others carry no ranking signal). Add one with
-
-    LEARNERS.register("mine", "mypkg.rank:MyModel", "what it learns")
-"""
+"""Learners that rank a query's candidates from their features, in LEARNERS: name -> model class with
+`fit(x, correct, valid, **params)` and `from_json`; a fitted model has `scores`, `importances`, `to_json`.
+Only questions with a correct and a wrong candidate teach. Adding one: docs/selection.md."""
 
 from __future__ import annotations
 

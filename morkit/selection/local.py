@@ -1,11 +1,5 @@
-"""Local evidence: how well each RM did on the pool questions nearest a query, similarity-weighted as PRES weighs.
-
-Per RM, the weighted mean over the neighbours of its PRR and of its best-of-n hit (a neighbour where the value is
-undefined adds nothing). The learned selector reads it as features (morkit.selection.features, group "local"),
-so the same answer scores can be trusted differently for different queries. Within a fit, a question's
-neighbours are found once among all of the fit's questions and then restricted to each fold's training part,
-so no held-out label reaches a feature and a training question never counts itself.
-"""
+"""Local evidence: each RM's similarity-weighted PRR and best-of-n hit on the pool questions nearest a query, read
+by the learned selector's "local" features; within a fit, neighbours come from each fold's training part only."""
 
 from __future__ import annotations
 

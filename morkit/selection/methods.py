@@ -1,10 +1,5 @@
-"""The per-query selection methods, in SELECTION_METHODS: name -> factory(pool, **options) -> SelectionMethod.
-
-A method implements `choose(neighbours, available) -> Choice` (see morkit.selection.base). Metadata:
-`singles_only` says whether the method accepts `singles_only=True`. Add one with
-
-    SELECTION_METHODS.register("mine", "mypkg.select:Mine", "what it picks", singles_only=False)
-"""
+"""The per-query selection methods, in SELECTION_METHODS: name -> factory(pool, **options) -> SelectionMethod
+(`choose(neighbours, available) -> Choice`); metadata `singles_only`. Adding one: docs/selection.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Mixture of Reward models: a chosen ensemble's score for each of a query's candidates.
-
-Member scores come from the candidates' cached `scores` (PRM steps reduced as the pool reduced
-them) and pass through one of the feature transforms below before the weighted sum:
-"pool-zscore" uses the normaliser fitted on the pool (raw pools make it the identity), exactly as
-PRR was computed there; "query-zscore" standardises each member over this query's candidates,
-which is what the learned selector uses (only the order within a query matters for picking).
-"""
+"""Mixture of Reward models: a chosen ensemble's score for each of a query's candidates, from their cached
+member scores through the pool's normaliser or a per-query z-score (docs/selection.md, "MoR scoring")."""
 
 from __future__ import annotations
 

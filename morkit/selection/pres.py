@@ -1,13 +1,6 @@
-"""PRES (CTTS-MM): pick the ensemble with the highest similarity-weighted PRR over the query's neighbours.
-
-score(e) = sum over the top-k pool neighbours i of sim(query, i) * PRR(i, e), where a NaN PRR
-(question with one label, or a missing member score) contributes nothing. Ensembles whose members
-cannot score this query are skipped. `criterion="top1"` uses each neighbour's best-of-n hit instead
-of PRR: a top-1 criterion for a top-1 task. A pool without dense tables (`QuestionPool.dense` False)
-gives the neighbours' values from their member scores, per query (morkit.question_pool.neighbour_prr).
-`gamma` (off by default: the paper's argmax) is one reading of appendix D.2's unused "tolerance threshold
-coefficient gamma = 0.95": among ensembles scoring at least gamma times the best, take the fewest members.
-"""
+"""PRES (CTTS-MM): pick the ensemble with the highest similarity-weighted PRR over the query's neighbours,
+score(e) = sum_i sim(query, i) * PRR(i, e); the rule, its top-1 variant and the `gamma` reading of the paper's
+appendix D.2 are in docs/selection.md ("PRES")."""
 
 from __future__ import annotations
 
@@ -121,12 +114,9 @@ def pres_top1(pool: QuestionPool, singles_only: bool = False) -> PRES:
 
 
 def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt: Folds, k: int) -> np.ndarray | None:
-    """(repeats, Q, N) candidate scores of PRES's picks for a fit's questions `data` (a
-    morkit.selection.learned.PoolSlice: its member scores, labels and single-RM statistics, read once by the fit),
-    each held-out question choosing from its `k` nearest questions of its fold's training part among the
-    ensembles of the slice's members, as PRES does at query time. Each fold weighs its ensembles by the single RMs'
-    PRR over its training part, as a pool built from it would, so no held-out label reaches a weight, a PRR or a
-    tie-break. None when the table is too large (CV_CELLS)."""
+    """(repeats, Q, N) out-of-fold candidate scores of PRES's picks for a fit's questions `data` (a PoolSlice):
+    each held-out question routed by its `k` nearest training questions, among ensembles weighted on the
+    fold's training part only. None when the table exceeds CV_CELLS."""
     from scipy import sparse
 
     from morkit.question_pool.ensembles import enumerate_ensembles

@@ -1,17 +1,6 @@
-"""The "Selection" section of the pool report: how the selection methods would do on this pool.
-
-It lives in the selection layer because it reads the learned selector's fit stored in pool.json, fits the
-"stacker" method's grid and runs PRES leave-one-out; the pool report (morkit.question_pool.report) may not import this
-layer, so the CLI passes the fragment to `write_report(sections=...)`. Four parts:
-
-1. best-of-n accuracy per method: each cross-validated learned setting (the chosen one marked), the
-   "stacker" method's CV (the learned selector restricted to the former stacker's settings), PRES and PRES top-1 leave-one-out, and the best single RM for reference;
-2. a reliability diagram of the learned selector's cross-fitted out-of-fold confidence;
-3. its feature weights (logit) or gain shares (lambdarank), top TOP_FEATURES by magnitude;
-4. its CV gain over the best single RM per domain.
-
-Every number is read from the pool or computed from it; all user text (RM names, domains) is escaped.
-"""
+"""The "Selection" section of the pool report: methods' best-of-n, the confidence's reliability, feature weights
+and per-domain gains. It reads selection-layer fits, which the pool report may not import, so the CLI passes
+the fragment to `write_report(sections=...)`; all user text is escaped."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Per-query RM selection and MoR ranking against a question pool: `Selector(pool).select(q)` / `.rank(q)`.
 
-Methods are looked up by name in SELECTION_METHODS (morkit.selection.methods). The default is "learned", a
-candidate ranker learned on the pool (morkit.selection.learned); "pres" is the CTTS-MM paper's rule,
-"pres-top1" the same rule on best-of-n. The Selector composes three pieces: choosing an ensemble for a
-query (morkit.selection.chooser), ranking its candidates with it (morkit.selection.ranker) and calibrating
-the pick (morkit.selection.calibration).
-"""
+It composes the chooser (ensemble per query), the ranker (its candidates) and the calibration (the pick)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Per-query routing as a service: choose each query's RM ensemble from a pool (select), and rank with it.
+"""Per-query routing as a service: `select` each query's RM ensemble from a pool, and `rank` with it.
 
-    selections = morkit.select(queries, pool)            # ensemble + evidence per query
-    rankings = morkit.rank(queries, pool)                # best candidate per query
-
-`Routing` is the one select -> fill -> rank path: `rank` runs it over a file of queries, and the server
-(morkit.services.serving.engine) runs the same three steps over each micro-batch, keeping jobs apart.
-"""
+`Routing` is the one select -> fill -> rank path, shared by `rank` and the server's micro-batches."""
 
 from __future__ import annotations
 

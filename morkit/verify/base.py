@@ -1,13 +1,6 @@
-"""The Verifier protocol: what search and test-time-scaling loops ask to score a question's answers.
+"""The Verifier protocol: what search and test-time-scaling loops ask to score a question's answers with.
 
-A verifier returns one Verdict (score and feedback text) per answer. Scores are comparable within one
-`verify` call; pass the query's other answers as `context` so that set-level members (answer
-consensus, per-query normalisation) see the same siblings every time. A verifier whose scores also
-compare across calls says so with `absolute_scores = True`; loops that compare scores from different
-calls (rounds, stop thresholds) check `scores_are_absolute` and otherwise re-score in one call.
-Implementations: MoRVerifier (a per-query RM ensemble), LLMVerifier (an LLM critic) and
-CombinedVerifier (their sum).
-"""
+Scores compare within one call unless `absolute_scores` says otherwise (docs/selection.md, "MoR as a verifier")."""
 
 from __future__ import annotations
 

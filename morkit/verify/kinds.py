@@ -1,10 +1,5 @@
-"""The verifier kinds loops can use, in VERIFIERS: name -> factory(VerifierSetup) -> (query -> Verifier).
-
-A factory gets the shared pieces once and returns a function giving each query its verifier (the MoR
-ensemble differs per query). Add one with
-
-    VERIFIERS.register("mine", "mypkg.verify:make_mine", "what it checks", needs_pool=False)
-"""
+"""The verifier kinds loops can use, in VERIFIERS: name -> factory(VerifierSetup) -> (query -> Verifier), a
+function per query since the MoR ensemble differs per query; register one with `needs_pool` metadata."""
 
 from __future__ import annotations
 

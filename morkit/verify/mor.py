@@ -1,8 +1,5 @@
-"""MoRVerifier: a per-query Mixture of Reward models as a verifier.
-
-It is the ensemble a Selector chose for the query, scoring answers with its member RMs (through the
-score cache) and combining them exactly as the pool did.
-"""
+"""MoRVerifier: the ensemble a Selector chose for a query as a verifier, scoring answers with its member RMs
+(through the score cache) and combining them exactly as the pool did."""
 
 from __future__ import annotations
 
