@@ -89,7 +89,8 @@ def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None =
 
 
 def load_queries(path: str | os.PathLike, *, bare: bool = False) -> list[Query]:
-    """Read a contract JSONL file; duplicate ids are an error naming both lines (`bare`: see `parse_query`)."""
+    """Read a contract JSONL file into queries; a bad line or a repeated id is an InputError naming file and line.
+    `bare=True` also accepts lines without `candidates` (questions not yet answered)."""
     queries: list[Query] = []
     seen: dict[str, int] = {}
     for line, obj in read_jsonl(path):
@@ -125,4 +126,5 @@ def query_to_json(query: Query) -> dict[str, Any]:
 
 
 def save_queries(path: str | os.PathLike, queries: Iterable[Query]) -> int:
+    """Write queries as contract JSONL, atomically (a failed write leaves no file); returns the lines written."""
     return write_jsonl(path, (query_to_json(q) for q in queries))

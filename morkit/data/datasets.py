@@ -236,6 +236,7 @@ DATASETS = Registry("data set", [
           "LiveCodeBench code_generation_lite, stdin/stdout problems with their tests (call-based skipped)",
           {"domain": "code", "scores": False}),
 ])
+"""Public data sets by name (`--dataset NAME[:N]`), each a loader reading its files under the data folder."""
 
 
 def load_spec(spec: str, data_dir: str | os.PathLike | None = None) -> list[Query]:

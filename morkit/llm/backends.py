@@ -12,3 +12,4 @@ LLM_BACKENDS = Registry("LLM backend", [
     Entry("openai", "morkit.llm.openai_compat:from_agent_spec",
           "any OpenAI-compatible chat-completions server (vLLM included): base_url, api_key_env"),
 ])
+"""LLM backends by name (the local model, OpenAI-compatible servers); an agents file's `backend` picks one."""

@@ -73,6 +73,8 @@ class Completion:
 
 @runtime_checkable
 class LLM(Protocol):
+    """A chat model: a batch of conversations in, one Completion each out, within the sampling parameters."""
+
     name: str
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:

@@ -126,6 +126,7 @@ class LocalLLM:
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
              ) -> list[Completion]:
+        """One Completion per conversation, in order, generated in batches by the local model."""
         if not conversations:
             return []
         lm = self.loaded

@@ -225,6 +225,7 @@ class OpenAIChatLLM:
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
              ) -> list[Completion]:
+        """One Completion per conversation, in order; any failed conversation raises ChatError naming each failure."""
         results = self.chat_partial(conversations, params)
         if any(isinstance(r, LLMError) for r in results):
             raise ChatError(self.name, results)  # type: ignore[arg-type]

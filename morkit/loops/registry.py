@@ -103,3 +103,5 @@ LOOPS = Registry("loop", [
     Entry("streamma", f"{_HERE}:streamma", "a pipelined chain of agents reviewing each other's steps as they stream"),
     Entry("atlas", f"{_HERE}:atlas", "an orchestrator that explores with fresh solvers, then synthesises"),
 ])
+"""Test-time-scaling loops by name (tmas, streamma, atlas); `run_loop(name, ...)` and `morkit loop NAME` run
+them."""

@@ -35,7 +35,9 @@ class RewardModel(Protocol):
     name: str
     kind: str
 
-    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]: ...
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
+        """One Score per (question, answer) pair, in order."""
+        ...
 
 
 @runtime_checkable

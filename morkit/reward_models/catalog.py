@@ -58,6 +58,8 @@ REWARD_MODELS = Registry("reward model", spec_type=RMSpec, entries=[
           spec=RMSpec(kind="orm|prm", backend="remote", options=("name", "urls", "model"),
            needs="running servers; options name=..., urls=[...], model=..., task=classify|token_classify|step")),
 ])
+"""Every reward model by name, with its typed RMSpec (kind, backend, window, memory); `morkit rms` lists them.
+Add yours with `REWARD_MODELS.register(name, target, summary, kind=..., backend=...)`."""
 
 
 def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | None:

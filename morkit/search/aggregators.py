@@ -40,3 +40,5 @@ AGGREGATORS = Registry("aggregator", [
                                    "verifier score; the heaviest group's best-scored answer; no LLM call"),
     Entry("best", f"{_HERE}:best", "the set's answer the verifier scores highest; no LLM call"),
 ])
+"""How ACS merges the answers it collected (an LLM aggregator, a weighted vote, the best-scored answer), by
+name."""

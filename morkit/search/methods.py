@@ -95,3 +95,5 @@ SEARCH_METHODS = Registry("search method", [
     Entry("self-consistency", f"{_HERE}:self_consistency", "majority vote among one agent's samples"),
     Entry("moa", f"{_HERE}:moa", "one Mixture-of-Agents layer: the aggregator reads every answer"),
 ])
+"""Search methods by name (ACS and its baselines); `run_search(..., methods=[...])` and `morkit search
+--method` pick them."""

@@ -35,6 +35,7 @@ SELECTION_METHODS = Registry("selection method", [
     Entry("pres-top1", "morkit.selection.pres:pres_top1",
           "the PRES rule on each neighbour's best-of-n hit instead of PRR", {"singles_only": True}),
 ])
+"""Per-query selection methods by name (the learned selector, PRES, ...); `Selector(pool, name)` builds one."""
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,12 @@ class Selector:
         return self.chooser.available(query)
 
     def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
+        """The chosen ensemble of each query, with its evidence; one embedding and neighbour search for the batch
+        (`vectors`: the queries' embeddings, when the caller has them)."""
         return self.chooser.select_many(queries, vectors=vectors)
 
     def select(self, query: Query) -> Selection:
+        """The RM ensemble chosen for one query (`.choice.ensemble`), with its neighbours and evidence."""
         return self.select_many([query])[0]
 
     def candidate_scores(self, query: Query, choice: Choice, raw: np.ndarray | None = None) -> np.ndarray:
@@ -91,4 +94,6 @@ class Selector:
         return self.ranker.rank_selected(query, selection, abstain_below)
 
     def rank(self, query: Query) -> Ranking:
+        """Select, then score the query's candidates with the chosen ensemble (`.best_index`, `.scores`,
+        `.confidence`)."""
         return self.rank_selected(query, self.select(query))

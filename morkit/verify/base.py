@@ -11,6 +11,8 @@ from morkit.core.types import Verdict
 
 @runtime_checkable
 class Verifier(Protocol):
+    """Scores a question's answers (with optional context such as an answer's steps) as one Verdict each."""
+
     name: str
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:

@@ -47,3 +47,4 @@ VERIFIERS = Registry("verifier", [
     Entry("mor", f"{_HERE}:mor", "the query's MoR ensemble, chosen from a pool", {"needs_pool": True}),
     Entry("both", f"{_HERE}:mor_and_critic", "the MoR ensemble's score plus the critic's", {"needs_pool": True}),
 ])
+"""Verifier kinds by name (an MoR ensemble, an LLM critic, both) that search and the loops score answers with."""

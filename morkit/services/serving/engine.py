@@ -173,4 +173,5 @@ class RoutingEngine:
         return reward_reply(job, [r.scores for r in rankings])
 
     def close(self) -> None:
+        """Release the resident RMs and the score cache."""
         self.session.close()
