@@ -34,7 +34,7 @@ $(STAMP): requirements.lock requirements-vllm.lock pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q -ra
 
-# Under two minutes: no real LLM, vLLM engine or demo (tests marked slow).
+# Under two minutes: no real LLM, vLLM engine, demo or multi-second end-to-end run (tests marked slow).
 test-fast: install
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 

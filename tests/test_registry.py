@@ -50,6 +50,7 @@ def test_listing_every_registry_imports_no_heavy_module():
     assert out.stdout.strip() == "", f"listing imported {out.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_exports_stay_what_they_are_after_every_submodule_is_imported():
     """A subpackage import must not rebind an exported name (`morkit.search` once became the package)."""
     import importlib

@@ -176,6 +176,7 @@ def test_the_code_grader_runs_stdin_stdout_tests(tmp_path):
     assert [s.value for s in rm.score_query(programs)] == [1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_stdin_stdout_tests_stop_at_the_first_failure_and_keep_limits_per_test():
     tests = [{"input": "2\n", "output": "4\n"}, {"input": "3\n", "output": "9\n"}, {"input": "1\n", "output": "1\n"}]
     query = Query("sq", "square it", (Candidate("x = int(input())\nprint(x * x)"),

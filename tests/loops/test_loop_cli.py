@@ -12,6 +12,7 @@ from fakes.role_agents import role_reply
 
 from morkit.cli import main
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop,extra", [("tmas", ["--iterations", "2", "--solutions", "2"]),
                                         ("streamma", ["--chain", "3"]), ("atlas", ["--max-explores", "2"])])
 def test_loop_cli_offline_protocol(loop, extra, tmp_path, agents_toml, queries, chat):
@@ -48,6 +49,7 @@ def test_loop_budget_and_verifier_flags(tmp_path, agents_toml, queries, capsys):
     assert "needs a pool" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["streamma", "tmas", "atlas"])
 def test_loop_max_seconds_bounds_the_call_in_flight(loop, tmp_path):
     # Every chat reply takes 4 s, and a stream sends only keep-alives for 4 s: the budget must cut them.

@@ -42,6 +42,7 @@ def test_back_pressure_blocks_a_fast_upstream():
     assert solver_loose["blocked_s"] < 0.05
 
 
+@pytest.mark.slow
 def test_stream_pipelines_where_serial_waits():
     config = StreamMAConfig(agents=4, queue_size=4)
     llms = agents(4, step_s=0.05, review_s=0.05)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from morkit.cli.main import main
 
 
+@pytest.mark.slow
 def test_tmas_over_a_consensus_pool(tmp_path, agents_toml, queries, data_dir, embedder, capsys):
     pool = tmp_path / "pool"
     assert main(["pool", "build", "--dataset", "gsm8k_model_solutions:30", "--data-dir", str(data_dir),

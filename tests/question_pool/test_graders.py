@@ -78,6 +78,7 @@ def test_math_grader_agrees_with_the_recorded_gsm8k_labels():
     assert len(pairs) == 1200 and all(mine == recorded for mine, recorded in pairs)
 
 
+@pytest.mark.slow
 def test_code_grader_agrees_with_recorded_humaneval_verdicts():
     pairs = _graded_against_recorded("humaneval_davinci_samples:6", "code", per_query=10)
     assert len(pairs) == 60 and all(mine == recorded for mine, recorded in pairs)

@@ -82,6 +82,7 @@ def test_neighbour_prr_equals_the_dense_table_with_ties_and_gaps(hash_embedder):
     np.testing.assert_allclose(evidence, sims @ np.nan_to_num(dense.prr.astype(np.float64)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_on_the_fly_pres_picks_what_the_dense_table_picks(rewardmath, hash_embedder):
     dense, fly = _both(rewardmath, hash_embedder)
     assert len(fly.ensembles) == 5335  # 22 RMs, up to 3 members, 3 weightings
@@ -99,6 +100,7 @@ def test_on_the_fly_pres_picks_what_the_dense_table_picks(rewardmath, hash_embed
                 assert a.choose(neighbours, everything).ensemble == b.choose(neighbours, everything).ensemble
 
 
+@pytest.mark.slow
 def test_on_the_fly_pool_saves_as_version_2_and_opens_memory_mapped(rewardmath, hash_embedder, tmp_path):
     fly = build_pool(rewardmath, hash_embedder, config=PoolConfig(statistics="on-the-fly", max_members=2))
     fly.save(tmp_path / "pool")

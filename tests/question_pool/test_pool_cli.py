@@ -104,6 +104,7 @@ def test_pool_build_info_add_report(tmp_path, pool_input, embedder, capsys):
     assert report.read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.slow
 def test_pool_build_runs_registered_rms_and_labels_from_reference(tmp_path, data_dir, embedder):
     out = tmp_path / "pool"
     assert main(["pool", "build", "--dataset", "qwen25_math_rm8:12", "--data-dir", str(data_dir),
@@ -131,6 +132,7 @@ def test_pool_build_bad_inputs_exit_2_and_write_nothing(tmp_path, pool_input, ca
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_two_pool_adds_at_once_keep_both_sides_questions(tmp_path, pool_input, embedder):
     """Two `morkit pool add` processes on one pool: the pool's lock serialises their saves, and the second
     appends to the first's revision, so both succeed and both sides' questions are in the pool."""

@@ -166,6 +166,7 @@ def test_import_does_no_plotting_work():
     assert result.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
 def test_renders_in_headless_chromium(tmp_path):
     from matplotlib.image import imread
@@ -198,6 +199,7 @@ def _selection_text(checker: _Checker) -> str:
     return text[text.index("Selection"):]
 
 
+@pytest.mark.slow
 def test_selection_section_shows_its_four_parts(learned_pool, tmp_path):
     out = write_report(learned_pool, tmp_path / "report.html", sections=[selection_section(learned_pool)])
     checker = parse(out)
@@ -241,6 +243,7 @@ def test_selection_section_escapes_user_text(learned_pool, tmp_path):
     assert EVIL_RM in text and EVIL_DOMAIN in text
 
 
+@pytest.mark.slow
 def test_selection_section_survives_nan_and_missing_values(learned_pool, tmp_path):
     learned = learned_pool.meta["learned"]
     nan = float("nan")
@@ -259,6 +262,7 @@ def test_selection_section_survives_nan_and_missing_values(learned_pool, tmp_pat
     assert "–" in text and "nan" not in text.lower()
 
 
+@pytest.mark.slow
 def test_pool_report_cli_adds_the_selection_section(learned_pool, tmp_path):
     learned_pool.save(tmp_path / "pool")
     out = tmp_path / "report.html"

@@ -233,6 +233,7 @@ ADD = """
 """
 
 
+@pytest.mark.slow
 def test_two_processes_adding_to_one_pool_keep_both_sets(saved_pool, tmp_path):
     go = tmp_path / "go"
     children = [_child(ADD, prefix, str(saved_pool), str(go), stderr=subprocess.PIPE, text=True)
@@ -476,6 +477,7 @@ def _online_env(tmp_path, endpoint):
     return env
 
 
+@pytest.mark.slow
 def test_select_with_an_embedder_named_by_pool_json_makes_no_hub_request(saved_pool, tmp_path, hub, monkeypatch):
     endpoint, requests = hub
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -495,6 +497,7 @@ def test_select_with_an_embedder_named_by_pool_json_makes_no_hub_request(saved_p
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_download_opt_in_lets_a_load_reach_the_hub(tmp_path, hub, monkeypatch):
     """The other side of the rule: with MORKIT_ALLOW_DOWNLOADS=1 the (recording) hub is asked."""
     endpoint, requests = hub

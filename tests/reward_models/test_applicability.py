@@ -179,6 +179,7 @@ def test_a_mixed_pool_leaves_out_what_does_not_apply(mixed_pool):
         ("code-tests", "probe"), ("math-consensus", "probe")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["learned", "pres", "stacker"])
 def test_selection_routes_each_domain_to_the_rms_that_apply(mixed_pool, method):
     selector = Selector(mixed_pool, method, k=20, embedder=_embedder())
@@ -224,6 +225,7 @@ def _embedder():
     return HashEmbedder()
 
 
+@pytest.mark.slow
 def test_the_report_marks_rms_that_do_not_apply(mixed_pool, tmp_path):
     from morkit.selection.report import selection_section
 
@@ -233,6 +235,7 @@ def test_the_report_marks_rms_that_do_not_apply(mixed_pool, tmp_path):
     assert "2 learned selectors are stored" in html and "selector over" in html
 
 
+@pytest.mark.slow
 def test_a_mixed_pool_builds_and_ranks_from_the_cli(tmp_path, capsys):
     """Math and code validation queries, labelled from their reference and tests, scored for real by the rules
     that apply to each (the sandbox runs the code), pooled; then `rank` on new mixed queries runs the same rules

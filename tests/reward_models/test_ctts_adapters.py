@@ -166,6 +166,7 @@ def test_token_ids_match_hand_rendering_with_one_bos(name, adapters, checkpoints
     assert seen[0][0].tolist() == rm.render(*PAIRS[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_scores_equal_manual_head_math_at_any_batch_size_and_padding_side(name, adapters, checkpoints):
     rm, ref = adapters[name], checkpoints[name]

@@ -129,6 +129,7 @@ def test_a_prm_cut_in_the_middle_shows_its_first_and_last_steps(adapters):
     assert score.steps[0] == pytest.approx(whole.steps[0], abs=1e-5)  # a causal model: the first step sees the same
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["middle", "right", "left", "error"])
 def test_a_question_longer_than_the_window_is_cut_under_every_policy(adapters, policy):
     import torch

@@ -47,6 +47,7 @@ def queries() -> list[Query]:
     return [Query(f"q{i}", q, tuple(Candidate(a) for a in answers)) for i, (q, answers) in enumerate(by_question.items())]
 
 
+@pytest.mark.slow
 def test_two_big_rms_are_never_resident_together_and_their_memory_is_freed(monkeypatch):
     import morkit
     from morkit.reward_models.backends.transformers import TransformersHandle
@@ -130,6 +131,7 @@ class TokenServer(FakeServer):
         return 200, json.dumps({"data": data}).encode()
 
 
+@pytest.mark.slow
 def test_servers_by_name_get_the_adapters_own_prompts_and_failures_keep_successes(tmp_path):
     import morkit
     from morkit.reward_models.catalog import load_rm
@@ -156,6 +158,7 @@ def test_servers_by_name_get_the_adapters_own_prompts_and_failures_keep_successe
         server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_question_prefix_reuse_changes_no_score(name):
     from morkit.reward_models.backends import prefix

@@ -44,6 +44,7 @@ def test_scores_and_request_schema(servers):
     assert rm.health() == {servers[0].url: True}
 
 
+@pytest.mark.slow
 def test_failures_reported_by_index_and_other_scores_kept(servers):
     rm = make_rm([s.url for s in servers])
     pairs = [("q0", "fine"), ("q1", "FAIL500"), ("q2", "fine too"), ("q3", "WRONGLEN"), ("q4", "TIMEOUT"),
@@ -105,6 +106,7 @@ def test_retry_counts(servers):
     assert all(s.seen[render("r", "FAIL500 x")] >= 2 for s in servers)
 
 
+@pytest.mark.slow
 def test_concurrency_bound_and_round_robin():
     fresh = [FakeServer(delay_s=0.05), FakeServer(delay_s=0.05)]
     try:

@@ -60,6 +60,7 @@ def test_code_tests_needs_tests():
         CodeTests().score([("q", "def f(): pass")])
 
 
+@pytest.mark.slow
 def test_code_tests_small_query():
     tests = "assert add(2, 3) == 5"
     q = _query(["def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b", "", "while True: pass"],
@@ -90,6 +91,7 @@ def _humaneval_problems(task_ids):
     return [rows[t] for t in task_ids]
 
 
+@pytest.mark.slow
 def test_code_tests_match_recorded_humaneval_verdicts():
     problems = _humaneval_problems(["HumanEval/0", "HumanEval/1", "HumanEval/9"])
     rm = CodeTests(limits=SandboxLimits(wall_seconds=5, cpu_seconds=5))

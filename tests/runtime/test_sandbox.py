@@ -39,6 +39,7 @@ def test_failing_assert_is_failed():
     assert "AssertionError: bad sum" in r.stderr
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out_near_the_wall_limit():
     start = time.monotonic()
     r = run_python("while True: pass", FAST)

@@ -80,6 +80,7 @@ def test_features_by_hand():
     assert spec.apply(scores, None, valid).shape == (1, 4, len(spec.names()))
 
 
+@pytest.mark.slow
 def test_features_of_a_query_do_not_depend_on_its_batch(step_pool):
     fit = fit_learned(step_pool, folds=3)
     rows = np.arange(10)
@@ -89,6 +90,7 @@ def test_features_of_a_query_do_not_depend_on_its_batch(step_pool):
     assert np.array_equal(batch, np.stack(alone))
 
 
+@pytest.mark.slow
 def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     fit = fit_learned(step_pool, folds=4)
     table = {label: score for label, score, _ in fit.cv_table}
@@ -110,6 +112,7 @@ def test_cv_picks_the_setting_that_reads_the_steps(step_pool):
     assert fit.report["repeats"] == 3 and "PRES (paper, with combinations)" in table
 
 
+@pytest.mark.slow
 def test_fit_round_trips_through_json_with_identical_scores(step_pool):
     blend = [Setting("logit", "scores", {"penalty": 3.0}), Setting("lambdarank", "full", {"rounds": 20})]
     for settings in ([Setting("logit", "full", {"penalty": 3.0})], [blend[1]], blend):
@@ -143,6 +146,7 @@ def test_signals_by_hand():
     assert s[0] == pytest.approx(2 / np.sqrt(0.75)) and s[2] == 0.5 and s[3] == pytest.approx(np.log(4))
 
 
+@pytest.mark.slow
 def test_rank_lines_carry_confidence_and_abstain(embedder, tmp_path):
     pool = with_stored_learned(build_pool(_step_queries(), embedder, rm_names=("prm", "orm", "judge")))
     pool.save(tmp_path / "pool")
@@ -169,6 +173,7 @@ def test_bad_abstain_value_is_one_line(tmp_path, capsys):
     assert exc.value.code == 2 and "--abstain-below" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_partial_availability_refits_and_says_so(step_pool):
     pool = with_stored_learned(step_pool)
     selector = Selector(pool, "learned", embedder=HashEmbedder())
@@ -190,6 +195,7 @@ def test_small_pool_falls_back_to_pres_with_a_warning(caplog):
     assert 0 <= ranking["confidence"] <= 1
 
 
+@pytest.mark.slow
 def test_damaged_stored_fit_is_an_input_error(step_pool):
     pool = with_stored_learned(step_pool)
     damaged = replace(pool, meta={**pool.meta, "learned": {**pool.meta["learned"], "components": []}})
@@ -216,6 +222,7 @@ class _LookupRM:
         return out
 
 
+@pytest.mark.slow
 def test_mor_verifier_scores_with_the_learned_ranker(step_pool):
     from morkit.verify.mor import query_verifier
 

@@ -114,6 +114,7 @@ def test_selector_errors_and_rank_contract(hash_embedder):
         selector.rank_selected(nothing, selection)
 
 
+@pytest.mark.slow
 def test_stacker_beats_best_single_on_held_out_rewardmath(data_dir, hash_embedder):
     """A check that can fail: trained on problems 0-249, tested on 250-382 of real RM scores."""
     from morkit.data.datasets import rewardmath_rm_scores
@@ -133,6 +134,7 @@ def test_stacker_beats_best_single_on_held_out_rewardmath(data_dir, hash_embedde
     assert stacked > single + 0.05, (stacked, single, best_single)
 
 
+@pytest.mark.slow
 def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_dir, embedder, capsys):
     from morkit.data.contract import save_queries
     from morkit.data.datasets import qwen25_math_rm8
@@ -162,6 +164,7 @@ def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_di
     assert "no such pool" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_learned_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
     from morkit.question_pool.pool import add_questions, load_pool
     from morkit.selection import learned_method

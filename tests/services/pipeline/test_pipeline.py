@@ -78,6 +78,7 @@ def _config(tmp_path, server, *, rms='["math-consensus", "minilm-probe"]', searc
     return config
 
 
+@pytest.mark.slow
 def test_the_flow_from_bare_questions_to_a_report(tmp_path, server, capsys):
     config = _config(tmp_path, server)
     assert main(["pipeline", str(config), "-q"]) == 0
@@ -110,6 +111,7 @@ def test_the_flow_from_bare_questions_to_a_report(tmp_path, server, capsys):
     assert "gsm8k (3 test questions): oracle (pass@N) 1.00" in out
 
 
+@pytest.mark.slow
 def test_a_rerun_keeps_every_finished_stage_and_redoes_only_what_a_change_touches(tmp_path, server, capsys):
     config = _config(tmp_path, server, rms='["math-consensus"]', search="[]")
     assert main(["pipeline", str(config)]) == 0
@@ -130,6 +132,7 @@ def test_a_rerun_keeps_every_finished_stage_and_redoes_only_what_a_change_touche
     assert server.requests - asked == 3  # one more HumanEval test question, each of the 3 agents asked once
 
 
+@pytest.mark.slow
 def test_an_unreachable_agent_fails_its_candidates_and_the_run_goes_on(tmp_path, server, capsys):
     config = _config(tmp_path, server, rms='["math-consensus"]', search="[]")
     agents = tmp_path / "agents.toml"
@@ -191,6 +194,7 @@ def test_an_edited_question_is_asked_again_and_relabelled_never_answered_by_its_
     assert all(c.extra["generation"]["key"] for q in generated.values() for c in q.candidates)
 
 
+@pytest.mark.slow
 def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothing(tmp_path, server, capsys):
     config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
                      benchmarks='[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 2\n')
@@ -207,6 +211,7 @@ def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothin
         assert f"{stage}: running" in err
 
 
+@pytest.mark.slow
 def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, server, capsys, monkeypatch):
     from morkit.reward_models.rules.code_tests import CodeTests
     from morkit.services.pipeline.keys import rm_versions

@@ -43,6 +43,7 @@ def test_a_body_of_many_small_values_is_413_before_any_work():
     assert nested.status_code == 400 and one_line_error(nested)
 
 
+@pytest.mark.slow
 def test_a_slow_sender_holds_only_what_it_sent_and_gets_408():
     fake = InstantEngine()
     with live(fake, ServeLimits(body_timeout_s=1.5)) as url:
@@ -84,6 +85,7 @@ def test_the_trl_client_splits_by_prompt_and_keeps_the_order():
     assert rewards == [1.0, 2.0, 3.0, 4.0, 5.0]  # each completion its own score, over three requests
 
 
+@pytest.mark.slow
 def test_the_trl_client_gives_up_within_its_timeout(monkeypatch):
     with socket.socket() as silent:  # accepts, never answers
         silent.bind(("127.0.0.1", 0))

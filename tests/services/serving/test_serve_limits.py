@@ -147,6 +147,7 @@ def test_a_timed_out_request_leaves_the_queue_and_frees_its_bytes_at_once():
     assert fake.seen == ["a"]  # the timed-out request never reached the engine
 
 
+@pytest.mark.slow
 def test_health_answers_while_a_request_is_in_flight_and_says_stalled_past_the_timeout():
     fake = BlockingEngine()
     with live(fake, ServeLimits(max_batch=1, max_wait_ms=0, timeout_s=1.0)) as url:
@@ -352,6 +353,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_sigterm_ends_the_process_within_its_grace_while_the_engine_hangs(tmp_path):
     script = tmp_path / "hanging_server.py"
     script.write_text(HANGING_SERVER)
