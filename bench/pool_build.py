@@ -15,6 +15,8 @@ its own (time.perf_counter):
   embed   MiniLM (all-MiniLM-L6-v2, CPU) embeddings of the question texts; above `--embed-max`
           (default 2000) only that many are embedded and the time is scaled linearly, marked "~"
   index   `index_vectors`: FAISS index under the default IndexConfig (kind "auto"), plus its recall if approximate
+  lookup  not a build phase: one nearest-question search at a time (`morkit.question_pool.index.search`, top `--k`) for
+          `--lookups` pool vectors with a little noise, p50 and p99 (what a query's selection waits for)
 `--full-at` also times "stats" with the whole enumeration (5335 ensembles for 22 RMs, max 3 members).
 
 Then PRR alone for the largest size x `--ensembles` ensembles (combine + prr_matrix, chunked as the pool
@@ -22,6 +24,7 @@ does), against a plain per-question, per-ensemble Python loop over `morkit.quest
 sample, extrapolated to the same size; both are measured in this run and the sample's values must agree.
 
     .venv/bin/python bench/pool_build.py [--sizes 1000 10000] [--ensembles 1000] [--no-embed]
+                                         [--plot docs/figures/pool_scaling.svg] [--json PATH]
 
 `--large N` (e.g. 1000000) measures instead a pool past its dense PRR table, with all 5335 ensembles:
   rows     the 383 problems' arrays tiled to N questions (ids and texts get " [copy k]"); no Query objects
@@ -39,11 +42,15 @@ the MiniLM query embedding (p50 of one real question at a time) timed separately
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from plotting import figure_path  # noqa: E402 (beside this script)
 
 
 def replicated(queries, size: int, texts=None):
@@ -67,7 +74,28 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - started
 
 
-def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, embed_max: int):
+def lookup_times(index, vectors, count: int, k: int) -> dict:
+    """p50 / p99 ms of one-at-a-time top-k searches for `count` of the pool's vectors, each with a little noise."""
+    import numpy as np
+
+    from morkit.question_pool.index import search
+
+    rng = np.random.default_rng(1)
+    picks = vectors[rng.integers(0, len(vectors), count)] + rng.normal(0, 0.01, (count, vectors.shape[1]))
+    picks = (picks / np.linalg.norm(picks, axis=1, keepdims=True)).astype(np.float32)
+    for v in picks[:10]:  # warm-up
+        search(index, v[None], k)
+    times = []
+    for v in picks:
+        started = time.perf_counter()
+        search(index, v[None], k)
+        times.append(time.perf_counter() - started)
+    ms = np.array(times) * 1000
+    return {"lookup_p50_ms": float(np.percentile(ms, 50)), "lookup_p99_ms": float(np.percentile(ms, 99))}
+
+
+def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, embed_max: int,
+                 lookups: int = 0, k: int = 100):
     """Run build_pool's steps one by one; returns ({phase: seconds}, details).
 
     Above `embed_max` questions only the first `embed_max` texts are embedded and the time is scaled
@@ -102,9 +130,11 @@ def build_phases(queries, rm_names, ensembles_limit: int, embedder, full: bool, 
             vectors = np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
         else:
             vectors, t["embed"] = timed(embedder.encode, texts)
-        (_, info), t["index"] = timed(index_vectors, vectors, config.index)
+        (index, info), t["index"] = timed(index_vectors, vectors, config.index)
         details["index"] = info["kind"]
-        details.update({"recall": v for k, v in info.items() if k.startswith("recall")})
+        details.update({"recall": v for key, v in info.items() if key.startswith("recall")})
+        if lookups:
+            details.update(lookup_times(index, vectors, lookups, k))
     return t, details
 
 
@@ -171,7 +201,8 @@ def tiled_rows(base, size: int):
                                    q.question + (f" [copy {j // n}]" if j >= n else ""), q.domain, q.n_candidates)
                       for j, q in ((j, base.questions[j % n]) for j in range(size)))
     return replace(base, questions=questions, scores=base.scores[order], correct=base.correct[order],
-                   valid=base.valid[order], skipped={}, missing={k: 0 for k in base.missing})
+                   valid=base.valid[order], steps=None if base.steps is None else base.steps[order], skipped={},
+                   missing={k: 0 for k in base.missing})
 
 
 def clustered_vectors(count: int, dim: int, seed: int, chunk: int = 100_000):
@@ -286,8 +317,7 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
     print(json.dumps(out))
 
 
-def run_large(args, base, rm_names, data_dir) -> None:
-    import json
+def run_large(args, base, rm_names, data_dir) -> dict:
     import shutil
     import subprocess
     import sys
@@ -329,6 +359,49 @@ def run_large(args, base, rm_names, data_dir) -> None:
           f"{selected['peak_rss_with_embedder_gib']:.2f} GiB; MiniLM query embedding p50 "
           f"{selected['embed_p50_ms']:.1f} ms (CPU)")
     print(f"targets: select p50 <= 5 ms, RSS <= 4 GB; load average at the end {os.getloadavg()[0]:.1f}")
+    return {"large": args.large, "build": built, "build_total_s": total, "on_disk_gb": size_gb, "select": selected,
+            "k": args.k, "queries": args.queries, "load_end": os.getloadavg()[0]}
+
+
+PHASES = (("rows", "cached scores -> arrays"), ("fit", "normaliser, single-RM PRR, enumeration"),
+          ("stats", "PRR + best-of-n"), ("embed", "embedding (MiniLM, CPU)"), ("index", "FAISS index"))
+
+
+def plot(result: dict, path: Path) -> None:
+    """Log-log: each build phase's seconds and their total without embedding (which dominates it) against pool
+    questions, with a linear reference; beside it the single nearest-question lookup's p50 and p99."""
+    from plotting import figure
+
+    sizes = [row["size"] for row in result["rows"]]
+    lookup = all("lookup_p50_ms" in row for row in result["rows"])
+    with figure(path, 1, 1 + lookup, height=4.0, gridspec_kw={"width_ratios": [3, 2][: 1 + lookup]}) as (fig, axes):
+        ax = axes[0, 0]
+        for key, label in PHASES:
+            if all(key in row["seconds"] for row in result["rows"]):
+                label += f" ({result['ensembles']:,} ensembles)" if key == "stats" else ""
+                line, = ax.plot(sizes, [row["seconds"][key] for row in result["rows"]], "o-", label=label)
+                scaled = [row for row in result["rows"] if key == "embed" and row.get("embedded")]
+                if scaled:
+                    ax.plot([r["size"] for r in scaled], [r["seconds"][key] for r in scaled], "o", color="white",
+                            markeredgecolor=line.get_color(),
+                            label=f"embedding, hollow: {scaled[0]['embedded']:,} texts timed, scaled")
+        total = [sum(v for key, v in row["seconds"].items() if key not in ("embed", "stats_full"))
+                 for row in result["rows"]]
+        ax.plot(sizes, total, "k^-", label="total without embedding")
+        ax.plot(sizes, [total[-1] * s / sizes[-1] for s in sizes], "k:", linewidth=1, label="linear in questions")
+        ax.set(xscale="log", yscale="log", xlabel="pool questions (replicated rewardmath)", ylabel="seconds",
+               title="build time by phase")
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8)
+        if lookup:
+            right = axes[0, 1]
+            for key, label, style in (("lookup_p50_ms", "p50", "o-"), ("lookup_p99_ms", "p99", "s--")):
+                right.plot(sizes, [row[key] for row in result["rows"]], style, color="#1f5fbf", label=label)
+            right.set(xscale="log", yscale="log", xlabel="pool questions", ylabel="milliseconds",
+                      title=f"one nearest-question search\n(top {result['k']}, index {result['rows'][-1]['index']})")
+            right.legend(fontsize=8)
+        for a in axes[0]:
+            a.set_xticks(sizes, [f"{s / 1000:g}k" if s >= 1000 else str(s) for s in sizes])
+            a.minorticks_off()
 
 
 def main() -> None:
@@ -351,9 +424,15 @@ def main() -> None:
                              "process and time selection (see above)")
     parser.add_argument("--large-dir", help="where the large pool is written, then removed (default: the temp dir)")
     parser.add_argument("--queries", type=int, default=1000, help="--large: queries selected one at a time")
-    parser.add_argument("--k", type=int, default=100, help="--large: neighbours per query")
+    parser.add_argument("--k", type=int, default=100, help="neighbours per query (the lookups; --large: selection)")
+    parser.add_argument("--lookups", type=int, default=200,
+                        help="single nearest-question searches timed per size (0: none; needs the index)")
+    parser.add_argument("--plot", type=figure_path, help="write the scaling curve (.svg or .png); not with --large")
+    parser.add_argument("--json", type=Path, help="write the measured numbers as JSON")
     parser.add_argument("--select-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.large and args.plot:
+        parser.error("--plot draws the --sizes curve: drop --large (its numbers go to --json)")
     if args.select_child:
         from morkit.core import settings
 
@@ -377,7 +456,10 @@ def main() -> None:
     if args.gsm8k_texts:
         texts += [q.question for q in gsm8k_model_solutions(data_dir)]
     if args.large:
-        run_large(args, base, rm_names, data_dir)
+        result = run_large(args, base, rm_names, data_dir)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
         return
     embedder = None
     if not args.no_embed:
@@ -399,7 +481,7 @@ def main() -> None:
         queries = replicated(base, size, texts)
         assert len({q.id for q in queries}) == size and len({q.question for q in queries}) == size
         results[size] = build_phases(queries, rm_names, args.ensembles, embedder, size in args.full_at,
-                                      args.embed_max)
+                                      args.embed_max, args.lookups, args.k)
         print(f"  built {size:,} questions: {sum(v for k, v in results[size][0].items() if k != 'stats_full'):.1f}s",
               flush=True)
 
@@ -435,6 +517,9 @@ def main() -> None:
                   f"{max(sizes):,} q: ~{full_s * max(sizes) / s:.0f}s")
         if "recall" in results[s][1]:
             print(f"recall@100 of the {results[s][1]['index']} index at {s:,} q: {results[s][1]['recall']:.3f}")
+        if "lookup_p50_ms" in results[s][1]:
+            print(f"one nearest-question search (top {args.k}) at {s:,} q: p50 {results[s][1]['lookup_p50_ms']:.2f} "
+                  f"ms, p99 {results[s][1]['lookup_p99_ms']:.2f} ms")
 
     # PRR alone, largest size x --ensembles, against the plain loop on a sample.
     size = max(sizes)
@@ -474,6 +559,16 @@ def main() -> None:
               f"two candidates have identical member scores (an exact tie the vectorised combine may break by an ulp)")
     assert same_nan, "NaN pattern differs between vectorised and loop"
     assert diff < 1e-9, f"vectorised PRR differs from the plain loop by {diff}"
+    result = {"k": args.k, "ensembles": first["ensembles"], "cpus": os.cpu_count(), "load_start": load,
+              "load_end": os.getloadavg()[0], "rows": [{"size": s, "seconds": results[s][0], "total_s": totals[s],
+                                                        **results[s][1]} for s in sizes],
+              "prr": {"size": size, "ensembles": len(ensembles), "vectorised_s": vec_s,
+                      "loop_extrapolated_s": per_cell * cells, "loop_sample_cells": int(loop.size)}}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    if args.plot:
+        plot(result, args.plot)
 
 
 if __name__ == "__main__":

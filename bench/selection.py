@@ -56,20 +56,29 @@ B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (
    --threads limit (threadpoolctl over FAISS's OpenMP and BLAS; 0 = as loaded): on a busy machine
    FAISS's default of one thread per core makes a single-query search an order of magnitude slower.
 
+C. Written on request: --json (every method's figures per data set, the reliability bins), --plot (held-out
+   accuracy per method, the sd over folds x deals as error bars; bench/selection_figures.py) and --reliability
+   (the default's calibrated confidence on the held-out questions against their accuracy, per confidence bin,
+   beside the diagram its fits drew from their own out-of-fold picks on their pools).
+
     .venv/bin/python bench/selection.py [--datasets rewardmath qwen gsm8k humaneval mixed] [--folds 5] [--k 100]
                                         [--seeds 0 1 2] [--no-learner-rows] [--no-speed | --speed-only]
-                                        [--keep-head-train]
+                                        [--keep-head-train] [--plot docs/figures/selection_results.svg]
+                                        [--reliability docs/figures/reliability.svg] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from plotting import figure_path  # noqa: E402 (beside this script)
 from selection_data import DATASETS, Dataset, LookupEmbedder, load_dataset  # noqa: E402 (beside this script)
 from selection_speed import run_speed  # noqa: E402
 
@@ -158,10 +167,12 @@ def learner_rows(pool, test, tvec, k) -> dict:
     return out
 
 
-def run_accuracy(ds: Dataset, args, embedder) -> None:
+def run_accuracy(ds: Dataset, args, embedder) -> dict:
+    """Every method's held-out accuracy on one data set, printed as tables; returns the numbers (`--json`)."""
     import numpy as np
 
     from morkit.question_pool.pool import PoolConfig, build_pool
+    from morkit.selection import confidence as conf
     from morkit.selection.learned import MIN_MIXED
     from morkit.selection.selector import Selector
 
@@ -199,6 +210,8 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     for label in labels:
         hits[label] = np.full((len(seeds), n), np.nan)
 
+    confidence = np.full((len(seeds), n), np.nan)  # the default's calibrated confidence on held-out questions
+    inner = []  # the default fits' own reliability diagrams (cross-fitted on the pool, out of fold)
     fold_of = np.empty((len(seeds), n), dtype=int)
     chosen_single, per_domain_picks, stacker_info, pres_picks = [], [], [], {label: [] for label in labels}
     timing = {"build": 0.0, "select": 0.0}
@@ -242,32 +255,32 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
                         ranking = selector.rank_selected(query, selection)
                         hits[label][s, row] = expected_hit(ranking.scores, correct[row])
                         pres_picks[label].append(selection.choice.ensemble.name)
+                        if label == DEFAULT_LABEL:
+                            confidence[s, row] = ranking.confidence
                     timing["select"] += time.perf_counter() - t0
                     if label != DEFAULT_LABEL:
                         continue
+                    fit = selector.method.fit_for(frozenset(rms)) if len(domains) == 1 else None
+                    if fit is not None and fit.report.get("reliability"):
+                        inner.append(fit.report["reliability"])
                     for query, selection in zip(test, selections):  # which fit (or fallback) each query got
                         details = selection.choice.details
                         stacker_info.append((f"{query.domain}: " if len(domains) > 1 else "")
                                             + (details.get("learner") or details.get("fallback")))
 
+    ref = hits[BEST_TRAIN]
+    figures = {label: method_figures(values, fold_of, mixed, None if label == BEST_TRAIN else ref)
+               for label, values in hits.items()}
+
     def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
-        if np.isnan(values).all():
+        st = figures[label]
+        if st is None:
             return f"{label:<52} n/a: fewer than {MIN_MIXED} mixed pool questions to learn from"
-        folds = [np.nanmean(values[s][fold_of[s] == f]) for s in range(len(seeds)) for f in range(args.folds)]
-        by_seed = np.nanmean(values, axis=1)
-        mean = np.nanmean(values)
-        mix = np.nanmean(values[:, mixed]) if mixed.any() else float("nan")
-        text = (f"{label:<52} {mean * 100:6.2f} {np.std(folds, ddof=1) * 100:6.2f} "
-                f"{(np.std(by_seed, ddof=1) if len(seeds) > 1 else 0.0) * 100:6.2f} {mix * 100:8.2f}")
+        text = f"{label:<52} {st['mean']:6.2f} {st['sd_folds']:6.2f} {st['sd_seeds']:6.2f} {st['mixed']:8.2f}"
         if ref is None:
             return text + f" {'':>8} {'':>7}"
-        per_question, ref_question = np.nanmean(values, axis=0), np.nanmean(ref, axis=0)
-        delta = (mean - np.nanmean(ref)) * 100
-        wins = int((per_question > ref_question + 1e-12).sum())
-        losses = int((per_question < ref_question - 1e-12).sum())
-        return text + f" {delta:+8.2f} {wins:>3}/{losses:<3}"
+        return text + f" {st['vs_best']:+8.2f} {st['wins']:>3}/{st['losses']:<3}"
 
-    ref = hits[BEST_TRAIN]
     header = (f"{'method':<52} {'acc%':>6} {'sd%':>6} {'sd%':>6} {'mixed%':>8} {'d pts':>8} {'+/- q':>7}\n"
               f"{'':<52} {'':>6} {'folds':>6} {'seeds':>6} {f'(n={mixed.sum()})':>8} {'vs best':>8} {'vs best':>7}")
     print(f"\nmean over {len(seeds)} fold deal(s) (seeds {seeds}); sd over folds x deals, and of the deals' means")
@@ -312,6 +325,57 @@ def run_accuracy(ds: Dataset, args, embedder) -> None:
     for c, p in counts:
         print(f"  x{c}: {p}")
     print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds and deals)")
+    held_out = ~np.isnan(confidence)
+    reliability = {"held_out": conf.reliability(confidence[held_out], hits[DEFAULT_LABEL][held_out]),
+                   "pool_out_of_fold": merged_reliability(inner) if inner else None}
+    print(f"{DEFAULT_LABEL} confidence on held-out questions: ECE {reliability['held_out']['ece']:.3f} over "
+          f"{reliability['held_out']['picks']} picks" + (f"; its fits' own out-of-fold diagrams (pool questions): "
+                                                         f"ECE {reliability['pool_out_of_fold']['ece']:.3f}"
+                                                         if inner else ""))
+    return {"name": ds.name, "questions": n, "mixed": int(mixed.sum()), "rms": list(rms), "folds": args.folds,
+            "seeds": seeds, "k": args.k, "singles": sorted(rms, key=lambda nm: -figures[nm]["mean"]),
+            "selection": labels, "methods": figures, "best_single_se": float(se * 100),
+            "chosen_single": chosen_single, "reliability": reliability,
+            "roles": {"default": DEFAULT_LABEL, "best_single": BEST_TRAIN, "random": RANDOM, "oracle": ORACLE,
+                      **({"per_domain": PER_DOMAIN} if PER_DOMAIN in hits else {})}}
+
+
+def method_figures(values, fold_of, mixed, ref) -> dict | None:
+    """A method's (deals, questions) hits as percentages: mean, sd of the per-fold means over folds x deals and
+    of the deals' means, mean on mixed questions; against `ref` its points and questions won / lost."""
+    import numpy as np
+
+    if np.isnan(values).all():
+        return None
+    deals, folds = len(values), int(fold_of.max()) + 1
+    per_fold = [np.nanmean(values[s][fold_of[s] == f]) for s in range(deals) for f in range(folds)]
+    by_seed = np.nanmean(values, axis=1)
+    out = {"mean": float(np.nanmean(values) * 100), "sd_folds": float(np.std(per_fold, ddof=1) * 100),
+           "sd_seeds": float(np.std(by_seed, ddof=1) * 100) if deals > 1 else 0.0,
+           "mixed": float(np.nanmean(values[:, mixed]) * 100) if mixed.any() else float("nan")}
+    if ref is not None:
+        per_question, ref_question = np.nanmean(values, axis=0), np.nanmean(ref, axis=0)
+        out.update(vs_best=out["mean"] - float(np.nanmean(ref) * 100),
+                   wins=int((per_question > ref_question + 1e-12).sum()),
+                   losses=int((per_question < ref_question - 1e-12).sum()))
+    return out
+
+
+def merged_reliability(diagrams: list[dict]) -> dict:
+    """Several reliability diagrams over the same bins as one: counts added, means weighted by them."""
+    bins: dict[float, dict] = {}
+    for diagram in diagrams:
+        for b in diagram["bins"]:
+            into = bins.setdefault(b["low"], {"low": b["low"], "high": b["high"], "count": 0, "confidence": 0.0,
+                                              "accuracy": 0.0})
+            into["count"] += b["count"]
+            into["confidence"] += b["confidence"] * b["count"]
+            into["accuracy"] += b["accuracy"] * b["count"]
+    rows = [{**b, "confidence": b["confidence"] / b["count"], "accuracy": b["accuracy"] / b["count"]}
+            for _, b in sorted(bins.items())]
+    picks = sum(b["count"] for b in rows)
+    ece = sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in rows) / max(1, picks)
+    return {"bins": rows, "ece": ece, "picks": picks, "fits": len(diagrams)}
 
 
 def add_data_args(parser: argparse.ArgumentParser) -> None:
@@ -357,7 +421,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 0],
                         help="time under each BLAS/OpenMP thread limit (threadpoolctl); 0 = as the libraries load")
     parser.add_argument("--noise", type=float, default=0.01, help="sd of the gaussian jitter on replicated embeddings")
+    parser.add_argument("--plot", type=figure_path, help="write the accuracy figure (.svg or .png)")
+    parser.add_argument("--reliability", type=figure_path,
+                        help="write the default's confidence reliability diagram on held-out questions")
+    parser.add_argument("--json", type=Path, help="write the accuracy figures (and reliability bins) as JSON")
     args = parser.parse_args()
+    if args.speed_only and (args.plot or args.reliability):
+        parser.error("--plot and --reliability draw the accuracy part: drop --speed-only")
     args.seed = args.seeds[0]  # the speed pool's
 
     import logging
@@ -367,12 +437,24 @@ def main() -> None:
 
     started = time.perf_counter()
     embedder = LookupEmbedder(load_embedder())
+    results = []
     if not args.speed_only:
         for key in args.datasets:
-            run_accuracy(load_dataset(key, args), args, embedder)
+            results.append(run_accuracy(load_dataset(key, args), args, embedder))
     if not args.no_speed:
         run_speed(args, embedder)
-    print(f"\ntotal {time.perf_counter() - started:.0f}s")
+    total = time.perf_counter() - started
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"datasets": results, "total_s": round(total, 1)}, indent=1) + "\n")
+    if results and (args.plot or args.reliability):
+        from selection_figures import plot_accuracy, plot_reliability
+
+        if args.plot:
+            plot_accuracy(results, args.plot)
+        if args.reliability:
+            plot_reliability(results, args.reliability)
+    print(f"\ntotal {total:.0f}s" + "".join(f"; wrote {p}" for p in (args.json, args.plot, args.reliability) if p))
 
 
 if __name__ == "__main__":

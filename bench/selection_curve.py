@@ -39,14 +39,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from selection import add_data_args, expected_hit, single_hits  # beside this script; sets the env as it loads
+from plotting import figure_path  # beside this script
+from selection import add_data_args, expected_hit, single_hits  # sets the env as it loads
 from selection_data import DATASETS, Dataset, LookupEmbedder, load_dataset
 
 METHODS = (("default", "default (learned)"), ("pres", "PRES"), ("single", "best single (on train)"))
 DEFAULTS = {"sizes": ["25", "50", "100", "200", "all"], "repeats": 3, "folds": 5}
 QUICK = {"sizes": ["25", "50"], "repeats": 1, "folds": 2}
 FALLBACK = "PRES fallback"
-HERE = Path(__file__).resolve().parent
+FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
 
 
 def size_arg(text: str) -> str:
@@ -154,32 +155,39 @@ def print_table(result: dict) -> None:
 
 def plot(results: list[dict], path: Path) -> None:
     """One panel per data set: accuracy against pool questions (log x), each method with its sd as error bars."""
-    import matplotlib
+    import textwrap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from plotting import figure
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.2), squeeze=False)
-    for ax, result in zip(axes[0], results):
-        x = [row["pool_mean"] for row in result["rows"]]
-        for i, (key, title) in enumerate(METHODS):
-            shift = 1 + 0.02 * (i - 1)  # a small offset on the log axis so the error bars do not overlap
-            ax.errorbar([v * shift for v in x], [row[key]["mean"] for row in result["rows"]],
-                        yerr=[row[key]["sd"] for row in result["rows"]], marker="o", capsize=3, label=title)
-        ax.set_xscale("log")
-        ax.set_xticks(x, [f"{v:.0f}" + ("\n(all)" if row["size"] == "all" else "")
-                          for v, row in zip(x, result["rows"])])
-        ax.minorticks_off()
-        ax.set_xlabel("labelled pool questions")
-        ax.set_ylabel("best-of-n accuracy (%; bars: sd over runs)")
-        ax.set_title(f"{result['name']}\n{result['questions']} questions, {result['folds']}-fold CV, "
-                     f"{result['repeats']} repeat{'s' * (result['repeats'] != 1)}", fontsize=10)
-        ax.grid(alpha=0.3)
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=len(METHODS), fontsize=9)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))  # room below the panels for the shared legend
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    runs = {(r["folds"], r["repeats"]) for r in results}
+    with figure(path, 1, len(results), height=3.9) as (fig, axes):
+        for ax, result in zip(axes[0], results):
+            x = [row["pool_mean"] for row in result["rows"]]
+            for i, (key, title) in enumerate(METHODS):
+                shift = 1 + 0.03 * (i - 1)  # a small offset on the log axis so the error bars do not overlap
+                ax.errorbar([v * shift for v in x], [row[key]["mean"] for row in result["rows"]],
+                            yerr=[row[key]["sd"] for row in result["rows"]], marker="o", label=title)
+            ax.set_xscale("log")
+            ax.set_xticks(x, [tick(v, row["size"], x[i - 1] if i else 0) for i, (v, row) in
+                              enumerate(zip(x, result["rows"]))])
+            ax.minorticks_off()
+            ax.set_xlabel("labelled pool questions")
+            how = "" if len(runs) == 1 else (f", {result['folds']}-fold CV, {result['repeats']} "
+                                             f"repeat{'s' * (result['repeats'] != 1)}")
+            ax.set_title(f"{textwrap.fill(result['name'], 28)}\n({result['questions']} questions{how})")
+        axes[0][0].set_ylabel("best-of-n accuracy (%)\nbars: sd over folds x repeats")
+        if len(runs) == 1:
+            (folds, repeats), = runs
+            fig.suptitle(f"{folds}-fold CV, {repeats} seeded draw{'s' * (repeats != 1)} of each size per fold "
+                         "('all': once per fold)", fontsize=10)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=len(METHODS))
+
+
+def tick(value: float, size: str, previous: float) -> str:
+    """An x tick label; "all" goes one line down where it would run into the previous size's label."""
+    if size != "all":
+        return f"{value:.0f}"
+    return f"\n{value:.0f} (all)" if value < 1.5 * previous else f"{value:.0f}\n(all)"
 
 
 def main() -> None:
@@ -195,8 +203,9 @@ def main() -> None:
         f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in QUICK.items()) + " (explicit flags win)")
     parser.add_argument("--k", type=int, default=100, help="pool neighbours per query for PRES")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=Path, default=HERE / "figures" / "selection_curve.svg")
-    parser.add_argument("--json", type=Path, default=HERE / "figures" / "selection_curve.json")
+    parser.add_argument("--plot", type=figure_path, default=FIGURES / "selection_curve.svg",
+                        help="the figure (.svg or .png)")
+    parser.add_argument("--json", type=Path, default=FIGURES / "selection_curve.json")
     add_data_args(parser)
     parser.set_defaults(keep_head_train=False)  # load_dataset reads it: heads' training questions never enter a pool
     args = parser.parse_args()

@@ -1,0 +1,120 @@
+"""The bench scripts' own logic, cheaply: bench/plotting.py's house figure (byte-stable SVG, suffix checked, nothing
+written on an error), each script's plot drawn from numbers shaped like its --json, and pool_build's tiled rows,
+so a break shows here rather than at the end of a ten-minute run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture(autouse=True)
+def bench_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    yield
+    for name in ("plotting", "selection", "selection_figures", "score_throughput", "pool_build", "selection_curve"):
+        sys.modules.pop(name, None)
+
+
+def draw(path: Path) -> None:
+    from plotting import figure
+
+    with figure(path, 1, 2) as (fig, axes):
+        axes[0, 0].plot([1, 2, 3], [2, 1, 3], "o-", label="a")
+        axes[0, 1].bar([1, 2], [3, 4])
+        axes[0, 0].legend()
+
+
+def test_svg_is_byte_stable_and_undated(tmp_path):
+    draw(tmp_path / "a.svg")
+    draw(tmp_path / "b.svg")
+    first = (tmp_path / "a.svg").read_bytes()
+    assert first == (tmp_path / "b.svg").read_bytes()
+    assert b"<dc:date>" not in first
+
+
+def test_png_by_suffix(tmp_path):
+    draw(tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_other_suffixes_refused_and_nothing_written_on_error(tmp_path):
+    from plotting import figure, figure_path
+
+    with pytest.raises(argparse.ArgumentTypeError, match="svg or .png"):
+        figure_path("out.pdf")
+    with pytest.raises(RuntimeError):
+        with figure(tmp_path / "c.svg"):
+            raise RuntimeError("mid-plot")
+    assert not (tmp_path / "c.svg").exists()
+
+
+def test_merged_reliability_weights_bins_by_count():
+    from selection import merged_reliability
+
+    one = {"bins": [{"low": 0.5, "high": 0.6, "count": 1, "confidence": 0.55, "accuracy": 1.0}]}
+    two = {"bins": [{"low": 0.5, "high": 0.6, "count": 3, "confidence": 0.51, "accuracy": 0.0},
+                    {"low": 0.9, "high": 1.0, "count": 4, "confidence": 0.95, "accuracy": 1.0}]}
+    merged = merged_reliability([one, two])
+    low, high = merged["bins"]
+    assert (low["count"], high["count"], merged["picks"], merged["fits"]) == (4, 4, 8, 2)
+    assert low["confidence"] == pytest.approx(0.52) and low["accuracy"] == pytest.approx(0.25)
+    assert merged["ece"] == pytest.approx((4 * 0.27 + 4 * 0.05) / 8)
+
+
+def selection_result() -> dict:
+    methods = {"rm-a": 30.0, "rm-b": 20.0, "best single (chosen on train)": 30.0, "PRES (paper) [zscore]": 35.0,
+               "morkit default (learned) [zscore]": 50.0, "random pick (expected)": 10.0, "oracle": 80.0}
+    bins = [{"low": b / 10, "high": (b + 1) / 10, "count": 5 + b, "confidence": b / 10 + 0.05,
+             "accuracy": b / 10} for b in range(3, 9)]
+    return {"name": "toy", "questions": 40, "mixed": 30, "rms": ["rm-a", "rm-b"], "folds": 5, "seeds": [0],
+            "singles": ["rm-a", "rm-b"], "methods": {k: {"mean": v, "sd_folds": 3.0} for k, v in methods.items()},
+            "selection": ["best single (chosen on train)", "PRES (paper) [zscore]",
+                          "morkit default (learned) [zscore]"],
+            "roles": {"default": "morkit default (learned) [zscore]", "best_single": "best single (chosen on train)",
+                      "random": "random pick (expected)", "oracle": "oracle"},
+            "reliability": {"held_out": {"bins": bins, "ece": 0.05, "picks": 39},
+                            "pool_out_of_fold": {"bins": bins, "ece": 0.05, "picks": 39, "fits": 5}}}
+
+
+def test_each_script_draws_its_figure(tmp_path):
+    from pool_build import plot as pool_plot
+    from score_throughput import plot as throughput_plot
+    from selection_figures import plot_accuracy, plot_reliability
+
+    plot_accuracy([selection_result()], tmp_path / "accuracy.svg")
+    plot_reliability([selection_result(), selection_result()], tmp_path / "reliability.svg")
+    rate = {"pairs_per_s": 1.5, "gflops": 90.0}
+    throughput_plot({"rm": "smollm2-orm", "pairs": 8, "tokens_per_pair": 200, "invariance_pairs": 4, "threads": 2,
+                     "loop": rate, "batched": {"batch_size": 4, **rate},
+                     "sweep": [{"batch_size": b, **rate} for b in (1, 2)], "peak_gflops": 180.0,
+                     "load_start": 1.0, "load_end": 1.0}, tmp_path / "throughput.svg")
+    rows = [{"size": s, "seconds": {"rows": s / 1e3, "fit": 0.1, "stats": s / 1e2, "embed": s / 30, "index": 0.01},
+             "total_s": s / 20, "index": "flat", "lookup_p50_ms": 0.1, "lookup_p99_ms": 0.3,
+             **({"embedded": 1000} if s > 1000 else {})} for s in (1000, 4000)]
+    pool_plot({"k": 100, "ensembles": 100, "rows": rows}, tmp_path / "pool.svg")
+    for name in ("accuracy", "reliability", "throughput", "pool"):
+        assert (tmp_path / f"{name}.svg").read_bytes().startswith(b"<?xml")
+
+
+def test_tiled_rows_tile_every_per_question_array():
+    import numpy as np
+
+    from pool_build import tiled_rows
+
+    from morkit.question_pool.rows import PoolQuestion, PoolRows
+
+    base = PoolRows(questions=(PoolQuestion("a", "A?", "math", 2), PoolQuestion("b", "B?", "math", 2)),
+                    scores=np.arange(4.0).reshape(2, 2, 1), correct=np.array([[True, False], [False, True]]),
+                    valid=np.ones((2, 2), dtype=bool), skipped={}, missing={"rm": 0},
+                    steps=np.arange(12.0).reshape(2, 2, 1, 3), step_rms=("rm",))
+    rows = tiled_rows(base, 5)
+    assert [q.id for q in rows.questions] == ["a", "b", "a [copy 1]", "b [copy 1]", "a [copy 2]"]
+    for name in ("scores", "correct", "valid", "steps"):
+        assert len(getattr(rows, name)) == 5, name
+    assert np.array_equal(rows.steps[4], base.steps[0])
