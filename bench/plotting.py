@@ -22,6 +22,14 @@ STYLE = {
 }
 
 
+def write_json(path: Path, value: Any) -> None:
+    """The numbers behind a figure, beside it: indented JSON, its folder made when missing."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1) + "\n")
+
+
 def figure_path(text: str) -> Path:
     """An argparse type for --plot: a path ending in .svg or .png, refused before a long run rather than after."""
     path = Path(text)

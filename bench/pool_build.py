@@ -50,7 +50,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from plotting import figure_path  # noqa: E402 (beside this script)
+from plotting import figure_path, write_json  # noqa: E402 (beside this script)
 
 
 def replicated(queries, size: int, texts=None):
@@ -458,8 +458,7 @@ def main() -> None:
     if args.large:
         result = run_large(args, base, rm_names, data_dir)
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result, indent=1) + "\n")
+            write_json(args.json, result)
         return
     embedder = None
     if not args.no_embed:
@@ -565,8 +564,7 @@ def main() -> None:
               "prr": {"size": size, "ensembles": len(ensembles), "vectorised_s": vec_s,
                       "loop_extrapolated_s": per_cell * cells, "loop_sample_cells": int(loop.size)}}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
     if args.plot:
         plot(result, args.plot)
 

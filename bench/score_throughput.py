@@ -13,14 +13,13 @@ and after; FLOPs and peak as bench/score_engines.py counts them).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from plotting import figure_path  # noqa: E402 (beside this script)
+from plotting import figure_path, write_json  # noqa: E402 (beside this script)
 from score_engines import forward_flops, matmul_peak  # noqa: E402
 
 
@@ -176,8 +175,7 @@ def main() -> None:
               "repeats": args.repeats, "ratio": loop_s / batched_s, "max_diff_bs1_bs32": invariance, "max_diff_loop": agreement,
               "peak_gflops": peak, "load_start": load_start, "load_end": os.getloadavg()[0]}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
     if args.plot:
         plot(result, args.plot)
 

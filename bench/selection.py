@@ -70,7 +70,6 @@ C. Written on request: --json (every method's figures per data set, the reliabil
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -78,7 +77,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from plotting import figure_path  # noqa: E402 (beside this script)
+from plotting import figure_path, write_json  # noqa: E402 (beside this script)
 from selection_data import DATASETS, Dataset, LookupEmbedder, load_dataset  # noqa: E402 (beside this script)
 from selection_speed import run_speed  # noqa: E402
 
@@ -445,8 +444,7 @@ def main() -> None:
         run_speed(args, embedder)
     total = time.perf_counter() - started
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"datasets": results, "total_s": round(total, 1)}, indent=1) + "\n")
+        write_json(args.json, {"datasets": results, "total_s": round(total, 1)})
     if results and (args.plot or args.reliability):
         from selection_figures import plot_accuracy, plot_reliability
 

@@ -33,13 +33,12 @@ set, accuracy against pool questions on a log axis, each method's sd as error ba
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from collections import Counter
 from pathlib import Path
 
-from plotting import figure_path  # beside this script
+from plotting import figure_path, write_json  # beside this script
 from selection import add_data_args, expected_hit, single_hits  # sets the env as it loads
 from selection_data import DATASETS, Dataset, LookupEmbedder, load_dataset
 
@@ -47,7 +46,6 @@ METHODS = (("default", "default (learned)"), ("pres", "PRES"), ("single", "best 
 DEFAULTS = {"sizes": ["25", "50", "100", "200", "all"], "repeats": 3, "folds": 5}
 QUICK = {"sizes": ["25", "50"], "repeats": 1, "folds": 2}
 FALLBACK = "PRES fallback"
-FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
 
 
 def size_arg(text: str) -> str:
@@ -203,9 +201,9 @@ def main() -> None:
         f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in QUICK.items()) + " (explicit flags win)")
     parser.add_argument("--k", type=int, default=100, help="pool neighbours per query for PRES")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=figure_path, default=FIGURES / "selection_curve.svg",
-                        help="the figure (.svg or .png)")
-    parser.add_argument("--json", type=Path, default=FIGURES / "selection_curve.json")
+    parser.add_argument("--plot", type=figure_path,
+                        help="write the figure here (.svg or .png); the docs' is docs/figures/selection_curve.svg")
+    parser.add_argument("--json", type=Path, help="write the numbers here (docs/figures/selection_curve.json)")
     add_data_args(parser)
     parser.set_defaults(keep_head_train=False)  # load_dataset reads it: heads' training questions never enter a pool
     args = parser.parse_args()
@@ -228,10 +226,11 @@ def main() -> None:
         results.append(run_dataset(load_dataset(key, args), args, embedder))
         print_table(results[-1])
     total = time.perf_counter() - args.started
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"datasets": results, "total_s": round(total, 1)}, indent=1) + "\n")
-    plot(results, args.plot)
-    print(f"\nwrote {args.json} and {args.plot}\ntotal {total:.0f}s")
+    if args.json:
+        write_json(args.json, {"datasets": results, "total_s": round(total, 1)})
+    if args.plot:
+        plot(results, args.plot)
+    print(f"\ntotal {total:.0f}s" + "".join(f"; wrote {p}" for p in (args.json, args.plot) if p))
 
 
 if __name__ == "__main__":

@@ -118,3 +118,25 @@ def test_tiled_rows_tile_every_per_question_array():
     for name in ("scores", "correct", "valid", "steps"):
         assert len(getattr(rows, name)) == 5, name
     assert np.array_equal(rows.steps[4], base.steps[0])
+
+
+# Each committed figure and the script function that draws it from the committed numbers beside it.
+COMMITTED = [
+    ("selection_results", "selection_results", "selection_figures", "plot_accuracy", "datasets"),
+    ("reliability", "selection_results", "selection_figures", "plot_reliability", "datasets"),
+    ("selection_curve", "selection_curve", "selection_curve", "plot", "datasets"),
+    ("throughput", "throughput", "score_throughput", "plot", None),
+    ("pool_scaling", "pool_scaling", "pool_build", "plot", None),
+]
+
+
+@pytest.mark.parametrize("figure,numbers,module,function,key", COMMITTED, ids=[c[0] for c in COMMITTED])
+def test_each_committed_figure_is_what_its_numbers_draw(figure, numbers, module, function, key, tmp_path):
+    import importlib
+    import json
+
+    figures = BENCH.parent / "docs" / "figures"
+    data = json.loads((figures / f"{numbers}.json").read_text())
+    getattr(importlib.import_module(module), function)(data[key] if key else data, tmp_path / f"{figure}.svg")
+    assert (tmp_path / f"{figure}.svg").read_bytes() == (figures / f"{figure}.svg").read_bytes(), (
+        f"docs/figures/{figure}.svg is not what {module}.{function} draws from {numbers}.json: redraw it")

@@ -18,21 +18,23 @@ import re
 import runpy
 import shlex
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", flags=re.S | re.M)
+PAGES = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# A fence at any indent (in a list, an admonition or a tab), opened and closed by ``` or ~~~.
+FENCE = re.compile(r"^([ \t]*)(```|~~~)(\w*)[^\n]*\n(.*?)^\1\2[ \t]*$", flags=re.S | re.M)
 LANGUAGES = {"python", "sh", "toml", "json", "text"}
 
 
 def blocks(page: Path, language: str | None = None) -> list[tuple[int, str, str]]:
     """(line, language, body) of each fenced block of `page`, in order."""
     text = page.read_text(encoding="utf-8")
-    found = [(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)) for m in FENCE.finditer(text)]
+    found = [(text.count("\n", 0, m.start()) + 1, m.group(3), textwrap.dedent(m.group(4))) for m in FENCE.finditer(text)]
     return [b for b in found if language is None or b[1] == language]
 
 
@@ -57,17 +59,21 @@ class _Parsed(Exception):
     """Raised in place of running a script once its arguments parsed."""
 
 
+# `VAR=value` (a `$(...)` value included) before a command, and redirections with their target.
+ASSIGNMENT = re.compile(r"(?:^|(?<=[;&|]))(?:\s*[A-Za-z_]\w*=(?:\$\([^)]*\)|\"[^\"]*\"|\S*))+")
+REDIRECTION = re.compile(r"\s\d*(?:>>?|<)(?:&\d+|\s*\S+)")
+
+
 def commands(body: str) -> list[list[str]]:
     """The commands of a shell block: continuations joined, comments dropped, split on ; && || and |."""
     out = []
     for line in body.replace("\\\n", " ").splitlines():
+        line = REDIRECTION.sub(" ", ASSIGNMENT.sub(" ", line))
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split, lexer.commenters = True, "#"
         words: list[str] = []
         for token in [*lexer, ";"]:
             if token and set(token) <= set(";&|"):
-                while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):  # VAR=value before a command
-                    words.pop(0)
                 if words:
                     out.append(words)
                 words = []
@@ -76,16 +82,19 @@ def commands(body: str) -> list[list[str]]:
     return out
 
 
-def check_morkit(argv: list[str]) -> None:
-    """Parse with the real CLI parser; every `--rm NAME` must be a registered RM."""
+def check_morkit(argv: list[str], *, registered: bool = True) -> None:
+    """Parse with the real CLI parser; every `--rm NAME` must be a registered RM, every `--dataset` a data set
+    (`registered=False`: a user's wrapper script that registers its own RMs first)."""
     from morkit.cli.main import build_parser
+    from morkit.data.datasets import DATASETS
     from morkit.reward_models.catalog import REWARD_MODELS
 
     args = build_parser().parse_args(argv)
-    named = getattr(args, "rm", None) or []
-    named = [named] if isinstance(named, str) else named
-    unknown = [name for name in named if name not in REWARD_MODELS]
-    assert not unknown, f"--rm {unknown} is not a registered RM"
+    for flag, registry in (("rm", REWARD_MODELS), ("dataset", DATASETS)):
+        named = getattr(args, flag, None) or []
+        named = [named] if isinstance(named, str) else named
+        unknown = [name for name in (n.split(":")[0] for n in named) if registered and name not in registry]
+        assert not unknown, f"--{flag} {unknown}: not a registered {registry.what}"
 
 
 def check_script(path: Path, argv: list[str], monkeypatch) -> None:
@@ -96,13 +105,14 @@ def check_script(path: Path, argv: list[str], monkeypatch) -> None:
         parse(self, args, namespace)
         raise _Parsed
 
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
-    monkeypatch.setattr(sys, "argv", [str(path), *argv])
-    monkeypatch.syspath_prepend(str(path.parent))
-    try:
-        runpy.run_path(str(path), run_name="__main__")
-    except _Parsed:
-        return
+    with monkeypatch.context() as patch:  # undone before the block's next command
+        patch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+        patch.setattr(sys, "argv", [str(path), *argv])
+        patch.syspath_prepend(str(path.parent))
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except _Parsed:
+            return
     raise AssertionError(f"{path.name} never parsed its arguments")
 
 
@@ -110,17 +120,31 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
 
 
+# Other programs the docs may show; they are not checked. Anything else fails, so a new one is a decision.
+UNCHECKED = {"pip", "curl", "vllm", "export", "head"}
+# Scripts the docs ask a reader to write around morkit's CLI (register your RMs, then call morkit.cli.main.main).
+WRAPPERS = {"my_morkit.py"}
+
+
 def check_command(words: list[str], monkeypatch) -> None:
     program, *argv = words
-    if program.endswith("morkit"):
+    if program == "morkit" or program.endswith("/morkit"):
         check_morkit(argv)
     elif program.endswith("python") and argv[:2] == ["-m", "morkit"]:
         check_morkit(argv[2:])
     elif program.endswith("python") and argv and argv[0].startswith("bench/"):
         check_script(ROOT / argv[0], argv[1:], monkeypatch)
+    elif program.endswith("python") and argv and argv[0] in WRAPPERS:
+        check_morkit(argv[1:], registered=False)
+    elif program.endswith("python") and argv[:2] == ["-m", "pytest"]:
+        missing = [a for a in argv[2:] if not a.startswith("-") and not (ROOT / a.split("::")[0]).exists()]
+        assert not missing, f"no test file {missing}"
     elif program == "make":
         unknown = set(argv) - make_targets()
         assert not unknown, f"no make target {sorted(unknown)}"
+    else:
+        assert program in UNCHECKED, (f"`{program}` is neither a morkit, bench or make command nor one of "
+                                      f"{sorted(UNCHECKED)}: write it so tests/test_docs.py can check it")
 
 
 SH_BLOCKS = [(page, line, body) for page in PAGES for line, _, body in blocks(page, "sh")]
@@ -215,16 +239,26 @@ def example_files(tmp_path, monkeypatch):
 
 
 def registries():
+    """Every registry of the package (the public ones and the inner ones: graders, learners, backends, prompts)."""
     import morkit
+    from morkit.question_pool.graders import GRADERS
+    from morkit.reward_models.handles import SCORING_BACKENDS
+    from morkit.search.aggregate import AGGREGATOR_PROMPTS
+    from morkit.selection.learners import LEARNERS
 
     return [morkit.REWARD_MODELS, morkit.SELECTION_METHODS, morkit.SEARCH_METHODS, morkit.LOOPS,
-            morkit.LLM_BACKENDS, morkit.VERIFIERS, morkit.AGGREGATORS, morkit.DATASETS]
+            morkit.LLM_BACKENDS, morkit.VERIFIERS, morkit.AGGREGATORS, morkit.DATASETS,
+            GRADERS, LEARNERS, SCORING_BACKENDS, AGGREGATOR_PROMPTS]
+
+
+def name_not_same(registry, entry) -> bool:
+    return entry.name not in registry or registry.get(entry.name) is not entry
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
 def test_every_python_example_runs(page, example_files):
-    before = {id(r): set(r.names()) for r in registries()}
+    before = {id(r): r.entries() for r in registries()}
     namespace: dict = {"__name__": "docs"}
     try:
         for line, _, body in blocks(page, "python"):
@@ -232,10 +266,14 @@ def test_every_python_example_runs(page, example_files):
                 exec(compile(body, where(page, line), "exec"), namespace)
             except Exception as exc:  # noqa: BLE001 - name the block that failed
                 pytest.fail(f"{where(page, line)}: {type(exc).__name__}: {exc}\n{body}")
-    finally:  # an example may register its own RM or method; leave every registry as found
+    finally:  # an example may register, replace or remove an entry; leave every registry as found
         for registry in registries():
-            for name in set(registry.names()) - before[id(registry)]:
+            kept = before[id(registry)]
+            for name in set(registry.names()) - {entry.name for entry in kept}:
                 registry.unregister(name)
+            for entry in kept:
+                if name_not_same(registry, entry):
+                    registry.add(entry, replace=True)
 
 
 def test_the_front_page_shows_the_three_things_users_do():
