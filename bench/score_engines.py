@@ -26,27 +26,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(__file__))
 
-
-def matmul_peak(seconds: float = 3.0, n: int = 2048) -> float:
-    """Best fp32 GFLOP/s of n x n matmuls on this process's threads."""
-    import torch
-
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    best, stop = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < stop:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
-    return best
-
-
-def forward_flops(config, lengths: list[int]) -> float:
-    """FLOPs of one forward pass over each sequence: 2 x linear weights per token + causal attention."""
-    h, layers = config.hidden_size, config.num_hidden_layers
-    kv = h * config.num_key_value_heads // config.num_attention_heads
-    per_layer = h * h * 2 + h * kv * 2 + 3 * h * config.intermediate_size  # q, o, k, v, gate/up/down
-    linear = 2 * per_layer * layers
-    return sum(linear * n + 2 * layers * h * n * n for n in lengths)  # QK^T and AV over the causal half, x2
+from compute import forward_flops, matmul_peak  # noqa: E402 (beside this script)
 
 
 def best_of_n(questions: int, data_dir: str | None) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ Both score the same real (question, answer) pairs from GSM8K model solutions wit
 (same weights, same head), in one run, so the ratio is not hurt by machine noise between runs.
 Also prints the largest score difference between batch size 1 and 32 (batch-size invariance), and each
 path's model FLOP/s against the machine's peak measured in the same run (the best fp32 matmul rate, before
-and after; FLOPs and peak as bench/score_engines.py counts them).
+and after; FLOPs and peak as bench/compute.py counts them for every bench).
 
     .venv/bin/python bench/score_throughput.py [--pairs 256] [--batch-size 16] [--sweep 1 4] [--repeats 1]
                                                [--plot docs/figures/throughput.svg] [--json PATH]
@@ -20,7 +20,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from plotting import figure_path, write_json  # noqa: E402 (beside this script)
-from score_engines import forward_flops, matmul_peak  # noqa: E402
+from compute import forward_flops, matmul_peak  # noqa: E402
 
 
 def real_pairs(count: int, data_dir: str | None = None) -> list[tuple[str, str]]:
