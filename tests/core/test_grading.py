@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from morkit.core import grading
 from morkit.core.grading import answers_equivalent, extract_answer
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = Path(os.environ.get("MORKIT_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data")
 GSM = DATA / "gsm8k_model_solutions" / "example_model_solutions.first1000.jsonl"
 QWEN = DATA / "qwen25_math_rm8" / "math_cot_100.first70.jsonl"
 MODELS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from morkit.reward_models.rules.consensus import MathConsensus
 from morkit.reward_models.rules.code_tests import CodeTests, humaneval_program
 from morkit.runtime.sandbox import SandboxLimits
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = Path(os.environ.get("MORKIT_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data")
 HUMANEVAL = DATA / "humaneval_davinci_samples" / "humaneval_py_davinci_200.tasks_lt130.jsonl"
 
 
