@@ -271,12 +271,12 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     figures = {label: method_figures(values, fold_of, mixed, None if label == BEST_TRAIN else ref)
                for label, values in hits.items()}
 
-    def row(label: str, values: np.ndarray, ref: np.ndarray | None) -> str:
+    def row(label: str) -> str:
         st = figures[label]
         if st is None:
             return f"{label:<52} n/a: fewer than {MIN_MIXED} mixed pool questions to learn from"
         text = f"{label:<52} {st['mean']:6.2f} {st['sd_folds']:6.2f} {st['sd_seeds']:6.2f} {st['mixed']:8.2f}"
-        if ref is None:
+        if "vs_best" not in st:  # the best single itself
             return text + f" {'':>8} {'':>7}"
         return text + f" {st['vs_best']:+8.2f} {st['wins']:>3}/{st['losses']:<3}"
 
@@ -286,13 +286,13 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     print("\nsingle RMs (sorted by accuracy; identical on every fold):")
     print(header)
     for name in sorted(rms, key=lambda nm: -np.nanmean(hits[nm])):
-        print(row(name, hits[name], ref))
-    print(row(RANDOM, hits[RANDOM], ref))
+        print(row(name))
+    print(row(RANDOM))
     print("\nselection (pool built from the training folds only):")
     print(header)
     for label in labels:
-        print(row(label, hits[label], None if label == BEST_TRAIN else ref))
-    print(row(ORACLE, hits[ORACLE], ref))
+        print(row(label))
+    print(row(ORACLE))
     se = np.nanmean(ref, axis=0).std(ddof=1) / np.sqrt(n)
     print(f"best single (chosen on train): SE of its mean {se * 100:.2f} points")
     if PER_DOMAIN in hits:
@@ -362,6 +362,8 @@ def method_figures(values, fold_of, mixed, ref) -> dict | None:
 
 def merged_reliability(diagrams: list[dict]) -> dict:
     """Several reliability diagrams over the same bins as one: counts added, means weighted by them."""
+    from morkit.selection.confidence import calibration_error
+
     bins: dict[float, dict] = {}
     for diagram in diagrams:
         for b in diagram["bins"]:
@@ -373,8 +375,7 @@ def merged_reliability(diagrams: list[dict]) -> dict:
     rows = [{**b, "confidence": b["confidence"] / b["count"], "accuracy": b["accuracy"] / b["count"]}
             for _, b in sorted(bins.items())]
     picks = sum(b["count"] for b in rows)
-    ece = sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in rows) / max(1, picks)
-    return {"bins": rows, "ece": ece, "picks": picks, "fits": len(diagrams)}
+    return {"bins": rows, "ece": calibration_error(rows, picks), "picks": picks, "fits": len(diagrams)}
 
 
 def add_data_args(parser: argparse.ArgumentParser) -> None:

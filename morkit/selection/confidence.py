@@ -107,12 +107,16 @@ def reliability(confidence: np.ndarray, hits: np.ndarray, bins: int = DEFAULT_BI
     calibration error (count-weighted |accuracy - confidence|)."""
     confidence, hits = np.asarray(confidence, dtype=np.float64), np.asarray(hits, dtype=np.float64)
     which = np.minimum((confidence * bins).astype(int), bins - 1)
-    rows, error = [], 0.0
+    rows = []
     for b in range(bins):
         inside = which == b
         if inside.any():
             conf, acc = float(confidence[inside].mean()), float(hits[inside].mean())
             rows.append({"low": b / bins, "high": (b + 1) / bins, "count": int(inside.sum()),
                          "confidence": conf, "accuracy": acc})
-            error += inside.sum() * abs(acc - conf)
-    return {"bins": rows, "ece": error / max(1, len(hits)), "picks": int(len(hits))}
+    return {"bins": rows, "ece": calibration_error(rows, len(hits)), "picks": int(len(hits))}
+
+
+def calibration_error(bins: list[dict[str, Any]], picks: int) -> float:
+    """Expected calibration error of reliability bins: count-weighted |accuracy - confidence| over `picks`."""
+    return sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / max(1, picks)
