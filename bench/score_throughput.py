@@ -110,7 +110,8 @@ def main() -> None:
     load_start = os.getloadavg()[0]
     pairs = real_pairs(args.pairs, args.data_dir)
     rm = smollm2_orm()
-    tokens = sum(len(rm.render(q, a)) for q, a in pairs)
+    lengths = [len(rm.render(q, a)) for q, a in pairs]  # tokens per pair: the average and the FLOPs read them
+    tokens = sum(lengths)
     peak_before = matmul_peak()  # GFLOP/s
     print(f"{len(pairs)} GSM8K pairs, {tokens / len(pairs):.0f} tokens on average; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, device {rm.backbone.device}")
@@ -155,7 +156,7 @@ def main() -> None:
 
     peak = max(peak_before, matmul_peak())
     config = rm.backbone.model.config
-    flops, subset_flops = (forward_flops(config, [len(rm.render(q, a)) for q, a in some]) for some in (pairs, subset))
+    flops, subset_flops = forward_flops(config, lengths), forward_flops(config, lengths[: len(subset)])
     share = lambda seconds: 100 * flops / seconds / 1e9 / peak  # noqa: E731
     print(f"machine peak: {peak:.0f} GFLOP/s (fp32 matmul, the better of two measurements: start and end); model "
           f"FLOP/s of the plain loop {share(loop_s):.1f}% of it, batched {share(batched_s):.1f}%")
