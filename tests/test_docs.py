@@ -90,10 +90,12 @@ def check_morkit(argv: list[str], *, registered: bool = True) -> None:
     from morkit.reward_models.catalog import REWARD_MODELS
 
     args = build_parser().parse_args(argv)
+    if not registered:
+        return
     for flag, registry in (("rm", REWARD_MODELS), ("dataset", DATASETS)):
         named = getattr(args, flag, None) or []
         named = [named] if isinstance(named, str) else named
-        unknown = [name for name in (n.split(":")[0] for n in named) if registered and name not in registry]
+        unknown = [name for name in (n.split(":")[0] for n in named) if name not in registry]
         assert not unknown, f"--{flag} {unknown}: not a registered {registry.what}"
 
 
@@ -251,14 +253,10 @@ def registries():
             GRADERS, LEARNERS, SCORING_BACKENDS, AGGREGATOR_PROMPTS]
 
 
-def name_not_same(registry, entry) -> bool:
-    return entry.name not in registry or registry.get(entry.name) is not entry
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
 def test_every_python_example_runs(page, example_files):
-    before = {id(r): r.entries() for r in registries()}
+    before = [(registry, registry.entries()) for registry in registries()]
     namespace: dict = {"__name__": "docs"}
     try:
         for line, _, body in blocks(page, "python"):
@@ -267,12 +265,11 @@ def test_every_python_example_runs(page, example_files):
             except Exception as exc:  # noqa: BLE001 - name the block that failed
                 pytest.fail(f"{where(page, line)}: {type(exc).__name__}: {exc}\n{body}")
     finally:  # an example may register, replace or remove an entry; leave every registry as found
-        for registry in registries():
-            kept = before[id(registry)]
+        for registry, kept in before:
             for name in set(registry.names()) - {entry.name for entry in kept}:
                 registry.unregister(name)
             for entry in kept:
-                if name_not_same(registry, entry):
+                if entry.name not in registry or registry.get(entry.name) is not entry:
                     registry.add(entry, replace=True)
 
 
