@@ -72,7 +72,8 @@ def plot_reliability(results: list[dict], path) -> None:
             top.legend(loc="upper left", fontsize=8)
             centers = [(b["low"] + b["high"]) / 2 for b in held["bins"]]
             counts = [b["count"] for b in held["bins"]]
-            bottom.bar(centers, counts, width=0.09, color=LEARNED, alpha=0.7)
+            widths = [0.9 * (b["high"] - b["low"]) for b in held["bins"]]  # a gap of a tenth of a bin between bars
+            bottom.bar(centers, counts, width=widths, color=LEARNED, alpha=0.7)
             for x, c in zip(centers, counts):
                 bottom.annotate(str(c), (x, c), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=8)
             bottom.set(xlabel="predicted confidence", ylabel="held-out\npicks")
