@@ -177,10 +177,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
 
     queries, rms = ds.queries, ds.rm_names
     n = len(queries)
-    print(f"\n=== {ds.name}: {n} questions, {len(rms)} RMs, {args.folds}-fold CV by problem (seeds {args.seeds}), "
-          f"k={args.k} ===")
-    for note in ds.notes:
-        print(note)
+    ds.announce(f"{args.folds}-fold CV by problem (seeds {args.seeds}), k={args.k}")
     correct = [np.array([bool(c.correct) for c in q.candidates]) for q in queries]
     mixed = np.array([c.any() and not c.all() for c in correct])
     n_all_right = sum(c.all() for c in correct)

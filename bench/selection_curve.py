@@ -73,10 +73,7 @@ def run_dataset(ds: Dataset, args, embedder) -> dict:
 
     queries, rms = ds.queries, ds.rm_names
     n = len(queries)
-    print(f"\n=== {ds.name}: {n} questions, {len(rms)} RMs, {args.folds}-fold CV (seed {args.seed}), "
-          f"{args.repeats} repeat{'s' * (args.repeats != 1)}, k={args.k} ===")
-    for note in ds.notes:
-        print(note)
+    ds.announce(f"{args.folds}-fold CV (seed {args.seed}), {args.repeats} repeat{'s' * (args.repeats != 1)}, k={args.k}")
     qvec = embedder.encode([q.question for q in queries])
     correct = [np.array([bool(c.correct) for c in q.candidates]) for q in queries]
     singles = single_hits(queries, rms)

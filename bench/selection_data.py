@@ -18,6 +18,12 @@ class Dataset:
     rm_names: tuple[str, ...]
     notes: list[str] = field(default_factory=list)
 
+    def announce(self, design: str) -> None:
+        """Print the data set's banner (size, RMs, the run's design) and its loader's notes."""
+        print(f"\n=== {self.name}: {len(self.queries)} questions, {len(self.rm_names)} RMs, {design} ===")
+        for note in self.notes:
+            print(note)
+
 
 class LookupEmbedder:
     """Stands in for the pool's SentenceEmbedder: same name and dim; each text is embedded once per run
