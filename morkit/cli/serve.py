@@ -31,15 +31,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from morkit.services.serving.server import bind_socket, require_packages, serve
 
     require_packages()
-    if args.ray:
-        raise InputError("--ray: morkit serve keeps its RMs resident in this process; score on Ray with "
-                         "`morkit score --ray`, or run one server per node")
+    if (args.ray_max_replicas is not None or args.ray_gpus is not None) and not args.ray:
+        raise InputError("--ray-max-replicas and --ray-gpus apply only with --ray")
     limits = ServeLimits(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                          timeout_s=args.timeout, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                          max_candidates=args.max_candidates, max_text_chars=args.max_text_chars,
                          max_json_values=args.max_json_values, max_inflight_bytes=args.max_inflight_bytes,
                          body_timeout_s=args.body_timeout, max_connections=args.max_connections, grace_s=args.grace)
     api_key = args.api_key or settings.api_key()
+    if args.ray:
+        return _serve_on_ray(args, limits, api_key)
     sock = bind_socket(args.host, args.port)  # a bad host or a port in use: exit 2 now, before any model loads
     try:
         pool = load_pool(args.pool)
@@ -65,6 +66,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | None) -> int:
+    """Deploy the app on Ray Serve (an ingress, a deployment per model RM), then wait for SIGTERM or SIGINT and
+    delete it."""
+    import signal
+    import threading
+    from dataclasses import replace
+
+    from morkit.question_pool.pool import load_pool
+    from morkit.reward_models.backends.ray import connect
+    from morkit.services.serving import ray_serve
+
+    pool = load_pool(args.pool)  # a bad pool fails here, before Ray starts
+    scoring = replace(scoring_options(args), ray=None)
+    select = select_options(args)
+    ray = connect(args.ray)
+    stop = threading.Event()  # over Ray's own handler (which aborts the driver), before the deployments start
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    gpus = args.ray_gpus
+    if gpus is None:
+        gpus = 1.0 if scoring.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+    placement = ray_serve.RayServeOptions(rm_replicas=args.ray_workers or 1, max_rm_replicas=args.ray_max_replicas,
+                                          rm_gpus=gpus, host=args.host, port=args.port)
+    names = ray_serve.model_rms(pool, select, args.rm)
+    app = ray_serve.build_app(str(args.pool), select, scoring, limits, fixed=args.rm, api_key=api_key,
+                              placement=placement)
+    url = ray_serve.deploy(app, placement, address=args.ray)
+    print(f"morkit serve: pool {args.pool} ({len(pool)} questions) on Ray Serve; RM deployments: "
+          f"{', '.join(names) or 'none'} ({placement.rm_replicas} replica(s) each, {gpus:g} GPU each); listening "
+          f"on {url} (POST /v1/rank, POST /get_reward, POST /classify, GET /health, GET /metrics)",
+          file=sys.stderr, flush=True)
+    stop.wait()
+    ray_serve.shutdown()
+    return 0
+
+
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "serve", parents=[parent], help="serve routed RM rewards over HTTP (rank, OpenRLHF remote RM, metrics)",
@@ -78,7 +115,11 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "cache is shared. Every request is bounded before any work (body bytes, items, candidates, "
                     "text) and memory by the bytes of bodies held at once. With an API key (--api-key or "
                     "MORKIT_API_KEY) every route but /health needs 'Authorization: Bearer KEY'. SIGTERM finishes "
-                    "the requests in flight and exits 0; after --grace seconds it exits anyway (1).")
+                    "the requests in flight and exits 0; after --grace seconds it exits anyway (1). POST /classify is "
+                    "vLLM's classify route as verl's reward loop posts it (chat-rendered texts, each scored on "
+                    "its own). With --ray [ADDRESS] the same app runs on Ray Serve: the router and embedder as one "
+                    "ingress deployment, each model RM as its own deployment (--ray-workers replicas, --ray-gpus "
+                    "each); the pool directory must be readable where the ingress runs.")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     p.add_argument("--rm", action="append", default=[], metavar="NAME",
                    help="score with this fixed pool RM instead of routing per query; repeat for a fixed ensemble "
@@ -129,4 +170,10 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="seconds after SIGTERM/SIGINT to finish the requests in flight; then the process exits "
                         "anyway, even if a model call hangs (default 30)")
     add_scoring_options(p)
+    r = p.add_argument_group("Ray Serve (--ray)")
+    r.add_argument("--ray-max-replicas", type=POSITIVE_INT, metavar="N",
+                   help="with --ray: autoscale each RM deployment between --ray-workers (default 1) and N replicas")
+    r.add_argument("--ray-gpus", type=NON_NEGATIVE, metavar="G",
+                   help="with --ray: GPUs per RM replica (default 1 where the cluster has GPUs and --device is not "
+                        "cpu, else 0)")
     p.set_defaults(func=cmd_serve)

@@ -1,6 +1,5 @@
-"""The HTTP app of `morkit serve` (FastAPI): /v1/rank, OpenRLHF's /get_reward, /health and /metrics.
-
-Every limit is enforced where input enters, before any work (docs/serving.md lists each and its answer).
+"""The HTTP app of `morkit serve` (FastAPI): /v1/rank, OpenRLHF's /get_reward, vLLM's /classify (verl), /health,
+/metrics. Every limit is enforced where input enters, before any work (docs/serving.md lists each and its answer).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' `Request` annotation at run time
@@ -16,6 +15,7 @@ from typing import Any, Callable
 
 from morkit.core.errors import InputError, MorkitError
 from morkit.services.serving.batcher import Batcher
+from morkit.services.serving.classify import classify_job, classify_reply
 from morkit.services.serving.limits import ByteBudget, Overloaded, Reservation, ServeLimits, size_text
 from morkit.services.serving.metrics import ServerMetrics
 from morkit.services.serving.protocol import (
@@ -28,7 +28,7 @@ from morkit.services.serving.protocol import (
 
 __all__ = ["ServeLimits", "create_app"]
 
-ROUTES = ("/v1/rank", "/get_reward", "/health", "/metrics")
+ROUTES = ("/v1/rank", "/get_reward", "/classify", "/health", "/metrics")
 
 
 class _Refused(Exception):
@@ -249,6 +249,18 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
 
         return await scored(request, "/get_reward", parse,
                             lambda job, rankings: reward_reply(job, [r.scores for r in rankings]))
+
+    @app.post("/classify")
+    async def classify(request: Request) -> Any:
+        """vLLM's /classify as verl posts it: {"model", "input": chat text(s), "activation"}; each text is
+        routed and scored on its own; reply {"data": [{"probs": [reward]}, ...]} (vLLM's shape)."""
+
+        def parse(body: dict) -> tuple[Any, Any]:
+            job = classify_job(body, limits)
+            return job.queries, job
+
+        return await scored(request, "/classify", parse,
+                            lambda job, rankings: classify_reply(job, [r.scores[0] for r in rankings]))
 
     @app.get("/health")
     async def health() -> Any:

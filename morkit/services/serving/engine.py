@@ -9,7 +9,7 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
@@ -20,6 +20,7 @@ from morkit.selection.base import Choice, Neighbours
 from morkit.selection.methods import SelectOptions
 from morkit.selection.selector import Ranking, Selection
 from morkit.services.routing import Routing, make_selector, runnable_rms
+from morkit.services.serving.classify import Standalone, standalone_reward
 from morkit.services.serving.protocol import group_responses, reward_reply
 
 log = logging.getLogger(__name__)
@@ -56,18 +57,31 @@ class FixedEnsemble:
         return Choice(self.ensemble, "pool-zscore", self.score, (), {"criterion": "fixed (pool mean PRR)"})
 
 
+class PlacedSession(ScoringSession):
+    """A scoring session in which some RMs are handles placed by the caller (e.g. Ray Serve deployments)."""
+
+    def __init__(self, options: ScoringOptions, placed: Mapping[str, Any], **kwargs: Any):
+        super().__init__(options, **kwargs)
+        self.placed = dict(placed)
+
+    def handle(self, name: str) -> Any:
+        return self.placed[name] if name in self.placed else super().handle(name)
+
+
 class RoutingEngine:
-    """Routed (or fixed-ensemble) MoR scoring with resident RMs and one shared score cache."""
+    """Routed (or fixed-ensemble) MoR scoring with resident RMs and one shared score cache; `handles`: RMs
+    placed elsewhere (name -> an RMHandle whose `score(pairs)` calls them), used instead of loading them here."""
 
     def __init__(self, pool: QuestionPool, select: SelectOptions = SelectOptions(),
-                 scoring: ScoringOptions = ScoringOptions(), *, rms: Sequence[str] = (), embedder: Any = None):
+                 scoring: ScoringOptions = ScoringOptions(), *, rms: Sequence[str] = (), embedder: Any = None,
+                 handles: Mapping[str, Any] | None = None):
         self.pool = pool
         self.scoring = scoring
         self.fixed = tuple(rms)
         fixed = FixedEnsemble(pool, self.fixed) if self.fixed else None
         runnable = runnable_rms(pool) if select.allow_run else []
         names = [n for n in runnable if not self.fixed or n in self.fixed]
-        self.session = ScoringSession(replace(scoring, progress=False), keep_all=True)
+        self.session = PlacedSession(replace(scoring, progress=False), handles or {}, keep_all=True)
         try:
             self.session.check_fit(names)  # before the embedder or any RM loads
             selector = make_selector(pool, select, scoring.device, embedder)
@@ -131,10 +145,15 @@ class RoutingEngine:
             if j in failed or query is None:
                 continue
             try:
-                out[j].append(self.routing.rank(query, selections[i]))
+                out[j].append(self._alone(query, selections[i]) if isinstance(jobs[j], Standalone)
+                              else self.routing.rank(query, selections[i]))
             except Exception as exc:  # noqa: BLE001
                 failed[j] = exc
         return [failed[j] if j in failed else out[j] for j in range(len(jobs))]
+
+    def _alone(self, query: Query, selection: Selection) -> Ranking:
+        """A Standalone job's query: its one response's reward under the pool's standardisation (/classify)."""
+        return Ranking(selection, (standalone_reward(self.pool, query, selection.choice),), 0, (0,))
 
     def _fill(self, queries: list[Query], selections: list[Any], owners: list[int],
               failed: dict[int, Exception]) -> list[Query | None]:

@@ -124,7 +124,7 @@ def make_server(engine: Any, limits: ServeLimits = ServeLimits(), *, host: str =
             await super().startup(sockets)
             if self.started:
                 print(f"morkit serve: listening on http://{_shown(bound_host, bound_port)} (POST /v1/rank, "
-                      "POST /get_reward, GET /health, GET /metrics)", file=sys.stderr, flush=True)
+                      "POST /get_reward, POST /classify, GET /health, GET /metrics)", file=sys.stderr, flush=True)
 
         async def shutdown(self, sockets: Any = None) -> None:
             app.state.stop_by = time.monotonic() + limits.grace_s
