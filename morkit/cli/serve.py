@@ -76,8 +76,11 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
     from morkit.question_pool.pool import load_pool
     from morkit.reward_models.backends.ray import connect
     from morkit.services.serving import ray_serve
+    from morkit.services.serving.engine import FixedEnsemble
 
-    pool = load_pool(args.pool)  # a bad pool fails here, before Ray starts
+    pool = load_pool(args.pool)  # a bad pool or --rm fails here, before Ray starts
+    if args.rm:
+        FixedEnsemble(pool, args.rm)
     scoring = replace(scoring_options(args), ray=None)
     select = select_options(args)
     ray = connect(args.ray)

@@ -36,6 +36,22 @@ def _turns(pattern: str, roles: dict[str, str]) -> Callable[[str], list[tuple[st
     return parse
 
 
+def _mistral(text: str) -> list[tuple[str, str]]:
+    """[INST] question [/INST] answer: the last closed user turn and what follows it, found with rfind (a lazy
+    regex retries from every '[INST]': quadratic, minutes on a 200 kB text of them); a Llama 2 <<SYS>> is left out."""
+    close = text.rfind("[/INST]")
+    start = text.rfind("[INST]", 0, close) if close >= 0 else -1
+    if start < 0:
+        return []
+    question, answer = text[start + 6:close], text[close + 7:]
+    if question.lstrip().startswith("<<SYS>>") and "<</SYS>>" in question:
+        question = question.split("<</SYS>>", 1)[1]
+    turns = [("user", question)]
+    if "[INST]" in answer:  # a user turn left open after the answer
+        return [*turns, ("assistant", answer[:answer.index("[INST]")]), ("user", "")]
+    return turns + ([("assistant", answer)] if strip_trailing_special(answer).strip() else [])
+
+
 CHAT_TEMPLATES: dict[str, Callable[[str], list[tuple[str, str]]]] = {
     # Qwen2.5 / Qwen3 / InternLM2 / SmolLM2 RMs: <|im_start|>role\n...<|im_end|>
     "chatml": _turns(r"<\|im_start\|>(?P<role>[a-z_]+)\n(?P<content>.*?)(?:<\|im_end\|>|\Z)", {}),
@@ -47,24 +63,30 @@ CHAT_TEMPLATES: dict[str, Callable[[str], list[tuple[str, str]]]] = {
     # Phi-3: <|user|>\n...<|end|>
     "phi3": _turns(r"<\|(?P<role>user|assistant|system)\|>\n(?P<content>.*?)(?:<\|end\|>|\Z)", {}),
     # Mistral / Llama 2: [INST] question [/INST] answer</s>
-    "mistral": _turns(r"\[INST\](?P<content>.*?)\[/INST\](?P<role>)", {"": "user"}),
+    "mistral": _mistral,
 }
 """The chat templates /classify reads, by name: each gives a text's (role, content) turns in order."""
 
+_OPENERS = {"chatml": ("<|im_start|>",), "llama3": ("<|start_header_id|>",), "gemma": ("<start_of_turn>",),
+            "phi3": ("<|user|>", "<|system|>", "<|assistant|>"), "mistral": ("[INST]",)}
+"""Each template's turn openers: the family whose opener comes first in the text rendered it (an answer that
+quotes another family's tokens does not switch the family)."""
 
-def _mistral_answer(text: str) -> str:
-    return strip_trailing_special(text.rsplit("[/INST]", 1)[1]).strip()
+
+def _families(text: str) -> list[str]:
+    """The template families with an opener in `text`, the earliest first."""
+    first = {name: min((i for i in (text.find(o) for o in openers) if i >= 0), default=-1)
+             for name, openers in _OPENERS.items()}
+    return sorted((name for name, at in first.items() if at >= 0), key=first.__getitem__)
 
 
 def split_chat(text: str) -> tuple[str, str, str]:
     """(question, answer, template name) of a chat-rendered text: the last user turn and the assistant turn
     after it; InputError naming the templates read when none matches or the text ends without an answer."""
-    for name, parse in CHAT_TEMPLATES.items():
-        turns = parse(text)
+    for name in _families(text):
+        turns = CHAT_TEMPLATES[name](text)
         if not turns:
             continue
-        if name == "mistral":
-            return turns[-1][1].strip(), _mistral_answer(text), name
         if turns[-1][0] != "assistant" or len(turns) < 2 or turns[-2][0] != "user":
             raise InputError(f"a {name} chat text must end with a user turn and the assistant's answer to it "
                              "(render the chat with the response appended, add_generation_prompt=False)")
@@ -160,4 +182,5 @@ def classify_reply(job: ClassifyJob, rewards: Sequence[float]) -> dict[str, Any]
         values = 1.0 / (1.0 + np.exp(-values))
     return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": job.model,
             "data": [{"index": i, "label": None, "probs": [float(v)], "num_classes": 1} for i, v in enumerate(values)],
-            "usage": {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0, "prompt_tokens_details": None}}
+            "usage": {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0, "prompt_tokens_details": None,
+                      "completion_tokens_details": None}}

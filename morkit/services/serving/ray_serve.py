@@ -109,6 +109,15 @@ class ServeRMHandle(RMHandle):
             response.cancel()
             raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not answer within "
                              f"{timeout:.3g} s") from None
+        except Exception as exc:  # noqa: BLE001 - a RayTaskError's str is the replica's whole traceback
+            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment failed: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: message` of the error a replica raised (a RayTaskError's cause), its first line only."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 class Ingress:

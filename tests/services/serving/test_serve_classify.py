@@ -69,6 +69,42 @@ def test_split_chat_reads_each_template_family():
         split_chat("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_split_chat_is_linear_on_hostile_texts():
+    import time
+
+    hostile = ["[INST]" * 40_000, ("[INST]" + "x" * 10) * 15_000, "<|im_start|>user\n" * 15_000,
+               "<|start_header_id|>user<|end_header_id|>\n\n" * 6_000, "<start_of_turn>" * 16_000]
+    for text in hostile:  # the old lazy [INST] regex: about 2 s at 240 kB, 30 s at 160 kB of '[INST]'
+        started = time.perf_counter()
+        with pytest.raises(InputError):
+            split_chat(text)
+        assert time.perf_counter() - started < 0.5, text[:30]
+
+
+def test_split_chat_reads_the_family_that_opens_the_text_and_refuses_a_mistral_text_without_answer():
+    quoting = ("<|start_header_id|>user<|end_header_id|>\n\nWhat does ChatML look like?<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\nLike <|im_start|>user\nhi<|im_end|>.<|eot_id|>")
+    assert split_chat(quoting) == ("What does ChatML look like?", "Like <|im_start|>user\nhi<|im_end|>.", "llama3")
+    assert split_chat("[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nWhat is 2+3? [/INST] 5</s>") == (
+        "What is 2+3?", "5", "mistral")
+    assert split_chat("[INST] a [/INST] b</s>[INST] What is 2+3? [/INST] It is 5.</s>")[:2] == (
+        "What is 2+3?", "It is 5.")
+    for no_answer in ("[INST] What is 2+3? [/INST]", "[INST] What is 2+3? [/INST] </s>",
+                      "[INST] What is 2+3? [/INST] 5</s>[INST] and 3+4?"):
+        with pytest.raises(InputError, match="a mistral chat text must end with a user turn and the assistant"):
+            split_chat(no_answer)
+
+
+def test_the_reply_is_vllms_classification_response_field_for_field():
+    protocol = pytest.importorskip("vllm.entrypoints.pooling.classify.protocol")
+    from morkit.services.serving.classify import classify_job, classify_reply
+
+    job = classify_job({"model": "rm", "input": [CHATML_REAL, LLAMA3_REAL], "activation": False})
+    reply = classify_reply(job, [0.25, -1.5])
+    assert reply == protocol.ClassificationResponse.model_validate(reply).model_dump()  # vLLM's own serialisation
+    assert [d["probs"] for d in reply["data"]] == [[0.25], [-1.5]]
+
+
 @pytest.mark.slow
 def test_verls_exact_body_gets_vllms_reply_and_the_routed_reward(probe_engine, math_queries):
     from fakes.ctts_checkpoints import make_tokenizer
@@ -158,3 +194,29 @@ def test_classify_has_the_same_limits_auth_and_metrics(probe_engine):
         assert (reply.status_code, reason in reply.json()["error"]) == (status, True), (name, reply.text)
     assert 'morkit_requests_total{route="/classify",status="200"} 1.0' in metrics
     assert 'morkit_requests_total{route="/classify",status="401"} 1.0' in metrics
+
+
+def test_a_failing_ray_serve_rm_is_a_one_line_score_error():
+    """(Belongs with test_serve_ray.py; here as that file was not this change's to edit.) A replica's error
+    reaches the client as one line naming the RM, not Ray's multi-line traceback."""
+    from morkit.core.errors import ScoreError
+    from morkit.services.serving.ray_serve import ServeRMHandle
+
+    class Traceback(Exception):
+        cause = RuntimeError("CUDA out of memory\n  File replica.py, line 3\n  ...")
+
+    class Deployment:
+        class score:  # noqa: N801 - the DeploymentHandle's method
+            @staticmethod
+            def remote(pairs):
+                class Response:
+                    def result(self, timeout_s):
+                        raise Traceback("RayTaskError(RuntimeError): ray::ServeReplica\n  Traceback ...")
+                return Response()
+
+    handle = object.__new__(ServeRMHandle)
+    handle.name, handle.deployment, handle.timeout_s = "skywork", Deployment, 5.0
+    with pytest.raises(ScoreError) as raised:
+        handle.score([("q", "a")])
+    assert str(raised.value) == ("reward model 'skywork': its Ray Serve deployment failed: RuntimeError: CUDA out of "
+                                 "memory")
