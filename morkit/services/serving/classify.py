@@ -24,19 +24,23 @@ class Standalone(tuple):
     and the pool only, never on the texts it shares a request or a micro-batch with."""
 
 
-def _turns(pattern: str, roles: dict[str, str]) -> Callable[[str], list[tuple[str, str]]]:
-    """A parser of one template family: its (role, content) turns, roles mapped to user/assistant/system; an
-    empty turn left open at the end (a generation prompt) is no turn."""
+Turn = tuple[str, str, int]
+"""(role, content, offset of the content in the text)."""
+
+
+def _turns(pattern: str, roles: dict[str, str]) -> Callable[[str], list[Turn]]:
+    """A parser of one template family: its turns in order, roles mapped to user/assistant/system (a generation
+    prompt left open at the end is an empty last turn)."""
     compiled = re.compile(pattern, re.S)
 
-    def parse(text: str) -> list[tuple[str, str]]:
-        return [(roles.get(m.group("role"), m.group("role")), m.group("content")) for m in compiled.finditer(text)
-                if m.end() < len(text) or m.group("content").strip()]
+    def parse(text: str) -> list[Turn]:
+        return [(roles.get(m.group("role"), m.group("role")), m.group("content"), m.start("content"))
+                for m in compiled.finditer(text)]
 
     return parse
 
 
-def _mistral(text: str) -> list[tuple[str, str]]:
+def _mistral(text: str) -> list[Turn]:
     """[INST] question [/INST] answer: the last closed user turn and what follows it, found with rfind (a lazy
     regex retries from every '[INST]': quadratic, minutes on a 200 kB text of them); a Llama 2 <<SYS>> is left out."""
     close = text.rfind("[/INST]")
@@ -46,13 +50,14 @@ def _mistral(text: str) -> list[tuple[str, str]]:
     question, answer = text[start + 6:close], text[close + 7:]
     if question.lstrip().startswith("<<SYS>>") and "<</SYS>>" in question:
         question = question.split("<</SYS>>", 1)[1]
-    turns = [("user", question)]
+    turns: list[Turn] = [("user", question, start + 6)]
     if "[INST]" in answer:  # a user turn left open after the answer
-        return [*turns, ("assistant", answer[:answer.index("[INST]")]), ("user", "")]
-    return turns + ([("assistant", answer)] if strip_trailing_special(answer).strip() else [])
+        cut = answer.index("[INST]")
+        return [*turns, ("assistant", answer[:cut], close + 7), ("user", answer[cut + 6:], close + 13 + cut)]
+    return turns + ([("assistant", answer, close + 7)] if strip_trailing_special(answer).strip() else [])
 
 
-CHAT_TEMPLATES: dict[str, Callable[[str], list[tuple[str, str]]]] = {
+CHAT_TEMPLATES: dict[str, Callable[[str], list[Turn]]] = {
     # Qwen2.5 / Qwen3 / InternLM2 / SmolLM2 RMs: <|im_start|>role\n...<|im_end|>
     "chatml": _turns(r"<\|im_start\|>(?P<role>[a-z_]+)\n(?P<content>.*?)(?:<\|im_end\|>|\Z)", {}),
     # Llama 3 / 3.1 RMs (Skywork-Reward-(V2-)Llama-3.1, INF-ORM): <|start_header_id|>role<|end_header_id|>\n\n...
@@ -81,16 +86,19 @@ def _families(text: str) -> list[str]:
 
 
 def split_chat(text: str) -> tuple[str, str, str]:
-    """(question, answer, template name) of a chat-rendered text: the last user turn and the assistant turn
-    after it; InputError naming the templates read when none matches or the text ends without an answer."""
+    """(question, answer, template name) of a chat-rendered text: the last user turn followed by an assistant
+    turn, and everything after that turn's header (turn tokens a policy wrote into its answer stay in it)."""
     for name in _families(text):
         turns = CHAT_TEMPLATES[name](text)
         if not turns:
             continue
-        if turns[-1][0] != "assistant" or len(turns) < 2 or turns[-2][0] != "user":
+        asked = [i for i in range(len(turns) - 1) if turns[i][0] == "user" and turns[i + 1][0] == "assistant"]
+        at = asked[-1] if asked and strip_trailing_special(turns[-1][1]).strip() else None
+        if at is None:  # no answer, or an empty turn left open at the end (a generation prompt)
             raise InputError(f"a {name} chat text must end with a user turn and the assistant's answer to it "
                              "(render the chat with the response appended, add_generation_prompt=False)")
-        return turns[-2][1].strip(), strip_trailing_special(turns[-1][1]).strip(), name
+        answer = turns[at + 1][1] if at + 2 == len(turns) else text[turns[at + 1][2]:]
+        return turns[at][1].strip(), strip_trailing_special(answer).strip(), name
     raise InputError("no chat template recognised: morkit splits each text into the question and the answer by "
                      f"its chat template ({', '.join(CHAT_TEMPLATES)}); send 'messages' instead for any other")
 

@@ -89,10 +89,22 @@ def test_split_chat_reads_the_family_that_opens_the_text_and_refuses_a_mistral_t
         "What is 2+3?", "5", "mistral")
     assert split_chat("[INST] a [/INST] b</s>[INST] What is 2+3? [/INST] It is 5.</s>")[:2] == (
         "What is 2+3?", "It is 5.")
-    for no_answer in ("[INST] What is 2+3? [/INST]", "[INST] What is 2+3? [/INST] </s>",
-                      "[INST] What is 2+3? [/INST] 5</s>[INST] and 3+4?"):
+    for no_answer in ("[INST] What is 2+3? [/INST]", "[INST] What is 2+3? [/INST] </s>"):
         with pytest.raises(InputError, match="a mistral chat text must end with a user turn and the assistant"):
             split_chat(no_answer)
+
+
+def test_turn_tokens_a_policy_wrote_stay_in_its_answer_and_a_generation_prompt_is_refused():
+    # verl renders prompt + response; a response holding its template's turn tokens must not stop training
+    assert split_chat("[INST] What is 2+3? [/INST] 5</s>[INST] and 3+4?") == (
+        "What is 2+3?", "5</s>[INST] and 3+4?", "mistral")
+    wrote = ("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n5<|im_end|>\n<|im_start|>user\n"
+             "and 3+4?<|im_end|>\n")
+    assert split_chat(wrote) == ("What is 2+3?", "5<|im_end|>\n<|im_start|>user\nand 3+4?", "chatml")
+    history = ("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+               "<|im_start|>assistant\n")
+    with pytest.raises(InputError, match="a chatml chat text must end with a user turn and the assistant"):
+        split_chat(history)  # a generation prompt after a history: no answer to score, not an earlier turn's
 
 
 def test_the_reply_is_vllms_classification_response_field_for_field():
