@@ -140,3 +140,30 @@ def test_each_committed_figure_is_what_its_numbers_draw(figure, numbers, module,
     getattr(importlib.import_module(module), function)(data[key] if key else data, tmp_path / f"{figure}.svg")
     assert (tmp_path / f"{figure}.svg").read_bytes() == (figures / f"{figure}.svg").read_bytes(), (
         f"docs/figures/{figure}.svg is not what {module}.{function} draws from {numbers}.json: redraw it")
+
+
+# Packages a bare GPU machine (python3, torch, transformers) lacks: the GPU check must run without any of them.
+NOT_ON_A_GPU_MACHINE = ("sentence_transformers", "faiss", "sklearn", "scipy", "lightgbm", "threadpoolctl",
+                        "matplotlib", "math_verify", "gguf", "accelerate", "vllm", "ray")
+
+
+def test_gpu_check_runs_in_tiny_cpu_mode_with_only_torch_and_transformers(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    out = tmp_path / "out"
+    # sys.modules[name] = None: importing it fails and find_spec says it is absent, as on the GPU machine
+    blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in NOT_ON_A_GPU_MACHINE)
+    code = f"import runpy, sys; {blocked}; runpy.run_path({str(BENCH / 'gpu_check.py')!r}, run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code, "--device", "cpu", "--tiny"], check=False, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OUT": str(out)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    paths = result["speed"]["paths"]
+    assert set(paths) == {"plain loop", "batched", "batched+pfx", "batched/nocap",
+                          "batched+pfx/nocap"} and result["speed"]["peak_gflops"] > 0
+    assert all(row["pairs_per_s"] > 0 and row["max_abs_diff_vs_plain"] < 0.1 for row in paths.values())
+    rows = result["parity"]["rows"]
+    assert result["parity"]["ok"] and len(rows) == 8 and {r["dtype"] for r in rows} == {"bfloat16"}
+    assert "best path over the plain loop" in done.stdout and "parity: all ok" in done.stdout

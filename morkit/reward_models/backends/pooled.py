@@ -86,7 +86,7 @@ class PooledRM:
                                device=backbone.device, batching=self.batching, window=window)
         else:
             rows = run_batches(backbone.model, encoded, self.pool, pad_id=backbone.pad_id, device=backbone.device,
-                               batching=self.batching)
+                               batching=self.batching, causal=self.causal)
         return rows, encoded
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:

@@ -60,7 +60,7 @@ def run_with_prefix(model: Any, prefix: Sequence[int], suffixes: Sequence[Sequen
         prefix_hidden, cache = head.last_hidden_state, head.past_key_values
     p = len(prefix)
     results: list[Any] = [None] * len(suffixes)
-    for batch in batching.plan([p + len(s) for s in suffixes]):
+    for batch in batching.plan([p + len(s) for s in suffixes], shared=p):
         ids, mask = right_padded([suffixes[i] for i in batch], pad_id, device)
         b, width = ids.shape
         full_mask = torch.cat([torch.ones((b, p), dtype=torch.long, device=device), mask], dim=1)
@@ -92,7 +92,8 @@ def run_grouped(model: Any, keys: Sequence[Any], encoded: Sequence[Encoded], poo
         for index, row in zip(members, rows):
             results[index] = row
     if alone:
-        rows = run_batches(model, [encoded[i] for i in alone], pool, pad_id=pad_id, device=device, batching=batching)
+        rows = run_batches(model, [encoded[i] for i in alone], pool, pad_id=pad_id, device=device, batching=batching,
+                           causal=True)
         for index, row in zip(alone, rows):
             results[index] = row
     return results
