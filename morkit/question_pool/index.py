@@ -2,6 +2,7 @@
 
 An approximate index is trusted only with its recall@k against exact search measured (`recall_at_k`).
 """
+# IVF codes are 8-bit (SQ8, a quarter of the floats), and a search re-ranks its shortlist exactly (`Reranked`).
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import numpy as np
 
 from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.question_pool import spill
 
 INDEX_KINDS = ("auto", "flat", "ivf", "hnsw")
+IVF_CODES = ("sq8", "flat")
 APPROXIMATE_ABOVE = 100_000
 """Pools with more questions than this get an IVF index under kind "auto". Exact single-query
 search on 384-dim vectors measured about 1 ms at 10k and 10 ms at 100k questions (one thread,
@@ -34,6 +37,8 @@ class IndexConfig:
     threshold: int = APPROXIMATE_ABOVE
     nlist: int = 0  # IVF lists; 0: 4 * sqrt(questions)
     nprobe: int = 48  # IVF lists searched per query
+    ivf_codes: str = "sq8"  # IVF list codes: 8-bit per dimension with an exact re-rank, or "flat" floats
+    rerank: int = 4  # "sq8": the shortlist re-ranked exactly against the pool's vectors is rerank * k
 
     def resolved(self, size: int) -> str:
         checks.one_of(self.kind, INDEX_KINDS, "index kind")
@@ -64,7 +69,9 @@ def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig(), size: in
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
     if kind == "ivf":
-        index = faiss.index_factory(dim, f"IVF{config.lists(size)},Flat", faiss.METRIC_INNER_PRODUCT)
+        checks.one_of(config.ivf_codes, IVF_CODES, "IVF codes")
+        codes = "SQ8" if config.ivf_codes == "sq8" else "Flat"
+        index = faiss.index_factory(dim, f"IVF{config.lists(size)},{codes}", faiss.METRIC_INNER_PRODUCT)
         faiss.extract_index_ivf(index).nprobe = config.nprobe
         return index
     if kind == "hnsw":
@@ -75,50 +82,104 @@ def new_index(dim: int, kind: str, config: IndexConfig = IndexConfig(), size: in
     raise InputError(f"unknown concrete index kind {kind!r}")
 
 
+class Reranked:
+    """An index of 8-bit codes whose search re-ranks `rerank * k` candidates by exact inner product against
+    `vectors` (the pool's embeddings, memory-mapped when opened); anything else reads through to the index."""
+
+    def __init__(self, index: Any, vectors: np.ndarray, rerank: int) -> None:
+        self.index, self.vectors, self.rerank = index, vectors, rerank
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "index":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.index, name)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        _, shortlist = self.index.search(queries, min(self.index.ntotal, max(k, self.rerank * k)))
+        sims = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, row in enumerate(shortlist):
+            row = row[(row >= 0) & (row < len(self.vectors))]
+            exact = np.asarray(self.vectors[np.sort(row)], dtype=np.float32) @ queries[i]
+            best = np.argsort(-exact, kind="stable")[:k]
+            sims[i, : len(best)], ids[i, : len(best)] = exact[best], np.sort(row)[best]
+        return sims, ids
+
+
+def faiss_index(index: Any) -> Any:
+    """The FAISS index itself (a Reranked one unwrapped)."""
+    return index.index if isinstance(index, Reranked) else index
+
+
+def reranked(index: Any, vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> Any:
+    """`index` wrapped to re-rank against `vectors` when its codes are 8-bit (SQ8), else as it is."""
+    if isinstance(index, Reranked):
+        index = index.index
+    faiss = _faiss()
+    return Reranked(index, vectors, config.rerank) if isinstance(index, faiss.IndexIVFScalarQuantizer) else index
+
+
 def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tuple[Any, str]:
-    """Index all vectors; returns (index, concrete kind)."""
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    """Index all vectors (read in chunks: a memory-mapped array's pages are released); returns (index, kind)."""
     kind = config.resolved(len(vectors))
     index = new_index(vectors.shape[1], kind, config, len(vectors))
     if kind == "ivf":
         sample = min(len(vectors), TRAIN_PER_LIST * index.nlist)
         rows = np.sort(np.random.default_rng(0).choice(len(vectors), size=sample, replace=False))
-        index.train(vectors[rows] if len(vectors) else np.zeros((1, vectors.shape[1]), np.float32))
-    if len(vectors):
-        for start in range(0, len(vectors), 1 << 16):  # chunks: no second copy of a million vectors
-            index.add(vectors[start : start + (1 << 16)])
-    return index, kind
+        train = np.empty((sample, vectors.shape[1]), dtype=np.float32)
+        for start, part in spill.chunks(vectors):  # gathered chunk by chunk: a mapped file is never all resident
+            inside = rows[(rows >= start) & (rows < start + len(part))]
+            at = np.searchsorted(rows, start)
+            train[at : at + len(inside)] = part[inside - start]
+        index.train(train if len(vectors) else np.zeros((1, vectors.shape[1]), np.float32))
+        del train
+    for _, part in spill.chunks(vectors):  # no second copy of a million vectors
+        index.add(part)
+    return reranked(index, vectors, config), kind
 
 
 def search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(similarities, ids), each (n_queries, min(k, ntotal)); ids index the pool's question order."""
+    """(similarities, ids), each (n_queries, min(k, ntotal)); ids index the pool's question order.
+
+    An id out of range (a damaged IVF list of a large pool, whose ids are checked where read) is an InputError."""
     k = min(k, index.ntotal)
     queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
     if k == 0:
         return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
     if len(queries) >= 16:
-        return index.search(queries, k)
-    # A few queries: threads cost more than they save (measured 1.2 ms vs 22 ms p50 at 10k x 384, 2 cores).
-    faiss = _faiss()
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        return index.search(queries, k)
-    finally:
-        faiss.omp_set_num_threads(threads)
+        found = index.search(queries, k)
+    else:  # a few queries: threads cost more than they save (1.2 ms vs 22 ms p50 at 10k x 384, 2 cores)
+        faiss = _faiss()
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            found = index.search(queries, k)
+        finally:
+            faiss.omp_set_num_threads(threads)
+    if found[1].size and (int(found[1].min()) < -1 or int(found[1].max()) >= index.ntotal):
+        raise InputError(f"the FAISS index returned a question id outside 0-{index.ntotal - 1}: corrupt index; "
+                         "rebuild the pool")
+    return found
 
 
 def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500, seed: int = 0) -> float:
     """Share of the exact top-k neighbours the index returns, over `sample` pool vectors as queries."""
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if len(vectors) == 0:
         return float("nan")
     k = min(k, len(vectors))
     rng = np.random.default_rng(seed)
     picks = rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False)
+    queries = np.ascontiguousarray(vectors[picks], dtype=np.float32)
     faiss = _faiss()
-    _, truth = faiss.knn(vectors[picks], vectors, k, metric=faiss.METRIC_INNER_PRODUCT)  # brute force, no copy
-    _, found = index.search(vectors[picks], k)
+    best_sims = np.full((len(picks), 0), -np.inf, dtype=np.float32)
+    truth = np.zeros((len(picks), 0), dtype=np.int64)
+    for start, part in spill.chunks(vectors):  # brute force by chunk, keeping the best k so far
+        sims, ids = faiss.knn(queries, part, min(k, len(part)), metric=faiss.METRIC_INNER_PRODUCT)
+        best_sims, truth = np.hstack([best_sims, sims]), np.hstack([truth, ids + start])
+        keep = np.argsort(-best_sims, axis=1, kind="stable")[:, :k]
+        best_sims, truth = np.take_along_axis(best_sims, keep, 1), np.take_along_axis(truth, keep, 1)
+    _, found = index.search(queries, k)
+    spill.release(vectors)  # the re-rank's reads
     hits = sum(len(set(t) & set(f)) for t, f in zip(truth, found))
     return hits / (len(picks) * k)
 
@@ -127,14 +188,47 @@ def index_vectors(vectors: np.ndarray, config: IndexConfig) -> tuple[Any, dict[s
     """The FAISS index over unit vectors, and its description (kind; recall@RECALL_K when approximate)."""
     index, kind = build_index(vectors, config)
     info: dict[str, Any] = {"kind": kind}
+    if isinstance(index, Reranked):
+        info.update(codes="sq8", rerank=index.rerank)
     if kind != "flat":
         info[f"recall@{RECALL_K}"] = recall_at_k(index, vectors, RECALL_K)
     return index, info
 
 
+def mapped_bytes(index: Any) -> np.ndarray | None:
+    """The whole index file an IVF index was memory-mapped from (uint8, read-only), or None when in memory.
+
+    FAISS would write such an index as a reference to its file, and cannot add to or clone it."""
+    faiss = _faiss()
+    try:
+        lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(faiss_index(index)).invlists)
+    except RuntimeError:  # not an IVF index
+        return None
+    if not isinstance(lists, faiss.OnDiskInvertedLists) or lists.filename:
+        return None
+    return faiss.rev_swig_ptr(lists.ptr, lists.totsize)
+
+
+def in_memory(index: Any) -> Any:
+    """A copy of the index that can be added to (a memory-mapped IVF index is read into memory)."""
+    faiss = _faiss()
+    mapped = mapped_bytes(index)
+    return faiss.clone_index(faiss_index(index)) if mapped is None else faiss.deserialize_index(np.array(mapped))
+
+
 def write_index(index: Any, path: Path) -> None:
-    _faiss().write_index(index, str(path))
+    """Write the index file; one memory-mapped at opening is copied byte for byte from its mapping."""
+    mapped = mapped_bytes(index)
+    if mapped is None:
+        _faiss().write_index(faiss_index(index), str(path))
+        return
+    with open(path, "wb") as out:
+        for start in range(0, len(mapped), 64 << 20):
+            out.write(mapped[start : start + (64 << 20)].tobytes())
 
 
-def read_index(path: Path) -> Any:
-    return _faiss().read_index(str(path))
+def read_index(path: Path, *, mmap: bool = True) -> Any:
+    """Read an index file; an IVF index's lists are memory-mapped read-only (FAISS's IO_FLAG_MMAP), so a
+    million-vector index opens at once and pages in the lists a search probes."""
+    faiss = _faiss()
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0)

@@ -9,6 +9,7 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -19,7 +20,7 @@ from morkit import __version__
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Query
-from morkit.question_pool import validity
+from morkit.question_pool import spill, validity
 from morkit.question_pool.embed import SentenceEmbedder
 from morkit.question_pool.ensembles import (
     NORMALIZERS,
@@ -28,12 +29,20 @@ from morkit.question_pool.ensembles import (
     Normalizer,
     enumerate_ensembles,
 )
-from morkit.question_pool.index import RECALL_K, IndexConfig, index_vectors, recall_at_k
+from morkit.question_pool.index import (
+    RECALL_K,
+    IndexConfig,
+    in_memory,
+    index_vectors,
+    recall_at_k,
+    reranked,
+)
 from morkit.question_pool.leakage import leak_warnings, rm_evidence
 from morkit.question_pool.lock import canonical
 from morkit.question_pool.rows import (
     PoolQuestion,
     PoolRows,
+    RowIds,
     added_counts,
     ensemble_statistics,
     nanmean_columns,
@@ -49,6 +58,7 @@ from morkit.question_pool.store import (
     read_pool_files,
     write_pool_files,
 )
+from morkit.question_pool.table import QuestionTable
 from morkit.reward_models.base import REDUCTIONS
 
 log = logging.getLogger(__name__)
@@ -57,7 +67,8 @@ STATISTICS = ("auto", "dense", "on-the-fly")
 DENSE_CELLS = 250_000_000
 """Under statistics "auto", pools up to this many (question, ensemble) cells store dense PRR and best-of-n
 tables (2 GB of float32 at the limit); larger ones compute them on the fly."""
-_STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version", "token")
+_STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version", "token",
+                 "question_domains")
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,7 @@ class PoolConfig:
 class QuestionPool:
     """Everything selection needs, as arrays aligned by question row and ensemble column."""
 
-    questions: tuple[PoolQuestion, ...]
+    questions: Sequence[PoolQuestion]  # a QuestionTable when opened from disk: rows made when indexed
     rm_names: tuple[str, ...]
     scores: np.ndarray  # (Q, N, R) raw member scores; NaN = padding or missing
     correct: np.ndarray  # (Q, N) bool
@@ -199,8 +210,6 @@ class QuestionPool:
         """What `morkit pool info` shows: sizes, domains, embedder, index, skips, the single-RM table sorted by
         mean PRR (with each RM's agreement with the others and accuracy alone, see leakage), the `top` ensembles
         by mean PRR (NaN where undefined), and the warnings of RMs far ahead of all others."""
-        from collections import Counter
-
         table, evidence = self.ensemble_table(), rm_evidence(self)
         by_prr = lambda r: -(r["mean_prr"] if r["mean_prr"] == r["mean_prr"] else -1)  # noqa: E731 - NaN last
         singles = sorted(table[: len(self.rm_names)], key=by_prr)
@@ -208,7 +217,7 @@ class QuestionPool:
         return {
             "revision": meta["revision"], "created": meta["created"], "updated": meta["updated"],
             "morkit_version": meta["morkit_version"], "questions": len(self),
-            "domains": dict(Counter(q.domain for q in self.questions).most_common()),
+            "domains": dict(_domain_counts(self.questions).most_common()),
             "max_candidates": int(self.scores.shape[1]), "embedder": meta["embedder"], "index": meta["index"],
             "normalizer": self.normalizer.kind, "reduction": self.config.reduction, "ensembles": len(self.ensembles),
             "statistics": "dense" if self.dense else f"on the fly (means over {meta['statistics']['sample']:,} "
@@ -227,6 +236,12 @@ class QuestionPool:
         }
 
 
+def _domain_counts(questions: Sequence[PoolQuestion]) -> Counter[str]:
+    if isinstance(questions, QuestionTable):
+        return questions.domain_counts()  # from the codes, no row made
+    return Counter(q.domain for q in questions)
+
+
 def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
                   ) -> tuple[Normalizer, dict[str, float], list[Ensemble]]:
     """Build phase 2: the normaliser, each RM's global PRR, and the ensembles weighted by it."""
@@ -234,7 +249,7 @@ def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
     validity.check_normalizer(normalizer, rows, rm_names)
     singles = [Ensemble((name,), (1.0,)) for name in rm_names]
     single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles,
-                                        ids=[q.id for q in rows.questions])
+                                        ids=RowIds(rows.questions))
     global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
     ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
                                     weightings=config.weightings, temperature=config.temperature)
@@ -269,13 +284,12 @@ def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEm
     prr = top1 = None
     if config.dense(len(rows.questions), len(ensembles)):
         prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
-                                        progress=progress, ids=[q.id for q in rows.questions])
+                                        progress=progress, ids=RowIds(rows.questions))
     else:
         extra["statistics"] = sampled_means(rows, rm_names, normalizer, ensembles, progress=progress)
     timings["prr_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
-    validity.check_embeddings(vectors, rows.questions, embedder.name)
+    vectors = spill.embed(embedder, rows.questions, progress=progress)
     index, index_info = index_vectors(vectors, config.index)
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -304,7 +318,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     """A new pool revision with `queries` appended; normaliser, ensembles and weights stay as built."""
     if embedder.name != pool.embedder:
         raise InputError(f"the pool was built with embedder {pool.embedder!r}, not {embedder.name!r}")
-    known = {q.id for q in pool.questions}
+    known = set(pool.questions.ids() if isinstance(pool.questions, QuestionTable) else (q.id for q in pool.questions))
     clashes = [q.id for q in queries if q.id in known]
     if clashes:
         raise InputError(f"{len(clashes)} ids are already in the pool, e.g. {clashes[0]!r}")
@@ -315,14 +329,13 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     prr = top1 = None
     if pool.dense:
         prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
-                                        pool.ensembles, progress=progress, ids=[q.id for q in rows.questions])
+                                        pool.ensembles, progress=progress, ids=RowIds(rows.questions))
     vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
     validity.check_embeddings(vectors, rows.questions, embedder.name)
-    import faiss
-
-    index = faiss.clone_index(pool.index)
+    index = in_memory(pool.index)  # a memory-mapped index is read-only
     index.add(vectors)
     embeddings = np.concatenate([pool.embeddings, vectors])
+    index = reranked(index, embeddings, pool.config.index)
     old_width = pool.scores.shape[1]
     width = rows.scores.shape[1]
 
@@ -382,7 +395,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
             prr=arrays.get("prr"),
             top1=arrays.get("top1"),
             embeddings=arrays["embeddings"],
-            index=files.index,
+            index=reranked(files.index, arrays["embeddings"], config.index),
             config=config,
             meta={k: v for k, v in header.items() if k not in _STORED_APART and k != RETIRED_STACKER},
             steps=arrays.get("steps"),

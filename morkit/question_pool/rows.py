@@ -31,6 +31,16 @@ class PoolQuestion:
     n_candidates: int
 
 
+class RowIds:
+    """The ids of `questions` by row, read only when an error names one (no list of a million ids)."""
+
+    def __init__(self, questions: Sequence[PoolQuestion]) -> None:
+        self.questions = questions
+
+    def __getitem__(self, row: Any) -> str:
+        return self.questions[int(row)].id
+
+
 def nanmean_columns(values: np.ndarray) -> np.ndarray:
     """Column means ignoring NaN; an all-NaN column gives NaN without a warning."""
     values = np.asarray(values, dtype=np.float64)
@@ -184,19 +194,20 @@ def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarr
 
     chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
     weights = weight_matrix(ensembles, rm_names)
-    normalised = normalizer.apply(rm_names, scores)
-    overflow = np.argwhere(np.isinf(normalised))
-    if len(overflow):
-        q, c, r = overflow[0]
-        raise InputError(f"question {question(q)}: {rm_names[r]} scores candidate {c} {scores[q, c, r]:g}, too large "
-                         f"for the pool's {normalizer.kind} normaliser (shift {normalizer.shift[rm_names[r]]:g}, "
-                         f"scale {normalizer.scale[rm_names[r]]:g}); rescale that RM's scores")
     prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
     top1 = np.empty_like(prr)
     for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
         part = slice(start, start + chunk)
+        normalised = normalizer.apply(rm_names, np.asarray(scores[part]))  # per chunk: no copy of all the scores
+        overflow = np.argwhere(np.isinf(normalised))
+        if len(overflow):
+            q, c, r = overflow[0]
+            raise InputError(f"question {question(start + q)}: {rm_names[r]} scores candidate {c} "
+                             f"{scores[start + q, c, r]:g}, too large for the pool's {normalizer.kind} normaliser "
+                             f"(shift {normalizer.shift[rm_names[r]]:g}, scale {normalizer.scale[rm_names[r]]:g}); "
+                             "rescale that RM's scores")
         with np.errstate(over="ignore", invalid="ignore"):
-            combined = combine(normalised[part], weights)
+            combined = combine(normalised, weights)
         overflow = np.argwhere(np.isinf(combined))
         if len(overflow):
             q, _, e = overflow[0]
@@ -223,10 +234,17 @@ def sampled_means(rows: PoolRows, rm_names: Sequence[str], normalizer: Normalize
     """Each ensemble's mean PRR and best-of-n (and the questions defining them) over a seeded sample of rows:
     what an on-the-fly pool stores instead of its dense tables."""
     picks = sample_rows(len(rows.questions), sample)
-    prr, top1 = ensemble_statistics(np.asarray(rows.scores[picks]), np.asarray(rows.correct[picks]),
-                                    np.asarray(rows.valid[picks]), normalizer, rm_names, ensembles,
-                                    progress=progress, ids=[rows.questions[i].id for i in picks])
+    sums, counts = np.zeros((2, len(ensembles))), np.zeros((2, len(ensembles)), dtype=np.int64)
+    for start in range(0, len(picks), 1000):  # sums by block: never the (sample, ensembles) tables at once
+        block = picks[start : start + 1000]
+        tables = ensemble_statistics(np.asarray(rows.scores[block]), np.asarray(rows.correct[block]),
+                                     np.asarray(rows.valid[block]), normalizer, rm_names, ensembles,
+                                     progress=progress, ids=[rows.questions[int(i)].id for i in block])
+        for i, table in enumerate(tables):
+            sums[i] += np.nansum(table, axis=0, dtype=np.float64)
+            counts[i] += (~np.isnan(table)).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / counts, np.nan)
     finite_or_none = lambda values: [float(v) if np.isfinite(v) else None for v in values]  # noqa: E731 - JSON
-    return {"sample": int(len(picks)), "mean_prr": finite_or_none(nanmean_columns(prr)),
-            "mean_top1": finite_or_none(nanmean_columns(top1)),
-            "questions": [int(c) for c in (~np.isnan(prr)).sum(axis=0)]}
+    return {"sample": int(len(picks)), "mean_prr": finite_or_none(means[0]), "mean_top1": finite_or_none(means[1]),
+            "questions": [int(c) for c in counts[0]]}

@@ -1,4 +1,4 @@
-"""The versioned pool directory on disk (pool.json, questions.jsonl, .npy arrays, index.faiss): files, not objects.
+"""The versioned pool directory on disk (pool.json, .npy arrays and question columns, index.faiss): files, not objects.
 
 Written whole and swapped in under the writers' lock; read with every file checked (format: docs/pools.md).
 """
@@ -10,7 +10,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,12 +20,15 @@ from morkit.data.jsonl import json_safe, output_file_problem, read_jsonl
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.rows import STEP_REDUCTIONS, PoolQuestion
+from morkit.question_pool.spill import save_array
+from morkit.question_pool.table import TABLE_ARRAYS, QuestionTable, RowCounts
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1  # dense statistics
 FORMAT_ON_THE_FLY = 2  # no prr.npy / top1.npy: statistics computed for the rows selection reads
-READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_ON_THE_FLY)
+FORMAT_COLUMNAR = 3  # questions in columns (table.py) read on demand; dense or on the fly by prr.npy's presence
+READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_ON_THE_FLY, FORMAT_COLUMNAR)
 DENSE_ARRAYS = ("prr", "top1")
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings", "steps")
 OPTIONAL_ARRAYS = ("steps",)  # process RMs' step reductions: pools written before they were kept lack them
@@ -47,7 +50,7 @@ class PoolFiles:
     """A pool directory's contents: the header (pool.json), the questions, the arrays by name, the index."""
 
     header: Mapping[str, Any]
-    questions: tuple[PoolQuestion, ...]
+    questions: Sequence[PoolQuestion]  # a QuestionTable (format 3), or a tuple (read from questions.jsonl)
     arrays: Mapping[str, np.ndarray]
     index: Any
 
@@ -91,18 +94,14 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
         target.parent.mkdir(parents=True, exist_ok=True)
         staging_dir = staging.make_temp(target, directory=True)
         try:
-            names = stored_arrays(files.arrays)
-            version = FORMAT_VERSION if "prr" in names else FORMAT_ON_THE_FLY
-            header = {**files.header, "format_version": version,
-                      "shapes": {name: list(files.arrays[name].shape) for name in names}}
+            table = QuestionTable.of(files.questions)
+            arrays = {**{name: files.arrays[name] for name in stored_arrays(files.arrays)}, **table.arrays()}
+            header = {**files.header, "format_version": FORMAT_COLUMNAR, "question_domains": list(table.domain_names),
+                      "shapes": {name: list(array.shape) for name, array in arrays.items()}}
             text = json.dumps(json_safe(header), indent=1, allow_nan=False)
             (staging_dir / "pool.json").write_text(text + "\n", encoding="utf-8")
-            with open(staging_dir / "questions.jsonl", "w", encoding="utf-8") as out:
-                for q in files.questions:
-                    out.write(json.dumps({"id": q.id, "question": q.question, "domain": q.domain,
-                                          "n_candidates": q.n_candidates}, ensure_ascii=False) + "\n")
-            for name in names:
-                np.save(staging_dir / f"{name}.npy", files.arrays[name], allow_pickle=False)
+            for name, array in arrays.items():
+                save_array(staging_dir / f"{name}.npy", array)  # a mapped array streams, its pages released
             write_index(files.index, staging_dir / "index.faiss")
             os.chmod(staging_dir, 0o755)
             staging.swap_in(staging_dir, target)
@@ -153,7 +152,7 @@ def _header(path: Path) -> dict[str, Any]:
     expect("shapes", isinstance(shapes, dict) and all(
         isinstance(shapes.get(a), list) and all(_is_int(s) and s >= 0 for s in shapes[a]) for a in _arrays_of(header)),
         "the shape of every array")
-    if version == FORMAT_ON_THE_FLY:
+    if not _dense(header):
         statistics = header.get("statistics")
         expect("statistics", isinstance(statistics, dict) and isinstance(statistics.get("sample"), int) and all(
             isinstance(statistics.get(key), list) and len(statistics[key]) == len(header["ensembles"])
@@ -184,20 +183,44 @@ def _header(path: Path) -> dict[str, Any]:
     step_rms = header.get("step_rms", [])
     expect("step_rms", isinstance(step_rms, list) and all(isinstance(n, str) and n in names for n in step_rms)
            and len(set(step_rms)) == len(step_rms), "a list of distinct names from rm_names")
+    if version == FORMAT_COLUMNAR:
+        domains = header.get("question_domains")
+        expect("question_domains", isinstance(domains, list) and all(isinstance(d, str) for d in domains),
+               "a list of domain names")
     expect("learned_subsets", isinstance(header.get("learned_subsets", []), list) and all(
         isinstance(f, dict) for f in header.get("learned_subsets", [])), "a list of fits")
     return header
 
 
+def _dense(header: Mapping[str, Any]) -> bool:
+    """Whether the pool stores dense PRR and best-of-n tables (format 1; format 3 with prr in its shapes)."""
+    version, shapes = header.get("format_version"), header.get("shapes")
+    return version == FORMAT_VERSION or version == FORMAT_COLUMNAR and isinstance(shapes, dict) and "prr" in shapes
+
+
 def _arrays_of(header: Mapping[str, Any]) -> tuple[str, ...]:
-    """The arrays a pool of this header's format version stores."""
-    dense = header.get("format_version") == FORMAT_VERSION
+    """The arrays a pool of this header's format version stores (the question columns of format 3 included)."""
+    dense = _dense(header)
     shapes = header.get("shapes")
     present = lambda n: n not in OPTIONAL_ARRAYS or isinstance(shapes, dict) and n in shapes  # noqa: E731
-    return tuple(n for n in ARRAYS if (dense or n not in DENSE_ARRAYS) and present(n))
+    table = TABLE_ARRAYS if header.get("format_version") == FORMAT_COLUMNAR else ()
+    return tuple(n for n in ARRAYS if (dense or n not in DENSE_ARRAYS) and present(n)) + table
 
 
-def _questions(path: Path) -> tuple[PoolQuestion, ...]:
+def _questions(root: Path, header: Mapping[str, Any], arrays: dict[str, np.ndarray]) -> Sequence[PoolQuestion]:
+    """The question table of format 3 (checked: table.check), else the questions of questions.jsonl."""
+    if header["format_version"] != FORMAT_COLUMNAR:
+        return _questions_jsonl(root / "questions.jsonl")
+    text, offsets, codes = (arrays.pop(name) for name in TABLE_ARRAYS)
+    _check(text.ndim == offsets.ndim == codes.ndim == 1 and text.dtype == np.uint8 and offsets.dtype.kind == "i",
+           root / "question_text.npy", "question columns of unexpected dtype or shape")
+    table = QuestionTable(text, offsets, codes, header["question_domains"], RowCounts(arrays["valid"]),
+                          source=root / "question_text.npy")
+    table.check(root)
+    return table
+
+
+def _questions_jsonl(path: Path) -> tuple[PoolQuestion, ...]:
     out = []
     for line, o in read_jsonl(path):
         try:
@@ -244,6 +267,11 @@ def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
     return array
 
 
+IDS_CHECKED_UP_TO = 200_000
+"""An IVF index of up to this many vectors has every list's ids checked when opened; a larger one's lists stay
+unread until searched (index.search checks the ids it returns)."""
+
+
 def _index(file: Path, n_q: int, dim: int) -> Any:
     import faiss
 
@@ -252,14 +280,15 @@ def _index(file: Path, n_q: int, dim: int) -> Any:
         index = read_index(file)
     except (RuntimeError, MemoryError, ValueError, OverflowError) as exc:  # faiss reports a corrupt file as RuntimeError
         raise InputError(f"unreadable FAISS index: {_first_line(exc)}", path=str(file)) from exc
-    _check(isinstance(index, (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)), file,
+    _check(isinstance(index, (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer)),
+           file,
            f"unexpected index type {type(index).__name__}")
     _check(index.metric_type == faiss.METRIC_INNER_PRODUCT, file, "not an inner-product index")
     _check(index.ntotal == n_q and index.d == dim, file,
            f"index holds {index.ntotal} vectors of dim {index.d}; the pool has {n_q} questions of dim {dim}")
     if isinstance(index, faiss.IndexHNSWFlat):
         _check_hnsw(index, file)
-    if isinstance(index, faiss.IndexIVFFlat):
+    if isinstance(index, (faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer)):
         _check_ivf(index, file)
     return index
 
@@ -269,14 +298,19 @@ def _check_ivf(index: Any, file: Path) -> None:
     import faiss
 
     quantizer, lists = index.quantizer, index.invlists
+    if isinstance(index, faiss.IndexIVFScalarQuantizer):  # 8-bit codes: a (min, range) pair per dimension
+        code_size = index.d if index.sq.qtype == faiss.ScalarQuantizer.QT_8bit else -1
+        code_size = code_size if index.sq.d == index.d and index.sq.trained.size() == 2 * index.d else -1
+    else:
+        code_size = 4 * index.d
     ok = (quantizer is not None and quantizer.d == index.d and quantizer.ntotal == index.nlist
           and index.is_trained and lists is not None and lists.nlist == index.nlist
-          and lists.code_size == index.code_size == 4 * index.d)
+          and lists.code_size == index.code_size == code_size)
     _check(ok, file, "corrupt IVF index (quantizer or lists)")
     total = 0
     for number in range(index.nlist):
         size = lists.list_size(number)
-        if size:
+        if size and index.ntotal <= IDS_CHECKED_UP_TO:
             ids = faiss.rev_swig_ptr(lists.get_ids(number), size)
             _check(bool(((ids >= 0) & (ids < index.ntotal)).all()), file, "corrupt IVF index (ids out of range)")
         total += size
@@ -334,10 +368,10 @@ def _read(root: Path) -> PoolFiles:
     _check(root.is_dir(), root, "no such pool directory")
     _check(header_path.is_file(), root, "not a pool directory (no pool.json); build one with `morkit pool build`")
     header = _header(header_path)
-    questions = _questions(root / "questions.jsonl")
+    arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in _arrays_of(header)}
+    questions = _questions(root, header, arrays)
     n_q, n_rm, n_ens = len(questions), len(header["rm_names"]), len(header["ensembles"])
     dim = header["embedder"]["dim"]
-    arrays = {name: _array(root, name, tuple(header["shapes"][name])) for name in _arrays_of(header)}
     expect = {"scores": (n_q, None, n_rm), "correct": (n_q, None), "valid": (n_q, None), "prr": (n_q, n_ens),
               "top1": (n_q, n_ens), "embeddings": (n_q, dim),
               "steps": (n_q, None, len(header.get("step_rms", [])), len(STEP_REDUCTIONS))}
@@ -352,10 +386,11 @@ def _read(root: Path) -> PoolFiles:
     for name in ("correct", "valid", "steps")[: 3 if "steps" in arrays else 2]:
         _check(arrays[name].shape[1] == width, root / f"{name}.npy",
                f"{arrays[name].shape[1]} candidate columns; scores.npy has {width}")
-    counts = arrays["valid"].sum(axis=1)
-    for q, count in zip(questions, counts):
-        _check(q.n_candidates == count, root / "questions.jsonl",
-               f"question {q.id!r} has {q.n_candidates} candidates; valid.npy marks {int(count)}")
+    if not isinstance(questions, QuestionTable):  # a table's counts are valid.npy's
+        counts = arrays["valid"].sum(axis=1)
+        for q, count in zip(questions, counts):
+            _check(q.n_candidates == count, root / "questions.jsonl",
+                   f"question {q.id!r} has {q.n_candidates} candidates; valid.npy marks {int(count)}")
     index = _index(root / "index.faiss", n_q, dim)
     return PoolFiles(header, questions, arrays, index)
 

@@ -6,6 +6,7 @@ Each on-the-fly figure is checked against the dense table of the same pool, buil
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.question_pool import store
-from morkit.question_pool.index import IndexConfig
+from morkit.question_pool.index import IndexConfig, faiss_index
 from morkit.question_pool.neighbour_prr import (
     EnsembleMatrix,
     neighbour_prr,
@@ -105,7 +106,8 @@ def test_on_the_fly_pool_saves_as_version_2_and_opens_memory_mapped(rewardmath, 
     fly = build_pool(rewardmath, hash_embedder, config=PoolConfig(statistics="on-the-fly", max_members=2))
     fly.save(tmp_path / "pool")
     header = json.loads((tmp_path / "pool" / "pool.json").read_text())
-    assert header["format_version"] == store.FORMAT_ON_THE_FLY and header["statistics"]["sample"] == len(fly)
+    assert header["format_version"] == store.FORMAT_COLUMNAR and "prr" not in header["shapes"]  # on the fly
+    assert header["statistics"]["sample"] == len(fly)
     assert not (tmp_path / "pool" / "prr.npy").exists() and not (tmp_path / "pool" / "top1.npy").exists()
     loaded = load_pool(tmp_path / "pool")
     assert isinstance(loaded.scores, np.memmap) and not loaded.dense
@@ -139,20 +141,23 @@ def test_big_arrays_are_checked_where_read(rewardmath, hash_embedder, tmp_path, 
         pres.scores(Neighbours(rows, tuple(loaded.questions[r].id for r in rows), np.ones(2)))
 
 
-def test_ivf_pool_round_trip_and_a_corrupt_ivf_index(rewardmath, hash_embedder, tmp_path):
+@pytest.mark.parametrize("codes,kind", [("flat", "IndexIVFFlat"), ("sq8", "IndexIVFScalarQuantizer")])
+def test_ivf_pool_round_trip_and_a_corrupt_ivf_index(rewardmath, hash_embedder, tmp_path, codes, kind):
     import faiss
 
-    pool = build_pool(rewardmath, hash_embedder, config=PoolConfig(max_members=1, index=IndexConfig(kind="ivf")))
+    config = PoolConfig(max_members=1, index=IndexConfig(kind="ivf", ivf_codes=codes))
+    pool = build_pool(rewardmath, hash_embedder, config=config)
     assert pool.meta["index"]["kind"] == "ivf" and 0 < pool.meta["index"]["recall@100"] <= 1
     pool.save(tmp_path / "pool")
     loaded = load_pool(tmp_path / "pool")
-    assert isinstance(loaded.index, faiss.IndexIVFFlat) and loaded.index.nprobe == IndexConfig().nprobe
+    assert isinstance(faiss_index(loaded.index), getattr(faiss, kind)) and loaded.index.nprobe == IndexConfig().nprobe
     query = replace(rewardmath[0], id="new")
     assert Selector(loaded, "pres", embedder=hash_embedder).select(query).to_json() == \
         Selector(pool, "pres", embedder=hash_embedder).select(query).to_json()
-    broken = faiss.clone_index(pool.index)
+    broken = faiss.clone_index(faiss_index(pool.index))
     broken.invlists.resize(0, 0)  # a list emptied: the lists no longer hold every vector
-    faiss.write_index(broken, str(tmp_path / "pool" / "index.faiss"))
+    faiss.write_index(broken, str(tmp_path / "broken.faiss"))  # replaced, not rewritten in place: `loaded` maps it
+    os.replace(tmp_path / "broken.faiss", tmp_path / "pool" / "index.faiss")
     with pytest.raises(InputError, match="index.faiss.*corrupt IVF index"):
         load_pool(tmp_path / "pool")
 

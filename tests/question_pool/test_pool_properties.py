@@ -19,14 +19,15 @@ import pytest
 from fakes.embedder import HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from question_pool.legacy_pools import to_legacy
 
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import build_pool, load_pool
 
-FILES = ("pool.json", "questions.jsonl", "scores.npy", "correct.npy", "valid.npy", "prr.npy", "top1.npy",
-         "embeddings.npy", "index.faiss")
+FILES = ("pool.json", "question_text.npy", "question_offsets.npy", "question_domains.npy", "scores.npy",
+         "correct.npy", "valid.npy", "prr.npy", "top1.npy", "embeddings.npy", "index.faiss")
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 JSON = st.recursive(
@@ -55,11 +56,11 @@ def pristine(tmp_path_factory) -> Path:
 def copy_of(pristine):
     made = []
 
-    def fresh() -> Path:
+    def fresh(legacy: bool = False) -> Path:
         folder = Path(tempfile.mkdtemp(prefix="pool-property-"))
         made.append(folder)
         shutil.copytree(pristine, folder / "pool")
-        return folder / "pool"
+        return to_legacy(folder / "pool") if legacy else folder / "pool"
 
     yield fresh
     for folder in made:
@@ -166,7 +167,7 @@ def test_a_malformed_step_rms_names_pool_json(copy_of, step_rms):
 @SETTINGS
 @given(data=st.data())
 def test_random_json_in_questions(copy_of, data):
-    root = copy_of()
+    root = copy_of(legacy=True)  # questions.jsonl: pools of format 1 and 2
     lines = [json.loads(line) for line in (root / "questions.jsonl").read_text().splitlines()]
     row = data.draw(st.integers(0, len(lines) - 1))
     lines[row] = _mutated(lines[row], data)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakes.embedder import HashEmbedder
+from question_pool.legacy_pools import to_legacy
 
 from morkit.cli import main
 from morkit.core.errors import InputError
@@ -165,10 +166,20 @@ CORRUPTIONS = {
         weights=[float("inf"), 1.0]))),  # json writes Infinity, which Python's reader accepts
     "unknown normaliser": ("pool.json", lambda d: _edit(d, lambda h: h["config"].update(normalizer="cube"))),
     "bad stacker": ("pool.json", lambda d: _edit(d, lambda h: h.update(stacker={"members": ["a"], "weights": []}))),
-    "question id a number": ("questions.jsonl", lambda d: (d / "questions.jsonl").write_text(
+    "question id a number": ("questions.jsonl", lambda d: to_legacy(d) and (d / "questions.jsonl").write_text(
         (d / "questions.jsonl").read_text().replace('"id": "q0"', '"id": 0'))),
-    "n_candidates off": ("questions.jsonl", lambda d: (d / "questions.jsonl").write_text(
+    "n_candidates off": ("questions.jsonl", lambda d: to_legacy(d) and (d / "questions.jsonl").write_text(
         (d / "questions.jsonl").read_text().replace('"n_candidates": 3', '"n_candidates": 2', 1))),
+    "question offsets out of order": ("question_offsets.npy", lambda d: np.save(
+        d / "question_offsets.npy", np.load(d / "question_offsets.npy")[::-1].copy())),
+    "question domain code unknown": ("question_domains.npy", lambda d: np.save(
+        d / "question_domains.npy", np.load(d / "question_domains.npy") + 7)),
+    "question text not UTF-8": ("question_text.npy", lambda d: np.save(
+        d / "question_text.npy", np.full_like(np.load(d / "question_text.npy"), 0xFF))),
+    "question id twice": ("question_text.npy", lambda d: np.save(
+        d / "question_text.npy", np.frombuffer(np.load(d / "question_text.npy").tobytes().replace(b"q1", b"q0"),
+                                               np.uint8))),
+    "question_domains not names": ("pool.json", lambda d: _edit(d, lambda h: h.update(question_domains=[1]))),
 }
 
 
@@ -197,10 +208,10 @@ def test_a_pool_replaced_while_it_is_read_is_read_again(saved_pool, monkeypatch)
     grown = add_questions(pool, _queries("n", 2), HashEmbedder())
     real, calls = store._questions, []
 
-    def racing(path):
-        out = real(path)
+    def racing(*args):
+        out = real(*args)
         if not calls:
-            calls.append(path)
+            calls.append(args)
             grown.save(saved_pool)  # another writer, between this reader's pool.json and its arrays
         return out
 

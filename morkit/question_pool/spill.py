@@ -1,0 +1,110 @@
+"""Large arrays kept on disk while a pool is built and saved: vectors spilled to a temporary .npy as they are made,
+and memory-mapped arrays read or written in chunks whose pages are released, so RSS stays near one chunk.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from morkit.question_pool import validity
+
+SPILL_BYTES = 256 << 20
+"""Vectors beyond this size (170,000 questions at 384 dims) are written to disk as they are embedded."""
+CHUNK = 1 << 14
+"""Rows per chunk (a multiple of the embedder's batch of 64, so chunked embedding gives the same vectors)."""
+
+
+def _mapped(array: np.ndarray) -> tuple[mmap.mmap, int] | None:
+    """(the read-only mapping behind `array`, the mapping offset of its first byte), or None."""
+    base = array
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+        base = base.base
+    if not isinstance(base, np.memmap) or getattr(base, "mode", None) != "r" or not isinstance(getattr(base, "_mmap", None), mmap.mmap):
+        return None
+    start = int(base.offset) % mmap.ALLOCATIONGRANULARITY + (array.ctypes.data - base.ctypes.data)
+    return base._mmap, start
+
+
+def release(array: np.ndarray) -> None:
+    """Drop a read-only memory-mapped array's pages from this process (they stay in the page cache)."""
+    found = _mapped(array)
+    if found is None or not array.nbytes:
+        return
+    mapping, start = found
+    first = start - start % mmap.PAGESIZE
+    mapping.madvise(mmap.MADV_DONTNEED, first, min(len(mapping), start + array.nbytes) - first)
+
+
+def chunks(array: np.ndarray, size: int = CHUNK) -> Iterator[tuple[int, np.ndarray]]:
+    """(start row, rows as float32 in memory) of `array` by `size` rows, each chunk's mapped pages released."""
+    for start in range(0, len(array), size):
+        part = array[start : start + size]
+        yield start, np.ascontiguousarray(part, dtype=np.float32)
+        release(part)
+
+
+def encode_to_disk(encode: Callable[[Sequence[str]], np.ndarray], texts: Sequence[str],
+                   check: Callable[[np.ndarray, int], None]) -> np.ndarray:
+    """`encode(texts)` by CHUNK texts into an unlinked temporary .npy, memory-mapped back read-only; `check(vectors,
+    start)` sees each chunk. Returns the vectors (float32)."""
+    if not len(texts):
+        return np.ascontiguousarray(encode(texts), dtype=np.float32)
+    with tempfile.NamedTemporaryFile(prefix="morkit-vectors-", suffix=".npy") as spill:
+        header_at = None
+        for start in range(0, len(texts), CHUNK):
+            vectors = np.ascontiguousarray(encode(texts[start : start + CHUNK]), dtype=np.float32)
+            check(vectors, start)
+            if header_at is None:
+                np.lib.format.write_array_header_1_0(spill, {"descr": "<f4", "fortran_order": False,
+                                                             "shape": (len(texts), vectors.shape[1])})
+                header_at = spill.tell()
+            spill.write(vectors.tobytes())
+        spill.flush()
+        return np.load(spill.name, mmap_mode="r")  # the mapping outlives the file's name
+
+
+def save_array(path: os.PathLike | str, array: Any) -> None:
+    """np.save, streaming a memory-mapped array in chunks whose pages are released (no RSS for a 1.5 GB array)."""
+    array = np.asarray(array) if not isinstance(array, np.ndarray) else array
+    if _mapped(array) is None or not array.flags.c_contiguous:
+        np.save(path, array, allow_pickle=False)
+        return
+    with open(path, "wb") as out:
+        np.lib.format.write_array_header_1_0(out, np.lib.format.header_data_from_array_1_0(array))
+        rows = max(1, (64 << 20) // max(1, array[:1].nbytes))
+        for start in range(0, len(array), rows):
+            part = array[start : start + rows]
+            out.write(part.tobytes())
+            release(part)
+
+
+def embed(embedder: Any, questions: Sequence[Any], *, progress: bool = False) -> np.ndarray:
+    """The questions' vectors, checked finite; beyond SPILL_BYTES written to disk as they are made."""
+    dim = getattr(embedder, "dim", None)
+    if isinstance(dim, int) and len(questions) * dim * 4 > SPILL_BYTES:
+        def check(vectors: np.ndarray, start: int) -> None:
+            validity.check_embeddings(vectors, questions[start : start + len(vectors)], embedder.name)
+
+        texts = _Texts(questions)
+        return encode_to_disk(lambda part: embedder.encode(part, progress=progress), texts, check)
+    vectors = embedder.encode([q.question for q in questions], progress=progress)
+    validity.check_embeddings(vectors, questions, embedder.name)
+    return vectors
+
+
+class _Texts:
+    """The questions' texts, sliced without a list of a million strings."""
+
+    def __init__(self, questions: Sequence[Any]) -> None:
+        self.questions = questions
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def __getitem__(self, part: slice) -> list[str]:
+        return [q.question for q in self.questions[part]]
