@@ -3,7 +3,6 @@ SETTINGS, their blend, PRES and every single RM, then refitted on the whole pool
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -12,6 +11,7 @@ import numpy as np
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
+from morkit.question_pool.rows import sample_rows
 from morkit.selection import confidence as conf
 from morkit.selection.coverage import covered_rows
 from morkit.selection.cv import CVResult, Folds, out_of_fold, pick
@@ -29,6 +29,9 @@ REPEATS = 3
 questions: one deal's luck moved the pick on a few hundred questions, hardly on thousands, where it would
 only triple the fit's time."""
 REPEATS_UP_TO = 5_000
+CV_SAMPLE = 3_000
+"""Above REPEATS_UP_TO questions the cross-validation weighs the grid on a seeded sample of this many of them
+(one deal), and only the pick is refitted on all of them (at most LEARN_SAMPLE): the grid's cost stays bounded."""
 LOCAL_K = 20
 """Nearest pool questions whose evidence the "local" features read."""
 PRES_K = 100
@@ -257,26 +260,37 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
                 repeats: int | None = None, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
                 min_mixed: int = MIN_MIXED) -> LearnedFit:
-    """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE) over `repeats` fold
-    deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then fit the pick on all of them. `baselines`:
-    also weigh the blend, PRES and every single RM under the margin rule (off: the "stacker" grid). TooFewMixed
-    below `min_mixed` questions with a right and a wrong answer."""
+    """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE; above REPEATS_UP_TO,
+    on CV_SAMPLE of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
+    fit the pick on all of them. `baselines`: also weigh the blend, PRES and every single RM under the margin rule
+    (off: the "stacker" grid). TooFewMixed below `min_mixed` questions with a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
-    data = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
-    n_mixed = int(mixed(data.correct, data.valid).sum())
+    everything = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
+    n_mixed = int(mixed(everything.correct, everything.valid).sum())
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
                           f"selector needs {max(1, min_mixed)}")
     if repeats is None:
-        repeats = REPEATS if len(data.correct) <= REPEATS_UP_TO else 1
+        repeats = REPEATS if len(everything.correct) <= REPEATS_UP_TO else 1
+    data = everything  # what the cross-validation weighs the grid on
+    if len(everything.correct) > REPEATS_UP_TO:
+        keep = np.zeros(len(everything.correct), bool)
+        keep[sample_rows(len(keep), CV_SAMPLE, seed)] = True
+        data = everything.part(keep)
     dealt = Folds.dealt(len(data.correct), folds, seed, repeats, data.groups)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     rows = [*settings, *(singles if baselines else ())]
 
-    @functools.cache
-    def lists() -> NeighbourLists:  # found at most once, when local features or PRES read neighbours
-        return NeighbourLists.among(data.vectors, 2 * max(LOCAL_K, PRES_K), data.groups)
+    found: dict[int, NeighbourLists] = {}
+
+    def lists_of(rows: PoolSlice) -> NeighbourLists:  # found at most once, when local features or PRES read them
+        if id(rows) not in found:
+            found[id(rows)] = NeighbourLists.among(rows.vectors, 2 * max(LOCAL_K, PRES_K), rows.groups)
+        return found[id(rows)]
+
+    def lists() -> NeighbourLists:
+        return lists_of(data)
 
     def spec_of(features: str, part: PoolSlice, local: np.ndarray | None) -> FeatureSpec:
         return feature_spec(FEATURE_SETS[features], members, step_members, pool.config.reduction, part.scores,
@@ -297,11 +311,13 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     chosen = result.candidates[label]
     components = []
     if chosen != [PRES_LABEL]:
-        local = local_of(None) if any("local" in FEATURE_SETS[s.features] for s in chosen) else None
+        local = None
+        if any("local" in FEATURE_SETS[s.features] for s in chosen):
+            local = lists_of(everything).evidence(everything.stats, LOCAL_K, None)
         for setting in chosen:
-            spec = spec_of(setting.features, data, local)
-            x = spec.apply(data.scores, data.steps, data.valid, local)
-            components.append(Component(setting, spec, _fit_model(setting, x, data)))
+            spec = spec_of(setting.features, everything, local)
+            x = spec.apply(everything.scores, everything.steps, everything.valid, local)
+            components.append(Component(setting, spec, _fit_model(setting, x, everything)))
     table = tuple(result.table())
     fit = LearnedFit(label, tuple(components), dict((r[0], r[1]) for r in table)[label], table,
                      conf.Calibrator.fit(signals, hits), {}, () if components else members)
@@ -310,8 +326,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
         "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits) if components else {},
         "importances": fit.importances(),
         "domains": _domain_gains(data, hits, members),
-        "questions": len(data.correct), "mixed": n_mixed, "folds": int(len(np.unique(dealt.of[0]))),
-        "repeats": dealt.repeats,
+        "questions": len(everything.correct), "mixed": n_mixed, "folds": int(len(np.unique(dealt.of[0]))),
+        "repeats": dealt.repeats, **({"cv_questions": len(data.correct)} if data is not everything else {}),
     }
     return replace(fit, report=report)
 

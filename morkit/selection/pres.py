@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from morkit.core import checks
-from morkit.question_pool.neighbour_prr import EnsembleMatrix, prr_evidence
+from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.cv import Folds
@@ -72,12 +72,13 @@ class PRES:
         if self._table is not None:
             return sims @ self._table[neighbours.rows]
         order = np.argsort(neighbours.rows)  # in row order: a memory-mapped pool reads forward
-        pool, rows, sims = self.pool, neighbours.rows[order], sims[order]
-        ids = [pool.questions[r].id for r in rows]
-        if self._matrix is not None:
-            return prr_evidence(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,
-                                pool.rm_names, self._matrix, sims, ids).astype(np.float32)
-        return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)
+        pool, rows = self.pool, neighbours.rows[order]
+        if self._matrix is not None:  # the dense table's rows, in the query's order: the dense path's sums exactly
+            ids = [pool.questions[r].id for r in rows]
+            table = neighbour_prr(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,
+                                  pool.rm_names, self._matrix, ids)
+            return sims @ np.nan_to_num(table.astype(np.float32), nan=0.0)[np.argsort(order)]
+        return sims[order] @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         mask = self.allowed(available)

@@ -245,3 +245,20 @@ def test_the_margin_grows_with_the_rows_compared():
     assert margin(1) == pytest.approx(1.0) and margin(0) == pytest.approx(1.0)
     assert margin(12) == pytest.approx(2.2196, abs=1e-3)
     assert margin(2) < margin(4) < margin(12)
+
+
+
+def test_a_large_pool_weighs_the_grid_on_a_sample_and_refits_the_pick_on_all(step_pool, monkeypatch):
+    from morkit.selection import learned
+
+    monkeypatch.setattr(learned, "REPEATS_UP_TO", 60)  # the step pool's 80 questions count as a large pool
+    settings = [Setting("logit", "scores", {"penalty": 1.0})]
+    fits = {}
+    for sample in (50, 80):
+        monkeypatch.setattr(learned, "CV_SAMPLE", sample)
+        fits[sample] = fit_learned(step_pool, folds=4, settings=settings, baselines=False)
+    fit = fits[50]
+    assert fit.report["cv_questions"] == 50 and fit.report["questions"] == 80 and fit.report["repeats"] == 1
+    assert fit.report["reliability"]["picks"] == 50  # out-of-fold picks: the CV's questions only
+    assert fit.cv_table != fits[80].cv_table  # weighed on fewer questions ...
+    assert fit.components[0].to_json() == fits[80].components[0].to_json()  # ... and refitted on all of them
