@@ -10,6 +10,7 @@ from typing import Any
 
 from morkit.cli.args import (
     CONTRACT,
+    NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,
     add_input_options,
@@ -37,6 +38,31 @@ def _inputs(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
     return queries, {"inputs": provenance}
 
 
+def _embed_ray(args: argparse.Namespace) -> Any:
+    """The embedder actors' options; given without --ray, an error naming the flag."""
+    from morkit.core.errors import InputError
+    from morkit.question_pool.embed_ray import RayEmbedOptions
+
+    given = [flag for flag, value in (("--embed-actors", args.embed_actors), ("--embed-gpus", args.embed_gpus),
+                                      ("--embed-cpus", args.embed_cpus)) if value is not None]
+    if given and args.ray is None:
+        raise InputError(f"{given[0]} applies only with --ray (the questions are embedded on Ray actors)")
+    return RayEmbedOptions(args.embed_actors, args.embed_gpus, args.embed_cpus)
+
+
+def add_embed_ray_options(p: argparse.ArgumentParser) -> None:
+    """--embed-actors/--embed-gpus/--embed-cpus: the Ray actors that embed the questions under --ray."""
+    g = p.add_argument_group("embedding on Ray (with --ray: Ray Data over embedder actors, one model each)")
+    g.add_argument("--embed-actors", type=POSITIVE_INT, metavar="N",
+                   help="embedder actors (default: one per GPU of the cluster, else one per node)")
+    g.add_argument("--embed-gpus", type=NON_NEGATIVE, metavar="G",
+                   help="GPUs per embedder actor, a fraction packs several on a GPU (default 1 where the cluster "
+                        "has GPUs, else 0)")
+    g.add_argument("--embed-cpus", type=POSITIVE, metavar="C",
+                   help="CPUs per embedder actor, its torch threads (default 1 beside a GPU, else the cluster's "
+                        "CPUs split over the actors)")
+
+
 def cmd_pool_build(args: argparse.Namespace) -> int:
     from morkit.question_pool.index import IndexConfig
     from morkit.question_pool.pool import PoolConfig
@@ -46,11 +72,12 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
                         weightings=tuple(args.weighting or PoolConfig().weightings), temperature=args.temperature,
                         reduction=args.reduction, index=IndexConfig(kind=args.index), statistics=args.statistics)
     options = scoring_options(args)
+    embed_ray = _embed_ray(args)
     output_dir(args.output)
     started = time.perf_counter()
     queries, provenance = _inputs(args)
     pool = build_pool(queries, args.rm, config=config, embedder=args.embedder, options=options,
-                      provenance=provenance)
+                      provenance=provenance, embed_ray=embed_ray)
     pool.save(args.output)
     _print_labels(pool)
     print(f"pool: {len(pool)} questions, {len(pool.rm_names)} RMs, {len(pool.ensembles)} ensembles, "
@@ -63,8 +90,9 @@ def cmd_pool_add(args: argparse.Namespace) -> int:
     from morkit.services.pools import add_to_saved_pool
 
     options = scoring_options(args)
+    embed_ray = _embed_ray(args)
     queries, provenance = _inputs(args)
-    pool, grown = add_to_saved_pool(args.pool, queries, options=options, provenance=provenance)
+    pool, grown = add_to_saved_pool(args.pool, queries, options=options, provenance=provenance, embed_ray=embed_ray)
     _print_labels(grown)
     print(f"pool: added {len(grown) - len(pool)} questions (now {len(grown)}, revision {grown.meta['revision']})"
           f" -> {args.pool}", file=sys.stderr)
@@ -141,8 +169,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                                      "score them with each pool RM (cached input scores are used as they are; an RM "
                                      "skips queries of domains it does not apply to, see `morkit rms`), "
                                      "compute PRR for every RM and every 2..N-member ensemble, embed the questions "
-                                     "and index them (--ray scores model RMs on a Ray cluster). Writes the pool "
-                                     "directory atomically.")
+                                     "and index them (--ray scores model RMs and embeds the questions on a Ray "
+                                     "cluster). Embeddings are cached beside the score cache, so a killed build "
+                                     "embeds only what it had not finished. Writes the pool directory atomically.")
     p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
     add_input_options(p)
     p.add_argument("-o", "--output", required=True, help="pool directory to write (replaced atomically)")
@@ -165,15 +194,18 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                         "compute the neighbours' values per query (on-the-fly); auto: dense up to "
                         f"{DENSE_CELLS:,} (question, ensemble) cells (default)")
     add_scoring_options(p)
+    add_embed_ray_options(p)
     p.set_defaults(func=cmd_pool_build)
 
     p = verbs.add_parser("add", parents=[parent], help="append labelled questions to a pool without rebuilding it",
                          description="New questions are scored with the pool's RMs, normalised and weighted as the "
-                                     "pool was built, embedded with its embedder, and appended as a new revision.")
+                                     "pool was built, embedded with its embedder (on Ray actors with --ray), and "
+                                     "appended as a new revision.")
     p.add_argument("pool", help="pool directory")
     p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
     add_input_options(p)
     add_scoring_options(p, reduction=False)  # the pool's own reduction applies
+    add_embed_ray_options(p)
     p.set_defaults(func=cmd_pool_add)
 
     p = verbs.add_parser("info", parents=[parent], help="print a pool's summary and RM table")

@@ -6,9 +6,10 @@ Loaded offline unless MORKIT_ALLOW_DOWNLOADS=1, so a pool file never makes morki
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from morkit.core.errors import InputError, UnavailableError
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 ALLOW_DOWNLOADS = "MORKIT_ALLOW_DOWNLOADS"  # core.settings.downloads_allowed reads it
 _PACKAGED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+CHUNK = 512
+"""Texts per sentence-transformers call (8 of its batches): the unit embedded, cached and sent to a Ray actor."""
 
 
 @dataclass
@@ -39,15 +42,30 @@ class SentenceEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        step = batch_size * 8  # sentence-transformers sorts by length within each call
         parts = []
         with tqdm(total=len(texts), desc="embed", unit="question", disable=not progress, leave=False) as bar:
-            for start in range(0, len(texts), step):
-                part = texts[start: start + step]
-                parts.append(self.model.encode(part, batch_size=batch_size, show_progress_bar=False,
-                                               convert_to_numpy=True, normalize_embeddings=True))
-                bar.update(len(part))
+            for _, vectors in self.encode_chunks(texts, batch_size=batch_size):
+                parts.append(vectors)
+                bar.update(len(vectors))
         return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+
+    def encode_chunks(self, texts: Sequence[str], *, batch_size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions, vectors) per chunk of CHUNK texts, in order: the unit a cache keeps and a Ray actor embeds,
+        so every path cuts the same chunks and gets the same vectors (sentence-transformers pads per chunk)."""
+        for start in range(0, len(texts), CHUNK):
+            part = list(texts[start: start + CHUNK])
+            yield np.arange(start, start + len(part)), self.embed_chunk(part, batch_size=batch_size)
+
+    def embed_chunk(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        """One chunk's float32 unit vectors (sentence-transformers sorts by length within each call)."""
+        vectors = self.model.encode(list(texts), batch_size=batch_size, show_progress_bar=False,
+                                    convert_to_numpy=True, normalize_embeddings=True)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def embedder_name(name: str | None) -> str:
+    """The name a pool records for `name` (None and the packaged model's aliases: DEFAULT_EMBEDDER)."""
+    return DEFAULT_EMBEDDER if name is None or name in _PACKAGED else name
 
 
 def load_embedder(name: str | None = None, device: str | None = None) -> SentenceEmbedder:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.embed import load_embedder
+from morkit.question_pool.embed_cache import CachedEmbedder, EmbeddingCache, cache_path
+from morkit.question_pool.embed_ray import RayEmbedder, RayEmbedOptions
 from morkit.question_pool.labels import fill_labels
 from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, load_pool
@@ -71,57 +75,82 @@ def _prepared(queries: Sequence[Query], names: Sequence[str], options: ScoringOp
 
 def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = None, *,
                config: PoolConfig = PoolConfig(), embedder: str | None = None,
-               options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None
-               ) -> QuestionPool:
+               options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
+               embed_ray: RayEmbedOptions = RayEmbedOptions()) -> QuestionPool:
     """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors.
 
     `rms` default: every RM cached in the queries, else smollm2-orm; registered ones run where scores are
-    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2)."""
+    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2), see question_embedder."""
     names = list(rms or table_names(labelled_queries) or DEFAULT_RMS)
     check_rm_names(names, labelled_queries)  # fail early: before the embedder loads or anything is scored
     if not any(len(q.candidates) >= 2 for q in labelled_queries):
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
-    model = load_embedder(embedder, options.device)
-    queries, labels = _prepared(labelled_queries, names, options)
-    pool = build_question_pool(queries, model, rm_names=names, config=config,
-                               provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
+    with question_embedder(embedder, options, embed_ray) as model:
+        queries, labels = _prepared(labelled_queries, names, options)
+        pool = build_question_pool(queries, model, rm_names=names, config=config,
+                                   provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
     return with_stored_selectors(pool)
 
 
+@contextmanager
+def question_embedder(name: str | None, options: ScoringOptions = ScoringOptions(),
+                      embed_ray: RayEmbedOptions = RayEmbedOptions()) -> Iterator[CachedEmbedder]:
+    """The embedder a build or an add uses, ready before any scoring: on Ray actors when `options.ray` is set
+    (attached now: an unreachable address fails at once), else loaded here; behind the embedding cache beside
+    `options.cache` (none without one), so a killed run embeds only what it had not finished."""
+    if options.ray is None and embed_ray != RayEmbedOptions():
+        raise InputError("the embedder actor options (--embed-actors, --embed-gpus, --embed-cpus) apply only with "
+                         "ray (--ray)")
+    if options.ray is not None:
+        inner: Any = RayEmbedder(name, address=options.ray.address, device=options.device, options=embed_ray)
+        inner.connect()
+    else:
+        inner = load_embedder(name, options.device)
+    cache = EmbeddingCache(cache_path(options.cache)) if options.cache is not None else None
+    try:
+        yield CachedEmbedder(inner, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
 def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, options: ScoringOptions = ScoringOptions(),
-                provenance: Mapping[str, Any] | None = None) -> QuestionPool:
+                provenance: Mapping[str, Any] | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions()
+                ) -> QuestionPool:
     """A new pool revision with the queries appended (labelled, scored with the pool's RMs, embedded with its
     embedder, normalised and weighted as the pool was built), and its learned selectors refitted."""
     options = replace(options, reduction=pool.config.reduction)
-    queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
-    return _grown(pool, queries, labels, options, provenance)
+    with question_embedder(pool.embedder, options, embed_ray) as model:
+        queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
+        return _grown(pool, queries, labels, model, provenance, options.progress)
 
 
 def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query], *,
                       options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
-                      lock_timeout: float | None = None) -> tuple[QuestionPool, QuestionPool]:
+                      lock_timeout: float | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions()
+                      ) -> tuple[QuestionPool, QuestionPool]:
     """Append queries to the pool saved at `path` without losing another writer's additions.
 
     Labels and scores first, unlocked; then, under the pool's lock (`lock_timeout`, default LOCK_TIMEOUT_S),
     append to the newest revision and save. Returns (the revision added to, the new revision)."""
     pool = load_pool(path)
     options = replace(options, reduction=pool.config.reduction)
-    queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
-    with pool_lock(path, lock_timeout):
-        current = load_pool(path)
-        if (current.rm_names, current.config.reduction) != (pool.rm_names, pool.config.reduction):
-            options = replace(options, reduction=current.config.reduction)  # rebuilt meanwhile: score the rest
-            queries = ensure_scores(queries, list(current.rm_names), options)
-        grown = _grown(current, queries, labels, options, provenance)
-        grown.save(path)
+    with question_embedder(pool.embedder, options, embed_ray) as model:
+        queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
+        with pool_lock(path, lock_timeout):
+            current = load_pool(path)
+            if (current.rm_names, current.config.reduction) != (pool.rm_names, pool.config.reduction):
+                options = replace(options, reduction=current.config.reduction)  # rebuilt meanwhile: score the rest
+                queries = ensure_scores(queries, list(current.rm_names), options)
+            grown = _grown(current, queries, labels, model, provenance, options.progress)
+            grown.save(path)
     return current, grown
 
 
-def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, int], options: ScoringOptions,
-           provenance: Mapping[str, Any] | None) -> QuestionPool:
-    model = load_embedder(pool.embedder, options.device)
+def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, int], model: CachedEmbedder,
+           provenance: Mapping[str, Any] | None, progress: bool) -> QuestionPool:
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
-                          progress=options.progress)
+                          progress=progress)
     return with_stored_selectors(grown)
 
 
