@@ -95,13 +95,19 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
     names = ray_serve.model_rms(pool, select, args.rm)
     app = ray_serve.build_app(str(args.pool), select, scoring, limits, fixed=args.rm, api_key=api_key,
                               placement=placement)
-    url = ray_serve.deploy(app, placement, address=args.ray)
+    try:
+        url = ray_serve.deploy(app, placement, address=args.ray)
+    except BaseException:
+        ray_serve.shutdown()  # a deployment that failed half-way must not keep its replicas (and GPUs)
+        raise
     print(f"morkit serve: pool {args.pool} ({len(pool)} questions) on Ray Serve; RM deployments: "
           f"{', '.join(names) or 'none'} ({placement.rm_replicas} replica(s) each, {gpus:g} GPU each); listening "
           f"on {url} (POST /v1/rank, POST /get_reward, POST /classify, GET /health, GET /metrics)",
           file=sys.stderr, flush=True)
-    stop.wait()
-    ray_serve.shutdown()
+    try:
+        stop.wait()
+    finally:
+        ray_serve.shutdown()
     return 0
 
 

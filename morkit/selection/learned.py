@@ -259,9 +259,9 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
 
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
                 repeats: int | None = None, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
-                min_mixed: int = MIN_MIXED) -> LearnedFit:
+                min_mixed: int = MIN_MIXED, cv_sample: int = CV_SAMPLE) -> LearnedFit:
     """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE; above REPEATS_UP_TO,
-    on CV_SAMPLE of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
+    on `cv_sample` of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
     fit the pick on all of them. `baselines`: also weigh the blend, PRES and every single RM under the margin rule
     (off: the "stacker" grid). TooFewMixed below `min_mixed` questions with a right and a wrong answer."""
     members = tuple(members or pool.rm_names)
@@ -276,7 +276,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     data = everything  # what the cross-validation weighs the grid on
     if len(everything.correct) > REPEATS_UP_TO:
         keep = np.zeros(len(everything.correct), bool)
-        keep[sample_rows(len(keep), CV_SAMPLE, seed)] = True
+        keep[sample_rows(len(keep), cv_sample, seed)] = True
         data = everything.part(keep)
     dealt = Folds.dealt(len(data.correct), folds, seed, repeats, data.groups)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]

@@ -78,7 +78,7 @@ class PRES:
             table = neighbour_prr(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,
                                   pool.rm_names, self._matrix, ids)
             return sims @ np.nan_to_num(table.astype(np.float32), nan=0.0)[np.argsort(order)]
-        return sims[order] @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)
+        return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[np.argsort(order)]  # query order, as dense
 
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         mask = self.allowed(available)

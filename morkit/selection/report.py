@@ -75,7 +75,8 @@ def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
             chosen = labels[int(np.argmax(values))]
         report = learned.get("report", {})
         deals = f" x {report['repeats']} fold deals" if report.get("repeats", 1) > 1 else ""
-        how = f"{report.get('folds', '?')}-fold CV{deals}, {report.get('questions', '?')} questions"
+        weighed = report.get("cv_questions", report.get("questions", "?"))
+        how = f"{report.get('folds', '?')}-fold CV{deals}, {weighed} questions"
         for label, value, sd in ((*row, None, None)[:3] for row in learned.get("cv_table", [])):
             mark = str(label) == chosen
             rows.append([f"learned: {label}" + (" (chosen)" if mark else ""), _num(value), _num(sd), how])

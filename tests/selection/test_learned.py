@@ -255,8 +255,7 @@ def test_a_large_pool_weighs_the_grid_on_a_sample_and_refits_the_pick_on_all(ste
     settings = [Setting("logit", "scores", {"penalty": 1.0})]
     fits = {}
     for sample in (50, 80):
-        monkeypatch.setattr(learned, "CV_SAMPLE", sample)
-        fits[sample] = fit_learned(step_pool, folds=4, settings=settings, baselines=False)
+        fits[sample] = fit_learned(step_pool, folds=4, settings=settings, baselines=False, cv_sample=sample)
     fit = fits[50]
     assert fit.report["cv_questions"] == 50 and fit.report["questions"] == 80 and fit.report["repeats"] == 1
     assert fit.report["reliability"]["picks"] == 50  # out-of-fold picks: the CV's questions only

@@ -40,7 +40,7 @@ class PooledRM:
     name = "pooled"
     kind = "orm"
     empty_score: float | None = EMPTY_ANSWER_SCORE
-    causal = True  # a decoder: a shared prompt prefix can be run once (see morkit.reward_models.backends.prefix)
+    causal = True  # a decoder: no padding mask, a shared prompt prefix run once; an encoder MUST set False
     window = 2048  # tokens read by default, where the model does not say (see context_window)
     absolute_positions = False  # learned position embeddings: no input may pass max_position_embeddings
     answer_steps: Callable[[str], list[str]] | None = None  # a PRM's step splitter: a cut drops whole steps

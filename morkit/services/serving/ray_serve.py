@@ -191,8 +191,10 @@ def deploy(app: Any, placement: RayServeOptions = RayServeOptions(), *, address:
 
 
 def shutdown() -> None:
-    """Remove the morkit application and stop Serve on the cluster."""
+    """Remove the morkit application and stop Serve on the cluster (also after a deploy that failed half-way)."""
     from ray import serve
 
-    serve.delete(APP_NAME)
-    serve.shutdown()
+    try:
+        serve.delete(APP_NAME)
+    finally:
+        serve.shutdown()
