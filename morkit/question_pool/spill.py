@@ -54,18 +54,19 @@ def encode_to_disk(encode: Callable[[Sequence[str]], np.ndarray], texts: Sequenc
     start)` sees each chunk. Returns the vectors (float32)."""
     if not len(texts):
         return np.ascontiguousarray(encode(texts), dtype=np.float32)
-    with tempfile.NamedTemporaryFile(prefix="morkit-vectors-", suffix=".npy") as spill:
-        header_at = None
+    with tempfile.TemporaryFile(prefix="morkit-vectors-", suffix=".npy") as spill:  # unlinked: a kill leaves none
+        header_at, dim = 0, 0
         for start in range(0, len(texts), CHUNK):
             vectors = np.ascontiguousarray(encode(texts[start : start + CHUNK]), dtype=np.float32)
             check(vectors, start)
-            if header_at is None:
+            if start == 0:
+                dim = vectors.shape[1]
                 np.lib.format.write_array_header_1_0(spill, {"descr": "<f4", "fortran_order": False,
-                                                             "shape": (len(texts), vectors.shape[1])})
+                                                             "shape": (len(texts), dim)})
                 header_at = spill.tell()
             spill.write(vectors.tobytes())
         spill.flush()
-        return np.load(spill.name, mmap_mode="r")  # the mapping outlives the file's name
+        return np.memmap(spill, dtype="<f4", mode="r", offset=header_at, shape=(len(texts), dim))  # outlives the file
 
 
 def save_array(path: os.PathLike | str, array: Any) -> None:
