@@ -33,7 +33,23 @@ def ivf_pool(rewardmath):
     return build_pool(rewardmath, HashEmbedder(), config=PoolConfig(max_members=1, index=IndexConfig(kind="ivf")))
 
 
-def test_a_saved_pool_opens_with_a_column_table_and_a_mapped_index(ivf_pool, tmp_path):
+@pytest.fixture
+def mapped(monkeypatch):
+    """Every index file memory-mapped when read, as a large pool's is."""
+    from morkit.question_pool import index
+
+    monkeypatch.setattr(index, "MMAP_ABOVE", 0)
+
+
+def test_an_index_file_under_the_mapping_size_is_read_into_memory(ivf_pool, tmp_path):
+    ivf_pool.save(tmp_path / "pool")
+    loaded = load_pool(tmp_path / "pool")
+    assert mapped_bytes(loaded.index) is None  # FAISS searches mapped lists about 5x slower
+    queries = np.asarray(ivf_pool.embeddings[:20])
+    assert (search(loaded.index, queries, 10)[1] == search(ivf_pool.index, queries, 10)[1]).all()
+
+
+def test_a_saved_pool_opens_with_a_column_table_and_a_mapped_index(ivf_pool, tmp_path, mapped):
     ivf_pool.save(tmp_path / "pool")
     loaded = load_pool(tmp_path / "pool")
     assert isinstance(loaded.questions, QuestionTable) and loaded.questions == ivf_pool.questions
@@ -45,7 +61,8 @@ def test_a_saved_pool_opens_with_a_column_table_and_a_mapped_index(ivf_pool, tmp
     assert loaded.summary()["domains"] == ivf_pool.summary()["domains"]
 
 
-def test_a_lazy_pool_saves_its_mapped_index_byte_for_byte_and_takes_additions(ivf_pool, rewardmath, tmp_path):
+def test_a_lazy_pool_saves_its_mapped_index_byte_for_byte_and_takes_additions(ivf_pool, rewardmath, tmp_path,
+                                                                              mapped):
     from fakes.embedder import HashEmbedder
 
     ivf_pool.save(tmp_path / "a")
