@@ -156,32 +156,46 @@ def load_replica(entry: Entry, options: ScoringOptions) -> Any:
     return load_checked(place(entry, options))
 
 
-class RayHandle(RMHandle):
-    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor; the driver loads
-    nothing. `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
-    collects them in order."""
+def replica_options(options: ScoringOptions) -> ScoringOptions:
+    """What each replica loads with: these options less Ray, progress and the cache (the driver owns the cache)."""
+    return replace(options, ray=None, progress=False, cache=None)
 
-    backend = "ray"
+
+class ReplicaHandle(RMHandle):
+    """A model RM scored by replicas elsewhere (Ray Data actors, Ray Serve deployments): the driver loads nothing,
+    and the truncation and cache key are the replicas' own, so cached scores are shared with every backend."""
+
     resident_model = False
 
     def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
-        self.local = replace(options, ray=None, progress=False, cache=None)
-        self.replica = place(entry, self.local)  # what each actor loads
+        self.local = replica_options(options)
+        self.replica = place(entry, self.local)  # what each replica loads (not loaded here)
         super().__init__(entry, options, residency)
-        self.factory: Callable[[], Any] = functools.partial(load_replica, entry, self.local)
-        self.pairs_sent = 0
 
     def planned_truncation(self) -> Any:
         return self.replica.truncation  # what the replicas cut pairs under (the score cache keys on it)
 
     def memory_need(self) -> None:
-        return None  # each actor checks its own replica before loading it
+        return None  # each replica checks its own fit before loading
 
     def load(self) -> Any:
         return self
 
     def close(self) -> None:
         return None
+
+
+class RayHandle(ReplicaHandle):
+    """A model RM whose scoring runs on Ray Data: `factory()` builds one replica in each actor; the driver loads
+    nothing. `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
+    collects them in order."""
+
+    backend = "ray"
+
+    def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
+        super().__init__(entry, options, residency)
+        self.factory: Callable[[], Any] = functools.partial(load_replica, entry, self.local)
+        self.pairs_sent = 0
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}

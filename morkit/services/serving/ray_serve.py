@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from morkit.core.errors import InputError, ScoreError, UnavailableError
-from morkit.reward_models.handles import RMHandle, place
+from morkit.reward_models.backends.ray import ReplicaHandle, connect, load_replica, replica_options
 from morkit.reward_models.options import ScoringOptions
 from morkit.selection.methods import SelectOptions
 from morkit.services.serving.limits import ServeLimits
@@ -55,8 +55,6 @@ class RMReplica:
     """One replica of a model RM: loaded once (after its fit check) on the backend the options pick there."""
 
     def __init__(self, entry: Any, options: ScoringOptions):
-        from morkit.reward_models.backends.ray import load_replica
-
         self.rm = load_replica(entry, options)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
@@ -66,36 +64,16 @@ class RMReplica:
         return scores
 
 
-def _local(options: ScoringOptions) -> ScoringOptions:
-    """What each RM replica loads with: these options less Ray, progress and the cache (the ingress owns it)."""
-    return replace(options, ray=None, progress=False, cache=None)
-
-
-class ServeRMHandle(RMHandle):
+class ServeRMHandle(ReplicaHandle):
     """A model RM served by a Ray Serve deployment: `score(pairs)` calls it through its DeploymentHandle,
-    within the caller's deadline (`core.budget`, else `timeout_s`). Its truncation and cache key are the
-    replicas' own, so the ingress's score cache is shared with every other backend."""
+    within the caller's deadline (`core.budget`, else `timeout_s`)."""
 
     backend = "ray-serve"
-    resident_model = False
 
     def __init__(self, entry: Any, options: ScoringOptions, deployment: Any, timeout_s: float = 120.0):
-        self.replica = place(entry, _local(options))  # what each replica loads (not loaded here)
         super().__init__(entry, options)
         self.deployment = deployment
         self.timeout_s = timeout_s
-
-    def planned_truncation(self) -> Any:
-        return self.replica.truncation
-
-    def memory_need(self) -> None:
-        return None  # each replica checks its own fit when it loads
-
-    def load(self) -> Any:
-        return self
-
-    def close(self) -> None:
-        return None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         from morkit.core import budget
@@ -167,7 +145,7 @@ def build_app(pool_dir: str, select: SelectOptions = SelectOptions(), scoring: S
     names = model_rms(load_pool(pool_dir), select, fixed)
     scoring = replace(scoring, ray=None)
     deployments = {name: serve.deployment(RMReplica, name=f"rm-{name}", **placement.rm_deployment()).bind(
-        REWARD_MODELS.get(name), _local(scoring)) for name in names}
+        REWARD_MODELS.get(name), replica_options(scoring)) for name in names}
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress", num_replicas=placement.ingress_replicas,
                                ray_actor_options={"num_cpus": placement.ingress_cpus},
                                max_ongoing_requests=limits.queue_size + limits.max_batch)
@@ -182,7 +160,6 @@ def deploy(app: Any, placement: RayServeOptions = RayServeOptions(), *, address:
         from ray import serve
     except ImportError:
         raise UnavailableError(SERVE_INSTALL) from None
-    from morkit.reward_models.backends.ray import connect
 
     connect(address, **local)
     serve.start(http_options={"host": placement.host, "port": placement.port})
