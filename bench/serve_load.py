@@ -87,7 +87,8 @@ async def load(url: str, bodies: list[dict], clients: int, duration: float,
     return latencies, replies, time.perf_counter() - started
 
 
-def run_server(engine, limits, bodies, clients, duration, api_key=None):
+def run_server(engine, limits, bodies, clients, duration, api_key=None, warm_up: int = 0):
+    """The load on a single-process server run in a thread; `warm_up` requests first, one at a time, untimed."""
     from morkit.services.serving.server import make_server
 
     server = make_server(engine, limits, port=0, api_key=api_key)  # binds a free port on 127.0.0.1 now
@@ -96,8 +97,11 @@ def run_server(engine, limits, bodies, clients, duration, api_key=None):
     while not server.started:
         time.sleep(0.02)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url = f"http://127.0.0.1:{server.port}"
     try:
-        return asyncio.run(load(f"http://127.0.0.1:{server.port}", bodies, clients, duration, headers))
+        if warm_up:
+            asyncio.run(load(url, bodies[:warm_up], 1, duration, headers))
+        return asyncio.run(load(url, bodies, clients, duration, headers))
     finally:
         server.should_exit = True
         thread.join(60)

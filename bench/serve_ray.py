@@ -22,7 +22,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from serve_load import load, make_pool, percentile, request_queries
+from serve_load import load, make_pool, percentile, request_queries, run_server
 
 
 def free_port() -> int:
@@ -46,21 +45,11 @@ def single_process(pool_dir: Path, limits, bodies, clients, duration):
     from morkit.reward_models.options import ScoringOptions
     from morkit.selection.methods import SelectOptions
     from morkit.services.serving.engine import RoutingEngine
-    from morkit.services.serving.server import make_server
 
     engine = RoutingEngine(load_pool(pool_dir), SelectOptions(), ScoringOptions(device="cpu", cache=None))
-    server = make_server(engine, limits, port=0)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        url = f"http://127.0.0.1:{server.port}"
-        asyncio.run(load(url, bodies[:2], 1, duration, {}))  # warm-up: first calls build lazy state
-        return asyncio.run(load(url, bodies, clients, duration, {}))
+    try:  # warm-up: the first calls build lazy state
+        return run_server(engine, limits, bodies, clients, duration, warm_up=2)
     finally:
-        server.should_exit = True
-        thread.join(60)
         engine.close()
 
 
