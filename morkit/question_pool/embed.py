@@ -75,11 +75,11 @@ def load_embedder(name: str | None = None, device: str | None = None) -> Sentenc
     (or a failed download) is an UnavailableError."""
     from morkit.runtime import models
 
-    name = name or DEFAULT_EMBEDDER
+    name = embedder_name(name)
     if importlib.util.find_spec("sentence_transformers") is None:
         raise UnavailableError("sentence-transformers is not installed (pip install sentence-transformers)")
-    if name in _PACKAGED:
-        return SentenceEmbedder(DEFAULT_EMBEDDER, models.sentence_transformer(None, device))
+    if name == DEFAULT_EMBEDDER:
+        return SentenceEmbedder(name, models.sentence_transformer(None, device))
     try:
         local = Path(name).expanduser().exists()
     except (OSError, ValueError):  # a name no file system accepts (a NUL byte, too long)

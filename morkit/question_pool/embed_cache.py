@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from morkit.core.errors import InputError, MorkitError
+from morkit.reward_models.cache import text_hash
 
 FILE = "embeddings.sqlite"
 LOOKUP = 500
@@ -22,10 +23,6 @@ LOOKUP = 500
 def cache_path(score_cache: str | Path) -> Path:
     """The embedding cache that goes with a score cache file: embeddings.sqlite in the same folder."""
     return Path(score_cache).parent / FILE
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def embedder_key(name: str) -> str:
