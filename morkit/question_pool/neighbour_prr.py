@@ -5,7 +5,6 @@ A float32 product of member-score differences, rechecked exactly near zero: equa
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.question_pool.ensembles import Ensemble, member_slots, weight_matrix
+from morkit.runtime.threads import one_blas_thread
 
 _ROUNDING = 1e-6
 """Relative bound on the float32 product's error: an ensemble's column has at most `slots` non-zero weights,
@@ -52,14 +52,6 @@ _BLOCK = 1 << 20
 """(pair, ensemble) cells compared at a time: about 4 MB of float32 products, which stay in cache. Their small
 products run on one BLAS thread: a second one costs more than it saves on blocks this size (and far more when
 other processes share the cores)."""
-
-
-@functools.cache
-def _threads() -> Any:
-    """The BLAS thread controller, found when first needed (after numpy has loaded its BLAS)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
 
 
 @dataclass(frozen=True)
@@ -124,7 +116,7 @@ def _win_counts(found: _Pairs, matrix: EnsembleMatrix) -> np.ndarray:
     ensembles = matrix.weights32.shape[1]
     counts = np.zeros((len(found.pairs), ensembles), dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(found.pairs)])
-    with _threads().limit(limits=1, user_api="blas"):
+    with one_blas_thread():
         _count(found, matrix, starts, counts)
     return counts
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from morkit.core.registry import Entry, Registry
 from morkit.question_pool.prr import mixed_questions
+from morkit.runtime.threads import one_blas_thread
 
 
 mixed = mixed_questions
@@ -28,7 +29,6 @@ class ConditionalLogit:
     def fit(cls, x: np.ndarray, correct: np.ndarray, valid: np.ndarray, penalty: float = 1.0,
             sample_weight: np.ndarray | None = None) -> "ConditionalLogit":
         from scipy.optimize import minimize
-        from threadpoolctl import threadpool_limits
 
         use = mixed(correct, valid)
         if not use.any():
@@ -46,7 +46,7 @@ class ConditionalLogit:
             return float(value), grad + 2 * penalty * w
 
         # BLAS threads on L-BFGS-B's tiny steps cost ~100x (scipy 1.17, 2 cores); the limit is process-wide
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             w = minimize(loss, np.zeros(x.shape[-1]), jac=True, method="L-BFGS-B").x
         return cls(tuple(float(v) for v in w))
 
