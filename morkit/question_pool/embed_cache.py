@@ -42,10 +42,15 @@ def embedder_key(name: str) -> str:
     return f"{name}@{digest.hexdigest()[:16]}"
 
 
+COLUMNS = ("embedder", "text", "vector")
+"""The columns of the cache's `vectors` table; a file whose table has others is refused, not read."""
+
+
 class EmbeddingCache:
     """Maps (embedder key, text hash) -> float32 vector in a SQLite file (WAL mode, one commit per chunk).
 
-    A path that cannot hold it (a directory, a file that is not SQLite) is an InputError naming it."""
+    A path that cannot hold it (a directory, a file that is not SQLite, a `vectors` table with other columns)
+    is an InputError naming it; so is a file found damaged while it is read."""
 
     def __init__(self, path: str | Path):
         from morkit.reward_models.cache import cache_problem
@@ -57,22 +62,35 @@ class EmbeddingCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(str(self.path), timeout=30)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"cannot open the embedding cache: {exc}", path=str(self.path)) from exc
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS vectors (embedder TEXT NOT NULL, text TEXT NOT NULL, "
                              "vector BLOB NOT NULL, PRIMARY KEY (embedder, text)) WITHOUT ROWID")
             self._db.commit()
+            columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(vectors)"))
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"cannot open the embedding cache: {exc}", path=str(self.path)) from exc
+            self._db.close()
+            raise InputError(f"unusable embedding cache: {exc}", path=str(self.path)) from exc
+        if columns != COLUMNS:
+            self._db.close()
+            raise InputError(f"its 'vectors' table has columns {', '.join(columns)}, not a morkit embedding "
+                             f"cache's ({', '.join(COLUMNS)})", path=str(self.path))
 
     def get_many(self, embedder: str, hashes: Sequence[str]) -> list[np.ndarray | None]:
-        """The cached vector of each text hash, None where there is none."""
+        """The cached vector of each text hash, None where there is none (or its bytes are no float32 vector)."""
         found: dict[str, bytes] = {}
-        for start in range(0, len(hashes), LOOKUP):
-            part = list(hashes[start: start + LOOKUP])
-            marks = ",".join("?" * len(part))
-            found.update(self._db.execute(f"SELECT text, vector FROM vectors WHERE embedder = ? AND text IN ({marks})",
-                                          [embedder, *part]).fetchall())
-        return [None if h not in found else np.frombuffer(found[h], dtype="<f4") for h in hashes]
+        try:
+            for start in range(0, len(hashes), LOOKUP):
+                part = list(hashes[start: start + LOOKUP])
+                marks = ",".join("?" * len(part))
+                found.update(self._db.execute(
+                    f"SELECT text, vector FROM vectors WHERE embedder = ? AND text IN ({marks})",
+                    [embedder, *part]).fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"unusable embedding cache: {exc}", path=str(self.path)) from exc
+        return [_vector(found.get(h)) for h in hashes]
 
     def put_many(self, embedder: str, hashes: Iterable[str], vectors: np.ndarray) -> None:
         """Store one chunk's vectors, committed at once (what a killed run keeps)."""
@@ -96,10 +114,18 @@ class EmbeddingCache:
         self.close()
 
 
+def _vector(blob: object) -> np.ndarray | None:
+    """A stored vector, or None for anything that is not whole little-endian float32 values."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 4:
+        return None
+    return np.frombuffer(blob, dtype="<f4")
+
+
 class CachedEmbedder:
     """An embedder (`name`, `dim`, `encode_chunks` or `encode`) behind an embedding cache: `encode` embeds
-    only the distinct texts the cache lacks, and writes each chunk there as it finishes. `embedded`: how many
-    texts the last `encode` embedded."""
+    only the distinct texts the cache lacks, and writes each chunk there as it finishes. A cached vector is used
+    only when it has the embedder's dimension and finite values (else it is embedded again), and every vector
+    returned has that dimension. `embedded`: how many texts the last `encode` embedded."""
 
     def __init__(self, inner: Any, cache: EmbeddingCache | None = None):
         self.inner = inner
@@ -121,19 +147,18 @@ class CachedEmbedder:
 
         texts = list(texts)
         self.embedded = 0
+        dim = self.dim
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+            return np.zeros((0, dim), dtype=np.float32)
         rows: dict[str, int] = {}
         order = np.fromiter((rows.setdefault(t, len(rows)) for t in texts), dtype=np.int64, count=len(texts))
         unique = list(rows)
         hashes = [text_hash(t) for t in unique]
-        out: np.ndarray | None = None
+        out = np.empty((len(unique), dim), dtype=np.float32)
         done = np.zeros(len(unique), dtype=bool)
         if self.cache is not None:
             for i, vector in enumerate(self.cache.get_many(self.key, hashes)):
-                if vector is not None and (out is None or vector.size == out.shape[1]):
-                    if out is None:
-                        out = np.empty((len(unique), vector.size), dtype=np.float32)
+                if vector is not None and vector.size == dim and np.isfinite(vector).all():  # else a miss
                     out[i], done[i] = vector, True
         missing = np.flatnonzero(~done)
         with tqdm(total=len(unique), initial=len(unique) - len(missing), desc="embed", unit="question",
@@ -141,18 +166,16 @@ class CachedEmbedder:
             if len(missing):
                 for positions, vectors in _chunks(self.inner, [unique[i] for i in missing]):
                     at = missing[positions]
-                    if out is None:
-                        out = np.empty((len(unique), vectors.shape[1]), dtype=np.float32)
-                    if vectors.shape != (len(at), out.shape[1]):
+                    if vectors.shape != (len(at), dim):
                         raise MorkitError(f"embedder {self.name!r} gave vectors of shape {vectors.shape} for "
-                                          f"{len(at)} texts of dimension {out.shape[1]}")
+                                          f"{len(at)} texts; its dimension is {dim}")
                     out[at], done[at] = vectors, True
                     self.embedded += len(at)
                     if self.cache is not None:
                         finite = np.isfinite(vectors).all(axis=1)  # never keep a vector the pool would refuse
                         self.cache.put_many(self.key, [hashes[i] for i in at[finite]], vectors[finite])
                     bar.update(len(at))
-        if out is None or not done.all():
+        if not done.all():
             raise MorkitError(f"embedder {self.name!r} returned {int(done.sum())} of {len(unique)} vectors")
         return out if len(unique) == len(texts) else out[order]
 

@@ -198,6 +198,15 @@ class QuestionPool:
 
         return add_questions(self, queries, embedder or load_embedder(self.embedder), progress=progress)
 
+    def check_dim(self, dim: int) -> None:
+        """InputError naming the pool file unless its embedder's vectors (of `dim` values) fit its own: a pool
+        whose pool.json and arrays say another dimension was not built by that embedder."""
+        if dim != self.embeddings.shape[1]:
+            where = str(Path(self.origin[0]) / "pool.json") if self.origin else None
+            raise InputError(f"embedder.dim: the pool holds vectors of dimension {self.embeddings.shape[1]}, but "
+                             f"its embedder {self.embedder!r} makes vectors of dimension {dim}; rebuild the pool",
+                             path=where)
+
     def ensemble_table(self) -> list[dict[str, Any]]:
         """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count (over the
         build-time sample in an on-the-fly pool)."""
@@ -330,8 +339,8 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
     if pool.dense:
         prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, pool.normalizer, pool.rm_names,
                                         pool.ensembles, progress=progress, ids=RowIds(rows.questions))
-    vectors = embedder.encode([q.question for q in rows.questions], progress=progress)
-    validity.check_embeddings(vectors, rows.questions, embedder.name)
+    vectors = spill.embed(embedder, rows.questions, progress=progress)
+    pool.check_dim(vectors.shape[1])
     index = in_memory(pool.index)  # a memory-mapped index is read-only
     index.add(vectors)
     embeddings = np.concatenate([pool.embeddings, vectors])

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from morkit.core.errors import MorkitError
 from morkit.question_pool import validity
 
 SPILL_BYTES = 256 << 20
@@ -85,16 +86,23 @@ def save_array(path: os.PathLike | str, array: Any) -> None:
 
 
 def embed(embedder: Any, questions: Sequence[Any], *, progress: bool = False) -> np.ndarray:
-    """The questions' vectors, checked finite; beyond SPILL_BYTES written to disk as they are made."""
+    """The questions' vectors, checked: one row per question, finite, of the embedder's dimension (`dim`, where it
+    says one); beyond SPILL_BYTES written to disk as they are made. Nothing else reaches a pool file."""
     dim = getattr(embedder, "dim", None)
-    if isinstance(dim, int) and len(questions) * dim * 4 > SPILL_BYTES:
-        def check(vectors: np.ndarray, start: int) -> None:
-            validity.check_embeddings(vectors, questions[start : start + len(vectors)], embedder.name)
+    dim = dim if isinstance(dim, int) and not isinstance(dim, bool) else None
+    spilled = dim is not None and len(questions) * dim * 4 > SPILL_BYTES
 
-        texts = _Texts(questions)
-        return encode_to_disk(lambda part: embedder.encode(part, progress=progress), texts, check)
-    vectors = embedder.encode([q.question for q in questions], progress=progress)
-    validity.check_embeddings(vectors, questions, embedder.name)
+    def check(vectors: np.ndarray, start: int) -> None:
+        expected = min(CHUNK, len(questions) - start) if spilled else len(questions)
+        if vectors.ndim != 2 or len(vectors) != expected or dim is not None and vectors.shape[1] != dim:
+            raise MorkitError(f"embedder {embedder.name!r} gave vectors of shape {vectors.shape} for {expected} "
+                              "questions" + (f" of dimension {dim}" if dim is not None else ""))
+        validity.check_embeddings(vectors, questions[start : start + len(vectors)], embedder.name)
+
+    if spilled:
+        return encode_to_disk(lambda part: embedder.encode(part, progress=progress), _Texts(questions), check)
+    vectors = np.asarray(embedder.encode([q.question for q in questions], progress=progress))
+    check(vectors, 0)
     return vectors
 
 

@@ -130,6 +130,16 @@ def _is_dict_of(value: Any, check: Callable[[Any], bool]) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and check(v) for k, v in value.items())
 
 
+def _is_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_rule(value: Any) -> bool:
+    """An RM's stored applicability (reward_models.applicability.Applicability.to_json)."""
+    return (isinstance(value, dict) and set(value) <= {"domains", "fields"}
+            and (value.get("domains") is None or _is_names(value["domains"])) and _is_names(value.get("fields", [])))
+
+
 def _header(path: Path) -> dict[str, Any]:
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
@@ -179,7 +189,8 @@ def _header(path: Path) -> dict[str, Any]:
     expect("stacker", isinstance(header.get("stacker", {}), dict), "an object")
     expect("not_applicable", _is_dict_of(header.get("not_applicable", {}), lambda v: _is_dict_of(
         v, lambda n: _is_int(n) and n >= 0)), "counts by RM and domain")
-    expect("applies", _is_dict_of(header.get("applies", {}), lambda v: isinstance(v, dict)), "rules by RM")
+    expect("applies", _is_dict_of(header.get("applies", {}), _is_rule),
+           "rules by RM ({domains: null or a list of names, fields: a list of names})")
     step_rms = header.get("step_rms", [])
     expect("step_rms", isinstance(step_rms, list) and all(isinstance(n, str) and n in names for n in step_rms)
            and len(set(step_rms)) == len(step_rms), "a list of distinct names from rm_names")

@@ -162,6 +162,17 @@ def applicability_of(rm: str | Any, stored: Any = None) -> Applicability:
     return Applicability.of(stored) if stored is not None else ALL
 
 
+def relative_scores(name: str) -> bool:
+    """Whether registered RM `name` scores an answer against its siblings (`relative_scores`, as math-consensus
+    does): then a lone answer's score is the same whatever it says. False for a name not registered here."""
+    if name not in REWARD_MODELS:
+        return False
+    try:
+        return bool(getattr(REWARD_MODELS.load(name), "relative_scores", False))
+    except ImportError:  # its code cannot be imported here, so it cannot run here either
+        return False
+
+
 def cache_key(name: str) -> str:
     """The key registered RM `name`'s scores are cached under, known without loading it."""
     return _cache_key(name, REWARD_MODELS.get(name).spec)

@@ -37,7 +37,10 @@ class Choice:
 
 class CandidateScorer(Protocol):
     """Scores candidates from their member and step scores: (Q, N, R) in `rm_names` order, (Q, N, P, 3) in
-    `step_rms` order, validity (Q, N) -> (Q, N)."""
+    `step_rms` order, validity (Q, N) -> (Q, N). `scores_alone`: whether one candidate scored alone gets a score
+    that moves with its member scores (routing gives a lone answer only such a scorer)."""
+
+    scores_alone: bool
 
     def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
                step_rms: Sequence[str]) -> np.ndarray: ...

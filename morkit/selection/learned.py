@@ -11,7 +11,8 @@ import numpy as np
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
-from morkit.question_pool.rows import sample_rows
+from morkit.question_pool.rows import STEP_REDUCTIONS, sample_rows
+from morkit.question_pool.store import SHAPE_ERRORS
 from morkit.selection import confidence as conf
 from morkit.selection.coverage import covered_rows
 from morkit.selection.cv import CVResult, Folds, out_of_fold, pick
@@ -142,10 +143,47 @@ class Component:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "Component":
+        """A stored component, checked so that scoring with it cannot fail on its own values: the spec's scales,
+        normaliser and local centre cover its feature columns, and the model reads exactly that many (a
+        ValueError naming the field otherwise; a model's own check names its field, e.g. a booster's tree)."""
         setting = Setting(obj["setting"]["learner"], obj["setting"]["features"], obj["setting"]["params"],
                           obj["setting"].get("name", ""))
-        model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
-        return cls(setting, FeatureSpec.from_json(obj["spec"]), model)
+        spec = FeatureSpec.from_json(obj["spec"])
+        _check_spec(spec)
+        try:
+            model = LEARNERS.get(setting.learner).load().from_json(obj["model"])
+        except (*SHAPE_ERRORS, LookupError) as exc:
+            raise ValueError(f"model: {stored_problem(exc)}") from exc
+        width = getattr(model, "width", None)
+        if width is not None and width != len(spec.names()):
+            raise ValueError(f"model: reads {width} features; its spec makes {len(spec.names())}")
+        return cls(setting, spec, model)
+
+
+def stored_problem(exc: BaseException) -> str:
+    """An exception's message for a one-line error: a KeyError's is the missing key."""
+    return f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+
+
+def _finite(values: Sequence[float]) -> bool:
+    return all(np.isfinite(v) for v in values)
+
+
+def _check_spec(spec: FeatureSpec) -> None:
+    """A stored spec that features can be computed with: ValueError naming the field."""
+    columns = len(spec.names())
+    if len(set(spec.members)) != len(spec.members) or not spec.members:
+        raise ValueError("spec.members: expected distinct RM names")
+    if not set(spec.step_members) <= set(spec.members) or not set(spec.step_reductions) <= set(STEP_REDUCTIONS):
+        raise ValueError("spec.step_members/step_reductions: not members and STEP_REDUCTIONS")
+    if len(spec.scale) != columns or not all(np.isfinite(v) and v > 0 for v in spec.scale):
+        raise ValueError(f"spec.scale: expected {columns} positive numbers, one per feature column")
+    normalised = [*spec.members, *spec.step_columns]
+    if not all(_finite((spec.pool_z.shift.get(c, np.nan), spec.pool_z.scale.get(c, np.nan))) for c in normalised):
+        raise ValueError("spec.pool_z: a finite shift and scale for every member and step column")
+    if spec.uses_local and (len(spec.local_centre) != 2 * len(spec.members) or not _finite(spec.local_centre)
+                            or spec.local_k < 1):
+        raise ValueError(f"spec.local_centre/local_k: expected {2 * len(spec.members)} finite numbers and k >= 1")
 
 
 def blended(parts: Sequence[np.ndarray], valid: np.ndarray) -> np.ndarray:
@@ -181,6 +219,15 @@ class LearnedFit:
     def local_k(self) -> int:
         """Neighbours whose evidence its features read (0: none, the scores alone decide)."""
         return max((c.spec.local_k for c in self.components if c.spec.uses_local), default=0)
+
+    @property
+    def scores_alone(self) -> bool:
+        """Whether a lone candidate's score moves with its own member scores: one component (a blend standardises
+        each component within the query) with a pool-standardised feature of non-zero weight; every other
+        feature compares a candidate with its siblings, and is constant for one."""
+        if len(self.components) != 1:
+            return False
+        return any(value != 0 and name.startswith("pool-z:") for name, value in self.components[0].importances().items())
 
     def importances(self) -> dict[str, float]:
         """Feature -> weight: one model's own (logit coefficients, or lambdarank gain shares); for a blend, the
@@ -228,13 +275,39 @@ class LearnedFit:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LearnedFit":
-        components = tuple(Component.from_json(c) for c in obj["components"])
+        """A stored fit, every component checked (Component.from_json); a ValueError names the field."""
+        components = []
+        for i, component in enumerate(obj["components"]):
+            try:
+                components.append(Component.from_json(component))
+            except (*SHAPE_ERRORS, LookupError) as exc:
+                raise ValueError(f"components[{i}]: {stored_problem(exc)}") from exc
         pres_members = tuple(obj.get("pres_members") or ())
         if not components and not pres_members:
             raise ValueError("no components")
-        return cls(str(obj["label"]), components, float(obj["cv_best_of_n"]),
+        if len({c.spec.members for c in components}) > 1:
+            raise ValueError("components: a blend's components must read the same members")
+        try:
+            calibrator = conf.Calibrator.from_json(obj["calibrator"])
+        except (*SHAPE_ERRORS, LookupError) as exc:
+            raise ValueError(f"calibrator: {stored_problem(exc)}") from exc
+        width = len(conf.SIGNALS)
+        if not (len(calibrator.coef) == len(calibrator.center) == len(calibrator.spread) == width
+                and _finite((*calibrator.coef, calibrator.intercept, *calibrator.center))
+                and all(np.isfinite(v) and v > 0 for v in calibrator.spread) and calibrator.fitted_on >= 0):
+            raise ValueError(f"calibrator: expected {width} finite coefficients, centres and positive spreads")
+        return cls(str(obj["label"]), tuple(components), float(obj["cv_best_of_n"]),
                    tuple((str(a), float(b), float(c)) for a, b, c in obj["cv_table"]),
-                   conf.Calibrator.from_json(obj["calibrator"]), obj["report"], pres_members)
+                   calibrator, obj["report"], pres_members)
+
+    def check_pool(self, rm_names: Sequence[str], step_rms: Sequence[str]) -> None:
+        """ValueError unless this fit reads only the pool's RMs (and step scores only of its step RMs)."""
+        for i, component in enumerate(self.components):
+            spec = component.spec
+            if not set(spec.members) <= set(rm_names) or not set(spec.step_members) <= set(step_rms):
+                raise ValueError(f"components[{i}]: spec: reads RMs or step scores the pool does not hold")
+        if not set(self.pres_members) <= set(rm_names):
+            raise ValueError("pres_members: RMs the pool does not hold")
 
 
 @dataclass(frozen=True)
@@ -243,6 +316,10 @@ class AtQuery:
 
     fit: LearnedFit
     local: np.ndarray
+
+    @property
+    def scores_alone(self) -> bool:
+        return self.fit.scores_alone
 
     def scores(self, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray, rm_names: Sequence[str],
                step_rms: Sequence[str]) -> np.ndarray:

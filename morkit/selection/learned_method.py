@@ -19,6 +19,7 @@ from morkit.selection.learned import (
     Setting,
     TooFewMixed,
     fit_learned,
+    stored_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -37,16 +38,25 @@ def stored_members(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
         return None
 
 
-def _stored(obj: Mapping[str, Any]) -> LearnedFit:
-    """The fit kept in pool.json; a damaged one is an InputError, not a traceback."""
+def _stored(obj: Mapping[str, Any], pool: QuestionPool) -> LearnedFit:
+    """The fit kept in pool.json, checked (LearnedFit.from_json, check_pool); a damaged one is an InputError
+    naming the pool file and the field, not a traceback."""
+    from pathlib import Path
+
     from morkit.core.errors import InputError
     from morkit.question_pool.store import SHAPE_ERRORS
 
+    subsets = pool.meta.get("learned_subsets") or []
+    key = "learned" if obj is pool.meta.get("learned") else next(
+        (f"learned_subsets[{i}]" for i, s in enumerate(subsets) if s is obj), "learned")
     try:
-        return LearnedFit.from_json(obj)
+        fit = LearnedFit.from_json(obj)
+        fit.check_pool(pool.rm_names, pool.step_rms)
+        return fit
     except (*SHAPE_ERRORS, LookupError) as exc:
-        raise InputError(f"malformed learned selector in pool.json ({type(exc).__name__}: {exc}); rebuild the "
-                         "pool, or refit with `morkit pool add`") from exc
+        raise InputError(f"malformed learned selector {key}: {stored_problem(exc)}; rebuild the pool, or refit with "
+                         "`morkit pool add`",
+                         path=str(Path(pool.origin[0]) / "pool.json") if pool.origin else None) from exc
 
 
 def stored_fits(pool: QuestionPool) -> list[Mapping[str, Any]]:
@@ -123,7 +133,7 @@ class Learned:
             stored = ([s for s in fits if stored_members(s) == members]
                       or [s for s in fits if stored_members(s) is None])  # a damaged fit says so, not refitted
             if stored:
-                self._fits[available] = _stored(stored[0])
+                self._fits[available] = _stored(stored[0], self.pool)
             else:
                 try:
                     self._fits[available] = fit_learned(self.pool, members, folds=self.folds, settings=self.settings,

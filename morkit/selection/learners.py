@@ -11,6 +11,7 @@ import numpy as np
 
 from morkit.core.registry import Entry, Registry
 from morkit.question_pool.prr import mixed_questions
+from morkit.selection.forest import Forest, ForestError
 from morkit.runtime.threads import one_blas_thread
 
 
@@ -59,9 +60,17 @@ class ConditionalLogit:
     def to_json(self) -> dict[str, Any]:
         return {"weights": list(self.weights)}
 
+    @property
+    def width(self) -> int:
+        """Feature columns the model reads."""
+        return len(self.weights)
+
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "ConditionalLogit":
-        return cls(tuple(float(v) for v in obj["weights"]))
+        model = cls(tuple(float(v) for v in obj["weights"]))
+        if not all(np.isfinite(model.weights)):
+            raise ValueError("weights: not all finite")
+        return model
 
 
 @dataclass(frozen=True)
@@ -82,31 +91,58 @@ class LambdaRank:
         use = mixed(correct, valid)
         x, correct, valid = x[use], correct[use], valid[use]
         data = lightgbm.Dataset(x[valid], correct[valid].astype(int), group=valid.sum(axis=1), free_raw_data=False)
-        models = []
+        models, trained = [], []
         for member in range(max(1, bag)):
             params = {"objective": "lambdarank", "learning_rate": learning_rate, "num_leaves": leaves,
                       "min_data_in_leaf": min_leaf, "feature_fraction": feature_fraction, "seed": seed + member,
                       "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbosity": -1,
                       **({"bagging_fraction": 0.8, "bagging_freq": 1, "bagging_by_query": True} if bag > 1 else {})}
-            models.append(lightgbm.train(params, data, num_boost_round=rounds).model_to_string())
-        return cls(tuple(models))
+            trained.append(lightgbm.train(params, data, num_boost_round=rounds))
+            models.append(trained[-1].model_to_string())
+        model = cls(tuple(models))
+        object.__setattr__(model, "_trained", tuple(trained))  # a cache, not state: scores the CV's folds fast
+        return model
 
-    def _boosters(self) -> list[Any]:
-        boosters = self.__dict__.get("_loaded")
-        if boosters is None:
-            import lightgbm
+    def forests(self) -> tuple[Forest, ...]:
+        """The boosters parsed and checked, evaluated without LightGBM (morkit.selection.forest): a stored model
+        is text from pool.json, and LightGBM's own loader aborts the process on a damaged one. ForestError names
+        the booster and the field."""
+        forests = self.__dict__.get("_forests")
+        if forests is None:
+            parsed = []
+            for i, text in enumerate(self.models):
+                try:
+                    parsed.append(Forest.parse(text))
+                except ForestError as exc:
+                    raise ForestError(f"models[{i}]: {exc}") from None
+            if len({f.features for f in parsed}) > 1:
+                raise ForestError(f"models: its boosters read {sorted({f.features for f in parsed})} features")
+            forests = tuple(parsed)
+            object.__setattr__(self, "_forests", forests)  # a cache, not state: frozen otherwise
+            object.__setattr__(self, "_joined", Forest.joined(forests))
+        return forests
 
-            boosters = [lightgbm.Booster(model_str=m) for m in self.models]
-            object.__setattr__(self, "_loaded", boosters)  # a cache, not state: frozen otherwise
-        return boosters
+    @property
+    def width(self) -> int:
+        """Feature columns the model reads."""
+        return self.forests()[0].features
 
     def scores(self, x: np.ndarray) -> np.ndarray:
+        """The mean of the boosters' raw scores. A model fitted here scores with the boosters LightGBM trained;
+        one read from text with its checked forests, which give the same numbers (tests/selection/test_forest.py)."""
         x = np.asarray(x)
         flat = x.reshape(-1, x.shape[-1])
-        return np.mean([b.predict(flat, num_threads=1) for b in self._boosters()], axis=0).reshape(x.shape[:-1])
+        trained = self.__dict__.get("_trained")
+        if trained is not None:  # made in this process, never read back from text: LightGBM's fast predict
+            each = [b.predict(flat, num_threads=1) for b in trained]
+        else:
+            forests = self.forests()
+            bounds = np.cumsum([0] + [len(f.roots) for f in forests])
+            each = list(Forest.sums(self.__dict__["_joined"].leaves(flat), bounds))
+        return np.mean(each, axis=0).reshape(x.shape[:-1])
 
     def importances(self) -> np.ndarray:
-        gain = np.mean([np.asarray(b.feature_importance("gain"), dtype=np.float64) for b in self._boosters()], axis=0)
+        gain = np.mean([f.gain_importance() for f in self.forests()], axis=0)
         return gain / gain.sum() if gain.sum() > 0 else gain
 
     def to_json(self) -> dict[str, Any]:
@@ -114,7 +150,13 @@ class LambdaRank:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LambdaRank":
-        return cls(tuple(str(m) for m in obj["models"]) if "models" in obj else (str(obj["model"]),))
+        """A stored model, its boosters parsed and checked now (ForestError naming the booster and field)."""
+        texts = obj["models"] if "models" in obj else [obj["model"]]
+        if not isinstance(texts, list) or not texts:
+            raise ForestError("models: expected a list of model texts")
+        model = cls(tuple(texts))
+        model.forests()
+        return model
 
 
 @dataclass(frozen=True)
@@ -140,7 +182,10 @@ class SingleColumn:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "SingleColumn":
-        return cls(int(obj["column"]), int(obj["width"]))
+        model = cls(int(obj["column"]), int(obj["width"]))
+        if not 0 <= model.column < model.width:
+            raise ValueError(f"column: {model.column} is outside 0..{model.width - 1}")
+        return model
 
 
 LEARNERS = Registry("learner", [

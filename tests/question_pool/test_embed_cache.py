@@ -20,6 +20,7 @@ from morkit.question_pool.embed_cache import (
     embedder_key,
 )
 from morkit.question_pool.pool import load_pool
+from morkit.reward_models.cache import text_hash
 
 TEXTS = [f"Tom has {n} apples and eats {n % 3}. How many are left?" for n in range(11)]
 
@@ -146,3 +147,98 @@ def test_embedder_actor_flags_need_ray(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["pool", "build", str(source), "-o", str(tmp_path / "p"), "--ray", "auto", "--embed-gpus", "-1"])
     assert exit_.value.code == 2 and "--embed-gpus: must be a finite number >= 0" in capsys.readouterr().err
+
+
+def _damage(cache_file, vector):
+    """Every cached vector replaced by `vector`'s bytes (a damaged or hand-edited cache)."""
+    import sqlite3
+
+    db = sqlite3.connect(str(cache_file))
+    with db:
+        db.execute("UPDATE vectors SET vector = ?", (vector,))
+    db.close()
+
+
+@pytest.mark.parametrize("what, blob", [
+    ("vectors of another size", np.ones(3, dtype="<f4").tobytes()),
+    ("non-finite vectors", np.full(384, np.nan, dtype="<f4").tobytes()),
+    ("bytes that are no float32 vector", b"\x01\x02\x03\x04\x05"),
+], ids=["another size", "non-finite", "not float32"])
+def test_a_damaged_cache_is_a_miss_and_never_a_pool(embedder, tmp_path, capsys, what, blob):
+    """A cached vector must have the embedder's dimension and finite values, else it is embedded again: the pool
+    swapped in over the good one is the good one again, and selection on it works."""
+    source = _pool_input(tmp_path / "val.jsonl")
+    args = ["pool", "build", str(source), "-o", str(tmp_path / "pool"), "--device", "cpu", "-q",
+            "--cache", str(tmp_path / "cache" / "scores.sqlite")]
+    assert main(args) == 0
+    good = load_pool(tmp_path / "pool").embeddings.copy()
+    _damage(tmp_path / "cache" / "embeddings.sqlite", blob)
+    assert main(args) == 0
+    rebuilt = load_pool(tmp_path / "pool")
+    assert rebuilt.embeddings.shape == (7, 384) and rebuilt.meta["embedder"]["dim"] == 384, what
+    assert np.allclose(rebuilt.embeddings, good, atol=1e-6)
+    with EmbeddingCache(tmp_path / "cache" / "embeddings.sqlite") as cache:  # the misses were stored again
+        stored = cache.get_many(embedder_key(embedder.name), [text_hash(t) for t in TEXTS[:7]])
+        assert all(v is not None and v.shape == (384,) for v in stored)
+    assert main(["select", str(source), "--pool", str(tmp_path / "pool"), "-o", str(tmp_path / "sel.jsonl"),
+                 "--device", "cpu"]) == 0
+
+
+def test_a_cache_of_another_schema_is_one_line_naming_it_and_the_pool_stays(tmp_path, capsys, embedder):
+    import sqlite3
+
+    source = _pool_input(tmp_path / "val.jsonl", 3)
+    (tmp_path / "cache").mkdir()
+    db = sqlite3.connect(str(tmp_path / "cache" / "embeddings.sqlite"))
+    db.execute("CREATE TABLE vectors (key TEXT, blob BLOB)")
+    db.commit()
+    db.close()
+    args = ["pool", "build", str(source), "-o", str(tmp_path / "pool"), "--device", "cpu", "-q",
+            "--cache", str(tmp_path / "cache" / "scores.sqlite")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"morkit: error: {tmp_path / 'cache' / 'embeddings.sqlite'}: its 'vectors' table has "
+                          "columns key, blob") and err.count("\n") == 1
+    assert not (tmp_path / "pool").exists()
+
+
+class _WrongShape:
+    """An embedder that says 16 dimensions and gives 3 (a broken custom embedder)."""
+
+    name, dim = "wrong-shape", 16
+
+    def encode(self, texts, *, progress=False):
+        return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
+
+
+def test_vectors_not_of_the_embedders_dimension_never_make_a_pool(tmp_path):
+    from morkit.core.errors import MorkitError
+    from morkit.data.contract import load_queries
+    from morkit.question_pool.pool import build_pool
+
+    queries = load_queries(_pool_input(tmp_path / "val.jsonl", 3))
+    with pytest.raises(MorkitError, match=r"gave vectors of shape \(3, 3\) for 3 questions of dimension 16"):
+        build_pool(queries, _WrongShape())
+    with pytest.raises(MorkitError, match="gave vectors of shape"):
+        CachedEmbedder(_WrongShape()).encode(TEXTS[:2])
+
+
+def test_a_pool_whose_dimension_is_not_its_embedders_is_one_line_at_select(tmp_path, capsys):
+    """A pool built (or edited) with 16-d vectors that names the 384-d default embedder: select says so in one line
+    naming pool.json, instead of failing inside the index search."""
+    from fakes.embedder import HashEmbedder
+
+    from morkit.data.contract import load_queries
+    from morkit.question_pool.pool import build_pool
+
+    source = _pool_input(tmp_path / "val.jsonl", 3)
+    pool = build_pool(load_queries(source), HashEmbedder())
+    pool.save(tmp_path / "pool")
+    header = json.loads((tmp_path / "pool" / "pool.json").read_text())
+    header["embedder"]["name"] = "all-MiniLM-L6-v2"
+    (tmp_path / "pool" / "pool.json").write_text(json.dumps(header))
+    assert main(["select", str(source), "--pool", str(tmp_path / "pool"), "-o", str(tmp_path / "s.jsonl"),
+                 "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"morkit: error: {tmp_path / 'pool' / 'pool.json'}: embedder.dim: the pool holds vectors "
+                          "of dimension 16") and err.count("\n") == 1

@@ -180,6 +180,8 @@ CORRUPTIONS = {
         d / "question_text.npy", np.frombuffer(np.load(d / "question_text.npy").tobytes().replace(b"q1", b"q0"),
                                                np.uint8))),
     "question_domains not names": ("pool.json", lambda d: _edit(d, lambda h: h.update(question_domains=[1]))),
+    "applicability domains a number": ("pool.json", lambda d: _edit(d, lambda h: h.update(
+        applies={"a": {"domains": 5, "fields": []}}))),
 }
 
 

@@ -180,9 +180,11 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
 
 def check_config(config: PipelineConfig) -> None:
     """What the config names, checked before the first stage so that nothing is spent on a run that would fail:
-    every RM registered, the scoring device known here, the score cache writable, the agents file a valid
-    agent pool. Errors name the config file and key (the agents file's own, its file, agent and field)."""
+    every RM registered, the scoring device known here, the score cache writable, the pool's embedder there to
+    load (question_pool.embed.check_embedder, no weights read), the agents file a valid agent pool. Errors name
+    the config file and key (the agents file's own, its file, agent and field)."""
     from morkit.llm.agents import load_agents
+    from morkit.question_pool.embed import check_embedder
     from morkit.reward_models.cache import cache_problem
     from morkit.services.scoring import check_rm_names
 
@@ -208,4 +210,10 @@ def check_config(config: PipelineConfig) -> None:
     problem = config.scoring.cache is not None and cache_problem(config.scoring.cache)
     if problem:
         raise InputError(f"[scoring] cache {config.scoring.cache}: {problem}", path=config.source)
+    try:
+        check_embedder(config.embedder)
+    except InputError as exc:
+        raise InputError(f"[pool] embedder: {exc}", path=config.source) from None
+    except UnavailableError as exc:
+        raise UnavailableError(f"{config.source}: [pool] embedder: {exc}") from None
     load_agents(config.agents)

@@ -60,3 +60,12 @@ def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
         else:
             versions[name] = cache_key(name)
     return versions
+
+
+def embedder_version(name: str | None) -> str | None:
+    """The pool's embedder as a key holds it: its name and, for a local model folder, a digest of its files'
+    names, sizes and modification times (embed_cache.embedder_key, the rule the embedding cache keys vectors
+    by), so a model changed in place rebuilds the pool. None: the packaged default."""
+    from morkit.question_pool.embed_cache import embedder_key
+
+    return None if name is None else embedder_key(name)

@@ -14,7 +14,14 @@ from typing import Any, Callable, Sequence
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.services.pipeline.config import Benchmark, PipelineConfig, check_config
-from morkit.services.pipeline.keys import digest, file_digest, rm_versions, scoring_key, settings
+from morkit.services.pipeline.keys import (
+    digest,
+    embedder_version,
+    file_digest,
+    rm_versions,
+    scoring_key,
+    settings,
+)
 
 SPLITS = ("validation", "test")
 
@@ -163,7 +170,8 @@ def run_pipeline(config: PipelineConfig, *, progress: bool = False,
     for split in SPLITS:
         questions = file_digest(run.path(f"{split}.questions.jsonl"))
         keys[split] = _candidates(run, split, questions, agents_key, scoring)
-    pool_key = run.stage("pool", digest(keys["validation"], settings(config.pool), config.embedder),
+    pool_key = run.stage("pool", digest(keys["validation"], settings(config.pool),
+                                        embedder_version(config.embedder)),
                          run.path("pool") / "pool.json", lambda: _build_pool(run, scoring))
     rank_key = digest(pool_key, keys["test"])
     run.stage("rank", rank_key, run.path("test.ranked.jsonl"), lambda: _rank(run, scoring))

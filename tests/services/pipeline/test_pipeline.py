@@ -285,6 +285,10 @@ def test_an_answers_key_covers_the_question_asked_and_every_agent_setting_but_th
      "agent 'right': base_url must be an http:// or https:// URL with a host"),
     ('["math-consensus"]', "", "n = 99999999999999999999",
      "agent 'right': SamplingParams.n must be a whole number from 1 to 1,024"),
+    ('["math-consensus"]', '[pool]\nembedder = "/no/such/embedder"', "",
+     "[pool] embedder: cannot load embedder '/no/such/embedder': not a local path and not in the local Hugging Face"),
+    ('["math-consensus"]', '[pool]\nembedder = "no-such-org/no-such-embedder"', "",
+     "[pool] embedder: cannot load embedder 'no-such-org/no-such-embedder': not a local path"),
 ])
 def test_a_config_that_would_fail_fails_before_anything_is_asked_or_written(tmp_path, server, capsys, rms, extra,
                                                                             agents_line, message):
@@ -297,6 +301,63 @@ def test_a_config_that_would_fail_fails_before_anything_is_asked_or_written(tmp_
     named = agents if agents_line else config
     assert err.startswith(f"morkit: error: {named}: ") and message in err and "\n" not in err
     assert server.requests == asked and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("files, message", [
+    ({}, "it holds no modules.json or config.json"),
+    ({"config.json": "{}"}, "it holds no weights file"),
+    ({"modules.json": '{"path": ""}', "model.safetensors": ""}, "its modules.json is not a list of modules"),
+])
+def test_an_embedder_folder_without_a_model_fails_before_anything_is_asked(tmp_path, server, capsys, files, message):
+    model = tmp_path / "my-embedder"
+    model.mkdir()
+    for name, text in files.items():
+        (model / name).write_text(text)
+    config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
+                     extra=f'[pool]\nembedder = "{model}"')
+    asked = server.requests
+    assert main(["pipeline", str(config), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"morkit: error: {config}: [pool] embedder: cannot load embedder '{model}' from this path: ")
+    assert message in err and "\n" not in err
+    assert server.requests == asked and not (tmp_path / "run").exists()
+
+
+def test_the_pool_key_holds_a_local_embedders_files_and_a_hub_embedders_name(tmp_path):
+    from morkit.services.pipeline.keys import embedder_version
+
+    assert embedder_version(None) is None and embedder_version("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"old weights")
+    first = embedder_version(str(model))
+    assert first.startswith(f"{model}@") and embedder_version(str(model)) == first
+    (model / "model.safetensors").write_bytes(b"new weights, changed in place")
+    assert embedder_version(str(model)) != first
+
+
+@pytest.mark.slow
+def test_a_local_embedder_changed_in_place_rebuilds_the_pool_and_asks_nothing(tmp_path, server, capsys):
+    from morkit.runtime import assets
+
+    model = tmp_path / "embedder"
+    model.mkdir()
+    for file in assets.minilm_path().rglob("*"):  # the packaged MiniLM as a local folder, its big files linked
+        if file.is_file():
+            (model / file.relative_to(assets.minilm_path())).parent.mkdir(parents=True, exist_ok=True)
+            (model / file.relative_to(assets.minilm_path())).symlink_to(file)
+    config = _config(tmp_path, server, rms='["math-consensus"]', search="[]", extra=f'[pool]\nembedder = "{model}"')
+    assert main(["pipeline", str(config), "-q"]) == 0
+    asked = server.requests
+    capsys.readouterr()
+    assert main(["pipeline", str(config)]) == 0
+    assert "pool: done before" in capsys.readouterr().err
+    (model / "README.md").unlink()
+    (model / "README.md").write_text("retrained in place\n")  # a file of the model changed where it lies
+    assert main(["pipeline", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "validation.score: done before" in err and "pool: running" in err and "rank: running" in err
+    assert server.requests == asked
 
 
 @pytest.mark.parametrize("text, message", [
