@@ -14,17 +14,24 @@ from morkit.cli.args import (
     add_scoring_options,
     add_select_options,
     checked,
-    non_empty,
     scoring_options,
     select_options,
 )
+from morkit.core import settings
 from morkit.services.serving.limits import ServeLimits, port_number
 
 PORT = checked(int, port_number)
 
 
+def api_key_text(text: str) -> str:
+    """An argparse type for --api-key: the rule $MORKIT_API_KEY follows (settings.api_key_problem)."""
+    problem = settings.api_key_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the key {problem}")
+    return text
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from morkit.core import settings
     from morkit.core.errors import InputError
     from morkit.question_pool.pool import load_pool
     from morkit.services.serving.engine import RoutingEngine
@@ -38,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          max_candidates=args.max_candidates, max_text_chars=args.max_text_chars,
                          max_json_values=args.max_json_values, max_inflight_bytes=args.max_inflight_bytes,
                          body_timeout_s=args.body_timeout, max_connections=args.max_connections, grace_s=args.grace)
-    api_key = args.api_key or settings.api_key()
+    api_key = args.api_key or settings.api_key()  # an empty $MORKIT_API_KEY is refused there, as --api-key ""
     if args.ray:
         return _serve_on_ray(args, limits, api_key)
     sock = bind_socket(args.host, args.port)  # a bad host or a port in use: exit 2 now, before any model loads
@@ -140,7 +147,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
     s.add_argument("--port", type=PORT, default=8000, help="port, 1-65535 (default 8000)")
-    s.add_argument("--api-key", type=non_empty, metavar="KEY",
+    s.add_argument("--api-key", type=api_key_text, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every route but /health (default: $MORKIT_API_KEY; "
                         "prefer the variable: a flag shows in the process list). Without a key, listening on "
                         "another address than 127.0.0.1/::1 prints a warning")
@@ -163,8 +170,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="most characters in the strings of one request body; more are a 413 before any scoring "
                         "(default 8388608)")
     s.add_argument("--max-json-values", type=POSITIVE_INT, default=limits.max_json_values,
-                   help="most JSON values (objects, lists, strings, numbers) in one request body; more are a 413 "
-                        "before any scoring: they bound what a body becomes in memory "
+                   help="most JSON values (objects, lists, strings, numbers) in one request body, counted from its "
+                        "bytes; more are a 413 before the body is parsed: they bound what it becomes in memory "
                         f"(default {limits.max_json_values})")
     s.add_argument("--max-inflight-bytes", type=POSITIVE_INT, default=limits.max_inflight_bytes,
                    help="request bodies the server holds at once (being read, queued or scored); a request that "

@@ -122,14 +122,28 @@ SERVER_SYMBOLIC_CLASSES = 16
 new answer is compared with symbolically (math_verify, 10-50 ms a comparison), the first ones met that can be;
 past them an answer joins a class only by its normalised text or its exact value. Elsewhere every class is
 compared."""
+SERVER_SYMBOLIC_PAIR_S = 1.0
+"""The routing engine's time for one symbolic comparison (in a process it can end: `runtime.symbolic`); a pair
+not decided in it counts as different, and both answers are grouped by text and exact value from then on."""
+SERVER_SYMBOLIC_QUERY_S = 2.0
+"""The routing engine's time for the symbolic comparisons of one request: this much for each query it holds, and
+at most half the time the request has left when the engine starts it; once spent, the request's answers are
+grouped by text and exact value."""
 
 
 def equivalence_classes(answers: Sequence[str | None]) -> list[int | None]:
     """Group final answers by value: each answer's class index (0, 1, ... in order of first appearance), None for
-    a missing one. The same classes as comparing with every class's representative in turn (up to the bound of
-    `core.budget.work_bounded`), found without doing so: by normalised text, a sorted index of exact values, and
-    symbolic comparison only where it could join."""
-    cap = budget.current().symbolic_classes
+    a missing one. The classes of comparing with each class's representative in turn (within `work_bounded`'s
+    bounds; once its SymbolicBudget is spent, by normalised text and exact value alone), found by normalised text,
+    a sorted index of exact values, and symbolic comparison only where it could join."""
+    try:
+        return _classes(answers, budget.current().symbolic_classes)
+    except budget.SymbolicSpent:
+        return _classes(answers, 0)
+
+
+def _classes(answers: Sequence[str | None], cap: int | None) -> list[int | None]:
+    """`equivalence_classes` comparing symbolically with at most `cap` classes (0: none, None: all)."""
     by_norm: dict[str, int] = {}
     numbers = _NumberIndex()
     symbolic: list[tuple[int, str]] = []  # (class, normalised representative) math_verify may compare
@@ -232,15 +246,31 @@ def answers_equivalent(a: str | None, b: str | None) -> bool:
     xa, xb = as_number(na), as_number(nb)
     if xa is not None and xb is not None:
         return abs(xa - xb) <= _REL_TOL * max(1, abs(xa), abs(xb))
-    return _symbolic_equal(na, nb)
+    try:
+        return _symbolic_equal(na, nb)
+    except budget.SymbolicSpent:  # out of symbolic time: compared by normalised text, which differs
+        return False
 
 
 def _symbolic_equal(a: str, b: str) -> bool:
-    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused. Past the
-    deadline of `core.budget.work_bounded`, DeadlinePassed (never a False that would change a score)."""
-    budget.current().check()
+    """math_verify comparison both ways; too-costly inputs (huge powers/factorials) are refused. Within
+    `core.budget.work_bounded` with a SymbolicBudget, compared by it (in a process that can be ended, within its
+    times; SymbolicSpent once they are spent). Past the deadline, DeadlinePassed (never a False that would change
+    a score)."""
+    bound = budget.current()
+    bound.check()
     if any(len(s) > _MAX_SYMBOLIC_CHARS or _COSTLY.search(s) for s in (a, b)):
         return False
+    if bound.symbolic is not None:
+        verdict = bound.symbolic.equal(a, b, bound.deadline)
+        bound.check()  # a comparison cut by the deadline is no verdict
+        return verdict
+    return verify_pair(a, b)
+
+
+def verify_pair(a: str, b: str) -> bool:
+    """math_verify's verdict on two normalised answers, both ways, in this thread under the time guard (the body
+    of `_symbolic_equal`; the server's comparison process runs it too)."""
     try:
         from math_verify import verify
     except ImportError:
@@ -297,12 +327,28 @@ def _guarded(call):
         return None
 
 
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_DEFINES = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+\w", re.MULTILINE)
 
 
-def program_text(text: str | None) -> str | None:
-    """The program in an answer: its last fenced code block when it has one, else the whole text."""
+def program_text(text: str | None, defines: str | None = None) -> str | None:
+    """The program in an answer. Of its fenced code blocks (tagged python or untagged): the last that defines the
+    function `defines` (the one under test, where known), else the last that defines a function or class at its top
+    level (a block showing its use may follow), else the last tagged python (sample input or output may follow a
+    stdin/stdout program), else the last; with none, the whole text."""
     if not text:
         return text
     blocks = _FENCE.findall(text)
-    return blocks[-1] if blocks else text
+    wanted = re.compile(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(defines)}\b", re.MULTILINE) if defines else None
+    for picked in ([code for _, code in blocks if wanted is not None and wanted.search(code)],
+                   [code for _, code in blocks if _DEFINES.search(code)], [code for tag, code in blocks if tag],
+                   [code for _, code in blocks]):
+        if picked:
+            return picked[-1]
+    return text
+    blocks = _FENCE.findall(text)
+    for picked in ([code for _, code in blocks if _DEFINES.search(code)], [code for tag, code in blocks if tag],
+                   [code for _, code in blocks]):
+        if picked:
+            return picked[-1]
+    return text

@@ -56,8 +56,26 @@ def weights_dir() -> Path | None:
 
 
 def api_key() -> str | None:
-    """The `morkit serve` API key from $MORKIT_API_KEY; None when unset or empty."""
-    return os.environ.get("MORKIT_API_KEY") or None
+    """The `morkit serve` API key from $MORKIT_API_KEY; None when unset. Set but empty (a secret that expanded to
+    nothing), blank or with whitespace around it (no client can send that), an InputError: never a server with
+    no key by mistake."""
+    key = os.environ.get("MORKIT_API_KEY")
+    if key is None:
+        return None
+    problem = api_key_problem(key)
+    if problem:
+        raise InputError(f"MORKIT_API_KEY {problem}; set it to the key, or unset it to serve without one")
+    return key
+
+
+def api_key_problem(key: str) -> str | None:
+    """What makes `key` unusable as an API key (the one rule for the variable, --api-key and create_app), or None:
+    empty or blank (a secret that expanded to nothing), or whitespace around it (no client can send that)."""
+    if not key.strip():
+        return "is empty"
+    if key != key.strip():
+        return "has whitespace around it, which no client can send in an Authorization header"
+    return None
 
 
 def device_preference() -> str:

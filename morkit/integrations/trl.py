@@ -28,7 +28,8 @@ class RoutedReward:
                              "or engine=")
         if api_key is not None and not api_key:
             raise InputError("api_key= must not be empty (leave it out to use $MORKIT_API_KEY)")
-        self._api_key = api_key if api_key is not None else settings.api_key()
+        # $MORKIT_API_KEY only for a server (an empty one is refused there, as api_key="" is here)
+        self._api_key = api_key if api_key is not None or url is None else settings.api_key()
         self._pool, self._engine, self._client = pool, engine, None
         self.url = url.rstrip("/") if url else None
         self._select, self._scoring, self._rms = select, scoring, tuple(rms)

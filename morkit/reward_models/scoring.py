@@ -11,6 +11,7 @@ from contextlib import closing
 from dataclasses import replace
 from typing import Any, Iterable, Iterator, Sequence
 
+from morkit.core import budget
 from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
 from morkit.reward_models.applicability import SKIPPED_KEY, recorded_skips
@@ -92,6 +93,7 @@ def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, ch
                         cache.put_many(_rm_key(rm), part, scores, fit)
                     known.update(zip(part, scores))
                     bar.update(len(part))
+                    budget.current().check()  # a caller's deadline (the server's engine): no chunk past it
         except PartialScoreError as err:  # keep what was scored before failing the run
             done = [(p, s) for p, s in zip(getattr(err, "pairs", ()), err.scores) if s is not None]
             if cache is not None and done:

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, Callable
 
+from morkit.core import settings
+from morkit.core.budget import DeadlinePassed
 from morkit.core.errors import InputError, MorkitError
 from morkit.services.serving.batcher import Batcher
 from morkit.services.serving.classify import classify_job, classify_reply
@@ -29,6 +31,8 @@ from morkit.services.serving.protocol import (
 __all__ = ["ServeLimits", "create_app"]
 
 ROUTES = ("/v1/rank", "/get_reward", "/classify", "/health", "/metrics")
+SMALL_BODY = 64 * 1024
+"""Bodies up to this size are parsed on a thread of their own, so a small request never waits behind large ones."""
 
 
 class _Refused(Exception):
@@ -107,8 +111,12 @@ async def _outcome(request: Any, future: asyncio.Future, timeout_s: float, budge
     if closing in done:
         raise _Refused(503, "the server is shutting down and the engine did not answer this request within its "
                             "grace (--grace); retry elsewhere or later", {"Retry-After": "1"})
-    raise _Refused(504, f"not answered within {timeout_s:g} s (--timeout); the server is busy or the request "
-                        "is too large")
+    raise _too_late(timeout_s)
+
+
+def _too_late(timeout_s: float) -> _Refused:
+    return _Refused(504, f"not answered within {timeout_s:g} s (--timeout); the server is busy or the request is "
+                         "too large")
 
 
 class _BearerKey:
@@ -153,19 +161,21 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 
-    if api_key is not None and not api_key:
-        raise InputError("the API key must not be empty")
+    problem = None if api_key is None else settings.api_key_problem(api_key)
+    if problem:
+        raise InputError(f"the API key {problem}")
     batcher: Batcher | None = None
     budget = ByteBudget(limits.max_inflight_bytes)
     metrics = ServerMetrics(getattr(engine, "cache", None), lambda: batcher.depth if batcher else 0,
                             lambda: budget.used)
     batcher = Batcher(engine.run, max_batch=limits.max_batch, max_wait_ms=limits.max_wait_ms,
                       queue_size=limits.queue_size, on_batch=metrics.observe_batch)
-    parsers: list[ThreadPoolExecutor] = []
+    parsers: list[ThreadPoolExecutor] = []  # [large bodies, small bodies]
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         parsers.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="morkit-parse"))
+        parsers.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="morkit-parse-small"))
         app.state.closing = asyncio.Event()  # set by the server when it begins to shut down
         await batcher.start()
         try:
@@ -173,7 +183,8 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
         finally:  # SIGTERM: uvicorn has finished (or, past the grace, cancelled) the requests in flight
             stop_by = app.state.stop_by or time.monotonic() + limits.grace_s
             await batcher.stop(max(stop_by - time.monotonic(), 0.0))
-            parsers.pop().shutdown(wait=False, cancel_futures=True)
+            while parsers:
+                parsers.pop().shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="morkit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine, app.state.batcher, app.state.metrics, app.state.limits = engine, batcher, metrics, limits
@@ -201,7 +212,7 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
                                     " s (--body-timeout)") from None
             try:
                 job, context = await asyncio.get_running_loop().run_in_executor(
-                    parsers[0], lambda: parse(decode_body(raw)))
+                    parsers[len(raw) <= SMALL_BODY], lambda: parse(decode_body(raw, limits.max_json_values)))
                 del raw  # the parsed job is what is held from here on
                 future = batcher.submit(job, reservation, deadline)
             except TooLarge as exc:
@@ -217,6 +228,8 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
                                                      deadline - time.monotonic()))
             except InputError as exc:
                 raise _Refused(400, str(exc)) from None
+            except DeadlinePassed:  # the engine dropped it at its deadline, a moment before the wait above ended
+                raise _too_late(limits.timeout_s) from None
             except MorkitError as exc:
                 raise _Refused(500, str(exc)) from None
             except _Refused:

@@ -1,5 +1,6 @@
 """A micro-batcher: concurrent requests wait in a bounded queue, and one daemon thread runs them on the engine
-in batches. A cancelled item leaves the queue at once; past a batch's latest deadline, the engine's grading stops.
+in batches. A cancelled item leaves the queue at once; the engine is told each item's deadline (`core.budget`
+parts), drops an item at its own, and stops at the batch's latest.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from morkit.core import checks
-from morkit.core.budget import work_bounded
+from morkit.core.budget import latest, work_bounded
 from morkit.services.serving.limits import Overloaded, Reservation
 
 log = logging.getLogger(__name__)
@@ -50,17 +51,19 @@ class _EngineThread:
         self._thread = threading.Thread(target=self._loop, name="morkit-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[Any], Any], arg: Any, deadline: float | None) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[[Any], Any], arg: Any,
+               deadlines: tuple[float | None, ...]) -> concurrent.futures.Future:
+        """Run `fn(arg)` under the latest of `deadlines`, each payload's own given as the bound's `parts`."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._calls.put((future, fn, arg, deadline))
+        self._calls.put((future, fn, arg, deadlines))
         return future
 
     def _loop(self) -> None:
         while (call := self._calls.get()) is not None:
-            future, fn, arg, deadline = call
+            future, fn, arg, deadlines = call
             if future.set_running_or_notify_cancel():
                 try:
-                    with work_bounded(deadline):
+                    with work_bounded(latest(deadlines), parts=deadlines):
                         future.set_result(fn(arg))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting batch
                     future.set_exception(exc)
@@ -192,9 +195,7 @@ class Batcher:
         assert self._engine is not None
         self.in_flight, self.busy_since = len(live), time.monotonic()
         try:
-            deadlines = [i.deadline for i in live]
-            latest = None if None in deadlines else max(deadlines)  # type: ignore[type-var]
-            call = self._engine.submit(self._run, [i.payload for i in live], latest)
+            call = self._engine.submit(self._run, [i.payload for i in live], tuple(i.deadline for i in live))
             results = await asyncio.wrap_future(call)
             if len(results) != len(live):
                 raise RuntimeError(f"the engine returned {len(results)} results for {len(live)} items")

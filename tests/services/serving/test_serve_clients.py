@@ -39,8 +39,11 @@ def test_a_body_of_many_small_values_is_413_before_any_work():
         reply = httpx.post(f"{url}/v1/rank", json=body, timeout=30)
         nested = httpx.post(f"{url}/v1/rank", content=b"[" * 100_000 + b"]" * 100_000, timeout=30)
         assert httpx.post(f"{url}/v1/rank", json=rank_body("b"), timeout=30).status_code == 200
+    with live(fake) as url:  # 100,000 values are within the default limit; their nesting is not
+        deep = httpx.post(f"{url}/v1/rank", content=b"[" * 100_000 + b"]" * 100_000, timeout=30)
     assert reply.status_code == 413 and "--max-json-values" in one_line_error(reply) and fake.seen == 1
-    assert nested.status_code == 400 and one_line_error(nested)
+    assert nested.status_code == 413 and "100000 JSON values" in one_line_error(nested)
+    assert deep.status_code == 400 and "nested" in one_line_error(deep)
 
 
 @pytest.mark.slow
