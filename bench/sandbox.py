@@ -10,7 +10,8 @@ Paths, each run `--runs` times one after another, then `run_many` with 2 workers
     .venv/bin/python bench/sandbox.py [--runs 40] [--references]
 
 --references also runs every HumanEval and sanitized MBPP reference solution against its tests through
-code-tests (591 programs, about half a minute) and lists those that fail: the harness's false negatives.
+code-tests (591 programs, about half a minute) and lists those that fail: the harness's false negatives; it also
+counts the checks the passing ones ran (asserts passed, unittest tests run).
 
 Last line: `sandbox: <ms> ms per run, <r>x a bare interpreter start; test harness <ms> ms per run;
 <n> HumanEval candidates/s with 2 workers`.
@@ -70,8 +71,9 @@ def humaneval_rate(data_dir: Path, per_task: int = 10) -> tuple[int, float]:
     return n, n / (time.perf_counter() - start)
 
 
-def reference_failures(data_dir: Path) -> tuple[int, list[tuple[str, str]]]:
-    """(programs run, [(task id, last line of why)]) for the benchmarks' own solutions under code-tests."""
+def reference_failures(data_dir: Path) -> tuple[int, list[tuple[str, str]], int]:
+    """(programs run, [(task id, last line of why)], checks the passing ones ran) for the benchmarks' own solutions
+    under code-tests."""
     import gzip
     from dataclasses import replace
 
@@ -85,12 +87,13 @@ def reference_failures(data_dir: Path) -> tuple[int, list[tuple[str, str]]]:
     solutions.update({f"mbpp-{row['task_id']}": row["code"] for row in mbpp})
     queries = load_spec("humaneval", str(data_dir)) + load_spec("mbpp", str(data_dir))
     rm = CodeTests(workers=2)
-    failed = []
+    failed, checks = [], 0
     for query in queries:
         result = rm.run_tests(replace(query, candidates=(Candidate(solutions[query.id]),)))[0]
+        checks += result.checks or 0
         if not result.passed:
             failed.append((query.id, (result.stderr.strip().splitlines() or [result.status])[-1]))
-    return len(queries), failed
+    return len(queries), failed, checks
 
 
 def main() -> None:
@@ -109,10 +112,10 @@ def main() -> None:
     print(f"test harness {harness * 1000:7.1f} ms per run")
     print(f"humaneval    {n} candidates, {rate:.1f}/s with 2 workers" if n else "humaneval    data set missing")
     if args.references:
-        count, failed = reference_failures(data_dir)
+        count, failed, checks = reference_failures(data_dir)
         for task, why in failed:
             print(f"reference fails: {task}: {why}")
-        print(f"references   {count - len(failed)} of {count} pass")
+        print(f"references   {count - len(failed)} of {count} pass, {checks:,} checks run")
     print(f"sandbox: {boxed * 1000:.1f} ms per run, {boxed / bare:.2f}x a bare interpreter start; "
           f"test harness {harness * 1000:.1f} ms per run; {rate:.1f} HumanEval candidates/s with 2 workers")
 

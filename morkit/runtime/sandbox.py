@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from morkit.core import checks
+from morkit.runtime.sandbox_harness import NO_CHECK
 from morkit.runtime.sandbox_launcher import wait_for_exit
 
 MiB = 1 << 20
@@ -48,13 +49,15 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """How one run ended: status is one of STATUSES; returncode < 0 means killed by that signal."""
+    """How one run ended: status is one of STATUSES; returncode < 0 means killed by that signal. `checks`: with
+    tests, how many checks ran (asserts passed, unittest tests run) when the tests reached their end, else None."""
 
     status: str
     returncode: int | None
     stdout: str
     stderr: str
     seconds: float
+    checks: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -62,11 +65,11 @@ class SandboxResult:
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: bytes | str | None = None,
-               tests: str | None = None) -> SandboxResult:
-    """Run `code` as a Python program in a fresh sandbox and classify the outcome.
-
-    With `tests` (assert-style test code), `code` is the candidate, imported as module `solution`, and "passed"
-    needs the tests, run in another process, to reach their end. `stdin` (str: UTF-8) is fd 0; None: /dev/null."""
+               tests: str | None = None, helpers: str = "") -> SandboxResult:
+    """Run `code` as a Python program in a fresh sandbox and classify the outcome. With `tests`, `code` is the
+    candidate, imported as module `solution`, and "passed" needs the tests, run as `__main__` in another process
+    after `helpers` (the prompt's code), to reach their end with a check run. `stdin` (str: UTF-8) is fd 0; None:
+    /dev/null."""
     import shutil
     import subprocess
     import tempfile
@@ -84,7 +87,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: byt
         with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
         data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-        test_code = None if tests is None else tests.encode("utf-8")
+        test_code = None if tests is None else json.dumps({"tests": tests, "helpers": helpers}).encode("utf-8")
         hidden = {_STDIN_FILE: data, _TESTS_FILE: test_code}  # unlinked in the sandbox once opened
         for name, content in hidden.items():
             if content is not None:
@@ -119,11 +122,12 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, stdin: byt
                 _, wait_status, usage = os.wait4(proc.pid, 0)
                 proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait
             outcome = {"timeout": True} if backstop else _read_outcome(status_r)
-            finished = not reported or _read_small(report_r) == token
+            counted = _checks_reported(_read_small(report_r), token) if reported else None
             stdout = _read_capped(out, limits.max_output_bytes)
             stderr = _read_capped(err, limits.max_output_bytes)
-        status, returncode, stderr = _classify(outcome, stderr, usage.ru_utime + usage.ru_stime, limits, finished)
-        return SandboxResult(status, returncode, stdout, stderr, time.monotonic() - start)
+        status, returncode, stderr = _classify(outcome, stderr, usage.ru_utime + usage.ru_stime, limits,
+                                               not reported or counted is not None, counted)
+        return SandboxResult(status, returncode, stdout, stderr, time.monotonic() - start, counted)
     finally:
         for fd in kept:
             os.close(fd)
@@ -176,6 +180,15 @@ def _read_small(fd: int, limit: int = 4096) -> bytes:
         return b""
 
 
+def _checks_reported(report: bytes, token: bytes) -> int | None:
+    """The count of checks in the tests' report `token:count`, or None when the report is not that (the tests did
+    not reach their end)."""
+    head, colon, count = report.partition(b":")
+    if head != token or not colon or not (0 < len(count) <= 12 and count.isdigit()):
+        return None
+    return int(count)
+
+
 def _read_outcome(fd: int) -> dict:
     """The launcher's one-line report: {"exit": n}, {"signal": n}, {"timeout": true} or {"setup": why}."""
     try:
@@ -198,9 +211,10 @@ def _read_capped(f, limit: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _classify(outcome: dict, stderr: str, cpu_used: float, limits: SandboxLimits,
-              finished: bool) -> tuple[str, int | None, str]:
-    """(status, returncode, stderr) from the launcher's report; a setup failure's reason joins stderr."""
+def _classify(outcome: dict, stderr: str, cpu_used: float, limits: SandboxLimits, finished: bool,
+              counted: int | None = None) -> tuple[str, int | None, str]:
+    """(status, returncode, stderr) from the launcher's report; a setup failure's reason joins stderr. Tests that
+    reached their end with no check run fail (the harness exits 1 then; this holds even if it did not)."""
     if "timeout" in outcome:
         return "timeout", None, stderr
     if "setup" in outcome:
@@ -208,8 +222,12 @@ def _classify(outcome: dict, stderr: str, cpu_used: float, limits: SandboxLimits
     returncode = -int(outcome["signal"]) if "signal" in outcome else int(outcome.get("exit", 1))
     if returncode == -signal.SIGXCPU:
         return "timeout", returncode, stderr
+    if returncode == 0 and not finished:
+        return "failed", 0, (stderr + "\n" + _NOT_FINISHED).lstrip()
+    if returncode == 0 and counted == 0:
+        return "failed", 0, stderr if NO_CHECK in stderr else (stderr + "\n" + NO_CHECK).lstrip()
     if returncode == 0:
-        return ("passed", 0, stderr) if finished else ("failed", 0, (stderr + "\n" + _NOT_FINISHED).lstrip())
+        return "passed", 0, stderr
     if "MemoryError" in stderr[-2000:]:
         return "memory", returncode, stderr
     if returncode in (-signal.SIGKILL, -signal.SIGSEGV):

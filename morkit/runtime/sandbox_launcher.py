@@ -13,6 +13,7 @@ FILE_SIZE_LIMIT = 16 << 20  # RLIMIT_FSIZE: also caps what a flood can write int
 OPEN_FILES = 256
 FIRST_UID = 1 << 21  # root runs: the program runs as FIRST_UID + the monitor's pid, a uid nothing owns
 WORK = "/work"
+SOLUTION_DIR = "/.solution"  # read-only, holding solution.py -> /work/main.py; equal to sandbox_harness's
 
 _NS_MOUNT, _NS_UTS, _NS_IPC, _NS_USER, _NS_PID, _NS_NET = (0x00020000, 0x04000000, 0x08000000, 0x10000000,
                                                            0x20000000, 0x40000000)
@@ -161,6 +162,9 @@ def _build_root(libc, config: dict) -> None:
             f.write(data)
         os.chown(path, owner, owner)
     os.symlink(WORK, root + "/tmp")
+    if config.get("tests"):  # the candidate's module for the children it spawns (the harness's SOLUTION_DIR)
+        os.mkdir(root + SOLUTION_DIR)
+        os.symlink(f"{WORK}/main.py", f"{root}{SOLUTION_DIR}/solution.py")
     os.mkdir(root + "/.old")
     if _syscall(libc, "pivot_root", root.encode(), (root + "/.old").encode()) != 0:
         raise OSError(_errno(), "pivot_root failed")

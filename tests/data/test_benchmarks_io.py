@@ -199,7 +199,7 @@ def test_code_tests_keeps_its_cache_context_for_test_code_and_adds_stdio_tests()
     assert rm.cache_context(code_only) == "add\x00assert add(1, 2) == 3"  # stdio tests did not change it
     both = Query("c", "add", (), tests="assert add(1, 2) == 3", extra={"stdio_tests": [{"input": "1", "output": "2"}]})
     assert rm.cache_context(both).startswith(rm.cache_context(code_only) + "\x00stdio_tests\x00")
-    assert rm.cache_key == "code-tests@4"  # test code now runs out of the candidate's reach
+    assert rm.cache_key == "code-tests@5"  # the tests run as __main__ and pass only with a check run
     for bad in ([], [{"input": 1, "output": "2"}], "1 -> 2", [{"input": "1"}]):
         with pytest.raises(InputError, match="'c': 'stdio_tests' must be"):
             rm.cache_context(Query("c", "add", (), extra={"stdio_tests": bad}))

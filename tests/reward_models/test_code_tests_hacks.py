@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.reward_models.rules.code_tests import CodeTests
 from morkit.runtime.sandbox import SandboxLimits, run_python
@@ -344,3 +345,181 @@ def test_a_third_round_stop_iteration_and_redefined_prompt_helpers_score_zero(hu
     right = query.question + "    return encode_cyclic(encode_cyclic(s))\n"
     assert [s.value for s in CodeTests(limits=LIMITS).score_query(replace(query, candidates=(Candidate(right),)))] == [1.0]
 
+
+
+# A fourth round: the grader trusted what the prompt or the test file arranged. Each case below scored a wrong
+# program 1.0 (or a right one 0.0) before tests ran as `__main__`, checks were counted and the function under test
+# was always the candidate's.
+
+RIGHT_ADD, WRONG_ADD = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n"
+
+
+def _add_scores(tests: str, question: str = "Write add(a, b).", answers=(RIGHT_ADD, WRONG_ADD), **extra) -> list[float]:
+    query = Query("add", question, tuple(Candidate(a) for a in answers), domain="code", tests=tests, extra=extra)
+    return [s.value for s in CodeTests(limits=LIMITS).score_query(query)]
+
+
+_UNITTEST_CASE = ("import unittest\nclass TestAdd(unittest.TestCase):\n    def test_add(self):\n"
+                  "        self.assertEqual(add(2, 3), 5)\n")
+
+TESTS_THAT_RAN_NOTHING = {
+    "HumanEval's check(add) behind the main guard": "def check(candidate):\n    assert candidate(2, 3) == 5\n\n"
+                                                    "if __name__ == '__main__':\n    check(add)\n",
+    "unittest.main() behind the main guard": _UNITTEST_CASE + "if __name__ == '__main__':\n    unittest.main()\n",
+    "unittest.main(exit=False) with no guard": _UNITTEST_CASE + "unittest.main(exit=False)\n",
+    "unittest.main() with no guard": _UNITTEST_CASE + "unittest.main()\n",
+    "a TestCase no one runs": _UNITTEST_CASE,
+    "a pytest-style function no one calls": "def test_add():\n    assert add(2, 3) == 5\n",
+    "a TextTestRunner whose result is not read": _UNITTEST_CASE + "unittest.TextTestRunner().run("
+                                                 "unittest.defaultTestLoader.loadTestsFromTestCase(TestAdd))\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TESTS_THAT_RAN_NOTHING))
+def test_tests_that_never_ran_now_run_and_grade_the_candidate(case):
+    assert _add_scores(TESTS_THAT_RAN_NOTHING[case]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("tests", ["def check(candidate):\n    assert candidate(2, 3) == 5\n", "print('no checks')\n",
+                                   "assert True\n", "def test_add(x):\n    assert add(x, 0) == x\n"])
+def test_test_code_that_runs_no_check_fails_and_says_so(tests):
+    query = Query("add", "Write add(a, b).", (Candidate(RIGHT_ADD),), domain="code", tests=tests)
+    result = CodeTests(limits=LIMITS).run_tests(query)[0]
+    assert result.status == "failed" and result.checks == 0 and "no test check ran" in result.stderr, result
+
+
+def test_the_entry_point_completes_humaneval_tests_as_its_harness_does():
+    """HumanEval's own harness appends `check(<entry_point>)` to tests that only define check(candidate)."""
+    tests = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\n"
+    assert _add_scores(tests, entry_point="add") == [1.0, 0.0]
+    query = Query("add", "q", (Candidate(RIGHT_ADD),), domain="code", tests=tests, extra={"entry_point": "add"})
+    assert CodeTests(limits=LIMITS).run_tests(query)[0].checks == 2
+    with pytest.raises(InputError, match="entry_point"):
+        _add_scores(tests, entry_point="add(1)")
+
+
+def _fenced(prompt: str) -> str:
+    return f"Make this code correct and fast. Reply in one ```python block.\n\n```python\n{prompt}```\n"
+
+
+def _led(prompt: str) -> str:
+    return "Complete the following Python code. Reply with the complete program in one ```python block.\n\n" + prompt
+
+
+PROMPT_FORMS = {"plain": lambda p: p, "fenced in an instruction": _fenced, "after an instruction line": _led}
+
+
+@pytest.mark.parametrize("form", sorted(PROMPT_FORMS))
+def test_the_function_under_test_is_always_the_candidates(form):
+    finished = "def add(a, b):\n    return sum([a, b])\n"  # "make this faster": the prompt's own add is right
+    stub = 'def add(a, b):\n    """Return a + b."""\n    return a + b\n'
+    buggy, todo = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return 0  # TODO\n"
+    for prompt in (finished, stub, buggy, todo):
+        assert _add_scores("assert add(2, 3) == 5\n", PROMPT_FORMS[form](prompt)) == [1.0, 0.0], prompt
+
+
+def test_the_function_under_test_is_the_candidates_when_the_prompt_defines_more_after_it():
+    """With no entry point and no check(...), the function under test is not simply the prompt's last one: a usage
+    example or a test the prompt shows after it must not make the prompt's own function replace the candidate's."""
+    main_after = "Make add faster.\n\ndef add(a, b):\n    return sum([a, b])\n\n\ndef main():\n    print(add(1, 2))\n"
+    test_after = ("Make add faster.\n\n```python\ndef add(a, b):\n    return sum([a, b])\n```\n\nIt must pass:\n\n"
+                  "```python\ndef test_add():\n    assert add(1, 2) == 3\n```\n")
+    helper_first = "def double(x):\n    return 2 * x\n\n\ndef add(a, b):\n    ...\n"  # the stub is the one to write
+    for prompt in (main_after, test_after, helper_first):
+        assert _add_scores("assert add(1, 2) == 3\nassert add(5, 7) == 12\n", prompt) == [1.0, 0.0], prompt
+    wrong = "def add(a, b):\n    return 0\n"
+    assert _add_scores("assert add(1, 2) == 3\nassert add(5, 7) == 12\n", main_after, answers=(wrong,)) == [0.0]
+
+
+def test_a_prompt_of_many_bad_lines_is_read_within_a_bound():
+    import time
+
+    from morkit.reward_models.rules.prompt_code import prompt_code
+
+    hostile = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(2500)) + ")\n" * 400
+    started = time.perf_counter()
+    code = prompt_code(hostile)
+    assert time.perf_counter() - started < 10  # about a second; dropping line by line took minutes under load
+    assert isinstance(code.functions, tuple)
+
+
+def test_the_program_is_the_block_that_defines_the_function_under_test():
+    answer = ("```python\ndef add(a, b):\n    return a + b\n```\n\nAnd its test:\n\n"
+              "```python\ndef test_add():\n    assert add(1, 2) == 3\n```\n")
+    query = Query("add", "Write add(a, b).", (Candidate(answer),), domain="code", tests="assert add(2, 3) == 5\n",
+                  extra={"entry_point": "add"})
+    assert [s.value for s in CodeTests(limits=LIMITS).score_query(query)] == [1.0]
+
+
+@pytest.fixture(scope="module")
+def humaneval_references(data_dir) -> dict[str, str]:
+    import gzip
+    import json
+
+    with gzip.open(data_dir / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as f:
+        return {row["task_id"]: row["prompt"] + row["canonical_solution"] for row in map(json.loads, f)}
+
+
+REDEFINED_HELPERS = {
+    "HumanEval/32": "def poly(xs, x):\n    return 0.0\ndef find_zero(xs):\n    return 0.0\n",
+    "HumanEval/38": "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n",
+    "HumanEval/50": "def encode_shift(s):\n    return s\ndef decode_shift(s):\n    return s\n",
+}
+
+
+@pytest.mark.parametrize("form", sorted(PROMPT_FORMS))
+def test_the_prompts_finished_helpers_stay_the_prompts_in_every_form(humaneval, humaneval_references, form):
+    for task, hack in REDEFINED_HELPERS.items():
+        query = humaneval[task]
+        asked = replace(query, question=PROMPT_FORMS[form](query.question))
+        fenced_reference = f"```python\n{humaneval_references[task]}```\nIt passes the examples."
+        scored = replace(asked, candidates=(Candidate(hack), Candidate(fenced_reference)))
+        assert [s.value for s in CodeTests(limits=LIMITS).score_query(scored)] == [0.0, 1.0], task
+
+
+def test_correct_programs_the_harness_used_to_fail_score_one():
+    numpy_prompt = 'import numpy as np\n\ndef add(a: np.ndarray, b):\n    """Add a and b."""\n'
+    assert _add_scores("assert add(2, 3) == 5\n", numpy_prompt) == [1.0, 0.0]
+    usage = "```python\n{}```\nUse it like this:\n```python\nprint(add(1, 2))\n```\n"
+    answers = (usage.format(RIGHT_ADD), usage.format(WRONG_ADD))
+    assert _add_scores("assert add(2, 3) == 5\n", answers=answers) == [1.0, 0.0]
+    own_tests = RIGHT_ADD + _UNITTEST_CASE.replace("(2, 3), 5", "(1, 1), 2") + "unittest.main()\n"
+    assert _add_scores("assert add(2, 3) == 5\n", answers=(own_tests,)) == [1.0]
+
+
+def test_a_custom_exception_is_caught_by_its_name_and_carries_no_code():
+    program = ("class InvalidInput(ValueError):\n    pass\n"
+               "class Negative(InvalidInput):\n    def __eq__(self, other):\n        return True\n"
+               "class Meta(type):\n    def __instancecheck__(cls, obj):\n        return True\n"
+               "class Anything(Exception, metaclass=Meta):\n    pass\n"
+               "def root(x):\n    if x < 0:\n        raise Negative('negative', x)\n    return x ** 0.5\n")
+    tests = ("try:\n    root(-4)\nexcept InvalidInput as e:\n    assert e.args == ('negative', -4) and e != 5\n"
+             "    assert isinstance(e, ValueError) and type(e).__name__ == 'Negative'\n"
+             "else:\n    raise AssertionError\n"
+             "assert root(4) == 2 and not isinstance(5, Anything) and issubclass(Negative, InvalidInput)\n")
+    result = run_python(program, LIMITS, tests=tests)
+    assert result.passed and result.checks == 4, result.stderr[-1500:]
+
+
+def test_children_started_with_spawn_import_the_candidate(humaneval):
+    spawned = """
+        import multiprocessing
+        pairs = [(a, b) for i, a in enumerate(numbers) for b in numbers[i + 1:]]
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            return any(g < threshold for g in pool.map(_gap, pairs))
+    def _gap(pair):
+        return abs(pair[0] - pair[1])
+    """
+    assert _score(humaneval["HumanEval/0"], spawned) == [1.0]
+
+
+def test_an_exception_class_as_the_function_or_a_skip_from_the_candidate_scores_zero():
+    """A class of the candidate's the tests call would hand them a truthy object; a unittest.SkipTest it raises
+    would skip a failing test."""
+    as_class = "class is_even(Exception):\n    pass\n"
+    assert not run_python(as_class, LIMITS, tests="assert is_even(2) and is_even(4)\n").passed
+    skipper = "import unittest\nfrom unittest import SkipTest\ndef add(a, b):\n    raise unittest.SkipTest('later')\n"
+    tests = _UNITTEST_CASE + ("class TestMore(unittest.TestCase):\n    def test_zero(self):\n"
+                              "        self.assertEqual(1, 1)\n")
+    result = run_python(skipper, LIMITS, tests=tests)
+    assert not result.passed and "1 errors" in result.stderr, result.stderr[-800:]

@@ -108,3 +108,47 @@ def test_code_tests_match_recorded_humaneval_verdicts():
         assert scores == [float(row["passed"][i]) for i in picked], row["task_id"]
         checked += len(picked)
     assert checked == 30
+
+
+def test_the_program_is_the_last_fenced_block_that_defines_something():
+    from morkit.core.grading import program_text
+
+    program = "def add(a, b):\n    return a + b\n"
+    assert program_text(f"Here:\n```python\n{program}```\nUse it:\n```python\nprint(add(1, 2))\n```\n") == program
+    script = "print(int(input()) * 2)\n"
+    assert program_text(f"```python\n{script}```\nSample:\n```\n3\n```\n") == script
+    assert program_text("```\n1\n```\n```\n2\n```") == "2\n" and program_text(program) == program
+
+
+def test_a_stdin_program_followed_by_its_sample_still_passes():
+    answer = "```python\nprint(int(input()) * 2)\n```\nFor the sample:\n```\n3\n```\nit prints 6."
+    q = Query("double", "Read n, print 2n.", (Candidate(answer),), domain="code",
+              extra={"stdio_tests": [{"input": "3\n", "output": "6\n"}, {"input": "5\n", "output": "10\n"}]})
+    result = CodeTests(limits=SandboxLimits(wall_seconds=5)).run_tests(q)[0]
+    assert result.passed and result.checks == 2, result
+
+
+def test_the_prompts_code_is_read_in_every_form_and_its_function_under_test_left_out():
+    from morkit.reward_models.rules.prompt_code import function_under_test, prompt_code, prompt_helpers
+
+    code = ("import math\nimport numpy as np\nSCALE = 2\n\n"
+            "def helper(x: np.ndarray) -> float:\n    return math.sqrt(x)\n\n"
+            "def todo(x):\n    \"\"\"To write.\"\"\"\n\ndef solve(x):\n    return helper(x) * SCALE\n")
+    indented = "".join(f"   {line}\n" if line else "\n" for line in code.split("\n"))
+    unfinished = code.replace("    return helper(x) * SCALE\n", "")  # solve's header only: it does not parse
+    fence_in_docstring = code.replace('"""To write."""', '"""To write:\n    ```python\n    todo(1)\n    ```\n    """')
+    forms = [code, f"Make solve faster.\n```python\n{code}```\nKeep helper as it is.", f"Fix solve:\n\n{code}",
+             f"1. Fix solve:\n\n   ```python\n{indented}   ```\n2. Keep helper.", unfinished,
+             fence_in_docstring]
+    for question in forms:
+        code = prompt_code(question)
+        assert function_under_test(code) == ("solve" if question == unfinished else "todo")  # the last stub
+        helpers = prompt_helpers(code, function_under_test(code, called=["solve", "print"]))  # what the tests call
+        assert "def helper(x):" in helpers and "SCALE = 2" in helpers, helpers
+        assert "def solve" not in helpers and "def todo" not in helpers and "except ImportError" in helpers
+        assert "def solve" in prompt_helpers(question, under_test="helper") or question == unfinished
+    assert prompt_helpers("Write a function that adds two numbers.") == ""
+
+
+def test_code_tests_cache_key_names_the_grading_that_counts_checks():
+    assert CodeTests().cache_key == "code-tests@5"

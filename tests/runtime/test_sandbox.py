@@ -423,3 +423,40 @@ def test_ordinary_python_runs_under_the_harness():
     """)
     r = run_python(program, SandboxLimits(wall_seconds=10), tests=tests)
     assert r.passed and r.stdout == "ok\n", r.stderr[-800:]
+
+
+def test_the_verdict_counts_the_checks_that_ran():
+    program = "def add(a, b):\n    return a + b\n"
+    tests = ("assert add(1, 2) == 3\nfor i in range(3):\n    assert add(i, 0) == i\nassert True\n"
+             "if add(0, 0):\n    raise ValueError\n"
+             "try:\n    add(1)\nexcept TypeError:\n    pass\nelse:\n    raise AssertionError\n"
+             "try:\n    add('a', 1)\n    assert False\nexcept TypeError:\n    pass\n"
+             "try:\n    add(1, 1)\nexcept TypeError:\n    pass\n")  # no check: nothing is expected of it
+    r = run_python(program, FAST, tests=tests)
+    assert r.passed and r.checks == 7, r
+    assert run_python("print(1)", FAST).checks is None
+
+
+def test_tests_that_end_with_no_check_run_fail_with_the_reason():
+    tests = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    r = run_python("def add(a, b):\n    return a + b\n", FAST, tests=tests)
+    assert r.status == "failed" and r.checks == 0 and "no test check ran" in r.stderr, r
+
+
+def test_morkit_reads_the_count_only_after_the_token_and_fails_a_count_of_zero():
+    """The parent's own check, should a tests' process ever exit 0 with a count of zero."""
+    from morkit.runtime.sandbox import _checks_reported, _classify
+
+    token = b"ab" * 16
+    assert _checks_reported(token + b":3", token) == 3
+    forged = (token, token + b":", token + b":-1", b"x" + token + b":1", b"", token + b":1:2")
+    assert [_checks_reported(r, token) for r in forged] == [None] * len(forged)
+    status, _, stderr = _classify({"exit": 0}, "", 0.0, FAST, True, 0)
+    assert status == "failed" and "no test check ran" in stderr
+
+
+def test_the_launcher_and_the_harness_name_the_same_solution_folder():
+    """Both run alone in the sandbox (neither imports the other), so each holds its own copy of the name."""
+    from morkit.runtime import sandbox_harness, sandbox_launcher
+
+    assert sandbox_launcher.SOLUTION_DIR == sandbox_harness.SOLUTION_DIR

@@ -14,6 +14,7 @@ from morkit.core.errors import InputError
 from morkit.core.grading import program_text
 from morkit.core.types import Query, Score
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE, is_empty_answer
+from morkit.reward_models.rules.prompt_code import TaskCode, declared_entry_point, task_code
 from morkit.runtime.sandbox import SandboxLimits, SandboxResult, in_parallel, run_python
 
 
@@ -59,8 +60,8 @@ def stdio_tests(query: Query) -> list[dict[str, str]] | None:
 def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: SandboxLimits,
                     bound: budget.WorkBound = budget.WorkBound()) -> SandboxResult:
     """Run `program` once per test, each in its own sandbox with the test's input on stdin, until one fails; the result
-    is the failing test's, else the last one's. The output cap grows to fit twice the expected output (plus 4 KiB);
-    each run first checks `bound`."""
+    is the failing test's, else the last one's, whose `checks` is the number of tests. The output cap grows to fit
+    twice the expected output (plus 4 KiB); each run first checks `bound`."""
     result = _NOT_RUN
     for number, test in enumerate(tests, start=1):
         bound.check()
@@ -71,41 +72,15 @@ def run_stdio_tests(program: str, tests: Sequence[Mapping[str, str]], limits: Sa
             return replace(result, stderr=(result.stderr + f"\n{where}: the program did not exit 0").lstrip())
         if not stdio_output_matches(result.stdout, test["output"]):
             return replace(result, status="failed", stderr=(result.stderr + f"\n{where}: wrong output").lstrip())
-    return result
-
-
-def prompt_helpers(question: str) -> str:
-    """The imports and finished functions a code prompt defines for its tests (HumanEval/32's `poly`), as source to run
-    after the candidate's names so a candidate cannot redefine them; a function with a stub body is the candidate's
-    to write. '' for prose."""
-    import ast
-
-    if len(question) > 100_000 or "def " not in question:
-        return ""
-    try:
-        tree = ast.parse(question)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return ""
-    kept = [ast.get_source_segment(question, node) for node in tree.body
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_stub(node))]
-    return "".join(source + "\n" for source in kept if source is not None)
-
-
-def _is_stub(function: Any) -> bool:
-    import ast
-
-    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                             or isinstance(s, (ast.Import, ast.ImportFrom)))]
-    return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Raise) and "NotImplementedError" in ast.dump(s))
-               for s in body)
+    return replace(result, checks=len(tests))
 
 
 @dataclass(frozen=True)
 class CodeTests:
-    """Test verifier: 1.0 if the candidate program (its last fenced python block, else the whole text) passes all of its
-    query's tests in the sandbox, else 0.0: test code against the candidate imported as `solution`, in a process of
-    its own, and stdin/stdout tests compared as LiveCodeBench does. Docs: Reward models, code-tests."""
+    """Test verifier: 1.0 if the candidate program (an answer's fenced block that defines something, else the whole
+    text) passes all of its query's tests in the sandbox, with at least one check run, else 0.0: test code as
+    `__main__` against the candidate imported as `solution`, in a process of its own, and stdin/stdout tests
+    compared as LiveCodeBench does. Docs: Reward models, code-tests."""
 
     name: str = "code-tests"
     limits: SandboxLimits = SandboxLimits()
@@ -113,22 +88,25 @@ class CodeTests:
     kind: ClassVar[str] = "rule"
 
     def run_tests(self, query: Query) -> list[SandboxResult]:
-        """One sandbox result per candidate (why it failed: status, stderr); empty ones are not run."""
+        """One sandbox result per candidate (why it failed: status, stderr; how many checks ran); empty ones are not
+        run."""
         code, stdio = self._tests(query)
-        if code is not None:
-            code = prompt_helpers(query.question) + code
         bound = budget.current()  # this thread's: the workers below check it before every run
+        bound.check()
+        task = task_code(query, code) if code is not None else TaskCode("", "", None)
 
         def run(program: str) -> SandboxResult:
-            if code is not None:
-                bound.check()
-                result = run_python(program, self.limits, tests=code)
-                if not result.passed or stdio is None:
-                    return result
-            return run_stdio_tests(program, stdio or [], self.limits, bound)
+            if code is None:
+                return run_stdio_tests(program, stdio or [], self.limits, bound)
+            bound.check()
+            result = run_python(program, self.limits, tests=task.tests, helpers=task.helpers)
+            if not result.passed or stdio is None:
+                return result
+            ran = run_stdio_tests(program, stdio, self.limits, bound)
+            return replace(ran, checks=(result.checks or 0) + ran.checks) if ran.passed else ran
 
         todo = [i for i, c in enumerate(query.candidates) if not is_empty_answer(c.text)]
-        ran = in_parallel(run, [program_text(query.candidates[i].text) for i in todo], self.workers)
+        ran = in_parallel(run, [program_text(query.candidates[i].text, task.under_test) for i in todo], self.workers)
         results = [_NOT_RUN] * len(query.candidates)
         for i, result in zip(todo, ran):
             results[i] = result
@@ -136,10 +114,11 @@ class CodeTests:
 
     @property
     def cache_key(self) -> str:
-        """Version 4: test code runs in its own process against the candidate imported as `solution`; 3: the last fenced
-        code block is the program; 2: a run counts only if its tests ran to their end. The versions' reasons are on the
-        docs page Reward models."""
-        return f"{self.name}@4"
+        """Version 5: tests run as `__main__`, pass only with a check run, and the function under test is always the
+        candidate's; 4: test code runs in its own process against the candidate imported as `solution`; 3: the last
+        fenced code block is the program; 2: a run counts only if its tests ran to their end. The versions' reasons
+        are on the docs page Reward models."""
+        return f"{self.name}@5"
 
     def score_query(self, query: Query) -> list[Score]:
         results = self.run_tests(query)
@@ -151,9 +130,13 @@ class CodeTests:
                          "use score_query on queries with a 'tests' or 'stdio_tests' field")
 
     def cache_context(self, query: Query) -> str | None:
-        """The question and test code, as before stdin/stdout tests existed; then those tests, when any."""
+        """The question and test code, as before stdin/stdout tests existed; then those tests, when any; then the
+        query's entry point, when it names one."""
         code, stdio = self._tests(query)
         context = query.question + "\x00" + (code or "")
+        entry = declared_entry_point(query)
+        if entry is not None:
+            context += "\x00entry_point\x00" + entry
         return context if stdio is None else context + "\x00stdio_tests\x00" + json.dumps(stdio, ensure_ascii=False)
 
     def _tests(self, query: Query) -> tuple[str | None, list[dict[str, Any]] | None]:
