@@ -167,6 +167,20 @@ def map_verifier(verifier: Any, edit: Callable[[Any], Mapping[str, Any]], *, int
     return dataclasses.replace(verifier, **changes) if changes else verifier
 
 
+def verifier_llm_calls(verifier: Any) -> int:
+    """LLM calls one answer's verification spends: the LLMs a verifier holds, nested verifiers included (an LLM
+    critic asks its LLM once per answer; an RM ensemble asks none)."""
+    held = 0
+
+    def count(node: Any) -> dict[str, Any]:
+        nonlocal held
+        held += sum(isinstance(getattr(node, f.name), LLM) for f in dataclasses.fields(node))
+        return {}
+
+    map_verifier(verifier, count)
+    return held
+
+
 def metered_verifier(verifier: Any, spend: Spend) -> Any:
     """The verifier with every LLM it holds charged to the loop's budget, so an LLM critic's calls
     count against the loop's limits and in its `calls`/`tokens` (nested verifiers included)."""

@@ -5,7 +5,7 @@ memory need; `load()` builds the scorer with that very truncation, so the cache'
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from morkit.core.errors import InputError, ScoreError, UnavailableError
 from morkit.core.registry import Entry, Registry
@@ -217,17 +217,25 @@ def place(entry: Entry, options: ScoringOptions, residency: Any = None) -> RMHan
     return SCORING_BACKENDS.load(backend_of(entry.name, entry.spec, options))(entry, options, residency)
 
 
-def check_fits(handles: Sequence[RMHandle]) -> None:
+def check_fits(handles: Sequence[RMHandle], beside: Mapping[str, MemoryNeed | None] | None = None,
+               options: ScoringOptions | None = None) -> None:
     """Refuse (UnavailableError naming them) when these RMs cannot all be in memory at once on their devices:
     their weights together plus the largest one's activations (one runs at a time). One RM before it loads,
-    or every RM a server keeps resident."""
+    or every RM a server keeps resident with the other models it keeps on the same device (`beside`: name ->
+    need, such as a server's embedder, None where unknown; on `options`' device when no RM places weights)."""
     needs = {h.name: need for h in handles if h.options.check_fit and (need := h.memory_need()) is not None}
+    if options is None or options.check_fit:
+        needs.update({name: need for name, need in (beside or {}).items() if need is not None})
     if not needs:
         return
     from morkit.reward_models import memory
+    from morkit.runtime.device import resolve_device
 
-    first = next(h for h in handles if h.name in needs)
-    device, dtype, _ = first.placement()
+    first = next((h for h in handles if h.name in needs), None)
+    if first is not None:
+        (device, dtype, _), backend = first.placement(), first.backend
+    else:  # the models beside alone (an embedder: float32, as sentence-transformers loads it)
+        device, dtype, backend = resolve_device((options or ScoringOptions()).device), "float32", "transformers"
     total = MemoryNeed(sum(n.weights for n in needs.values()), max(n.activations for n in needs.values()),
                        max(n.devices for n in needs.values()))
-    memory.check_fit(" + ".join(needs), total, device, dtype, backend=first.backend)
+    memory.check_fit(" + ".join(needs), total, device, dtype, backend=backend)

@@ -5,7 +5,7 @@ load when first needed, one at a time, unless the session keeps them all residen
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from morkit.core.errors import UnknownRewardModel
 from morkit.core.types import Query
@@ -67,9 +67,10 @@ class ScoringSession:
 
         return [built(rm) for rm in rms]
 
-    def check_fit(self, names: Sequence[str]) -> None:
-        """Refuse (UnavailableError) when the RMs `names` cannot all be in memory at once (handles.check_fits)."""
-        check_fits([self.handle(n) for n in names])
+    def check_fit(self, names: Sequence[str], beside: Mapping[str, Any] | None = None) -> None:
+        """Refuse (UnavailableError) when the RMs `names`, with the models `beside` them (name -> MemoryNeed, such
+        as a server's embedder), cannot all be in memory at once (handles.check_fits)."""
+        check_fits([self.handle(n) for n in names], beside, self.options)
 
     def keep_resident(self, names: Sequence[str]) -> dict[str, Any]:
         """Load every one of `names` now and keep it (a server): one fit check for all of them together first."""

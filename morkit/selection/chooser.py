@@ -4,7 +4,7 @@ RMs a query cannot use are skipped and said why (docs/selection.md, "Queries tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -15,6 +15,7 @@ from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import rm_rules
+from morkit.reward_models.catalog import relative_scores
 from morkit.selection.base import Choice, Neighbours, SelectionMethod
 from morkit.selection.coverage import like_neighbours
 from morkit.selection.mor import available_members
@@ -54,6 +55,9 @@ class Selection:
 
 
 NOT_APPLICABLE = "not applicable: "
+NEEDS_SIBLINGS = ("needs sibling answers: it scores an answer against the others scored with it, so a lone answer "
+                  "would get the same score whatever it says")
+"""Why a query with one candidate skips an RM with `relative_scores` (math-consensus)."""
 NO_RM_APPLIES = Choice(Ensemble((), (), "none"), "raw", float("nan"), (),
                        {"criterion": None, "fallback": "no pool RM applies to this query: its candidates tie"})
 """The choice for a query that no pool RM applies to (a code query in a math-only pool): no scores, a tie
@@ -77,6 +81,8 @@ class EnsembleChooser:
         self.k = k
         self.runnable = frozenset(runnable) & set(pool.rm_names)
         self._rules = dict(zip(pool.rm_names, rm_rules(pool.rm_names, pool.meta.get("applies"))))
+        self._relative = frozenset(n for n in pool.rm_names if relative_scores(n))
+        self._pres: Any = None  # a lone answer's method where the pick compares answers (`_for_lone`)
         self._embedder = embedder
         self.device = device  # where the pool's embedder loads, when first needed
 
@@ -85,7 +91,9 @@ class EnsembleChooser:
         if self._embedder is None:
             from morkit.question_pool.embed import load_embedder
 
-            self._embedder = load_embedder(self.pool.embedder, self.device)
+            embedder = load_embedder(self.pool.embedder, self.device)
+            self.pool.check_dim(embedder.dim)  # a pool.json that names another model's dimension: one line
+            self._embedder = embedder
         return self._embedder
 
     def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:
@@ -99,14 +107,18 @@ class EnsembleChooser:
     def skipped(self, query: Query) -> dict[str, str]:
         """The pool RMs this query cannot use, in pool order, each with why: the RM does not apply to it (its
         domain or fields, morkit.reward_models.applicability), or its scores are not on every candidate and
-        it may not run (not registered here, or a candidate has no text)."""
+        it may not run (not registered here, or a candidate has no text); with one candidate, an RM that scores
+        an answer against its siblings (NEEDS_SIBLINGS)."""
         cached = available_members(query, self.pool.rm_names)
         has_text = all(c.text is not None for c in query.candidates)
+        lone = len(query.candidates) == 1
         out = {}
         for name in self.pool.rm_names:
             why = self._rules[name].skip_reason(query, name)
             if why is not None:
                 out[name] = f"{NOT_APPLICABLE}{why}"
+            elif lone and name in self._relative:
+                out[name] = NEEDS_SIBLINGS
             elif name not in cached and not (name in self.runnable and has_text):
                 out[name] = ("no score on every candidate, and " + ("a candidate has no text to run it on"
                              if name in self.runnable else "it is not run here"))
@@ -136,6 +148,21 @@ class EnsembleChooser:
             except LookupError as exc:
                 reasons = "; ".join(f"{name}: {why}" for name, why in skipped.items())
                 raise InputError(f"query {query.id!r}: {exc}" + (f" ({reasons})" if reasons else "")) from exc
+            if len(query.candidates) == 1:
+                choice = self._for_lone(choice, neighbours, usable)
             out.append(Selection(query.id, self.method_name, choice,
                                  normalizer_name(self.pool, choice.transform), neighbours, skipped))
         return out
+
+    def _for_lone(self, choice: Choice, neighbours: Neighbours, usable: Sequence[str]) -> Choice:
+        """A lone answer's choice: a ranker whose score of one answer cannot move (all its features compare the
+        answer with its siblings) gives way to PRES, whose weights apply to pool-standardised scores, so the
+        reward still says how good the answer is."""
+        if choice.scorer is None or getattr(choice.scorer, "scores_alone", False):
+            return choice
+        from morkit.selection.pres import PRES
+
+        self._pres = self._pres or PRES(self.pool)
+        fallback = self._pres.choose(neighbours, frozenset(usable))
+        return replace(fallback, details={**fallback.details, "fallback": "pres: the learned ranker scores a lone "
+                                          "answer alike whatever it says (its features compare answers)"})

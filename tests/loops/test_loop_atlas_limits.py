@@ -167,3 +167,17 @@ def test_real_smollm2_run_has_the_expected_structure():
     assert sum(result.state["solver_usage"].values()) == result.state["explores"]
     assert set(result.state["reference_check"]) == {"reference", "correct", "explores_correct"}
     json.dumps(result.to_json())
+
+
+def test_call_budget_keeps_the_calls_an_llm_critic_needs_to_verify_the_final_answer():
+    from morkit.verify.critic import LLMVerifier
+
+    critic = solver("Looks right. Score: 9/10", name="critic")
+    orch = orchestrator(["ACTION: explore"] * 10)
+    result = atlas(orch, solver("The answer is 42."), LLMVerifier(critic), budget=Budget(max_calls=7),
+                   show_scores=True).run(PROBLEM)
+    # a round is a decision, an explore and its score; the end is the final answer and its score
+    assert result.state["explores"] == 1 and result.calls == 5 and len(critic.seen) == 2
+    assert result.stop_reason.startswith("call budget: last call kept for the final answer")
+    assert "verify_error" not in kinds(result) and result.state["final_source"] == "synthesis"
+    assert result.score == pytest.approx(0.9)

@@ -78,6 +78,12 @@ def _values(queries):
     return [c.scores[RM] for q in queries for c in q.candidates]
 
 
+def same_scores(got, expected):
+    """Equal to one process's scores to 1e-6: an actor that holds one CPU runs torch on one thread, whose kernels
+    sum in another order than two threads do (about 1e-7 apart on some CPUs), as in any process."""
+    return got == pytest.approx(expected, abs=1e-6)
+
+
 def _pairs(queries):
     return list(dict.fromkeys((q.question, c.text) for q in queries for c in q.candidates))
 
@@ -117,7 +123,7 @@ def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_score
     by_pair = dict(zip(((q.question, c.text) for q in queries for c in q.candidates), local_scores))
     with ScoreCache(tmp_path / "pool.sqlite") as cache:
         cached = cache.get_many(cache_key(RM), pairs)
-    assert [s.value for s in cached] == [by_pair[p] for p in pairs]
+    assert same_scores([s.value for s in cached], [by_pair[p] for p in pairs])
 
 
 def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, local_scores, tmp_path):
@@ -135,7 +141,7 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
         cache.close()
     assert marker.exists()  # an actor process did die
     assert sorted(cache.written) == sorted(_pairs(queries))  # every pair written once: none lost, none twice
-    assert _values(scored) == local_scores
+    assert same_scores(_values(scored), local_scores)
 
 
 def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):
@@ -160,7 +166,7 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
         cache.close()
     assert again.pairs_sent == total - len(stored)  # the batches stored before the kill were not scored again
     assert set(cache.written).isdisjoint(stored) and len(cache.written) + len(stored) == total
-    assert _values(scored) == local_scores
+    assert same_scores(_values(scored), local_scores)
 
 
 def _closed_port() -> int:

@@ -33,7 +33,9 @@ from morkit.loops.base import (
     Spend,
     Trace,
     finish,
+    verifier_llm_calls,
 )
+from morkit.verify.base import scores_are_absolute
 
 __all__ = ["ATLAS", "ATLASConfig", "Effort", "Solver", "parse_action"]
 
@@ -126,9 +128,22 @@ class ATLAS:
         if spent:
             return spent
         max_calls = run.spend.budget.max_calls
-        if run.evidence and max_calls is not None and max_calls - run.spend.calls < 3:
+        if run.evidence and max_calls is not None and max_calls - run.spend.calls < self._round_calls(run):
             return f"call budget: last call kept for the final answer ({run.spend.calls} of {max_calls} used)"
         return None
+
+    def _round_calls(self, run: RunState) -> int:
+        """Calls one more round takes with the end kept for: a decision, an explore and the final answer, plus
+        what the verifier's LLMs spend on them (the explore's score or the next table of every candidate, when
+        scores are shown; the end's score of the synthesis, beside every candidate unless scores are absolute)."""
+        per_answer = verifier_llm_calls(self.verifier) if self.verifier is not None else 0
+        if not per_answer:
+            return 3
+        absolute = scores_are_absolute(self.verifier)
+        candidates = len(run.evidence) + 1
+        shown = (1 if absolute else candidates) if self.config.show_scores else 0
+        end = 1 if absolute else candidates + 1
+        return 3 + per_answer * (shown + end)
 
     def status(self, run: RunState) -> str:
         """Where the run stands, for the orchestrator's next turn (re-scoring the candidates first when due)."""

@@ -1,10 +1,9 @@
 """vLLM's /classify for verl's reward loop: chat-rendered texts split back into (question, answer) by the template
-that rendered them, each scored alone under the pool's per-RM standardisation, answered in vLLM's reply shape.
+that rendered them, each routed and ranked as a one-answer query, answered in vLLM's reply shape.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import uuid
@@ -17,11 +16,6 @@ from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
 from morkit.services.serving.limits import ServeLimits
 from morkit.services.serving.protocol import _list, check_size, strip_trailing_special
-
-
-class Standalone(tuple):
-    """A job whose queries each hold one response scored on its own: its reward depends on (question, answer)
-    and the pool only, never on the texts it shares a request or a micro-batch with."""
 
 
 Turn = tuple[str, str, int]
@@ -41,20 +35,17 @@ def _turns(pattern: str, roles: dict[str, str]) -> Callable[[str], list[Turn]]:
 
 
 def _mistral(text: str) -> list[Turn]:
-    """[INST] question [/INST] answer: the last closed user turn and what follows it, found with rfind (a lazy
-    regex retries from every '[INST]': quadratic, minutes on a 200 kB text of them); a Llama 2 <<SYS>> is left out."""
-    close = text.rfind("[/INST]")
+    """[INST] question [/INST] answer: the first closed user turn and everything after it, found with find/rfind
+    (a lazy regex retries from every '[INST]': quadratic, minutes on a 200 kB text of them); a Llama 2 <<SYS>> is
+    left out. Later [INST] markers are the answer's own text (split_chat)."""
+    close = text.find("[/INST]")
     start = text.rfind("[INST]", 0, close) if close >= 0 else -1
     if start < 0:
         return []
-    question, answer = text[start + 6:close], text[close + 7:]
+    question = text[start + 6:close]
     if question.lstrip().startswith("<<SYS>>") and "<</SYS>>" in question:
         question = question.split("<</SYS>>", 1)[1]
-    turns: list[Turn] = [("user", question, start + 6)]
-    if "[INST]" in answer:  # a user turn left open after the answer
-        cut = answer.index("[INST]")
-        return [*turns, ("assistant", answer[:cut], close + 7), ("user", answer[cut + 6:], close + 13 + cut)]
-    return turns + ([("assistant", answer, close + 7)] if strip_trailing_special(answer).strip() else [])
+    return [("user", question, start + 6), ("assistant", text[close + 7:], close + 7)]
 
 
 CHAT_TEMPLATES: dict[str, Callable[[str], list[Turn]]] = {
@@ -78,6 +69,17 @@ _OPENERS = {"chatml": ("<|im_start|>",), "llama3": ("<|start_header_id|>",), "ge
 quotes another family's tokens does not switch the family)."""
 
 
+_CLOSERS = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "gemma": "<end_of_turn>", "phi3": "<|end|>",
+            "mistral": "</s>"}
+"""Each template's end of turn, which closes the answer the template rendered."""
+
+
+def _closed(answer: str, family: str) -> str:
+    """An answer less the end of turn and the special tokens (EOS, padding) the template put after it."""
+    answer = strip_trailing_special(answer).rstrip()
+    return strip_trailing_special(answer.removesuffix(_CLOSERS[family])).strip()
+
+
 def _families(text: str) -> list[str]:
     """The template families with an opener in `text`, the earliest first."""
     first = {name: min((i for i in (text.find(o) for o in openers) if i >= 0), default=-1)
@@ -86,19 +88,21 @@ def _families(text: str) -> list[str]:
 
 
 def split_chat(text: str) -> tuple[str, str, str]:
-    """(question, answer, template name) of a chat-rendered text: the last user turn followed by an assistant
-    turn, and everything after that turn's header (turn tokens a policy wrote into its answer stay in it)."""
+    """(question, answer, template name) of a chat-rendered text, read as one exchange: the answer is everything
+    after the header of the first assistant turn, the question the last user turn before it. Turn markers after
+    that header are the policy's own text, never turns: written into an answer, they cannot forge the question or
+    move the answer (a history with earlier assistant turns is the same text as such a forgery: send `messages`)."""
     for name in _families(text):
         turns = CHAT_TEMPLATES[name](text)
         if not turns:
             continue
-        asked = [i for i in range(len(turns) - 1) if turns[i][0] == "user" and turns[i + 1][0] == "assistant"]
-        at = asked[-1] if asked and strip_trailing_special(turns[-1][1]).strip() else None
-        if at is None:  # no answer, or an empty turn left open at the end (a generation prompt)
-            raise InputError(f"a {name} chat text must end with a user turn and the assistant's answer to it "
+        first = next((i for i, turn in enumerate(turns) if turn[0] == "assistant"), len(turns))
+        asked = [turn for turn in turns[:first] if turn[0] == "user"]
+        answer = _closed(text[turns[first][2]:], name) if first < len(turns) else ""
+        if not asked or not answer:  # no answer, or only a generation prompt left open at the end
+            raise InputError(f"a {name} chat text must hold a user turn and the assistant's answer to it "
                              "(render the chat with the response appended, add_generation_prompt=False)")
-        answer = turns[at + 1][1] if at + 2 == len(turns) else text[turns[at + 1][2]:]
-        return turns[at][1].strip(), strip_trailing_special(answer).strip(), name
+        return asked[-1][1].strip(), answer, name
     raise InputError("no chat template recognised: morkit splits each text into the question and the answer by "
                      f"its chat template ({', '.join(CHAT_TEMPLATES)}); send 'messages' instead for any other")
 
@@ -115,9 +119,10 @@ def _messages_pair(messages: Any) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ClassifyJob:
-    """The parsed /classify request: one single-response query per text, the model name, the activation."""
+    """The parsed /classify request: one single-response query per text (routed and ranked as `/v1/rank` ranks
+    it, so its reward depends on its question, its answer and the pool alone), the model name, the activation."""
 
-    queries: Standalone
+    queries: tuple[Query, ...]
     model: str
     activation: bool
 
@@ -162,24 +167,8 @@ def classify_job(body: dict[str, Any], limits: ServeLimits = ServeLimits()) -> C
             except InputError as exc:
                 raise InputError(f"input[{i}]: {exc}") from None
             pairs.append((question, answer))
-    queries = Standalone(Query(f"text-{i}", q, (Candidate(text=a),)) for i, (q, a) in enumerate(pairs))
+    queries = tuple(Query(f"text-{i}", q, (Candidate(text=a),)) for i, (q, a) in enumerate(pairs))
     return ClassifyJob(queries, model or "morkit", _activation(body))
-
-
-def standalone_reward(pool: Any, query: Query, choice: Any) -> float:
-    """A one-response query's reward: its chosen members' raw scores through the pool's normaliser, weighted by
-    the ensemble's weights (a learned ranker's pick: its members' importance shares). No sibling enters it."""
-    from morkit.selection.mor import ensemble_scores, member_matrix
-
-    members = choice.ensemble.members
-    if not members:
-        return 0.0  # no pool RM applies: as /get_reward, every response scores alike
-    raw = member_matrix(query, members, pool.config.reduction)
-    value = float(ensemble_scores(raw, choice.ensemble, "pool-zscore", pool.normalizer)[0])
-    if not math.isfinite(value):
-        raise InputError(f"query {query.id!r}: the ensemble {', '.join(members)} gives a non-finite reward; its "
-                         "scores are missing or too large for the pool's normaliser")
-    return value
 
 
 def classify_reply(job: ClassifyJob, rewards: Sequence[float]) -> dict[str, Any]:

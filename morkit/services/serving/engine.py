@@ -7,25 +7,45 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
+from morkit.question_pool.embed import embedder_memory
 from morkit.question_pool.pool import QuestionPool
+from morkit.reward_models.catalog import REWARD_MODELS, relative_scores
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
 from morkit.selection.base import Choice, Neighbours
 from morkit.selection.methods import SelectOptions
 from morkit.selection.selector import Ranking, Selection
+from morkit.runtime.symbolic import SymbolicWorker
 from morkit.services.routing import Routing, make_selector, runnable_rms
-from morkit.services.serving.classify import Standalone, standalone_reward
 from morkit.services.serving.protocol import group_responses, reward_reply
 
 log = logging.getLogger(__name__)
 
 Job = tuple[Query, ...]
+FILL_PART = 256
+"""Candidates scored between two checks of the jobs' deadlines (a query is never split; a model still batches
+its own way within a part)."""
+
+
+def _parts(rows: Iterable[int], queries: Sequence[Query | None]) -> Iterator[list[int]]:
+    """`rows` in order, cut into runs of about FILL_PART candidates (at least one query each)."""
+    part: list[int] = []
+    size = 0
+    for i in rows:
+        if part and size + len(queries[i].candidates) > FILL_PART:  # type: ignore[union-attr]
+            yield part
+            part, size = [], 0
+        part.append(i)
+        size += len(queries[i].candidates)  # type: ignore[union-attr]
+    if part:
+        yield part
 
 
 class FixedEnsemble:
@@ -82,17 +102,23 @@ class RoutingEngine:
         runnable = runnable_rms(pool) if select.allow_run else []
         names = [n for n in runnable if not self.fixed or n in self.fixed]
         self.session = PlacedSession(replace(scoring, progress=False), handles or {}, keep_all=True)
+        self.symbolic = SymbolicWorker()  # no process until it is started
         try:
-            self.session.check_fit(names)  # before the embedder or any RM loads
+            beside = {} if embedder is not None else {f"embedder {pool.embedder}": embedder_memory(pool.embedder)}
+            self.session.check_fit(names, beside)  # before the embedder or any RM loads
             selector = make_selector(pool, select, scoring.device, embedder)
             selector.embedder  # loaded now: a server is ready before its first request
             if fixed is not None:
                 selector.use(fixed, fixed.name)
             self.models = self.session.keep_resident(names)  # each built once, resident for the engine's life
+            if any(relative_scores(n) for n in names):  # a rule comparing answers (math-consensus): ready it now
+                self.symbolic.start(wait_s=60.0)
         except BaseException:
             self.session.close()
+            self.symbolic.close()
             raise
         self.routing = Routing(selector, self.session)
+        self._kinds: dict[str, bool] = {}
 
     @property
     def selector(self) -> Any:
@@ -113,68 +139,128 @@ class RoutingEngine:
 
     # ------------------------------------------------------------------------------------------ batches
     def run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
-        """Rankings for every job of a micro-batch, or the exception that failed that job alone. Math answers
-        are compared symbolically with at most SERVER_SYMBOLIC_CLASSES classes each (the server and the TRL
-        reward alike), within any deadline the caller set (`core.budget`)."""
+        """Rankings for every job of a micro-batch, or the exception that failed that job alone; a job is dropped at
+        its own deadline (`core.budget` parts) in every phase while the others go on. Math answers are compared
+        symbolically within the SERVER_SYMBOLIC_* bounds of `core.grading`, in a process that can be ended (the
+        server and the TRL reward alike)."""
         from morkit.core import budget
-        from morkit.core.grading import SERVER_SYMBOLIC_CLASSES
 
-        with budget.work_bounded(budget.current().deadline, SERVER_SYMBOLIC_CLASSES):
-            return self._run(jobs)
+        bound = budget.current()
+        deadlines = bound.parts if len(bound.parts) == len(jobs) else (bound.deadline,) * len(jobs)
+        return self._run(jobs, tuple(deadlines))
 
-    def _run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
+    def _run(self, jobs: Sequence[Job], deadlines: tuple[float | None, ...]) -> list[list[Ranking] | Exception]:
+        from morkit.core.budget import DeadlinePassed, passed
+
         flat = [(j, q) for j, job in enumerate(jobs) for q in job]
         failed: dict[int, Exception] = {}
-        selections: list[Selection | None] = [None] * len(flat)
+
+        def live(j: int) -> bool:
+            """Whether job j is still wanted; one whose deadline has passed fails now (its caller has gone)."""
+            if j in failed:
+                return False
+            if passed(deadlines[j]):
+                failed[j] = DeadlinePassed("the request ran past its deadline (--timeout) in the engine")
+                return False
+            return True
+
+        vectors: dict[str, Any] = {}
         try:  # one question per call: a padded batch would round a query's vector by its batch-mates
-            vectors = [self.selector.embedder.encode([q.question]) for _, q in flat]
+            for j, query in flat:
+                if live(j) and query.question not in vectors:
+                    vectors[query.question] = self.selector.embedder.encode([query.question])
         except Exception as exc:  # noqa: BLE001 - nothing can be routed without embeddings
-            return [exc] * len(jobs)
+            return [failed.get(j, exc) for j in range(len(jobs))]
+        selections: list[Selection | None] = [None] * len(flat)
         for i, (j, query) in enumerate(flat):
-            if j not in failed:
+            if live(j):
                 try:
-                    selections[i] = self.routing.select([query], vectors=vectors[i])[0]
+                    selections[i] = self.routing.select([query], vectors=vectors[query.question])[0]
                 except Exception as exc:  # noqa: BLE001 - fails this job only
                     failed[j] = exc
-        live = [i for i, (j, _) in enumerate(flat) if j not in failed]
-        scored = self._fill([flat[i][1] for i in live], [selections[i] for i in live],
-                            [flat[i][0] for i in live], failed)
+        rows = [i for i, (j, _) in enumerate(flat) if live(j)]
+        scored = self._fill([flat[i][1] for i in rows], [selections[i] for i in rows], [flat[i][0] for i in rows],
+                            deadlines, live, failed)
         out: dict[int, list[Ranking]] = defaultdict(list)
-        for i, query in zip(live, scored):
+        for i, query in zip(rows, scored):
             j = flat[i][0]
-            if j in failed or query is None:
+            if query is None or not live(j):
                 continue
             try:
-                out[j].append(self._alone(query, selections[i]) if isinstance(jobs[j], Standalone)
-                              else self.routing.rank(query, selections[i]))
+                out[j].append(self.routing.rank(query, selections[i]))
             except Exception as exc:  # noqa: BLE001
                 failed[j] = exc
         return [failed[j] if j in failed else out[j] for j in range(len(jobs))]
 
-    def _alone(self, query: Query, selection: Selection) -> Ranking:
-        """A Standalone job's query: its one response's reward under the pool's standardisation (/classify)."""
-        return Ranking(selection, (standalone_reward(self.pool, query, selection.choice),), 0, (0,))
-
     def _fill(self, queries: list[Query], selections: list[Any], owners: list[int],
+              deadlines: tuple[float | None, ...], live: Callable[[int], bool],
               failed: dict[int, Exception]) -> list[Query | None]:
-        """Queries with their chosen members' scores filled; on a failure, retried job by job to isolate it."""
-        try:
-            return self.routing.fill(queries, selections)
-        except Exception as exc:  # noqa: BLE001 - find the job(s) at fault
-            if len(set(owners)) <= 1:
-                failed.update((o, exc) for o in owners)
-                return [None] * len(queries)
-        out: list[Query | None] = [None] * len(queries)
-        for job in dict.fromkeys(owners):
-            rows = [i for i, o in enumerate(owners) if o == job]
-            try:
-                done = self.routing.fill([queries[i] for i in rows], [selections[i] for i in rows])
-            except Exception as exc:  # noqa: BLE001
-                failed[job] = exc
+        """Queries with their chosen members' scores filled, in parts of about FILL_PART candidates with every
+        job's deadline checked between them. Members scored by pairs run across jobs (one batch for a model);
+        members scored query by query (math-consensus, code-tests) run job by job, each job within its own
+        deadline and symbolic budget. A failure fails its job alone (found by retrying job by job)."""
+        from morkit.core.budget import SymbolicBudget
+        from morkit.core.grading import SERVER_SYMBOLIC_PAIR_S, SERVER_SYMBOLIC_QUERY_S
+
+        members = [tuple(s.choice.ensemble.members) for s in selections]
+        by_query = [tuple(m for m in ms if self._per_query(m)) for ms in members]
+        by_pairs = [tuple(m for m in ms if not self._per_query(m)) for ms in members]
+        out: list[Query | None] = list(queries)
+        for part in _parts(range(len(queries)), queries):
+            self._fill_part(out, [i for i in part if live(owners[i])], by_pairs, owners, deadlines, failed, None)
+        jobs: dict[int, list[int]] = defaultdict(list)
+        for i, job in enumerate(owners):
+            jobs[job].append(i)
+        for job, rows in jobs.items():
+            if not any(by_query[i] for i in rows):
                 continue
-            for i, query in zip(rows, done):
-                out[i] = query
-        return out
+            total = SERVER_SYMBOLIC_QUERY_S * sum(bool(by_query[i]) for i in rows)
+            if deadlines[job] is not None:
+                total = min(total, (deadlines[job] - time.monotonic()) / 2)
+            symbolic = SymbolicBudget(self.symbolic.compare, SERVER_SYMBOLIC_PAIR_S, total)
+            for part in _parts(rows, queries):
+                if not live(job):
+                    break
+                self._fill_part(out, part, by_query, owners, deadlines, failed, symbolic)
+        return [None if owners[i] in failed else query for i, query in enumerate(out)]
+
+    def _fill_part(self, out: list[Query | None], part: list[int], wanted: list[tuple[str, ...]], owners: list[int],
+                   deadlines: tuple[float | None, ...], failed: dict[int, Exception], symbolic: Any) -> None:
+        """Fill `wanted` in the queries `part` of `out` under the latest deadline of their jobs; on a failure,
+        retried job by job to isolate it (past every deadline: all of them fail)."""
+        from morkit.core import budget
+        from morkit.core.grading import SERVER_SYMBOLIC_CLASSES
+
+        part = [i for i in part if owners[i] not in failed and out[i] is not None]
+        if not any(wanted[i] for i in part):
+            return
+        jobs = list(dict.fromkeys(owners[i] for i in part))
+        try:
+            with budget.work_bounded(budget.latest(deadlines[j] for j in jobs), SERVER_SYMBOLIC_CLASSES,
+                                     symbolic=symbolic):
+                done = self.session.fill([out[i] for i in part], [wanted[i] for i in part])
+        except budget.DeadlinePassed as exc:  # the latest of them has passed, so all have
+            failed.update((j, exc) for j in jobs)
+            return
+        except Exception as exc:  # noqa: BLE001 - find the job(s) at fault
+            if len(jobs) == 1:
+                failed[jobs[0]] = exc
+                return
+            for job in jobs:
+                self._fill_part(out, [i for i in part if owners[i] == job], wanted, owners, deadlines, failed,
+                                symbolic)
+            return
+        for i, query in zip(part, done):
+            out[i] = query
+
+    def _per_query(self, name: str) -> bool:
+        """Whether pool RM `name` scores a query at a time (a rule that reads the whole query), not pairs."""
+        if name not in self._kinds:
+            try:
+                self._kinds[name] = name in REWARD_MODELS and hasattr(self.session.get(name), "score_query")
+            except Exception:  # noqa: BLE001 - an RM that cannot be built fails where it is scored, as before
+                self._kinds[name] = False
+        return self._kinds[name]
 
     # ---------------------------------------------------------------------------------------- in process
     def rank(self, queries: Sequence[Query]) -> list[Ranking]:
@@ -192,5 +278,6 @@ class RoutingEngine:
         return reward_reply(job, [r.scores for r in rankings])
 
     def close(self) -> None:
-        """Release the resident RMs and the score cache."""
+        """Release the resident RMs, the score cache and the symbolic comparison process."""
         self.session.close()
+        self.symbolic.close()

@@ -243,6 +243,21 @@ def test_a_pool_that_does_not_fit_is_refused_at_start_up(hash_pool, tmp_path, mo
         s.bind(("127.0.0.1", port))
 
 
+def test_the_pools_embedder_counts_in_the_fit_check(hash_pool, monkeypatch):
+    from morkit.question_pool.embed import DEFAULT_EMBEDDER, embedder_memory
+    from morkit.reward_models import memory
+    from morkit.reward_models.handles import RMHandle
+
+    monkeypatch.setitem(hash_pool.meta["embedder"], "name", DEFAULT_EMBEDDER)  # the packaged MiniLM, 90 MB
+    need = embedder_memory(DEFAULT_EMBEDDER)
+    assert need.weights > 80e6 and need.activations > 0
+    monkeypatch.setattr(RMHandle, "memory_need", lambda self: MemoryNeed(GIB, 0))
+    alone = MemoryNeed(GIB, 0).per_device
+    monkeypatch.setattr(memory, "devices_free", lambda device, spread: [alone + need.weights // 2])
+    with pytest.raises(UnavailableError, match="'math-consensus \\+ embedder all-MiniLM-L6-v2' does not fit"):
+        RoutingEngine(hash_pool, SelectOptions(method="pres"), ScoringOptions(device="cpu"))
+
+
 def test_trl_reward_in_process_and_through_the_server_agree(engine, math_queries):
     from morkit.integrations.trl import RoutedReward, routed_reward
 

@@ -65,7 +65,7 @@ def test_split_chat_reads_each_template_family():
     assert split_chat("[INST] What is 2+3? [/INST] It is 5.</s>") == ("What is 2+3?", "It is 5.", "mistral")
     with pytest.raises(InputError, match="no chat template recognised.*chatml, llama3, gemma"):
         split_chat("What is 2+3? It is 5.")
-    with pytest.raises(InputError, match="must end with a user turn and the assistant's answer"):
+    with pytest.raises(InputError, match="must hold a user turn and the assistant's answer"):
         split_chat("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -88,13 +88,13 @@ def test_split_chat_reads_the_family_that_opens_the_text_and_refuses_a_mistral_t
     assert split_chat("[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nWhat is 2+3? [/INST] 5</s>") == (
         "What is 2+3?", "5", "mistral")
     assert split_chat("[INST] a [/INST] b</s>[INST] What is 2+3? [/INST] It is 5.</s>")[:2] == (
-        "What is 2+3?", "It is 5.")
+        "a", "b</s>[INST] What is 2+3? [/INST] It is 5.")  # one exchange: later turns are the answer's text
     for no_answer in ("[INST] What is 2+3? [/INST]", "[INST] What is 2+3? [/INST] </s>"):
-        with pytest.raises(InputError, match="a mistral chat text must end with a user turn and the assistant"):
+        with pytest.raises(InputError, match="a mistral chat text must hold a user turn and the assistant"):
             split_chat(no_answer)
 
 
-def test_turn_tokens_a_policy_wrote_stay_in_its_answer_and_a_generation_prompt_is_refused():
+def test_turn_tokens_a_policy_wrote_stay_in_its_answer():
     # verl renders prompt + response; a response holding its template's turn tokens must not stop training
     assert split_chat("[INST] What is 2+3? [/INST] 5</s>[INST] and 3+4?") == (
         "What is 2+3?", "5</s>[INST] and 3+4?", "mistral")
@@ -102,9 +102,8 @@ def test_turn_tokens_a_policy_wrote_stay_in_its_answer_and_a_generation_prompt_i
              "and 3+4?<|im_end|>\n")
     assert split_chat(wrote) == ("What is 2+3?", "5<|im_end|>\n<|im_start|>user\nand 3+4?", "chatml")
     history = ("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
-               "<|im_start|>assistant\n")
-    with pytest.raises(InputError, match="a chatml chat text must end with a user turn and the assistant"):
-        split_chat(history)  # a generation prompt after a history: no answer to score, not an earlier turn's
+               "<|im_start|>assistant\n")  # the same text as an answer that wrote a turn and a generation prompt
+    assert split_chat(history)[:2] == ("q", "a<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant")
 
 
 def test_the_reply_is_vllms_classification_response_field_for_field():
@@ -171,14 +170,6 @@ def test_a_reward_is_the_same_alone_in_a_batch_and_under_concurrency(probe_engin
     assert [a["data"][0]["probs"][0] for a in alone] == pytest.approx(rewards, abs=1e-6)
     assert [c["data"][0]["probs"][0] for c in concurrent] == pytest.approx(rewards, abs=1e-6)
     assert len({round(r, 6) for r in rewards}) > 2  # answers differ, so do rewards: not a per-request constant
-
-
-@pytest.mark.slow
-def test_with_pool_standardised_picks_a_lone_response_scores_as_get_reward_scores_it(probe_engine, math_queries):
-    question, answer = pairs(math_queries)[1]
-    got = probe_engine.run([_standalone(question, answer)])[0][0]
-    assert got.selection.choice.transform == "pool-zscore"  # PRES: no sibling enters /get_reward's score either
-    assert got.scores[0] == pytest.approx(probe_engine.rewards([question], [answer])["rewards"][0], abs=1e-9)
 
 
 @pytest.mark.slow
