@@ -169,7 +169,7 @@ def relative_scores(name: str) -> bool:
         return False
     try:
         return bool(getattr(REWARD_MODELS.load(name), "relative_scores", False))
-    except ImportError:  # its code cannot be imported here, so it cannot run here either
+    except Exception:  # noqa: BLE001 - its code cannot be imported here, so it cannot run here either
         return False
 
 
