@@ -346,9 +346,3 @@ def program_text(text: str | None, defines: str | None = None) -> str | None:
         if picked:
             return picked[-1]
     return text
-    blocks = _FENCE.findall(text)
-    for picked in ([code for _, code in blocks if _DEFINES.search(code)], [code for tag, code in blocks if tag],
-                   [code for _, code in blocks]):
-        if picked:
-            return picked[-1]
-    return text
