@@ -47,7 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, help="ACS steps at most (default: morkit's, the paper's 8; 0: no limit)")
     p.add_argument("--seed", type=int, default=0, help="the aggregator's sampling seed (reruns give the same text)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
-    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, "
+                   "else data/ in morkit's cache folder, which `morkit data fetch NAME` fills)")
     p.add_argument("--work", default=str(Path.home() / ".cache" / "morkit" / "bench-acs"),
                    help="where the pool and the generated answers are kept between runs")
     return p.parse_args()

@@ -227,6 +227,7 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
     from morkit.llm.agents import AgentAnswer, AgentsConfig, AgentSpec
     from morkit.question_pool.graders import grader_name
     from morkit.reward_models.catalog import REWARD_MODELS, load_rm
+    from morkit.reward_models.options import ScoringOptions
     from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup
     from morkit.search.voting import VoteAggregator
     from morkit.selection.selector import Selector
@@ -237,7 +238,7 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
     started = time.perf_counter()
     work = []
     for pool_part, part in data.folds:
-        pool = build_pool(pool_part, list(data.rms))
+        pool = build_pool(pool_part, list(data.rms), options=ScoringOptions(cache=None))  # timed: no embedding cache
         work += [(q, pool, selection) for q, selection in zip(part, Selector(pool, args.selection, k=args.k)
                                                                .select_many(part))]
     select_seconds = time.perf_counter() - started
@@ -382,7 +383,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, help="ACS steps at most (default: morkit's, the paper's 8; 0: no limit)")
     p.add_argument("--bootstrap", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, "
+                   "else data/ in morkit's cache folder, which `morkit data fetch NAME` fills)")
     p.add_argument("--cache", help="score cache (default morkit's, ~/.cache/morkit/scores.sqlite)")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args()

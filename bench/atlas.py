@@ -33,7 +33,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=3, help="GSM8K test questions")
     p.add_argument("--start", type=int, default=1100, help="first GSM8K test line (0-based)")
-    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, "
+                   "else data/ in morkit's cache folder, which `morkit data fetch NAME` fills)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
     p.add_argument("--max-explores", type=int, default=3)
     p.add_argument("--solver-tokens", type=int, default=96, help="a solver's new tokens")

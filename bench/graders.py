@@ -13,9 +13,7 @@ Prints per data set: candidates compared, agreement, undecided (no stated answer
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 
 def agreement(dataset: str, grader: str, per_query: int | None = None, **options) -> tuple[int, int, int, float]:
@@ -23,8 +21,7 @@ def agreement(dataset: str, grader: str, per_query: int | None = None, **options
     from morkit.data.datasets import load_spec
     from morkit.question_pool.graders import GRADERS
 
-    data_dir = os.environ.get("MORKIT_DATA_DIR") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
-    queries = load_spec(dataset, data_dir)
+    queries = load_spec(dataset)  # the data folder: $MORKIT_DATA_DIR, else morkit's (`morkit data fetch`)
     grade = GRADERS.load(grader)(**options).grade
     agree = compared = undecided = 0
     start = time.perf_counter()
@@ -63,10 +60,9 @@ def ifeval_agreement() -> tuple[dict[str, float], dict[str, int], int, int, list
     from morkit.data.datasets import load_spec
     from morkit.question_pool.ifeval import checkers, ifeval_scores, instruction_results
 
-    data_dir = os.environ.get("MORKIT_DATA_DIR") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
     start = time.perf_counter()
     checkers()
-    queries = load_spec("ifeval_gpt4", data_dir)
+    queries = load_spec("ifeval_gpt4")
     results = [instruction_results(q, [q.candidates[0].text])[0] for q in queries]
     scores = {k: 100 * v for k, v in ifeval_scores(results).items()}
     flat = [r for prompt in results for r in prompt]

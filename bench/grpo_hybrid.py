@@ -79,7 +79,8 @@ def step_report(step: int, seconds: float, parts, advantages, first_problem: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=os.environ.get("MORKIT_DATA_DIR"))
+    parser.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, else data/ "
+                                           "in morkit's cache folder, which `morkit data fetch gsm8k` fills)")
     parser.add_argument("--start", type=int, default=0, help="first GSM8K test line")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--problems-per-step", type=int, default=1)
@@ -92,8 +93,6 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
-    if not args.data_dir:
-        parser.error("set --data-dir or MORKIT_DATA_DIR (the folder with gsm8k/test.jsonl)")
 
     import itertools
 
@@ -114,7 +113,9 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    problems = gsm8k_problems(Path(args.data_dir), args.start, args.steps * args.problems_per_step)
+    from morkit.core import settings
+
+    problems = gsm8k_problems(settings.data_dir(args.data_dir), args.start, args.steps * args.problems_per_step)
     rows = problem_blocks(tmas_rows(problems))
     if args.judge == "local":
         from morkit.llm.local import LocalLLM

@@ -62,7 +62,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=10, help="GSM8K questions for TMAS and ATLAS")
-    p.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, "
+                   "else data/ in morkit's cache folder, which `morkit data fetch NAME` fills)")
     p.add_argument("--stream-problems", type=int, default=2, help="GSM8K questions for StreamMA with the local model")
     p.add_argument("--start", type=int, default=1100, help="first GSM8K test line (0-based) to use")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")

@@ -484,7 +484,8 @@ def main() -> None:
     parser.add_argument("--full-at", type=int, nargs="*", default=[1000],
                         help="at these sizes also time PRR+best-of-n with the whole enumeration")
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding and index phases")
-    parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    parser.add_argument("--data-dir", help="folder of the public data sets (default: $MORKIT_DATA_DIR, "
+                        "else data/ in morkit's cache folder, which `morkit data fetch NAME` fills)")
     parser.add_argument("--embed-max", type=int, default=2000,
                         help="above this many questions embed only this many and scale the time (0: embed all)")
     parser.add_argument("--gsm8k-texts", action="store_true",

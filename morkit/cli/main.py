@@ -14,6 +14,7 @@ from typing import Sequence
 
 from morkit import __version__
 from morkit.cli import (
+    data,
     demo,
     generate,
     label,
@@ -28,7 +29,7 @@ from morkit.cli import (
 from morkit.cli.args import Parser
 from morkit.core.errors import MorkitError
 
-VERBS = (generate, label, score, pool, select, search, loop, pipeline, serve, demo)  # each adds its parsers, in the order --help lists them
+VERBS = (data, generate, label, score, pool, select, search, loop, pipeline, serve, demo)  # each adds its parsers, in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ from morkit.core.errors import InputError
 
 ENVIRONMENT = {
     "MORKIT_CACHE_DIR": "score cache and converted models (default $XDG_CACHE_HOME/morkit, else ~/.cache/morkit)",
-    "MORKIT_DATA_DIR": "folder of the public data sets that --dataset NAME reads (no default)",
+    "MORKIT_DATA_DIR": "folder of the public data sets that --dataset NAME reads and `morkit data fetch` writes "
+                       "(default: data/ in the cache folder, $MORKIT_CACHE_DIR/data)",
     "MORKIT_WEIGHTS_DIR": "reward-model weights as <org>/<name> folders (else the Hugging Face cache)",
     "MORKIT_DEVICE": "torch device for models: auto (cuda, mps, else cpu), cpu, cuda:1, ...",
     "MORKIT_DTYPE": "model dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16, float16",
@@ -38,13 +39,28 @@ def cache_dir() -> Path:
     return Path(base) / "morkit"
 
 
-def data_dir(explicit: str | os.PathLike | None = None) -> Path:
-    """The public data sets' folder: `explicit` (a --data-dir flag), else $MORKIT_DATA_DIR."""
+def default_data_dir() -> Path:
+    """Where `morkit data fetch` puts the public data sets when no folder is named: data/ in the cache folder."""
+    return cache_dir() / "data"
+
+
+def data_dir_path(explicit: str | os.PathLike | None = None) -> Path:
+    """The public data sets' folder, unchecked: `explicit` (a --data-dir flag), else $MORKIT_DATA_DIR, else
+    `default_data_dir()`."""
     chosen = explicit or os.environ.get("MORKIT_DATA_DIR")
-    if not chosen:
-        raise InputError("no data folder: pass --data-dir DIR or set MORKIT_DATA_DIR")
-    path = Path(chosen).expanduser()
-    if not path.is_dir():
+    return Path(chosen).expanduser() if chosen else default_data_dir()
+
+
+def data_dir(explicit: str | os.PathLike | None = None, *, create: bool = False) -> Path:
+    """The public data sets' folder (`data_dir_path`): a named one must exist unless `create` (then it is made);
+    the default may be absent (its data sets are then reported missing, with the command that fetches them)."""
+    path = data_dir_path(explicit)
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot make the data folder: {exc.strerror or exc}", path=str(path)) from exc
+    elif (explicit or os.environ.get("MORKIT_DATA_DIR")) and not path.is_dir():
         raise InputError("data folder not found", path=str(path))
     return path
 

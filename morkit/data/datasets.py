@@ -240,10 +240,15 @@ DATASETS = Registry("data set", [
 
 
 def load_spec(spec: str, data_dir: str | os.PathLike | None = None) -> list[Query]:
-    """Queries of one registered data set named 'NAME' or 'NAME:N' (its first N questions)."""
+    """Queries of one registered data set named 'NAME' or 'NAME:N' (its first N questions); a data set whose files
+    are not in the data folder is an error giving the command that fetches them (morkit.data.sources)."""
+    from morkit.data.sources import require_files
+
     name, colon, count = spec.partition(":")
     loader = DATASETS.load(name)
     if colon and not (count.isdigit() and int(count) > 0):
         raise InputError(f"data set spec {spec!r}: N in NAME:N must be a whole number >= 1")
-    loaded = loader(settings.data_dir(data_dir))
+    folder = settings.data_dir_path(data_dir)  # a folder not there yet: its files are missing, with the command
+    require_files(name, folder, data_dir)
+    loaded = loader(folder)
     return loaded[: int(count)] if count else loaded
