@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-fast docs docs-serve demo bench clean
+.PHONY: install test test-fast docs docs-serve demo bench wheel-check clean
 
 install: $(STAMP)
 
@@ -56,6 +56,11 @@ docs-serve: install $(DOCS_STAMP)
 
 demo: install
 	$(BIN)/morkit demo
+
+# The wheel outside the checkout: built with .venv's pip, installed ($(TORCH) first) into a fresh venv in a temporary
+# folder, where `morkit --help`, `morkit rms` and `morkit demo --no-live` must run. CI runs it after test and docs.
+wheel-check: install
+	TORCH=$(TORCH) PYTHON=$(PYTHON) bash scripts/check_wheel.sh
 
 bench: install
 	$(BIN)/python bench/score_throughput.py

