@@ -63,6 +63,7 @@ def run_demo(options: DemoOptions = DemoOptions()) -> int:
 
 def routing_demo(options: DemoOptions) -> None:
     from morkit.reward_models.options import ScoringOptions
+    from morkit.selection.chooser import method_summary
     from morkit.services.pools import build_pool
     from morkit.services.routing import make_selector
 
@@ -78,14 +79,15 @@ def routing_demo(options: DemoOptions) -> None:
     singles = pool.ensemble_table()[: len(pool.rm_names)]
     best = max(singles, key=lambda r: r["best_of_n"])["ensemble"].members[0]
     selector = make_selector(pool, device=options.device)
-    rankings = [selector.rank_selected(q, s) for q, s in zip(held, selector.select_many(held))]
+    selections = selector.select_many(held)
+    rankings = [selector.rank_selected(q, s) for q, s in zip(held, selections)]
     morkit_hits = [best_of_n_hit(r.scores, _labels(q)) for q, r in zip(held, rankings)]
     single_hits = [best_of_n_hit(_member_scores(q, best), _labels(q)) for q in held]
     oracle_hits = [max(best_of_n_hit(_member_scores(q, n), _labels(q)) for n in pool.rm_names) for q in held]
     ensemble = rankings[0].selection.choice.ensemble
     top = sorted(zip(ensemble.members, ensemble.weights), key=lambda mw: -abs(mw[1]))[:4]
     print(f"Pool: {len(pool)} problems, {len(pool.ensembles)} ensembles. Held out: {len(held)} problems.\n"
-          f"Best single RM on the pool: {best}. morkit's selection ({selector.method_name}) weighs every RM; "
+          f"Best single RM on the pool: {best}. morkit's selection ({method_summary(selections)}) weighs every RM; "
           f"largest weights: {', '.join(f'{m} {w:+.2f}' for m, w in top)}.", file=out)
     shown = [i for i, (a, b) in enumerate(zip(morkit_hits, single_hits)) if a != b][: options.examples]
     for i in shown:

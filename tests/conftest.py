@@ -3,7 +3,10 @@ The fakes themselves live in tests/fakes/; this file only hands them out as fixt
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,18 @@ from fakes.embedder import HashEmbedder
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# morkit caches scores (and embeddings beside them) by default, in $MORKIT_CACHE_DIR: the suite sets it to a folder
+# of its own for the session (each test then gets its own, below), so no test reads or writes the user's cache.
+# Only the converted model checkpoints of the real cache folder are shared, through a link (they are slow to make).
+from morkit.core.settings import cache_dir  # noqa: E402 (reads the environment when called: nothing at import)
+
+REAL_MODELS = cache_dir() / "models"
+SESSION_CACHE = Path(tempfile.mkdtemp(prefix="morkit-test-cache-"))
+atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
+REAL_MODELS.mkdir(parents=True, exist_ok=True)
+(SESSION_CACHE / "models").symlink_to(REAL_MODELS, target_is_directory=True)
+os.environ["MORKIT_CACHE_DIR"] = str(SESSION_CACHE)
 
 # The public data sets: $MORKIT_DATA_DIR, else the shared/ folder beside this checkout (the project's layout).
 DATA_DIR = Path(os.environ.get("MORKIT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
@@ -29,14 +44,9 @@ def data_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _isolated_score_cache(tmp_path, monkeypatch):
     """Keep score caches per test, but share the converted model checkpoint (it is slow to make)."""
-    from morkit.runtime import assets
-
-    real = assets.cache_dir()
     monkeypatch.setenv("MORKIT_CACHE_DIR", str(tmp_path / "morkit-cache"))
     (tmp_path / "morkit-cache").mkdir()
-    models = real / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "morkit-cache" / "models").symlink_to(models, target_is_directory=True)
+    (tmp_path / "morkit-cache" / "models").symlink_to(REAL_MODELS, target_is_directory=True)
 
 
 @pytest.fixture(scope="session")

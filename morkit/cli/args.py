@@ -161,13 +161,13 @@ def output_dir(path: str, flag: str = "-o/--output") -> None:
 def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     """The scoring flags as ScoringOptions; a --cache that cannot hold the score cache is an error naming it."""
     from morkit.reward_models.cache import cache_problem
-    from morkit.services.scoring import default_cache_path
+    from morkit.reward_models.options import DEFAULT_CACHE
 
     if args.cache and not args.no_cache:
         problem = cache_problem(args.cache)
         if problem:
             raise InputError(f"--cache {args.cache}: {problem}")
-    cache = None if args.no_cache else (args.cache or default_cache_path())
+    cache = None if args.no_cache else (args.cache or DEFAULT_CACHE)  # resolved when it opens, as in Python
     return ScoringOptions.from_flags(
         device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens, truncation=args.truncation,
         reduction=getattr(args, "reduction", "min"), chunk=args.chunk, cache=cache, progress=not args.quiet,
@@ -182,7 +182,7 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--dataset", action="append", metavar="NAME[:N]", default=[],
                    help="a registered data set (its first N questions), repeatable: " + ", ".join(DATASETS.names()))
-    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR)")
+    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR, else the cache's data/)")
 
 
 def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> None:

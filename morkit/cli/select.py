@@ -23,6 +23,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
     from morkit.question_pool.pool import load_pool
+    from morkit.selection.chooser import method_summary
     from morkit.services.routing import select
 
     started = time.perf_counter()
@@ -30,8 +31,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     queries = load_queries(args.input)
     selections = select(queries, load_pool(args.pool), select_options(args), device=args.device)
     write_jsonl(args.output, (s.to_json() for s in selections))
-    print(f"selected ensembles for {len(queries)} queries ({args.selection}) in {time.perf_counter() - started:.1f}s "
-          f"-> {args.output}", file=sys.stderr)
+    print(f"selected ensembles for {len(queries)} queries ({method_summary(selections)}) in "
+          f"{time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -39,6 +40,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
     from morkit.question_pool.pool import load_pool
+    from morkit.selection.chooser import method_summary
     from morkit.services.routing import rank
 
     started = time.perf_counter()
@@ -48,8 +50,9 @@ def cmd_rank(args: argparse.Namespace) -> int:
     rankings = rank(queries, load_pool(args.pool), select_options(args), options)
     write_jsonl(args.output, (r.to_json() for r in rankings))
     abstained = f"; {sum(bool(r.abstain) for r in rankings)} marked abstain" if args.abstain_below is not None else ""
-    print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries ({args.selection}) "
-          f"in {time.perf_counter() - started:.1f}s{abstained} -> {args.output}", file=sys.stderr)
+    print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries "
+          f"({method_summary(r.selection for r in rankings)}) in {time.perf_counter() - started:.1f}s{abstained} "
+          f"-> {args.output}", file=sys.stderr)
     return 0
 
 

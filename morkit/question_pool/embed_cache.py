@@ -53,7 +53,7 @@ class EmbeddingCache:
     is an InputError naming it; so is a file found damaged while it is read."""
 
     def __init__(self, path: str | Path):
-        from morkit.reward_models.cache import cache_problem
+        from morkit.reward_models.cache import LOCK_WAIT_S, cache_problem, use_wal
 
         self.path = Path(path)
         problem = cache_problem(self.path)
@@ -61,11 +61,11 @@ class EmbeddingCache:
             raise InputError(problem.replace("score cache", "embedding cache"), path=str(self.path))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=30)
+            self._db = sqlite3.connect(str(self.path), timeout=LOCK_WAIT_S)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"cannot open the embedding cache: {exc}", path=str(self.path)) from exc
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._db)
             self._db.execute("CREATE TABLE IF NOT EXISTS vectors (embedder TEXT NOT NULL, text TEXT NOT NULL, "
                              "vector BLOB NOT NULL, PRIMARY KEY (embedder, text)) WITHOUT ROWID")
             self._db.commit()

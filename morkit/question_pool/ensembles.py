@@ -139,40 +139,35 @@ def member_slots(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (weight 0, RM 0 past an ensemble's last member), from W (R, E)."""
     weights = np.asarray(weights, dtype=np.float64)
     used = weights != 0
-    width = max(1, int(used.sum(axis=0).max(initial=0)))
+    per = used.sum(axis=0)
+    width = max(1, int(per.max(initial=0)))
+    columns, rows = np.nonzero(used.T)  # by ensemble, each one's RMs in row order
+    slot = np.arange(len(columns)) - np.repeat(np.cumsum(per) - per, per)  # the k of each (RM, ensemble)
     members = np.zeros((width, weights.shape[1]), dtype=np.int64)
     member_weights = np.zeros((width, weights.shape[1]))
-    for e in range(weights.shape[1]):
-        rows = np.flatnonzero(used[:, e])
-        members[: len(rows), e] = rows
-        member_weights[: len(rows), e] = weights[rows, e]
+    members[slot, columns] = rows
+    member_weights[slot, columns] = weights[rows, columns]
     return members, member_weights
 
 
 def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Ensemble scores (..., E) from normalised member scores (..., R) and W (R, E), members added term by term.
 
-    Each term is a matrix product with one non-zero weight per column (rounds exactly as w * x), so a tie stays
-    a tie; a NaN member score makes exactly the ensembles that use it NaN."""
+    Each term is one member's score gathered and times its weight (rounds exactly as w * x), so a tie stays a
+    tie; a NaN member score makes exactly the ensembles that use it NaN."""
     normalised = np.asarray(normalised, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
     members, member_weights = member_slots(weights)
-    width, columns = len(members), np.arange(weights.shape[1])
-    slots = np.zeros((width,) + weights.shape)  # slots[k][r, e]: the weight of e's k-th member, if it is r
-    for k in range(width):
-        slots[k][members[k], columns] = member_weights[k]
     present = ~np.isnan(normalised)
     filled = np.where(present, normalised, 0.0)
-    flat = filled.reshape(-1, weights.shape[0])
     shape = normalised.shape[:-1] + (weights.shape[1],)
-    if np.isfinite(flat).all():
-        out = np.zeros(shape)
-        for k in range(width):
-            out += (flat @ slots[k]).reshape(shape)
-    else:  # an infinity times another member's zero weight would be NaN: add the terms one gather at a time
-        out = np.zeros(shape)
-        for k in range(width):
-            out += member_weights[k] * filled[..., members[k]]
+    out = np.take(filled, members[0], axis=-1)  # in place from here: no (..., E) temporary per term
+    out *= member_weights[0]
+    term = np.empty_like(out)
+    for k in range(1, len(members)):
+        np.take(filled, members[k], axis=-1, out=term)
+        term *= member_weights[k]
+        out += term
     if not present.all():
         lacking = (~present).reshape(-1, weights.shape[0]).astype(np.float32) @ (weights != 0).astype(np.float32)
         out[lacking.reshape(shape) > 0] = np.nan

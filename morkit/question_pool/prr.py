@@ -28,24 +28,38 @@ def best_of_n_hit(scores: np.ndarray, correct: np.ndarray) -> float:
 
 
 def prr_matrix(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """(Q, E) PRR from scores (Q, N, E) and correct, valid (Q, N): a strict Mann-Whitney U, one comparison per slot.
+    """(Q, E) PRR from scores (Q, N, E) and correct, valid (Q, N): a strict Mann-Whitney U, each (right, wrong)
+    pair compared once.
 
     NaN where a question has no mixed pair or a valid candidate (not padding) lacks a score.
     """
     scores = np.asarray(scores, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
     valid = np.asarray(valid, dtype=bool)
-    good = correct & valid
-    bad = (~correct & valid)[:, :, None]
-    missing = (np.isnan(scores) & valid[:, :, None]).any(axis=1)
+    good, bad = correct & valid, ~correct & valid
+    n_good, n_bad = good.sum(axis=1), bad.sum(axis=1)
+    # Each question is counted from its smaller side (the pivots): one pass per pivot rank, not one per slot, so a
+    # question with one right answer costs one pass. Counted from its wrong answers, "a right answer above the
+    # pivot" is "below it" once the question's scores are negated (exact); NaN compares false either way.
+    by_good = n_good <= n_bad
+    pivots = np.where(by_good[:, None], good, bad)
+    others = np.where(by_good[:, None], bad, good)[:, :, None]
+    signed = scores if by_good.all() else scores * np.where(by_good, 1.0, -1.0)[:, None, None]
+    order = np.argsort(~pivots, axis=1, kind="stable")  # each question's pivot slots first
+    rows = np.arange(len(scores))
+    count_type = np.uint8 if scores.shape[1] < 256 else np.int64  # a count of other answers fits
     wins = np.zeros((scores.shape[0], scores.shape[2]), dtype=np.int64)
-    for slot in np.flatnonzero(good.any(axis=0)):
-        below = ((scores < scores[:, slot : slot + 1, :]) & bad).sum(axis=1)  # NaN compares false
-        wins += np.where(good[:, slot, None], below, 0)
-    pairs = good.sum(axis=1, keepdims=True) * bad.sum(axis=1)  # (Q, 1)
+    for rank in range(int(np.minimum(n_good, n_bad).max(initial=0))):
+        slot = order[:, rank]
+        below = signed < signed[rows, slot][:, None, :]
+        below &= others
+        wins += np.where(pivots[rows, slot][:, None], below.view(np.uint8).sum(axis=1, dtype=count_type), 0)
+    missing = np.isnan(scores)
+    missing &= valid[:, :, None]
+    pairs = (n_good * n_bad)[:, None]  # (Q, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = wins / pairs
-    out[(pairs == 0).repeat(out.shape[1], axis=1) | missing] = np.nan
+    out[(pairs == 0).repeat(out.shape[1], axis=1) | missing.any(axis=1)] = np.nan
     return out
 
 

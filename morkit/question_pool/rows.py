@@ -182,11 +182,11 @@ def added_counts(old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping
 
 def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Normalizer,
                         rm_names: Sequence[str], ensembles: Sequence[Ensemble], *, chunk: int | None = None,
-                        progress: bool = False, ids: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(PRR, best-of-n), each (Q, E) float32, from raw member scores; chunks keep temporaries near 4M values.
-
-    A score that overflows when normalised or combined is an InputError naming the question (by `ids`, else
-    row) and the RM or ensemble."""
+                        progress: bool = False, ids: Sequence[str] | None = None, best_of_n: bool = True
+                        ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(PRR, best-of-n), each (Q, E) float32, from raw member scores (`best_of_n=False`: None for the latter);
+    chunks keep temporaries near 4M values. A score that overflows when normalised or combined is an InputError
+    naming the question (by `ids`, else row) and the RM or ensemble."""
     from tqdm import tqdm
 
     def question(row: int) -> str:
@@ -195,7 +195,7 @@ def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarr
     chunk = chunk or max(1, 4_000_000 // max(1, scores.shape[1] * len(ensembles)))
     weights = weight_matrix(ensembles, rm_names)
     prr = np.empty((len(scores), len(ensembles)), dtype=np.float32)
-    top1 = np.empty_like(prr)
+    top1 = np.empty_like(prr) if best_of_n else None
     for start in tqdm(range(0, len(scores), chunk), desc="PRR", unit="chunk", disable=not progress, leave=False):
         part = slice(start, start + chunk)
         normalised = normalizer.apply(rm_names, np.asarray(scores[part]))  # per chunk: no copy of all the scores
@@ -214,7 +214,8 @@ def ensemble_statistics(scores: np.ndarray, correct: np.ndarray, valid: np.ndarr
             raise InputError(f"question {question(start + q)}: the scores of ensemble {ensembles[e].name} overflow "
                              "(its members' scores are too large to add up); rescale those RMs' scores")
         prr[part] = prr_matrix(combined, correct[part], valid[part])
-        top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
+        if top1 is not None:
+            top1[part] = best_of_n_matrix(combined, correct[part], valid[part])
     return prr, top1
 
 

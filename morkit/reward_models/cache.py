@@ -40,6 +40,26 @@ def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
     return then == now or (then.isdigit() and now.isdigit() and int(then) <= int(now))
 
 
+LOCK_WAIT_S = 30.0
+"""How long a cache waits for another process that holds its SQLite file."""
+
+
+def use_wal(db: sqlite3.Connection, wait_s: float = LOCK_WAIT_S) -> None:
+    """Put `db` in WAL mode (readers never block the writer), waiting up to `wait_s` while another process holds
+    the file: SQLite answers a journal-mode change on a busy file at once, without its busy timeout."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def cache_problem(path: str | os.PathLike) -> str | None:
     """Why `path` cannot hold a score cache (a directory, a file that is not SQLite, a file where a folder
     should be), or None; looks without creating anything."""
@@ -62,7 +82,15 @@ class ScoreCache:
     """Maps (rm key, question text, answer text) -> Score.
 
     A path that cannot hold the cache (see `cache_problem`), or a SQLite file whose `scores` table has
-    other columns, is an InputError naming it."""
+    other columns, is an InputError naming it.
+
+    Args:
+        path: The SQLite file; it and its parent folders are created when absent. Texts are stored as hashes.
+
+    Raises:
+        InputError: The path cannot hold a score cache, or the file is not a morkit score cache.
+        MorkitError: Another process kept the file locked for 30 s.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -72,11 +100,11 @@ class ScoreCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=LOCK_WAIT_S)
         except sqlite3.DatabaseError as exc:  # e.g. a folder without write permission
             raise InputError(f"cannot open the score cache: {exc}", path=str(self.path)) from exc
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._db)
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER,"
                 " fit TEXT, PRIMARY KEY (rm, q, a))"
@@ -100,7 +128,17 @@ class ScoreCache:
         self.misses = 0
 
     def get_many(self, rm: str, pairs: Sequence[tuple[str, str]], fit: str | None = None) -> list[Score | None]:
-        """The cached scores of `pairs` (None where absent, or made under a truncation that does not hold for `fit`)."""
+        """The cached scores of `pairs` (None where absent, or made under a truncation that does not hold for `fit`).
+
+        Args:
+            rm: The RM's cache key.
+            pairs: The (question, answer) texts to look up.
+            fit: The truncation the scores are wanted under (a `Truncation.signature`, `policy@limit`); None for
+                an RM that never cuts, which takes any cached score.
+
+        Returns:
+            One entry per pair, in order: its cached Score, or None.
+        """
         keys = [(text_hash(q), text_hash(a)) for q, a in pairs]
         found: dict[tuple[str, str], Score] = {}
         with self._lock:
@@ -121,7 +159,14 @@ class ScoreCache:
 
     def put_many(self, rm: str, pairs: Iterable[tuple[str, str]], scores: Iterable[Score],
                  fit: str | None = None) -> None:
-        """Store scores made under truncation `fit` (`policy@limit`; None for an RM that does not truncate)."""
+        """Store scores made under truncation `fit` (`policy@limit`; None for an RM that does not truncate).
+
+        Args:
+            rm: The RM's cache key.
+            pairs: The (question, answer) texts scored.
+            scores: Their scores, aligned with `pairs`; a pair already cached for `rm` is replaced.
+            fit: The truncation the scores were made under, or None.
+        """
         rows = [
             (rm, text_hash(q), text_hash(a), s.value, json.dumps(list(s.steps)) if s.steps is not None else None,
              int(s.truncated), fit)

@@ -5,13 +5,16 @@ apply to the chosen backend, naming it.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.core.settings import cache_dir
 from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.truncation import DEFAULT_POLICY, TRUNCATION_POLICIES, Truncation
 
@@ -25,6 +28,26 @@ client's timeout (`timeout_s`, 30 s by default, for the whole request), of its r
 request that fails after its retries fails every pair in it. Throughput comes from the requests in flight
 (`concurrency`, 8 by default), which the server batches itself, so a larger request gains little and makes
 every retry redo, and every failure lose, more pairs."""
+
+
+class CacheDefault(enum.Enum):
+    """The type of DEFAULT_CACHE (an enum member, so it stays itself when options are pickled to a worker)."""
+
+    DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return "DEFAULT_CACHE"
+
+
+DEFAULT_CACHE = CacheDefault.DEFAULT
+"""`ScoringOptions.cache`'s default: the shared score cache, `default_cache_path()`, found when the cache opens (so
+a $MORKIT_CACHE_DIR set after the options were made still counts). The CLI's default is this same value."""
+
+
+def default_cache_path() -> Path:
+    """The shared score cache: scores.sqlite in morkit's cache folder ($MORKIT_CACHE_DIR, else
+    $XDG_CACHE_HOME/morkit, else ~/.cache/morkit), read from the environment now."""
+    return cache_dir() / "scores.sqlite"
 
 
 def split_url(text: str) -> tuple[str | None, str]:
@@ -138,7 +161,29 @@ def _check_applies(given: dict[str, Any], backend: str, urls: tuple[str, ...] | 
 @dataclass(frozen=True)
 class ScoringOptions:
     """How every model RM reads and scores a pair, the run (chunks, cache, progress), and the backend's own
-    options. Build it from the flat flags with `from_flags`; change it with `with_flags`."""
+    options. Build it from the flat flags with `from_flags`; change it with `with_flags`.
+
+    Args:
+        device: The torch device for model RMs; None picks cuda, else mps, else cpu.
+        dtype: `auto`, `float32`, `bfloat16` or `float16`; None (or `auto`) is bf16 on accelerators, fp32 on CPU.
+        max_tokens: The tokens a (question, answer) pair may have before it is cut; None is the model's window.
+        truncation: How a pair over the limit is cut: `middle`, `right`, `left` or `error`.
+        reduction: How a PRM's step scores become one score: `min`, `last`, `mean` or `prod`.
+        prefix_reuse: Compute a query's shared prompt prefix once (KV reuse / prefix caching).
+        check_fit: Refuse a model that cannot fit the free device memory, before loading it.
+        chunk: Pairs per scoring call; each finished chunk is cached at once.
+        cache: The score cache file (SQLite); the default, DEFAULT_CACHE, is scores.sqlite in morkit's cache
+            folder (`default_cache_path()`, as the CLI); None caches nothing.
+        progress: Show progress bars.
+        backend: Where model RMs run: `transformers` or `vllm` (servers in `servers` win over it for their RMs).
+        transformers: The transformers backend's own options (batch size, device map).
+        vllm: The offline vLLM engine's own options (tensor parallelism, context length, memory share).
+        servers: vLLM servers (`URL` or `RM=URL`) that score model RMs.
+        ray: When set, model RMs are scored by Ray actors; None scores in this process.
+
+    Raises:
+        InputError: A field is out of range or not one of its choices, or `ray` and server URLs are both given.
+    """
 
     # how every model RM reads and scores a pair (all backends)
     device: str | None = None  # None: auto (cuda, mps, else cpu)
@@ -150,7 +195,7 @@ class ScoringOptions:
     check_fit: bool = True  # refuse a model that cannot fit the free device memory, before loading it
     # the run
     chunk: int = 64
-    cache: str | os.PathLike | None = None  # score cache file; None: no cache
+    cache: str | os.PathLike | CacheDefault | None = DEFAULT_CACHE  # DEFAULT_CACHE: default_cache_path(); None: off
     progress: bool = False
     backend: str = "transformers"  # where model RMs run: transformers or vllm
     transformers: TransformersOptions = TransformersOptions()
@@ -180,13 +225,35 @@ class ScoringOptions:
     @classmethod
     def from_flags(cls, **flags: Any) -> "ScoringOptions":
         """The options the flat flags (`FLAGS`: batch_size, urls, ray, ray_workers, tensor_parallel_size, ...)
-        say, over the defaults; see `with_flags`."""
+        say, over the defaults; see `with_flags`.
+
+        Args:
+            **flags: Flat option names of `FLAGS` and their values; None for a field that cannot be None is "not
+                given".
+
+        Returns:
+            The default options with those flags applied.
+
+        Raises:
+            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting backend.
+        """
         return cls().with_flags(**flags)
 
     def with_flags(self, **flags: Any) -> "ScoringOptions":
         """These options with the flat flags given changed (`batch_size` sets the transformers and the server batch).
         None for a flag whose field cannot be None means "not given". An unknown name, or a flag that does not apply
-        to the resulting backend, is an InputError naming it."""
+        to the resulting backend, is an InputError naming it.
+
+        Args:
+            **flags: Flat option names of `FLAGS` and their new values (`ray`: an address or None; `ray_workers`
+                needs `ray`).
+
+        Returns:
+            A new ScoringOptions (these same options when no flag is given).
+
+        Raises:
+            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting backend.
+        """
         unknown = sorted(set(flags) - set(FLAGS))
         if unknown:
             raise InputError(f"unknown scoring option {unknown[0]!r}; known: {', '.join(FLAGS)}")
@@ -214,7 +281,11 @@ class ScoringOptions:
 
     def as_flags(self) -> dict[str, Any]:
         """The flat view, one value per name of `FLAGS` (`batch_size`: the transformers one; `ray`: the address
-        or None), as the options were before they were split by concern: the pipeline's keys hash it."""
+        or None), as the options were before they were split by concern: the pipeline's keys hash it.
+
+        Returns:
+            A dict with one entry per name of `FLAGS`.
+        """
         flat = {name: getattr(self, name) for name in _TOP}
         flat.update(batch_size=self.transformers.batch_size, urls=self.servers.urls,
                     device_map=self.transformers.device_map,
@@ -223,19 +294,48 @@ class ScoringOptions:
         return flat
 
     def engine_length(self, window: int) -> int:
-        """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens."""
+        """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens.
+
+        Args:
+            window: The model's own context window, in tokens.
+
+        Returns:
+            `vllm.max_model_len` if set, else `max_tokens` if set, else `window`.
+        """
         return self.vllm.max_model_len or self.max_tokens or window
 
     def truncation_for(self, on_vllm: bool = False) -> Truncation:
         """How a model RM cuts pairs: under `truncation`, to `max_tokens`, else to the model's own window (the RM
-        fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`."""
+        fills it in); on an offline vLLM engine (`on_vllm`), never past the engine's `max_model_len`.
+
+        Args:
+            on_vllm: Whether the RM runs on the offline vLLM engine (then `vllm.max_model_len` caps the limit).
+
+        Returns:
+            The truncation rule.
+        """
         return Truncation(self.max_tokens, self.truncation, ceiling=self.vllm.max_model_len if on_vllm else None)
 
-    def open_cache(self) -> Any:
-        """The score cache these options name, or None."""
+    def cache_file(self) -> Path | None:
+        """The score cache file these options name, with DEFAULT_CACHE resolved now (`default_cache_path()`).
+
+        Returns:
+            The file's path, or None when `cache` is None (no cache).
+        """
         if self.cache is None:
+            return None
+        return default_cache_path() if self.cache is DEFAULT_CACHE else Path(self.cache)
+
+    def open_cache(self) -> Any:
+        """The score cache these options name (`cache_file`), or None.
+
+        Returns:
+            A ScoreCache opened on `cache_file()`, or None when `cache` is None.
+        """
+        path = self.cache_file()
+        if path is None:
             return None
         from morkit.reward_models.cache import ScoreCache
 
-        return ScoreCache(self.cache)
+        return ScoreCache(path)
 

@@ -35,6 +35,17 @@ class Choice:
     calibrator: Any = None  # morkit.selection.confidence.Calibrator; None: the Selector calibrates the method
 
 
+def chosen_in_place(method: str, reason: str) -> dict[str, str]:
+    """Choice details saying that `method` chose in place of the method asked for, and why in a few words; the
+    Selection then names it so (`method_label`): "pres (learned needs 20 mixed pool questions)"."""
+    return {"chosen_by": method, "chosen_because": reason}
+
+
+def method_label(method: str, reason: str | None = None) -> str:
+    """A selection's method as outputs name it: the method that chose, with why when it chose in another's place."""
+    return f"{method} ({reason})" if reason else method
+
+
 class CandidateScorer(Protocol):
     """Scores candidates from their member and step scores: (Q, N, R) in `rm_names` order, (Q, N, P, 3) in
     `step_rms` order, validity (Q, N) -> (Q, N). `scores_alone`: whether one candidate scored alone gets a score

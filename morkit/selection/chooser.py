@@ -4,6 +4,7 @@ RMs a query cannot use are skipped and said why (docs/selection.md, "Queries tha
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -16,7 +17,7 @@ from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import rm_rules
 from morkit.reward_models.catalog import relative_scores
-from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.base import Choice, Neighbours, SelectionMethod, chosen_in_place, method_label
 from morkit.selection.coverage import like_neighbours
 from morkit.selection.mor import available_members
 
@@ -26,7 +27,7 @@ class Selection:
     """Why a query gets the ensemble it gets: the pick, its evidence, the neighbours, the runner-ups."""
 
     query_id: str
-    method: str
+    method: str  # the method that chose, with why where it chose in place of the one asked for (method_label)
     choice: Choice
     normalizer: str  # the transform the weights apply to, named for the output contract
     neighbours: Neighbours
@@ -59,9 +60,27 @@ NEEDS_SIBLINGS = ("needs sibling answers: it scores an answer against the others
                   "would get the same score whatever it says")
 """Why a query with one candidate skips an RM with `relative_scores` (math-consensus)."""
 NO_RM_APPLIES = Choice(Ensemble((), (), "none"), "raw", float("nan"), (),
-                       {"criterion": None, "fallback": "no pool RM applies to this query: its candidates tie"})
+                       {"criterion": None, "fallback": "no pool RM applies to this query: its candidates tie",
+                        **chosen_in_place("none", "no pool RM applies to this query")})
 """The choice for a query that no pool RM applies to (a code query in a math-only pool): no scores, a tie
 broken by the seeded shuffle, no confidence; an error would fail a whole run over one domain."""
+
+
+def method_summary(selections: Iterable[Selection]) -> str:
+    """The methods that actually chose, counted, and why any chose in another's place, for a run's one-line
+    summary: "learned", "pres: learned needs 20 mixed pool questions", "learned 70, pres 7: lone answer: ..."."""
+    counts: Counter[str] = Counter()
+    reasons: dict[str, None] = {}  # in first-seen order
+    for selection in selections:
+        details = selection.choice.details
+        counts[details.get("chosen_by") or selection.method] += 1
+        if details.get("chosen_because"):
+            reasons[details["chosen_because"]] = None
+    if not counts:
+        return "no queries"
+    shown = counts.most_common()
+    head = shown[0][0] if len(shown) == 1 else ", ".join(f"{name} {n}" for name, n in shown)
+    return head + (": " + "; ".join(reasons) if reasons else "")
 
 
 def normalizer_name(pool: QuestionPool, transform: str) -> str:
@@ -141,7 +160,7 @@ class EnsembleChooser:
             usable = self._usable(skipped)
             neighbours = like_neighbours(self.pool, neighbours, usable)
             if not usable and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
-                out.append(Selection(query.id, self.method_name, NO_RM_APPLIES, "raw", neighbours, skipped))
+                out.append(Selection(query.id, self.label(NO_RM_APPLIES), NO_RM_APPLIES, "raw", neighbours, skipped))
                 continue
             try:
                 choice = self.method.choose(neighbours, frozenset(usable))
@@ -150,9 +169,14 @@ class EnsembleChooser:
                 raise InputError(f"query {query.id!r}: {exc}" + (f" ({reasons})" if reasons else "")) from exc
             if len(query.candidates) == 1:
                 choice = self._for_lone(choice, neighbours, usable)
-            out.append(Selection(query.id, self.method_name, choice,
+            out.append(Selection(query.id, self.label(choice), choice,
                                  normalizer_name(self.pool, choice.transform), neighbours, skipped))
         return out
+
+    def label(self, choice: Choice) -> str:
+        """The Selection's `method` for a choice: the method asked for, or the one that chose in its place, with why
+        ("pres (learned needs 20 mixed pool questions)")."""
+        return method_label(choice.details.get("chosen_by", self.method_name), choice.details.get("chosen_because"))
 
     def _for_lone(self, choice: Choice, neighbours: Neighbours, usable: Sequence[str]) -> Choice:
         """A lone answer's choice: a ranker whose score of one answer cannot move (all its features compare the
@@ -165,4 +189,6 @@ class EnsembleChooser:
         self._pres = self._pres or PRES(self.pool)
         fallback = self._pres.choose(neighbours, frozenset(usable))
         return replace(fallback, details={**fallback.details, "fallback": "pres: the learned ranker scores a lone "
-                                          "answer alike whatever it says (its features compare answers)"})
+                                          "answer alike whatever it says (its features compare answers)",
+                                          **chosen_in_place("pres", f"lone answer: the {self.method_name} ranker "
+                                                                    "compares answers")})

@@ -3,6 +3,7 @@ SETTINGS, their blend, PRES and every single RM, then refitted on the whole pool
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -360,11 +361,13 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     rows = [*settings, *(singles if baselines else ())]
 
     found: dict[int, NeighbourLists] = {}
+    finding = threading.Lock()  # the CV's fold threads ask at once: one of them finds the lists
 
     def lists_of(rows: PoolSlice) -> NeighbourLists:  # found at most once, when local features or PRES read them
-        if id(rows) not in found:
-            found[id(rows)] = NeighbourLists.among(rows.vectors, 2 * max(LOCAL_K, PRES_K), rows.groups)
-        return found[id(rows)]
+        with finding:
+            if id(rows) not in found:
+                found[id(rows)] = NeighbourLists.among(rows.vectors, 2 * max(LOCAL_K, PRES_K), rows.groups)
+            return found[id(rows)]
 
     def lists() -> NeighbourLists:
         return lists_of(data)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, Neighbours
+from morkit.selection.base import Choice, Neighbours, chosen_in_place
 from morkit.selection.coverage import domain_rm_sets
 from morkit.selection.local import query_evidence
 from morkit.selection.learned import (
@@ -153,16 +153,36 @@ class Learned:
         grid = {_grid_key(s) for s in self.settings}
         return all(_grid_key(s) in grid or (self.baselines and s.learner == "single") for s in settings)
 
+    def chosen_by(self, available: frozenset[str]) -> tuple[str, str | None]:
+        """Which method chooses for queries that can use the `available` RMs, and why when it is not this one:
+        PRES where too few pool questions to learn from, or where the cross-validation chose PRES over them.
+
+        Args:
+            available: The pool RMs the queries can use.
+
+        Returns:
+            (method, reason): (`name`, None) where the learned ranker chooses, else ("pres", a few words why).
+        """
+        fit = self.fit_for(available)
+        if fit is None:
+            needed = max(1, self.min_mixed)
+            return "pres", f"{self.name} needs {needed} mixed pool question{'s' if needed > 1 else ''}"
+        if fit.is_pres:
+            return "pres", f"{self.name}'s cross-validation chose it"
+        return self.name, None
+
     def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
         fit = self.fit_for(available)
         if fit is None:
             choice = self._pres().choose(neighbours, available)
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
                           {**choice.details,
-                           "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions"})
+                           "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions",
+                           **chosen_in_place(*self.chosen_by(available))})
         if fit.is_pres:  # CV chose the paper's rule for these RMs: PRES picks per query, calibrated as PRES is
             choice = self._pres().choose(neighbours, available)
-            return replace(choice, details={**choice.details, "learner": fit.label})
+            return replace(choice, details={**choice.details, "learner": fit.label,
+                                            **chosen_in_place(*self.chosen_by(available))})
         choice = self._choices.get(available)
         if choice is None:  # the same for every query with these RMs: built once
             alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)

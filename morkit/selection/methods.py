@@ -42,7 +42,19 @@ SELECTION_METHODS = Registry("selection method", [
 class SelectOptions:
     """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, whether
     registered pool RMs may run on candidates that have text but no cached scores, and the confidence below
-    which a ranking is marked `abstain` (None: no mark)."""
+    which a ranking is marked `abstain` (None: no mark).
+
+    Args:
+        method: A name registered in SELECTION_METHODS.
+        k: Pool neighbours per query (positive).
+        singles_only: Choose among single RMs only (an option of PRES methods).
+        allow_run: Registered pool RMs may run on candidates that have text but no cached scores.
+        abstain_below: A confidence in [0, 1] below which a ranking is marked `abstain`; None marks nothing.
+
+    Raises:
+        InputError: The method is unknown or lacks `singles_only`, `k` is not positive, or `abstain_below` is
+            outside [0, 1].
+    """
 
     method: str = DEFAULT_METHOD
     k: int = 100

@@ -5,11 +5,12 @@ appendix D.2 are in docs/selection.md ("PRES")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from morkit.core import checks
+from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours
@@ -121,19 +122,22 @@ def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt
     from scipy import sparse
 
     from morkit.question_pool.ensembles import enumerate_ensembles
-    from morkit.question_pool.rows import ensemble_statistics, nanmean_columns
+    from morkit.question_pool.prr import mixed_questions
+    from morkit.question_pool.rows import nanmean_columns
     from morkit.selection.mor import ensemble_scores
 
     config, members = pool.config, list(data.members)
     q = len(data.correct)
     out = np.full((dealt.repeats, q, data.scores.shape[1]), np.nan)
+    steady: dict[tuple, np.ndarray] = {}  # PRR columns no fold's weights move, computed once (`_fold_prr`)
+    mixed = mixed_questions(data.correct, data.valid)
     for repeat, train in dealt.splits():
         weights = dict(zip(members, (float(v) for v in nanmean_columns(data.stats[train, 0]))))
         ensembles = enumerate_ensembles(members, weights, max_members=config.max_members,
                                         weightings=config.weightings, temperature=config.temperature)
         if q * len(ensembles) > CV_CELLS:
             return None
-        table = ensemble_statistics(data.scores, data.correct, data.valid, pool.normalizer, members, ensembles)[0]
+        table = _fold_prr(pool, data, ensembles, np.flatnonzero(train & mixed), mixed, steady)
         keep = lists.first(k, train)
         near = sparse.csr_matrix((lists.sims[keep], (np.nonzero(keep)[0], lists.rows[keep])), shape=(q, q))
         held = np.flatnonzero(~train)
@@ -146,3 +150,31 @@ def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt
             out[repeat, where] = ensemble_scores(data.scores[where][:, :, cols], ensemble, "pool-zscore",
                                                  pool.normalizer)
     return out
+
+
+def _fold_prr(pool: QuestionPool, data: Any, ensembles: Sequence[Ensemble], rows: np.ndarray, mixed: np.ndarray,
+              steady: dict[tuple, np.ndarray]) -> np.ndarray:
+    """(Q, E) PRR of a fold's ensembles on `rows` (its mixed training questions; NaN elsewhere, which PRES never
+    reads), as ensemble_statistics over every row gives it for a fraction of the work: ensembles no fold's weights
+    move (a single RM, equal weights) are computed once over every `mixed` row and kept in `steady`."""
+    from morkit.question_pool.rows import ensemble_statistics
+
+    members = list(data.members)
+
+    def prr_of(chosen: Sequence[Ensemble], at: np.ndarray) -> np.ndarray:
+        return ensemble_statistics(data.scores[at], data.correct[at], data.valid[at], pool.normalizer, members,
+                                   chosen, best_of_n=False)[0]
+
+    key = lambda ens: (ens.members, ens.weights, ens.weighting)  # noqa: E731 - an ensemble's identity
+    fixed = [e for e, ens in enumerate(ensembles) if len(ens.members) == 1 or ens.weighting == "sum"]
+    new = [ensembles[e] for e in fixed if key(ensembles[e]) not in steady]
+    everywhere = np.flatnonzero(mixed)
+    if new:
+        steady.update(zip(map(key, new), prr_of(new, everywhere).T))
+    table = np.full((len(data.correct), len(ensembles)), np.nan, dtype=np.float32)
+    for e in fixed:
+        table[everywhere, e] = steady[key(ensembles[e])]
+    moving = np.setdiff1d(np.arange(len(ensembles)), fixed)
+    if len(moving) and len(rows):
+        table[np.ix_(rows, moving)] = prr_of([ensembles[e] for e in moving], rows)
+    return table

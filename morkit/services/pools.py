@@ -42,7 +42,21 @@ def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str]
     """Queries from JSONL files and registered data sets ('NAME' or 'NAME:N'), with provenance per input.
 
     An id seen in two inputs is an error. `bare`: a file's queries may leave `candidates` out (questions to
-    answer, as `generate` takes)."""
+    answer, as `generate` takes).
+
+    Args:
+        paths: Contract JSONL files.
+        datasets: Registered data sets (DATASETS), each as `NAME` or `NAME:N` (its first N questions).
+        data_dir: The folder the data sets are read from; None uses $MORKIT_DATA_DIR.
+        bare: Accept file lines without `candidates`.
+
+    Returns:
+        `(queries, provenance)`: the queries of every input in order, and one dict per input (a file's resolved
+        path, SHA-256 and query count, or a data set's spec and count).
+
+    Raises:
+        InputError: No input is given, an input cannot be read, or an id appears twice.
+    """
     from morkit.data.contract import load_queries
     from morkit.data.datasets import load_spec
 
@@ -80,7 +94,25 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors.
 
     `rms` default: every RM cached in the queries, else smollm2-orm; registered ones run where scores are
-    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2), see question_embedder."""
+    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2), see question_embedder.
+
+    Args:
+        labelled_queries: The queries; candidates are labelled where a reference or tests allow.
+        rms: The member RMs; None takes every RM cached in the queries, else smollm2-orm.
+        config: How the pool is built (normaliser, ensembles, index, statistics).
+        embedder: A sentence-transformers name or path for the questions; None is all-MiniLM-L6-v2.
+        options: How missing scores are computed; with `options.cache`, embeddings are cached beside it, and with
+            `options.ray` the embedder runs on Ray actors.
+        provenance: Extra facts recorded in the pool's history for this build.
+        embed_ray: The embedder actors' resources; only with `options.ray`.
+
+    Returns:
+        The pool (not saved: call `save`).
+
+    Raises:
+        InputError: An RM name is unknown, or no query has two or more candidates.
+        UnavailableError: An RM or the embedder cannot run here.
+    """
     names = list(rms or table_names(labelled_queries) or DEFAULT_RMS)
     check_rm_names(names, labelled_queries)  # fail early: before the embedder loads or anything is scored
     if not any(len(q.candidates) >= 2 for q in labelled_queries):
@@ -106,7 +138,8 @@ def question_embedder(name: str | None, options: ScoringOptions = ScoringOptions
         inner.connect()
     else:
         inner = load_embedder(name, options.device)
-    cache = EmbeddingCache(cache_path(options.cache)) if options.cache is not None else None
+    score_cache = options.cache_file()  # DEFAULT_CACHE resolved: embeddings beside the shared score cache
+    cache = EmbeddingCache(cache_path(score_cache)) if score_cache is not None else None
     try:
         yield CachedEmbedder(inner, cache)
     finally:
@@ -118,7 +151,21 @@ def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, option
                 provenance: Mapping[str, Any] | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions()
                 ) -> QuestionPool:
     """A new pool revision with the queries appended (labelled, scored with the pool's RMs, embedded with its
-    embedder, normalised and weighted as the pool was built), and its learned selectors refitted."""
+    embedder, normalised and weighted as the pool was built), and its learned selectors refitted.
+
+    Args:
+        pool: The pool to add to (unchanged).
+        labelled_queries: The queries to append; ids must be new to the pool.
+        options: How missing scores are computed; its `reduction` is replaced by the pool's.
+        provenance: Extra facts recorded in the pool's history for this addition.
+        embed_ray: The embedder actors' resources; only with `options.ray`.
+
+    Returns:
+        The new pool revision (not saved: call `save`, or use `add_to_saved_pool`).
+
+    Raises:
+        InputError: An id is already in the pool, or no query is usable.
+    """
     options = replace(options, reduction=pool.config.reduction)
     with question_embedder(pool.embedder, options, embed_ray) as model:
         queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
@@ -132,7 +179,23 @@ def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query]
     """Append queries to the pool saved at `path` without losing another writer's additions.
 
     Labels and scores first, unlocked; then, under the pool's lock (`lock_timeout`, default LOCK_TIMEOUT_S),
-    append to the newest revision and save. Returns (the revision added to, the new revision)."""
+    append to the newest revision and save. Returns (the revision added to, the new revision).
+
+    Args:
+        path: The saved pool's directory.
+        labelled_queries: The queries to append; ids must be new to the pool.
+        options: How missing scores are computed; its `reduction` is replaced by the pool's.
+        provenance: Extra facts recorded in the pool's history for this addition.
+        lock_timeout: Seconds to wait for another writer of the pool; None is LOCK_TIMEOUT_S (600).
+        embed_ray: The embedder actors' resources; only with `options.ray`.
+
+    Returns:
+        `(current, grown)`: the newest revision found under the lock, and the new revision now saved at `path`.
+
+    Raises:
+        InputError: The pool cannot be read, an id is already in it, no query is usable, or another writer held
+            the pool's lock past `lock_timeout`.
+    """
     pool = load_pool(path)
     options = replace(options, reduction=pool.config.reduction)
     with question_embedder(pool.embedder, options, embed_ray) as model:

@@ -6,33 +6,50 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
-from morkit.core.settings import cache_dir
 from morkit.core.types import Query
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.catalog import REWARD_MODELS
-from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.options import (  # noqa: F401 (default_cache_path: importable from here, as before)
+    DEFAULT_CACHE,
+    CacheDefault,
+    ScoringOptions,
+    default_cache_path,
+)
 from morkit.reward_models.scoring import lacks_scores
 from morkit.reward_models.session import ScoringSession, check_rm_names
 
 DEFAULT_RMS = ("smollm2-orm",)
 
 
-def default_cache_path() -> Path:
-    """The shared score cache the CLI uses: $MORKIT_CACHE_DIR/scores.sqlite."""
-    return cache_dir() / "scores.sqlite"
-
-
 def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, options: ScoringOptions | None = None,
-          cache: ScoreCache | str | os.PathLike | None = None, **option_fields: Any) -> list[Query]:
-    """The queries with every RM's score added to each candidate's `scores` (by RM name). `rms`: registered names,
-    names cached in the queries, or RM objects; options as a ScoringOptions or flat flags over it (`device="cpu"`,
-    `backend="vllm"`, `ray="auto"`, ...); `cache`: an open ScoreCache, a path, or None for `options.cache`. Model RMs
-    run one at a time; the docs page Scoring and backends says how."""
+          cache: ScoreCache | str | os.PathLike | CacheDefault | None = DEFAULT_CACHE, **option_fields: Any
+          ) -> list[Query]:
+    """The queries with every RM's score added to each candidate's `scores` (by RM name); options as a ScoringOptions
+    or flat flags over it (`device="cpu"`, `backend="vllm"`, `ray="auto"`, ...). Model RMs run one at a time; the
+    docs page Scoring and backends says how.
+
+    Args:
+        queries: The queries whose candidates to score.
+        rms: Registered RM names, names cached in the queries' `scores` (table RMs), or RM objects.
+        options: The scoring options; None is the defaults.
+        cache: An open ScoreCache (left open), a cache file path, None to cache nothing, or DEFAULT_CACHE (left
+            out) for `options.cache`, whose default is the shared cache the CLI uses (`default_cache_path()`).
+        **option_fields: Flat scoring flags (`ScoringOptions.with_flags`) applied over `options`.
+
+    Returns:
+        New queries whose candidates' `scores` hold each RM's score under its name (an RM that does not apply to a
+        query leaves it unscored and says why under the query's `skipped_rms`).
+
+    Raises:
+        InputError: An RM name is unknown or a flag is invalid.
+        UnavailableError: An RM cannot run here, or does not fit in memory.
+    """
     options = (options or ScoringOptions()).with_flags(**option_fields)
-    with ScoringSession(options, cache=cache) as session:
+    if cache is None:
+        options = options.with_flags(cache=None)
+    with ScoringSession(options, cache=None if cache is DEFAULT_CACHE else cache) as session:
         return session.score(queries, rms)
 
 

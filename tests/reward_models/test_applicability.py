@@ -211,6 +211,7 @@ def test_a_query_no_pool_rm_applies_to_ties_instead_of_failing_the_run(mixed_poo
     out = ranking.to_json()
     assert out["ensemble"]["members"] == [] and out["tied"] == [0, 1, 2] and out["abstain"] is True
     assert out["confidence"] is None and out["fallback"].startswith("no pool RM applies")
+    assert out["method"] == "none (no pool RM applies to this query)"  # what chose: nothing, and why
     assert set(out["skipped_rms"]) == {"math-consensus", "code-tests"}
     json.dumps(out, allow_nan=False)
     # a gap that running or scoring would fill is still an error, not a tie

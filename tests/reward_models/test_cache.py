@@ -203,3 +203,70 @@ def test_a_cache_from_before_truncations_were_recorded_is_upgraded(tmp_path):
         assert cache.get_many("rm", [("q", "cut")]) == [Score(0.2, truncated=True)]
     columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(scores)")]
     assert columns[-1] == "fit"
+
+
+class CountingRM:
+    """A real pair RM (answer length / 100) that counts the pairs it is asked to score."""
+
+    name, kind = "counting-length", "orm"
+
+    def __init__(self):
+        self.pairs = 0
+
+    def score(self, pairs):
+        self.pairs += len(pairs)
+        return [Score(len(answer) / 100) for _, answer in pairs]
+
+
+def _queries():
+    from morkit.core.types import Candidate, Query
+
+    return [Query("q1", "What is 2+2?", (Candidate(text="4"), Candidate(text="five"))),
+            Query("q2", "Name a prime", (Candidate(text="7"), Candidate(text="9")))]
+
+
+def test_the_python_api_caches_by_default_in_the_clis_file(tmp_path, monkeypatch):
+    import morkit
+    from morkit.cli.args import scoring_options
+    from morkit.cli.main import build_parser
+    from morkit.reward_models.options import DEFAULT_CACHE, ScoringOptions, default_cache_path
+
+    options = ScoringOptions()
+    assert options.cache is DEFAULT_CACHE
+    monkeypatch.setenv("MORKIT_CACHE_DIR", str(tmp_path / "later"))  # read when the cache opens, not when made
+    assert options.cache_file() == default_cache_path() == tmp_path / "later" / "scores.sqlite"
+    cli = scoring_options(build_parser().parse_args(["score", "in.jsonl", "-o", "out.jsonl"]))
+    assert cli.cache is DEFAULT_CACHE and cli.cache_file() == options.cache_file()
+
+    rm = CountingRM()
+    first = morkit.score(_queries(), rms=[rm])
+    assert rm.pairs == 4 and (tmp_path / "later" / "scores.sqlite").is_file()
+    again = CountingRM()
+    assert morkit.score(_queries(), rms=[again]) == first and again.pairs == 0  # every pair from the cache
+
+
+def test_none_turns_the_cache_off(tmp_path, monkeypatch):
+    import morkit
+    from morkit.cli.args import scoring_options
+    from morkit.cli.main import build_parser
+    from morkit.reward_models.options import ScoringOptions
+
+    monkeypatch.setenv("MORKIT_CACHE_DIR", str(tmp_path / "cache"))
+    for run in (lambda rm: morkit.score(_queries(), rms=[rm], cache=None),
+                lambda rm: morkit.score(_queries(), rms=[rm], options=ScoringOptions(cache=None))):
+        rm = CountingRM()
+        run(rm)
+        assert rm.pairs == 4
+    assert not (tmp_path / "cache" / "scores.sqlite").exists()
+    assert ScoringOptions(cache=None).open_cache() is None
+    cli = scoring_options(build_parser().parse_args(["score", "in.jsonl", "-o", "out.jsonl", "--no-cache"]))
+    assert cli.cache is None
+
+
+def test_the_default_survives_pickling_to_a_worker():
+    import pickle
+
+    from morkit.reward_models.options import DEFAULT_CACHE, ScoringOptions
+
+    assert pickle.loads(pickle.dumps(ScoringOptions())).cache is DEFAULT_CACHE
+    assert pickle.loads(pickle.dumps(ScoringOptions(cache="x.sqlite"))).cache_file().name == "x.sqlite"

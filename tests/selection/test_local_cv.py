@@ -283,3 +283,21 @@ def test_a_fit_stored_before_bagging_is_still_the_grids(topic_pool):
     finally:
         learned_method.fit_learned = original
     assert not refits and got.label == fit.label and isinstance(got.components[0].model, LambdaRank)
+
+
+def test_folds_fitted_in_threads_give_the_numbers_of_one_fold_at_a_time(topic_pool, monkeypatch):
+    """LightGBM, the logit and PRES, fitted two folds at a time, store exactly the fit of a serial run."""
+    from morkit.selection import cv
+
+    settings = [Setting("logit", "full+local", {"penalty": 3.0}),
+                Setting("lambdarank", "full", {"rounds": 30, "learning_rate": 0.05, "leaves": 4, "bag": 2})]
+    monkeypatch.setattr(cv.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # two cores, even on one
+    pools = []
+    real_pool = cv.ThreadPoolExecutor
+    monkeypatch.setattr(cv, "ThreadPoolExecutor", lambda workers: pools.append(workers) or real_pool(workers))
+    fits = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(cv, "CV_THREADS", threads)
+        fits[threads] = json.dumps(fit_learned(topic_pool, repeats=2, settings=settings).to_json(), sort_keys=True)
+    assert pools and set(pools) == {2}  # the threaded run did run its folds in two threads
+    assert fits[1] == fits[2]

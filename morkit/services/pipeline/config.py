@@ -16,7 +16,7 @@ from morkit.data.toml import read_toml
 from morkit.llm.base import sample_count
 from morkit.question_pool.pool import PoolConfig
 from morkit.reward_models.options import FLAGS as SCORING_FLAGS
-from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.options import DEFAULT_CACHE, ScoringOptions
 from morkit.search.methods import SEARCH_METHODS, SearchOptions
 
 
@@ -112,7 +112,17 @@ def _benchmark(table: Any, i: int, base: Path, path: str) -> Benchmark:
 
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
-    """Parse and check a pipeline TOML file; every error names the file and the key."""
+    """Parse and check a pipeline TOML file; every error names the file and the key.
+
+    Args:
+        path: The pipeline TOML file; relative paths in it (workdir, agents, data files) are read from its folder.
+
+    Returns:
+        The checked PipelineConfig (benchmarks, agents, RMs, search, pool and scoring settings, seed).
+
+    Raises:
+        InputError: The file cannot be read, or a key is unknown, missing or invalid (the message names it).
+    """
     path = str(path)
     raw = read_toml(path)
     _keys(raw, _TOP_KEYS, "the config", path)
@@ -192,7 +202,8 @@ def check_config(config: PipelineConfig) -> None:
     flags = config.scoring.as_flags()
     for key in _SCORING_TEXTS:
         value = flags[key]
-        if value is not None and not (isinstance(value, (str, os.PathLike)) and str(value)):
+        if value is not None and value is not DEFAULT_CACHE and not (isinstance(value, (str, os.PathLike))
+                                                                     and str(value)):
             raise InputError(f"[scoring] {key} must be text, got {checks.shown(value)}", path=config.source)
     try:
         check_rm_names(config.rms, ())  # the questions carry no scores: every RM must be registered
@@ -207,7 +218,7 @@ def check_config(config: PipelineConfig) -> None:
             raise InputError(f"[scoring] device: {exc}", path=config.source) from None
         except UnavailableError as exc:
             raise UnavailableError(f"{config.source}: [scoring] device: {exc}") from None
-    problem = config.scoring.cache is not None and cache_problem(config.scoring.cache)
+    problem = config.scoring.cache not in (None, DEFAULT_CACHE) and cache_problem(config.scoring.cache)
     if problem:
         raise InputError(f"[scoring] cache {config.scoring.cache}: {problem}", path=config.source)
     try:

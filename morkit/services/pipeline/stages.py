@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
+from morkit.reward_models.options import DEFAULT_CACHE
 from morkit.services.pipeline.config import Benchmark, PipelineConfig, check_config
 from morkit.services.pipeline.keys import (
     digest,
@@ -147,7 +148,21 @@ def run_pipeline(config: PipelineConfig, *, progress: bool = False,
     """Run (or resume) every stage and write report.json and report.html; returns the report.
 
     The config is checked whole and the benchmarks split first: a config that would fail costs no LLM
-    call and writes no file."""
+    call and writes no file.
+
+    Args:
+        config: The pipeline config (`load_pipeline_config`); its workdir holds every stage's output.
+        progress: Show progress bars.
+        log: Called with a one-line message as stages run or are reused.
+
+    Returns:
+        The report (as written to report.json): per benchmark, each method's accuracy and costs on the test
+        split, and the stage timings.
+
+    Raises:
+        InputError: The config fails its checks (an unregistered RM, a bad agents file, ...) or the workdir is a
+            file.
+    """
     from morkit.data.contract import save_queries
     from morkit.llm.agents import default_agents_path
     from morkit.services.pipeline.evaluate import evaluate
@@ -160,7 +175,8 @@ def run_pipeline(config: PipelineConfig, *, progress: bool = False,
     run = Run(config, progress, log)
     config.workdir.mkdir(parents=True, exist_ok=True)
     scoring = replace(config.scoring, progress=progress,
-                      cache=config.scoring.cache or config.workdir / "scores.sqlite")  # scores survive a crash
+                      cache=(None if config.scoring.cache is DEFAULT_CACHE else config.scoring.cache)
+                      or config.workdir / "scores.sqlite")  # the run's own cache unless named: scores survive a crash
     agents_key = file_digest(config.agents or default_agents_path())
     for split, queries in splits.items():
         save_queries(run.path(f"{split}.questions.jsonl"), queries)

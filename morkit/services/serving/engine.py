@@ -90,7 +90,22 @@ class PlacedSession(ScoringSession):
 
 class RoutingEngine:
     """Routed (or fixed-ensemble) MoR scoring with resident RMs and one shared score cache; `handles`: RMs
-    placed elsewhere (name -> an RMHandle whose `score(pairs)` calls them), used instead of loading them here."""
+    placed elsewhere (name -> an RMHandle whose `score(pairs)` calls them), used instead of loading them here.
+
+    Building one checks that the RMs fit in memory, then loads the pool's embedder and every runnable RM.
+
+    Args:
+        pool: The question pool that routes queries.
+        select: How ensembles are chosen; with `allow_run`, the registered pool RMs that can run here are loaded.
+        scoring: How the RMs load and run (progress bars are off); its `cache` is the shared score cache.
+        rms: A fixed ensemble: always score with these pool RMs instead of routing; empty routes per query.
+        embedder: The embedder for questions (it must be the pool's); None loads the pool's own.
+        handles: RM name -> a handle placed elsewhere, used instead of loading that RM here.
+
+    Raises:
+        InputError: The pool is empty, `embedder` is not the pool's, or `rms` is not an ensemble of the pool.
+        UnavailableError: The RMs and embedder do not fit in memory, or one cannot load here.
+    """
 
     def __init__(self, pool: QuestionPool, select: SelectOptions = SelectOptions(),
                  scoring: ScoringOptions = ScoringOptions(), *, rms: Sequence[str] = (), embedder: Any = None,
@@ -110,6 +125,7 @@ class RoutingEngine:
             selector.embedder  # loaded now: a server is ready before its first request
             if fixed is not None:
                 selector.use(fixed, fixed.name)
+            self.method = selector.method_name  # what chooses (learned fits made now): /health never fits
             self.models = self.session.keep_resident(names)  # each built once, resident for the engine's life
             if any(relative_scores(n) for n in names):  # a rule comparing answers (math-consensus): ready it now
                 self.symbolic.start(wait_s=60.0)
@@ -128,11 +144,13 @@ class RoutingEngine:
     def cache(self) -> Any:
         return self.session.cache
 
-    @property
-    def method(self) -> str:
-        return self.selector.method_name
-
     def health(self) -> dict[str, Any]:
+        """What `/health` reports.
+
+        Returns:
+            `status`, the pool's question count, the method, the fixed ensemble (or None), the resident RMs
+            and the pool's RMs.
+        """
         return {"status": "ok", "questions": len(self.pool), "method": self.method,
                 "fixed_ensemble": list(self.fixed) or None, "resident_rms": list(self.models),
                 "pool_rms": list(self.pool.rm_names)}
@@ -142,7 +160,14 @@ class RoutingEngine:
         """Rankings for every job of a micro-batch, or the exception that failed that job alone; a job is dropped at
         its own deadline (`core.budget` parts) in every phase while the others go on. Math answers are compared
         symbolically within the SERVER_SYMBOLIC_* bounds of `core.grading`, in a process that can be ended (the
-        server and the TRL reward alike)."""
+        server and the TRL reward alike).
+
+        Args:
+            jobs: The micro-batch: each job a tuple of queries from one request.
+
+        Returns:
+            Per job, in order: one Ranking per query, or the exception that failed that job.
+        """
         from morkit.core import budget
 
         bound = budget.current()
@@ -264,7 +289,17 @@ class RoutingEngine:
 
     # ---------------------------------------------------------------------------------------- in process
     def rank(self, queries: Sequence[Query]) -> list[Ranking]:
-        """Rankings of `queries` (one job); the same JSON as `morkit rank` gives, line by line."""
+        """Rankings of `queries` (one job); the same JSON as `morkit rank` gives, line by line.
+
+        Args:
+            queries: The queries whose candidates to rank.
+
+        Returns:
+            One Ranking per query, in order.
+
+        Raises:
+            Exception: Whatever failed the job (e.g. an InputError for a query the pool cannot route).
+        """
         result = self.run([tuple(queries)])[0]
         if isinstance(result, Exception):
             raise result
@@ -272,7 +307,17 @@ class RoutingEngine:
 
     def rewards(self, prompts: Sequence[str], responses: Sequence[str],
                 references: Sequence[str | None] | None = None) -> dict[str, list[float]]:
-        """OpenRLHF's reply for (prompt, response) items: responses grouped by prompt, routed and scored."""
+        """OpenRLHF's reply for (prompt, response) items: responses grouped by prompt, routed and scored.
+
+        Args:
+            prompts: Each item's prompt; items with the same prompt form one query.
+            responses: Each item's response, aligned with `prompts`.
+            references: Each item's reference answer (or None); a group takes its first one given.
+
+        Returns:
+            `{"rewards": [...], "scores": [...]}`: each item's MoR score, and the same scaled to [0, 1] within
+            its prompt's group (all 0 where the group is flat).
+        """
         job = group_responses(prompts, responses, references)
         rankings = self.rank(job.queries)
         return reward_reply(job, [r.scores for r in rankings])

@@ -127,6 +127,7 @@ def test_a_ranker_that_only_compares_answers_gives_way_to_pres_for_a_lone_answer
                                            baselines=False), "learned")
     assert lone.selection.choice.scorer is None and lone.selection.choice.transform == "pool-zscore"
     assert "pres: the learned ranker scores a lone answer alike" in lone.selection.choice.details["fallback"]
+    assert lone.selection.method == "pres (lone answer: the learned ranker compares answers)"
     assert pair.selection.choice.scorer is not None  # two answers: the ranker compares them, as fitted
 
 
