@@ -5,16 +5,17 @@ with CPU fp32. Needs only torch and transformers (no weights travel: every model
       random models of the eight CTTS-MM architectures, built the way tests/fakes/ctts_checkpoints.py builds them;
   (b) best-of-N-shaped SYNTHETIC token ids (random ids; each question's prompt shared by its candidates) scored by
       the plain loop (one pair per forward pass), morkit's batched core and its prefix reuse (each also without its
-      padding cap), with the bf16 matmul peak of the same run: ratios over the loop (target >= 3x on the 8B
-      shape) and % of that peak;
-  (c) parity: the CTTS tiny models' scores on the device in fp32 and bf16 against CPU fp32 (tolerances below),
-      with and without prefix reuse and at batch sizes 8 and 1;
+      padding cap). Per path: pairs/s, tokens/s, the ratio of the plain loop's time to the path's (`x plain`),
+      the share of the matmul peak measured in the same run and dtype (`% peak`), and the largest score
+      difference from the loop; then the best path's ratio over the loop;
+  (c) parity: the CTTS tiny models' scores on the device in fp32 and bf16 against CPU fp32 (each row prints its
+      tolerance), with and without prefix reuse and at batch sizes 8 and 1;
   (d) everything as JSON to --json, or to $OUT/gpu_check.json when $OUT is set.
 
-    python3 bench/gpu_check.py                          # on a GPU machine: an estimated 3 minutes on an H100
+    python3 bench/gpu_check.py                          # on a GPU machine: cuda, bf16, the full 8B shape
     python3 bench/gpu_check.py --device cpu --tiny      # the quick CPU run tests/test_bench.py makes
 
-Exit status 1 when a parity check fails; the speed target is reported, not enforced.
+Exit status 1 when a parity check fails; the speed figures are reported, not checked.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def parity(device: str, tiny: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--tiny", action="store_true", help="a 2-layer width-128 model and a few pairs (CPU test)")
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<19}{row['pairs_per_s']:9.2f}{row['tokens_per_s']:11.0f}{row['pct_peak']:8.1f}"
               f"{row['x_plain']:9.2f}{row['max_abs_diff_vs_plain']:11.1e}", flush=True)
     best = max(row["x_plain"] for row in run["paths"].values())
-    print(f"best path over the plain loop: {best:.2f}x (target >= 3x on the 8B shape)")
+    print(f"best path over the plain loop: {best:.2f}x")
     if not args.skip_parity:
         result["parity"] = check = parity(args.device, args.tiny)
         for row in check["rows"]:

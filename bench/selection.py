@@ -56,7 +56,8 @@ B. Speed. select() latency per query, one query at a time, EXCLUDING embedding (
    --threads limit (threadpoolctl over FAISS's OpenMP and BLAS; 0 = as loaded): on a busy machine
    FAISS's default of one thread per core makes a single-query search an order of magnitude slower.
 
-C. Written on request: --json (every method's figures per data set, the reliability bins), --plot (held-out
+C. Written on request: --json (every method's figures per data set, the best single RM each fold chose, the fit
+   or fallback the default used for how many test queries, the reliability bins), --plot (held-out
    accuracy per method, the sd over folds x deals as error bars; bench/selection_figures.py) and --reliability
    (the default's calibrated confidence on the held-out questions against their accuracy, per confidence bin,
    beside the diagram its fits drew from their own out-of-fold picks on their pools).
@@ -331,7 +332,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     return {"name": ds.name, "questions": n, "mixed": int(mixed.sum()), "rms": list(rms), "folds": args.folds,
             "seeds": seeds, "k": args.k, "singles": sorted(rms, key=lambda nm: -figures[nm]["mean"]),
             "selection": labels, "methods": figures, "best_single_se": float(se * 100),
-            "chosen_single": chosen_single, "reliability": reliability,
+            "chosen_single": chosen_single, "default_fits": {p: c for c, p in counts}, "reliability": reliability,
             "roles": {"default": DEFAULT_LABEL, "best_single": BEST_TRAIN, "random": RANDOM, "oracle": ORACLE,
                       **({"per_domain": PER_DOMAIN} if PER_DOMAIN in hits else {})}}
 

@@ -52,6 +52,18 @@ def test_every_block_names_a_checked_language(page):
         assert language in LANGUAGES, f"{where(page, line)}: a ``` block needs one of {sorted(LANGUAGES)}, not {language!r}"
 
 
+CODE_COLUMNS = 100
+"""The longest code line a page shows without a scroll bar: a 1400-px window fits 102 characters of a block
+(measured in Chromium on the built site), less a little for blocks indented in a list."""
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_code_lines_fit_the_page(page):
+    long = [f"{where(page, line + i)}: {len(text)} characters" for line, _, body in blocks(page)
+            for i, text in enumerate(body.splitlines(), start=1) if len(text) > CODE_COLUMNS]
+    assert not long, f"wrap or shorten (at most {CODE_COLUMNS} characters):\n" + "\n".join(long)
+
+
 # ---- sh: parse every command with its own parser ----------------------------------------------------------
 
 
@@ -123,7 +135,7 @@ def make_targets() -> set[str]:
 
 
 # Other programs the docs may show; they are not checked. Anything else fails, so a new one is a decision.
-UNCHECKED = {"pip", "curl", "vllm", "export", "head"}
+UNCHECKED = {"pip", "curl", "vllm", "export", "head", "source"}
 # Scripts the docs ask a reader to write around morkit's CLI (register your RMs, then call morkit.cli.main.main).
 WRAPPERS = {"my_morkit.py"}
 
@@ -253,9 +265,24 @@ def registries():
             GRADERS, LEARNERS, SCORING_BACKENDS, AGGREGATOR_PROMPTS]
 
 
+def quickstart_prints() -> list[str]:
+    """What the README's quickstart says its examples print: the method that chose in each run, and the demo's
+    accuracies (run 1 routes the demo's split)."""
+    from test_pages import demo_claims
+
+    demo = demo_claims()
+    gain = float(demo["morkit_pct"]) - float(demo["single_pct"])
+    return ["['learned']", f"best single RM ({demo['single']}) {demo['single_pct']}%, morkit {demo['morkit_pct']}% "
+            f"({gain:+.1f} points)", "'pres (learned needs 20 mixed pool questions)'"]
+
+
+PRINTS = {ROOT / "README.md": quickstart_prints}
+"""Pages whose prose quotes what their examples print, and those quotes: checked against the real output."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
-def test_every_python_example_runs(page, example_files):
+def test_every_python_example_runs(page, example_files, capsys):
     before = [(registry, registry.entries()) for registry in registries()]
     namespace: dict = {"__name__": "docs"}
     try:
@@ -264,6 +291,9 @@ def test_every_python_example_runs(page, example_files):
                 exec(compile(body, where(page, line), "exec"), namespace)
             except Exception as exc:  # noqa: BLE001 - name the block that failed
                 pytest.fail(f"{where(page, line)}: {type(exc).__name__}: {exc}\n{body}")
+        printed = capsys.readouterr().out
+        for quote in PRINTS.get(page, list)():
+            assert quote in printed, f"{page_id(page)} says its examples print {quote!r}; they printed:\n{printed}"
     finally:  # an example may register, replace or remove an entry; leave every registry as found
         for registry, kept in before:
             for name in set(registry.names()) - {entry.name for entry in kept}:

@@ -50,13 +50,17 @@ def test_non_finite_model_score_names_the_query(tmp_path, monkeypatch, capsys):
     assert not out.exists()
 
 
-def test_demo_routes_on_real_scores_then_runs_the_live_path_offline(capsys):
-    """Routing on the packaged RewardMATH scores, then scoring, a pool, PRES and ACS with real SmolLM2 agents."""
+def test_demo_routes_on_real_scores_then_runs_the_live_path_offline(capsys, monkeypatch):
+    """Routing on the packaged RewardMATH scores, then scoring, a pool, PRES and ACS with real SmolLM2 agents; the
+    README's demo figures are what this run printed (tests/test_pages.py reads them)."""
     import re
+
+    from test_pages import check_demo_figures
 
     assert main(["demo"]) == 0
     printed = capsys.readouterr().out
     routing, live = printed.split("== 2. Live", 1)
+    check_demo_figures(routing)
     held = re.search(r"Held-out best-of-10 accuracy over (\d+) problems .*best single RM (\S+) ([\d.]+)%, "
                      r"morkit ([\d.]+)%", routing)
     assert held and int(held.group(1)) > 50 and held.group(2) in routing.split("Best single RM on the pool: ")[1]
