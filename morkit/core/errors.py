@@ -15,7 +15,13 @@ class MorkitError(Exception):
 
 
 class InputError(MorkitError, ValueError):
-    """Bad user input: names the file and line, flag, option or query id, so it can be fixed."""
+    """Bad user input: names the file and line, flag, option or query id, so it can be fixed.
+
+    Args:
+        message: What is wrong, in one line.
+        path: The file the input came from; the message is then prefixed with `path: ` (kept as `.path`).
+        line: The 1-based line in `path`; with a path, the prefix becomes `path:line: ` (kept as `.line`).
+    """
 
     exit_code = 2
 

@@ -90,7 +90,17 @@ def parse_query(obj: dict[str, Any], path: str | None = None, line: int | None =
 
 def load_queries(path: str | os.PathLike, *, bare: bool = False) -> list[Query]:
     """Read a contract JSONL file into queries; a bad line or a repeated id is an InputError naming file and line.
-    `bare=True` also accepts lines without `candidates` (questions not yet answered)."""
+
+    Args:
+        path: The JSONL file (gzip-compressed when it ends in `.gz`), one query a line; blank lines are skipped.
+        bare: Also accept lines without `candidates` (questions not yet answered); they get none.
+
+    Returns:
+        The queries in file order.
+
+    Raises:
+        InputError: The file cannot be read, a line breaks the contract, or an id repeats.
+    """
     queries: list[Query] = []
     seen: dict[str, int] = {}
     for line, obj in read_jsonl(path):
@@ -126,5 +136,16 @@ def query_to_json(query: Query) -> dict[str, Any]:
 
 
 def save_queries(path: str | os.PathLike, queries: Iterable[Query]) -> int:
-    """Write queries as contract JSONL, atomically (a failed write leaves no file); returns the lines written."""
+    """Write queries as contract JSONL, atomically (a failed write leaves no file).
+
+    Args:
+        path: The file to write; replaced if it exists.
+        queries: The queries, one line each, with their unknown keys kept.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        InputError: The path cannot be written, or a query holds a value JSON cannot (the file is then not written).
+    """
     return write_jsonl(path, (query_to_json(q) for q in queries))

@@ -17,7 +17,26 @@ class RoutedReward:
     """A GRPO reward function: each completion's score under its prompt's routed ensemble.
 
     Backed by exactly one of `pool` (an in-process RoutingEngine, built on first call), `engine`, or `url` (a
-    `morkit serve` server, sent `api_key` as a bearer token); docs/serving.md lists the options and defaults."""
+    `morkit serve` server, sent `api_key` as a bearer token); docs/serving.md lists the options and defaults.
+
+    Args:
+        pool: A QuestionPool or a pool directory, scored in this process by a RoutingEngine built on first call.
+        url: A `morkit serve` server's base URL, asked at `/get_reward`.
+        engine: An already built RoutingEngine (or anything with its `rewards`).
+        select: In process: the SelectOptions; None is the defaults.
+        scoring: In process: the ScoringOptions; None is the defaults.
+        rms: In process: a fixed ensemble of pool RMs instead of routing.
+        reference_column: A data set column passed as each completion's reference answer; None passes none.
+        timeout_s: Seconds a server call may take in all, retries included.
+        retries: Retries of a server request answered 503 or 504, or that fails with an httpx error.
+        api_key: The server's bearer token; None uses $MORKIT_API_KEY with `url`. It must not be empty.
+        max_request_items: Completions per server request at most (a prompt's completions stay together).
+        name: The name TRL logs the reward under (`__name__`).
+
+    Raises:
+        InputError: Not exactly one of `pool`, `url` and `engine` is given, `api_key` is empty, or a number is out
+            of range.
+    """
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
                  select: Any = None, scoring: Any = None, rms: Sequence[str] = (),
@@ -146,5 +165,17 @@ def _reason(reply: Any) -> str:
 def routed_reward(pool: Any = None, *, url: str | None = None, **options: Any) -> RoutedReward:
     """The reward function for `GRPOTrainer(reward_funcs=...)`: `routed_reward("pool/")` scores in this process,
     `routed_reward(url="http://127.0.0.1:8000", api_key=...)` through `morkit serve` (the key defaults to
-    $MORKIT_API_KEY). Options: see RoutedReward."""
+    $MORKIT_API_KEY). Options: see RoutedReward.
+
+    Args:
+        pool: A QuestionPool or a pool directory, to score in this process.
+        url: A `morkit serve` server's base URL, to score there instead.
+        **options: The other keyword arguments of RoutedReward (`api_key`, `reference_column`, `select`, ...).
+
+    Returns:
+        The reward function: call it with TRL's `prompts` and `completions` to get one reward per completion.
+
+    Raises:
+        InputError: Not exactly one of `pool`, `url` (or `engine`) is given, or an option is invalid.
+    """
     return RoutedReward(pool=pool, url=url, **options)

@@ -93,7 +93,18 @@ def _spec(table: Mapping[str, Any], defaults: Mapping[str, Any], where: str, pat
 
 
 def load_agents(path: str | os.PathLike | None = None) -> AgentsConfig:
-    """Parse an agents.toml (default: the packaged offline SmolLM2 pool); errors name the file and table."""
+    """Parse an agents.toml (default: the packaged offline SmolLM2 pool); errors name the file and table.
+
+    Args:
+        path: The agents.toml file; None is the packaged one.
+
+    Returns:
+        The agents (one per `[[agent]]` table, `[defaults]` merged in) and the aggregator; no LLM is built yet.
+
+    Raises:
+        InputError: The file cannot be read, has no agent, repeats an agent name, or a table has an unknown key,
+            backend or bad value.
+    """
     path = str(path or default_agents_path())
     data = read_toml(path)
     defaults = _table(data.get("defaults", {}), "[defaults]", path)

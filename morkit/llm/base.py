@@ -28,7 +28,21 @@ def sample_count(value: object, what: str) -> int:
 class SamplingParams:
     """What to generate, and how long the call may take: `timeout_s` is the deadline of the whole call, retries
     included (None: the backend's own limits), so a loop's calls cannot outlast its budget. `reasoning_effort` is
-    sent only by backends that declare `takes_reasoning_effort`."""
+    sent only by backends that declare `takes_reasoning_effort`.
+
+    Args:
+        n: Samples per conversation, 1 to MAX_SAMPLES.
+        temperature: Sampling temperature (0 or more; 0 is greedy where the backend supports it).
+        top_p: Nucleus sampling mass, in (0, 1].
+        max_tokens: The most new tokens per sample.
+        stop: Strings that end a sample (not included in its text).
+        seed: A sampling seed (0 or more); None leaves sampling unseeded.
+        timeout_s: The deadline of the whole call in seconds, retries included; None: the backend's own limits.
+        reasoning_effort: A lower-case word such as `high`, for backends that take it.
+
+    Raises:
+        InputError: A field is out of its range.
+    """
 
     n: int = 1
     temperature: float = 0.7
@@ -78,11 +92,30 @@ class LLM(Protocol):
     name: str
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()) -> list[Completion]:
-        """One Completion per conversation, in order; raises LLMError if any conversation failed."""
+        """One Completion per conversation, in order; raises LLMError if any conversation failed.
+
+        Args:
+            conversations: Each a list of `{"role", "content"}` messages.
+            params: What to generate and how long the call may take.
+
+        Returns:
+            One Completion (with `params.n` texts) per conversation, in order.
+
+        Raises:
+            LLMError: A conversation failed after the backend's retries.
+        """
         ...
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        """Text pieces of a single sample as they are generated (params.n is ignored)."""
+        """Text pieces of a single sample as they are generated (params.n is ignored).
+
+        Args:
+            conversation: A list of `{"role", "content"}` messages.
+            params: What to generate; `n` is ignored.
+
+        Yields:
+            The sample's text, piece by piece.
+        """
         ...
 
 

@@ -47,7 +47,16 @@ class _Cancel:
 
 
 class LocalLLM:
-    """Chat generation with a local transformers causal LM (default: the embedded SmolLM2-135M-Instruct)."""
+    """Chat generation with a local transformers causal LM (default: the embedded SmolLM2-135M-Instruct).
+
+    Args:
+        model_path: A transformers checkpoint folder; None is the embedded SmolLM2-135M-Instruct. It loads on
+            first use, one copy per process.
+        device: The torch device; None picks cuda, else mps, else cpu.
+        dtype: The torch dtype name; None picks by device.
+        max_batch: Samples generated in one batch (positive).
+        name: The name completions and errors report.
+    """
 
     def __init__(self, model_path: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
                  max_batch: int = 8, name: str = "smollm2-135m-instruct"):
@@ -126,7 +135,18 @@ class LocalLLM:
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
              ) -> list[Completion]:
-        """One Completion per conversation, in order, generated in batches by the local model."""
+        """One Completion per conversation, in order, generated in batches by the local model.
+
+        Args:
+            conversations: Each a list of `{"role", "content"}` messages (the model's chat template renders them).
+            params: What to generate; a `timeout_s` deadline cuts samples short (finish reason `length`).
+
+        Returns:
+            One Completion per conversation with `params.n` texts and token counts.
+
+        Raises:
+            LLMError: Generation failed.
+        """
         if not conversations:
             return []
         lm = self.loaded
@@ -167,7 +187,18 @@ class LocalLLM:
         return results
 
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
-        """Pieces of one sample via TextIteratorStreamer, `generate` running in a background thread."""
+        """Pieces of one sample via TextIteratorStreamer, `generate` running in a background thread.
+
+        Args:
+            conversation: A list of `{"role", "content"}` messages.
+            params: What to generate; `n` is ignored.
+
+        Yields:
+            The sample's text, piece by piece, up to the first stop string.
+
+        Raises:
+            LLMError: Generation failed.
+        """
         import torch
         from transformers import StoppingCriteriaList, TextIteratorStreamer
 

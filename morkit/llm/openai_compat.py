@@ -89,7 +89,21 @@ class _Deadline:
 
 
 class OpenAIChatLLM:
-    """Chat completions from an OpenAI-compatible server; base_url/api_key default to $OPENAI_BASE_URL/$OPENAI_API_KEY."""
+    """Chat completions from an OpenAI-compatible server; base_url/api_key default to $OPENAI_BASE_URL/$OPENAI_API_KEY.
+
+    Args:
+        model: The model name sent in every request.
+        base_url: The API root (the part before `/chat/completions`); None is $OPENAI_BASE_URL, else
+            http://127.0.0.1:8000/v1.
+        api_key: Sent as a Bearer token; None is $OPENAI_API_KEY (no header when neither is set).
+        timeout: Seconds one request of `chat` (one read of `stream`) may take.
+        retries: Retries of a request after a transient failure or a malformed reply (0 or more).
+        concurrency: Requests in flight at once (positive).
+        backoff: Seconds before the first retry; each further retry waits twice as long.
+        extra_body: Fields added to every request body (they override morkit's own).
+        name: The name completions and errors report; None is `model`.
+        stream_timeout: Seconds a whole `stream` may take, retries included.
+    """
 
     takes_reasoning_effort = True  # SamplingParams.reasoning_effort goes out as the request's `reasoning_effort`
 
@@ -218,14 +232,33 @@ class OpenAIChatLLM:
 
     def chat_partial(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
                      ) -> list[Completion | LLMError]:
-        """One entry per conversation, in order: its Completion, or the ConversationError that ended it."""
+        """One entry per conversation, in order: its Completion, or the ConversationError that ended it.
+
+        Args:
+            conversations: Each a list of `{"role", "content"}` messages.
+            params: What to generate; `timeout_s` bounds the whole call, retries included.
+
+        Returns:
+            Per conversation, its Completion or the ConversationError (an LLMError) that ended it.
+        """
         if not conversations:
             return []
         return run_sync(self._chat_async(conversations, params))
 
     def chat(self, conversations: Sequence[Conversation], params: SamplingParams = SamplingParams()
              ) -> list[Completion]:
-        """One Completion per conversation, in order; any failed conversation raises ChatError naming each failure."""
+        """One Completion per conversation, in order; any failed conversation raises ChatError naming each failure.
+
+        Args:
+            conversations: Each a list of `{"role", "content"}` messages.
+            params: What to generate; `timeout_s` bounds the whole call, retries included.
+
+        Returns:
+            One Completion per conversation with `params.n` texts and the server's token counts.
+
+        Raises:
+            ChatError: A conversation failed after its retries (an LLMError; `.results` keeps the successes).
+        """
         results = self.chat_partial(conversations, params)
         if any(isinstance(r, LLMError) for r in results):
             raise ChatError(self.name, results)  # type: ignore[arg-type]
@@ -234,7 +267,18 @@ class OpenAIChatLLM:
     def stream(self, conversation: Conversation, params: SamplingParams = SamplingParams()) -> Iterator[str]:
         """Content pieces of one sample from the server's SSE stream; retried only before the first piece. `timeout`
         bounds each read and `stream_timeout` or `params.timeout_s` (the sooner) the whole stream, so keep-alives
-        cannot hold it; closing this iterator stops it at once."""
+        cannot hold it; closing this iterator stops it at once.
+
+        Args:
+            conversation: A list of `{"role", "content"}` messages.
+            params: What to generate; `n` is ignored.
+
+        Yields:
+            The sample's content pieces, up to the first stop string.
+
+        Raises:
+            LLMError: The stream failed, or was not over within its deadline.
+        """
         payload = self._payload(conversation, params, 1, params.seed)
         payload["stream"] = True
         seconds = min(self.stream_timeout, params.timeout_s or math.inf)

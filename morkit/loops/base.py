@@ -21,7 +21,16 @@ class BudgetExhausted(LLMError):
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits for one loop run on one problem; None = unlimited."""
+    """Limits for one loop run on one problem; None = unlimited.
+
+    Args:
+        max_calls: LLM calls at most (verifier LLM calls included).
+        max_tokens: Tokens at most, prompt and generated.
+        max_seconds: Wall-clock seconds at most.
+
+    Raises:
+        InputError: A limit is negative.
+    """
 
     max_calls: int | None = None
     max_tokens: int | None = None
@@ -235,7 +244,16 @@ class Loop(Protocol):
     """A test-time-scaling loop: one problem in, the final answer and how it got there out."""
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
-        """Solve `problem`; `reference`, when given, only marks correctness in the trace."""
+        """Solve `problem`; `reference`, when given, only marks correctness in the trace.
+
+        Args:
+            problem: The problem text the agents are asked.
+            reference: A reference answer; when given, the result's state records whether the answer matches it.
+                It is never shown to an LLM.
+
+        Returns:
+            The LoopResult: final answer, score, stop reason, calls, tokens, seconds, trace and state.
+        """
         ...
 
 

@@ -19,7 +19,25 @@ class LoopOptions:
     """The knobs of `morkit loop`; each loop reads its own (TMAS: iterations to epsilon; StreamMA: chain to
     step_marker; ATLAS: max_explores). Every loop gets the budget, the seed and the solvers' token limit.
     A knob left None takes the loop config's default, which follows the loop's paper where it says
-    (TMASConfig, StreamMAConfig, ATLASConfig), so the command line and Python get the same algorithm."""
+    (TMASConfig, StreamMAConfig, ATLASConfig), so the command line and Python get the same algorithm.
+
+    Args:
+        budget: Caps on LLM calls, tokens and seconds per problem.
+        seed: Base seed of the loop's sampling (0 or more); None keeps the config's and the agents'.
+        gen_tokens: New tokens per solver generation; None is the agent's own max_tokens.
+        iterations: TMAS rounds.
+        solutions: TMAS candidate solutions per round.
+        verifications: TMAS verification passes per solution (0: the no-verification ablation).
+        epsilon: TMAS's probability that a solution explores instead of exploiting, in [0, 1].
+        chain: StreamMA agents in the chain.
+        protocol: StreamMA's protocol: `single`, `serial` or `stream`.
+        step_marker: Where StreamMA cuts the solver's streamed text into steps.
+        max_explores: ATLAS's cap on explores per problem.
+        settings: `(field, value)` pairs laid over the loop's config dataclass (`--set field=value`), last.
+
+    Raises:
+        InputError: A knob is out of range, or `protocol` is not a known one.
+    """
 
     budget: Budget = Budget()
     seed: int | None = None

@@ -73,7 +73,20 @@ _STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", 
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """How a pool is built; stored in pool.json so `pool add` and selection reuse it exactly."""
+    """How a pool is built; stored in pool.json so `pool add` and selection reuse it exactly.
+
+    Args:
+        normalizer: Per-RM score normalisation fitted on the pool: `zscore`, or `raw` (scores as they are).
+        max_members: The largest ensemble size.
+        weightings: The ensemble weightings to enumerate: `linear`, `softmax` and/or `sum`.
+        temperature: The softmax weighting's temperature (positive).
+        reduction: How a PRM's step scores become one score: `min`, `last`, `mean` or `prod`.
+        index: The FAISS index over the question embeddings (`kind`: `auto`, `flat`, `ivf` or `hnsw`).
+        statistics: `dense` PRR and best-of-n tables, `on-the-fly`, or `auto` (dense up to DENSE_CELLS cells).
+
+    Raises:
+        InputError: A field is out of range or not one of its choices.
+    """
 
     normalizer: str = "zscore"
     max_members: int = 3
@@ -95,17 +108,38 @@ class PoolConfig:
         checks.one_of(self.reduction, REDUCTIONS, "reduction")
 
     def to_json(self) -> dict[str, Any]:
+        """The config as pool.json stores it.
+
+        Returns:
+            A JSON-ready dict of every field (`index` as a dict of its fields).
+        """
         return {"normalizer": self.normalizer, "max_members": self.max_members, "weightings": list(self.weightings),
                 "temperature": self.temperature, "reduction": self.reduction, "index": vars(self.index).copy(),
                 "statistics": self.statistics}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "PoolConfig":
+        """The config pool.json stored (`to_json`'s form).
+
+        Args:
+            obj: The stored dict; one without `statistics` (an older pool) gets `auto`.
+
+        Returns:
+            The config.
+        """
         return cls(obj["normalizer"], int(obj["max_members"]), tuple(obj["weightings"]), float(obj["temperature"]),
                    obj["reduction"], IndexConfig(**obj["index"]), obj.get("statistics", "auto"))
 
     def dense(self, questions: int, ensembles: int) -> bool:
-        """Whether a pool of this size stores dense PRR and best-of-n tables."""
+        """Whether a pool of this size stores dense PRR and best-of-n tables.
+
+        Args:
+            questions: The pool's questions.
+            ensembles: Its ensembles.
+
+        Returns:
+            True for dense tables, False for statistics computed on the fly.
+        """
         if self.statistics == "auto":
             return questions * ensembles <= DENSE_CELLS
         return self.statistics == "dense"
@@ -113,7 +147,28 @@ class PoolConfig:
 
 @dataclass(frozen=True, eq=False)
 class QuestionPool:
-    """Everything selection needs, as arrays aligned by question row and ensemble column."""
+    """Everything selection needs, as arrays aligned by question row and ensemble column.
+
+    Pools come from `build_pool` or `load_pool`; below, Q is questions, N candidates, R RMs, E ensembles.
+
+    Args:
+        questions: The pool questions, one per row (a QuestionTable when opened from disk).
+        rm_names: The member RMs, in column order.
+        scores: (Q, N, R) raw member scores; NaN for padding or a missing score.
+        correct: (Q, N) bool labels.
+        valid: (Q, N) bool: a real candidate, not padding.
+        normalizer: The per-RM normalisation fitted at build time.
+        global_prr: Each RM's mean single-RM PRR at build time; ensemble weights come from it.
+        ensembles: Every ensemble, the single RMs first.
+        prr: (Q, E) float32 PRR (NaN where undefined); None when computed on the fly.
+        top1: (Q, E) float32 expected best-of-n correctness; None when computed on the fly.
+        embeddings: (Q, d) float32 unit vectors of the questions.
+        index: The FAISS index over `embeddings`.
+        config: How the pool was built.
+        meta: pool.json's other fields (revision, embedder, history, ...).
+        steps: (Q, N, P, 3) the step RMs' scores under each step reduction; None when not stored.
+        origin: (pool directory, revision token) it was loaded from or last saved to; None for a fresh build.
+    """
 
     questions: Sequence[PoolQuestion]  # a QuestionTable when opened from disk: rows made when indexed
     rm_names: tuple[str, ...]
@@ -153,7 +208,15 @@ class QuestionPool:
 
     def statistics(self, rows: np.ndarray, *, singles_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(PRR, best-of-n) of every ensemble (or of the single RMs, the first columns) on the pool rows `rows`,
-        each (len(rows), E) float32."""
+        each (len(rows), E) float32.
+
+        Args:
+            rows: Pool row indices.
+            singles_only: Only the single-RM columns (the first len(rm_names) ensembles).
+
+        Returns:
+            `(prr, best_of_n)`, each of shape (len(rows), columns): read from the tables, or computed now.
+        """
         rows = np.asarray(rows, dtype=np.int64)
         columns = len(self.rm_names) if singles_only else len(self.ensembles)
         if self.dense:
@@ -164,7 +227,11 @@ class QuestionPool:
 
     def ensemble_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per ensemble: mean PRR, mean best-of-n, and the questions where each is defined; an on-the-fly pool's
-        come from the seeded sample taken at build time (`meta["statistics"]`)."""
+        come from the seeded sample taken at build time (`meta["statistics"]`).
+
+        Returns:
+            `(mean_prr, mean_best_of_n, questions)`, each with one entry per ensemble.
+        """
         if self.dense:
             return nanmean_columns(self.prr), nanmean_columns(self.top1), (~np.isnan(self.prr)).sum(axis=0)
         stored = self.meta["statistics"]
@@ -175,7 +242,17 @@ class QuestionPool:
         """Write the pool directory atomically under the pool's lock; afterwards this object is that revision.
 
         A pool loaded from `path` saves there only while `path` still holds that revision, else InputError and
-        nothing written (`add_to_saved_pool` redoes an addition on the newest revision instead)."""
+        nothing written (`add_to_saved_pool` redoes an addition on the newest revision instead).
+
+        Args:
+            path: The pool directory to write (created, or replaced).
+
+        Returns:
+            The path of the directory written.
+
+        Raises:
+            InputError: `path` holds another revision than the one this pool was loaded from, or cannot be written.
+        """
         token = uuid.uuid4().hex
         header = {**self.meta, "rm_names": list(self.rm_names), "config": self.config.to_json(),
                   "normalizer": self.normalizer.to_json(), "global_prr": dict(self.global_prr),
@@ -193,14 +270,33 @@ class QuestionPool:
         """A new revision with labelled queries appended; their candidates must carry every pool RM's scores.
 
         Normaliser, ensembles and weights stay as built. Stored learned fits are dropped as stale (a Selector
-        refits them when asked); `morkit.add_to_pool` also labels, scores and refits."""
+        refits them when asked); `morkit.add_to_pool` also labels, scores and refits.
+
+        Args:
+            queries: Labelled queries whose candidates carry every pool RM's scores; ids must be new to the pool.
+            embedder: The embedder for their questions; None loads the pool's own (by name).
+            progress: Show progress bars.
+
+        Returns:
+            The new pool revision (this pool is unchanged; save it to keep it).
+
+        Raises:
+            InputError: An id is already in the pool, no query is usable, or the embedder is not the pool's.
+        """
         from morkit.question_pool.embed import load_embedder
 
         return add_questions(self, queries, embedder or load_embedder(self.embedder), progress=progress)
 
     def check_dim(self, dim: int) -> None:
         """InputError naming the pool file unless its embedder's vectors (of `dim` values) fit its own: a pool
-        whose pool.json and arrays say another dimension was not built by that embedder."""
+        whose pool.json and arrays say another dimension was not built by that embedder.
+
+        Args:
+            dim: The dimension of the vectors the pool's embedder makes.
+
+        Raises:
+            InputError: `dim` differs from the pool's embeddings.
+        """
         if dim != self.embeddings.shape[1]:
             where = str(Path(self.origin[0]) / "pool.json") if self.origin else None
             raise InputError(f"embedder.dim: the pool holds vectors of dimension {self.embeddings.shape[1]}, but "
@@ -209,7 +305,11 @@ class QuestionPool:
 
     def ensemble_table(self) -> list[dict[str, Any]]:
         """Per ensemble: mean PRR and best-of-n over the questions where it is defined, and their count (over the
-        build-time sample in an on-the-fly pool)."""
+        build-time sample in an on-the-fly pool).
+
+        Returns:
+            One dict per ensemble with keys `ensemble`, `mean_prr`, `best_of_n` and `questions`.
+        """
         mean_prr, mean_top1, counts = self.ensemble_means()
         return [{"ensemble": e, "mean_prr": float(p), "best_of_n": float(t), "questions": int(c)}
                 for e, p, t, c in zip(self.ensembles, mean_prr, mean_top1, counts)]
@@ -218,7 +318,14 @@ class QuestionPool:
     def summary(self, top: int = 10) -> dict[str, Any]:
         """What `morkit pool info` shows: sizes, domains, embedder, index, skips, the single-RM table sorted by
         mean PRR (with each RM's agreement with the others and accuracy alone, see leakage), the `top` ensembles
-        by mean PRR (NaN where undefined), and the warnings of RMs far ahead of all others."""
+        by mean PRR (NaN where undefined), and the warnings of RMs far ahead of all others.
+
+        Args:
+            top: How many of the best ensembles to list.
+
+        Returns:
+            A JSON-ready dict (`revision`, `questions`, `domains`, `rms`, `best`, `warnings`, ...).
+        """
         table, evidence = self.ensemble_table(), rm_evidence(self)
         by_prr = lambda r: -(r["mean_prr"] if r["mean_prr"] == r["mean_prr"] else -1)  # noqa: E731 - NaN last
         singles = sorted(table[: len(self.rm_names)], key=by_prr)
@@ -381,7 +488,17 @@ RETIRED_STACKER = "stacker"  # older pools' stacker fit: checked as before (a da
 
 
 def load_pool(path: str | os.PathLike) -> QuestionPool:
-    """Read a pool directory (morkit pool build); every problem is an InputError naming the file."""
+    """Read a pool directory (morkit pool build); every problem is an InputError naming the file.
+
+    Args:
+        path: The pool directory (pool.json, its arrays and index).
+
+    Returns:
+        The pool; saving it back to `path` later checks that `path` still holds this revision.
+
+    Raises:
+        InputError: A file is missing or malformed (the message names it).
+    """
     files = read_pool_files(path)
     header, arrays = files.header, files.arrays
     header_path = str(Path(path) / "pool.json")

@@ -36,7 +36,14 @@ class RewardModel(Protocol):
     kind: str
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
-        """One Score per (question, answer) pair, in order."""
+        """One Score per (question, answer) pair, in order.
+
+        Args:
+            pairs: The (question, answer) texts to score.
+
+        Returns:
+            One Score per pair, in the order of `pairs`.
+        """
         ...
 
 

@@ -131,21 +131,48 @@ def _context(entry: Entry) -> tuple[str | None, int | None]:
 
 
 def list_rms() -> list[RMInfo]:
-    """Every registered RM with what it needs and whether it can run here; loads no model."""
+    """Every registered RM with what it needs and whether it can run here; loads no model.
+
+    Returns:
+        One RMInfo per entry of REWARD_MODELS, in registration order (`missing` is None where it can run here).
+    """
     return [rm_info(entry) for entry in REWARD_MODELS]
 
 
 def load_rm(rm: str, /, **options: Any) -> Any:
     """Build the RM registered as `rm` with `options` (e.g. `load_rm("remote", name=..., urls=[...], model=...)`).
 
-    An unknown name lists the known ones; absent packages, heads or weights raise UnavailableError
-    saying which; a required option left out raises InputError naming it."""
+    Args:
+        rm: A name registered in REWARD_MODELS.
+        **options: Keyword arguments passed to the RM's factory; those its spec lists in `options` are required.
+
+    Returns:
+        The loaded RM: an object with `score(pairs)` (the RewardModel protocol).
+
+    Raises:
+        UnknownName: `rm` is not registered (an InputError listing the known names).
+        InputError: A required option is left out.
+        UnavailableError: A package, trained head or the weights it needs are absent here.
+    """
     return build(REWARD_MODELS.get(rm), **options)
 
 
 def resolve(name: str, options: ScoringOptions = ScoringOptions(), residency: Any = None) -> RMHandle:
     """The one resolve step: registered RM `name`'s handle on the backend `options` place it on. Nothing loads
-    yet; the handle knows the RM's kind, cache key, truncation and memory need (morkit.reward_models.handles)."""
+    yet; the handle knows the RM's kind, cache key, truncation and memory need (morkit.reward_models.handles).
+
+    Args:
+        name: A name registered in REWARD_MODELS.
+        options: The scoring options; `backend` (and the RM's spec) pick the backend, the rest shape loading.
+        residency: The Residency that loads the model and decides what stays in memory (a ScoringSession shares
+            one between its handles); None gives the handle its own, which keeps the model until `close`.
+
+    Returns:
+        The RM's handle; `handle.score(pairs)` loads the model on first use.
+
+    Raises:
+        UnknownName: `name` is not registered (an InputError listing the known names).
+    """
     return place(REWARD_MODELS.get(name), options, residency)
 
 

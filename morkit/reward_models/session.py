@@ -27,7 +27,14 @@ def check_rm_names(names: Sequence[str | Any], queries: Sequence[Query]) -> None
 
 class ScoringSession:
     """The RMs and score cache of one scoring run (docs page Scoring and backends, how a scoring run goes); a context
-    manager."""
+    manager.
+
+    Args:
+        options: How RMs load and how the run goes; its `cache` is opened when `cache` is not given.
+        cache: An open ScoreCache to share (left open on close), or a cache file path to open (closed on close);
+            None uses `options.cache`.
+        keep_all: Keep every loaded model resident (a server) instead of one at a time.
+    """
 
     def __init__(self, options: ScoringOptions = ScoringOptions(), *,
                  cache: ScoreCache | str | os.PathLike | None = None, keep_all: bool = False):
@@ -42,14 +49,31 @@ class ScoringSession:
 
     # ------------------------------------------------------------------------------------------ the RMs
     def handle(self, name: str) -> RMHandle:
-        """Registered RM `name`'s handle in this session (resolved once)."""
+        """Registered RM `name`'s handle in this session (resolved once).
+
+        Args:
+            name: A name registered in REWARD_MODELS.
+
+        Returns:
+            The handle, placed on the session's backend and residency; nothing loads yet.
+
+        Raises:
+            UnknownName: `name` is not registered.
+        """
         if name not in self._handles:
             self._handles[name] = resolve(name, self.options, self.residency)
         return self._handles[name]
 
     def get(self, name: str) -> Any:
         """What scores as registered RM `name`: a model RM's handle (it loads through the session), or the built
-        rule / plain RM itself."""
+        rule / plain RM itself.
+
+        Args:
+            name: A name registered in REWARD_MODELS.
+
+        Returns:
+            An object with `score(pairs)` (or `score_query(query)` for RMs that need the whole query).
+        """
         handle = self.handle(name)
         return handle.scorer() if isinstance(handle, PlainHandle) else handle
 
@@ -57,7 +81,18 @@ class ScoringSession:
 
     def rms(self, rms: Sequence[str | Any], queries: Sequence[Query] = ()) -> list[Any]:
         """Scorers for `rms`: registered names, names found only in the queries' cached scores (table RMs),
-        or RM objects as they are."""
+        or RM objects as they are.
+
+        Args:
+            rms: Registered RM names, names cached under the candidates' `scores` in `queries`, or RM objects.
+            queries: The queries whose cached scores make table RMs of unregistered names.
+
+        Returns:
+            One scorer per entry of `rms`, in order.
+
+        Raises:
+            UnknownRewardModel: A name is neither registered nor cached in `queries` (an InputError).
+        """
         check_rm_names(rms, queries)
 
         def built(rm: str | Any) -> Any:
@@ -69,11 +104,29 @@ class ScoringSession:
 
     def check_fit(self, names: Sequence[str], beside: Mapping[str, Any] | None = None) -> None:
         """Refuse (UnavailableError) when the RMs `names`, with the models `beside` them (name -> MemoryNeed, such
-        as a server's embedder), cannot all be in memory at once (handles.check_fits)."""
+        as a server's embedder), cannot all be in memory at once (handles.check_fits).
+
+        Args:
+            names: Registered RM names to check together.
+            beside: Other models that stay in memory with them: name -> MemoryNeed (None where unknown).
+
+        Raises:
+            UnavailableError: They do not all fit in the free memory of their devices.
+        """
         check_fits([self.handle(n) for n in names], beside, self.options)
 
     def keep_resident(self, names: Sequence[str]) -> dict[str, Any]:
-        """Load every one of `names` now and keep it (a server): one fit check for all of them together first."""
+        """Load every one of `names` now and keep it (a server): one fit check for all of them together first.
+
+        Args:
+            names: Registered RM names.
+
+        Returns:
+            RM name -> its loaded model (for a rule or plain RM, the built RM).
+
+        Raises:
+            UnavailableError: They do not all fit in memory together.
+        """
         handles = [self.handle(n) for n in names]
         check_fits(handles)
         return {h.name: (h.residency.hold(h) if h.resident_model else self.get(h.name)) for h in handles}
@@ -93,12 +146,29 @@ class ScoringSession:
 
     # ------------------------------------------------------------------------------------------ scoring
     def score(self, queries: Sequence[Query], rms: Sequence[str | Any]) -> list[Query]:
-        """The queries with every RM's score on every candidate it applies to (cache first)."""
+        """The queries with every RM's score on every candidate it applies to (cache first).
+
+        Args:
+            queries: The queries to score.
+            rms: Registered RM names, names cached in the queries' `scores` (table RMs), or RM objects.
+
+        Returns:
+            New queries whose candidates' `scores` hold each RM's score under its name; an RM that does not apply
+            to a query leaves it unscored and says why under the query's `skipped_rms`.
+        """
         return score_queries(queries, self.rms(rms, queries), cache=self.cache, chunk=self.options.chunk,
                              progress=self.options.progress)
 
     def fill(self, queries: Sequence[Query], wanted: Sequence[Iterable[str]]) -> list[Query]:
-        """The queries with the scores each lacks of the RMs it wants (`wanted[i]` for query i) filled in."""
+        """The queries with the scores each lacks of the RMs it wants (`wanted[i]` for query i) filled in.
+
+        Args:
+            queries: The queries.
+            wanted: For each query, the registered RM names it needs.
+
+        Returns:
+            The queries in order; those that lacked a wanted RM's scores are replaced by scored copies.
+        """
         return fill_missing_scores(queries, wanted, self, cache=self.cache, chunk=self.options.chunk,
                                    progress=self.options.progress)
 

@@ -19,7 +19,23 @@ code in a subprocess), `vllm` / `remote` (the bare engine and server clients, gi
 
 @dataclass(frozen=True)
 class RMSpec:
-    """One registered RM: its kind and code family, what it needs here, the queries it scores, how it runs on vLLM."""
+    """One registered RM: its kind and code family, what it needs here, the queries it scores, how it runs on vLLM.
+
+    Args:
+        kind: `orm`, `prm`, `judge`, `rule` or `table` (`orm|prm`: either, by its load options).
+        backend: Its code family, one of FAMILIES.
+        packages: Import names it needs.
+        needs: What to install or give, as `morkit rms` shows it.
+        options: Load options that must be given (the bare vllm / remote clients).
+        head: A packaged trained head; its hash keys the score cache.
+        version: Keys the score cache where there is no head.
+        model_id: The Hugging Face id of its weights (a CTTS-MM model).
+        required: Files of those weights that must be present.
+        n_params: Its parameter count, for the bf16 size `morkit rms` shows.
+        window: The tokens it reads by default (a CTTS-MM model's comes from its config).
+        applies: The queries it scores.
+        engine: `module:function` giving its EngineSpec (how vLLM and servers run it).
+    """
 
     kind: str = "orm"  # orm | prm | judge | rule | table (orm|prm: either, by its options)
     backend: str = "python"  # its code family, one of FAMILIES
@@ -37,7 +53,18 @@ class RMSpec:
 
     @classmethod
     def of(cls, name: str, **given: Any) -> "RMSpec":
-        """The spec from keyword fields (a registration's metadata); an unknown field is an error naming it."""
+        """The spec from keyword fields (a registration's metadata); an unknown field is an error naming it.
+
+        Args:
+            name: The RM's registered name, for error messages.
+            **given: RMSpec fields; lists become tuples and `applies` may be anything Applicability.of takes.
+
+        Returns:
+            The spec.
+
+        Raises:
+            InputError: A field is unknown, or `backend` is not one of FAMILIES.
+        """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(given) - known)
         if unknown:
@@ -60,7 +87,14 @@ class RMSpec:
 
     def absent(self, options: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
         """(what, why) for the first need absent here: "packages", "head" or "weights"; None when all are here.
-        Weights are looked for in the default places unless `options` give an explicit `path`."""
+        Weights are looked for in the default places unless `options` give an explicit `path`.
+
+        Args:
+            options: The RM's load options; a `path` among them skips the check for weights.
+
+        Returns:
+            `(what, why)` for the first absent need (`what` is "packages", "head" or "weights"), or None.
+        """
         absent = [m for m in self.packages if importlib.util.find_spec(m) is None]
         if absent:
             return "packages", f"python packages not installed: {', '.join(absent)}"

@@ -60,7 +60,14 @@ def resident_keys() -> list[tuple]:
 def release(kind: str | None = None) -> int:
     """Drop resident models (all, or those of one kind, e.g. "causal-lm"); returns how many were dropped.
 
-    Callers that still hold a model keep it alive; the next request loads a fresh copy."""
+    Callers that still hold a model keep it alive; the next request loads a fresh copy.
+
+    Args:
+        kind: The kind of model to drop (`causal-lm` or `sentence-transformer`); None drops every one.
+
+    Returns:
+        How many resident models were dropped.
+    """
     with _LOCK:
         keys = [k for k in _RESIDENT if kind is None or k[0] == kind]
         for key in keys:

@@ -33,7 +33,21 @@ class ACS:
     """Agent Collaboration Search over one query's answers: `ACS(verifier, aggregator).run(question, answers)`.
 
     `k` answers form the initial set; `step` is `argmax` (Section 3.2) or `first` (Algorithm A's passes, tried
-    in `order`); at most `max_steps` steps (None: no limit); `residual` adds the final all-answers aggregation."""
+    in `order`); at most `max_steps` steps (None: no limit); `residual` adds the final all-answers aggregation.
+
+    Args:
+        verifier: Scores answers and aggregates (e.g. the query's MoRVerifier).
+        aggregator: Turns a set of answers into one (AGGREGATORS).
+        k: Answers in the initial set (the best-scored; at least 1 is used).
+        residual: End with an aggregation of every answer plus the current one, kept if it scores higher.
+        max_steps: The most greedy steps: rounds (argmax) or passes (first); None is no limit.
+        step: `argmax` (best addition per round) or `first` (passes of first improvements).
+        order: The order a `first` pass tries answers in: `answers` or `scores` (best first).
+        name: The method name results report.
+
+    Raises:
+        InputError: `step`, `order` or `max_steps` is invalid.
+    """
 
     verifier: Verifier
     aggregator: AnswerAggregator
@@ -50,6 +64,16 @@ class ACS:
         checks.optional(checks.positive_int, self.max_steps, "ACS max_steps")
 
     def run(self, question: str, answers: Sequence[AgentAnswer]) -> SearchResult:
+        """Search one query's answers for the best aggregate.
+
+        Args:
+            question: The question.
+            answers: The agents' answers.
+
+        Returns:
+            The final answer and its score, the trace of every step, and the LLM and RM calls spent; an
+            aggregation that fails falls back to the best answer so far (the trace says so).
+        """
         meter = Meter(self.verifier, self.aggregator)
         texts = [a.text for a in answers]
         trace: list[TraceStep] = []

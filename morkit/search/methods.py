@@ -20,7 +20,22 @@ DEFAULT_SEARCH = "acs"
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the search methods: ACS's initial set size, residual step and aggregator, the
-    self-consistency agent, and how `correct` is graded in the output."""
+    self-consistency agent, and how `correct` is graded in the output.
+
+    Args:
+        top_k: ACS's initial set size: the best-scored answers aggregated first (positive).
+        residual: ACS ends with an aggregation of every answer plus the current one, kept if it scores higher.
+        sc_agent: The agent whose samples self-consistency votes over; None is the first agent.
+        aggregator: A name in AGGREGATORS: `llm`, `vote` or `best`.
+        strict_grading: Grade `correct` by a stated final answer only, never the last number in the text.
+        acs_step: ACS's greedy step: `argmax` (the paper's Section 3.2) or `first` (its Algorithm A).
+        max_steps: ACS's step limit: rounds (argmax) or passes (first); None is no limit.
+        acs_order: The order a `first` pass tries answers in: `answers` (Algorithm A's) or `scores`.
+        aggregator_prompt: The LLM aggregator's prompt: `ctts-mm`, `moa` or `refine`.
+
+    Raises:
+        InputError: A value is out of range or not one of its choices.
+    """
 
     top_k: int = 2
     residual: bool = True

@@ -36,7 +36,16 @@ GENERATE_NEUTRAL = ("chunk", "progress")
 @dataclass(frozen=True)
 class GenerateOptions:
     """`n` samples per agent and question (default: each agent's own `n` from agents.toml); `chunk`
-    conversations per call to an agent's LLM (also the resume granularity)."""
+    conversations per call to an agent's LLM (also the resume granularity).
+
+    Args:
+        n: Samples per agent and question (1 to MAX_SAMPLES); None keeps each agent's own `n`.
+        chunk: Conversations per call to an agent's LLM; each finished chunk goes to the resume log.
+        progress: Show a progress bar.
+
+    Raises:
+        InputError: `n` or `chunk` is out of range.
+    """
 
     n: int | None = None
     chunk: int = 16
@@ -65,7 +74,22 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
              earlier: Sequence[Query] = ()) -> GenerateReport:
     """Write `queries` to `output` with every agent's new candidates appended after their own (docs: Scoring and
     backends, generating candidates). `earlier`: an earlier output of the same agents; its answers count as done,
-    like the resume log's."""
+    like the resume log's.
+
+    Args:
+        queries: The questions to answer (their existing candidates are kept first).
+        agents: The agents and their sampling (`load_agents`).
+        output: The contract JSONL to write; `OUTPUT.partial` logs finished answers so a rerun resumes.
+        options: Samples per question, chunk size, progress bar.
+        llms: The pool that builds each agent's LLM once; None makes a new one.
+        earlier: An earlier output of the same agents; answers made under the same key are reused.
+
+    Returns:
+        A GenerateReport: questions, agents, candidates generated now and resumed, failed, tokens and seconds.
+
+    Raises:
+        InputError: `output` cannot be written.
+    """
     from tqdm import tqdm
 
     from morkit.data.contract import save_queries

@@ -37,7 +37,26 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
              ) -> list[dict[str, Any]]:
     """One record per query: `{"id", ...LoopResult}` with the answer, score, stop reason, costs, state, trace.
 
-    `verifier`: a name in VERIFIERS, "llm", "mor" or "both" (default: mor with a pool, else llm)."""
+    `verifier`: a name in VERIFIERS, "llm", "mor" or "both" (default: mor with a pool, else llm).
+
+    Args:
+        loop: A name registered in LOOPS (`tmas`, `streamma`, `atlas`).
+        queries: The problems; each query's question is solved and its `reference` passed to the loop.
+        agents: An AgentsConfig, an agents.toml path, or None for the packaged offline SmolLM2 pool; the
+            aggregator agent is also the LLM critic.
+        pool: A question pool; verifiers that need one (`mor`, `both`) pick each query's MoR ensemble from it.
+        verifier: A name in VERIFIERS; None is `mor` with a pool, else `llm`.
+        options: The loop's knobs and budget.
+        selection: How each query's ensemble is chosen (with a pool).
+        scoring: How the member RMs run; `progress` also shows the loop's progress bar.
+
+    Returns:
+        One JSON-ready record per query: its `id` and the LoopResult (answer, score, stop reason, costs, state,
+        trace).
+
+    Raises:
+        InputError: The loop or verifier is unknown, or the verifier needs a pool and none is given.
+    """
     from tqdm import tqdm
 
     make_loop = LOOPS.load(loop)

@@ -32,7 +32,26 @@ def run_search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsCo
     """One record per query: the ensemble, the agents' answers, and per method its answer, score, costs, trace.
 
     With `output`, finished queries go to `<output>.partial` as they complete (a rerun resumes) and the
-    records are written to `output` atomically at the end."""
+    records are written to `output` atomically at the end.
+
+    Args:
+        queries: The questions to search answers for.
+        pool: The question pool that picks each query's MoR verifier.
+        agents: An AgentsConfig, an agents.toml path, or None for the packaged offline SmolLM2 pool.
+        methods: Names registered in SEARCH_METHODS, each run on every query.
+        options: The search methods' settings (ACS, aggregator, self-consistency agent, grading).
+        selection: How each query's ensemble is chosen.
+        scoring: How the member RMs run; `progress` also shows the search's progress bar.
+        output: A JSONL file for the records, written at the end (resumable via `<output>.partial`); None writes
+            nothing.
+
+    Returns:
+        One JSON-ready record per query: `id`, `ensemble`, `answers`, agent calls and failures, and `results` (per
+        method: answer, score, correct, costs, trace).
+
+    Raises:
+        InputError: A method is unknown, or `options.sc_agent` is not one of the agents.
+    """
     from tqdm import tqdm
 
     for name in methods:

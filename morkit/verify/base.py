@@ -16,7 +16,16 @@ class Verifier(Protocol):
     name: str
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
-        """One Verdict per answer; `context` answers are scored alongside but not returned."""
+        """One Verdict per answer; `context` answers are scored alongside but not returned.
+
+        Args:
+            question: The question the answers answer.
+            answers: The answers to score.
+            context: Other answers (e.g. all of a round's answers) a verifier may compare with; not scored.
+
+        Returns:
+            One Verdict per answer, in order.
+        """
         ...
 
 

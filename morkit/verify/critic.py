@@ -30,7 +30,16 @@ def parse_llm_score(text: str) -> float | None:
 class LLMVerifier:
     """An LLM critic: feedback text per answer and a score parsed from its 'Score: N/10' line.
 
-    A critique without a readable score gets `unparsed_score` (0.5, undecided) and says so in feedback."""
+    A critique without a readable score gets `unparsed_score` (0.5, undecided) and says so in feedback.
+
+    Args:
+        llm: The critic LLM (an object with `chat(conversations, params)`).
+        params: Sampling parameters for the critiques; None is temperature 0 and 192 tokens.
+        system: The system prompt asking for a critique that ends in 'Score: N/10'.
+        unparsed_score: The score of a critique without a readable score.
+        name: The verifier's name.
+        calls: A running count of critiques asked for.
+    """
 
     llm: Any
     params: Any = None
@@ -41,6 +50,16 @@ class LLMVerifier:
     absolute_scores: ClassVar[bool] = True  # each answer is read alone and scored out of 10
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
+        """Ask the LLM to critique each answer alone; the score is parsed from its 'Score: N/10' line.
+
+        Args:
+            question: The problem.
+            answers: The solutions to critique, one conversation each.
+            context: Unused: each answer is read alone.
+
+        Returns:
+            One Verdict per answer: the parsed score in [0, 1] (`unparsed_score` when absent), and the critique.
+        """
         params = self.params or SamplingParams(temperature=0.0, max_tokens=192)
         conversations = [[{"role": "system", "content": self.system},
                           {"role": "user", "content": f"Problem:\n{question}\n\nSolution:\n{answer}"}]

@@ -18,7 +18,27 @@ from morkit.selection.mor import choice_scores
 
 @dataclass
 class MoRVerifier:
-    """A query's chosen RM ensemble (or learned ranker) as a verifier; `rms` maps each member name to a built RM."""
+    """A query's chosen RM ensemble (or learned ranker) as a verifier; `rms` maps each member name to a built RM.
+
+    Most callers build one with `mor_verifier(selection, pool, rms)`.
+
+    Args:
+        ensemble: The chosen ensemble (members and weights).
+        transform: What the weights apply to: `pool-zscore`, `query-zscore` or `features` (a learned ranker's).
+        normalizer: The pool's normaliser.
+        rms: Member RM name -> built RM; every member must have one.
+        reduction: How PRM step scores become one score: `min`, `last`, `mean` or `prod`.
+        cache: A ScoreCache member scores go through; None scores every pair.
+        scorer: A learned ranker's candidate scorer; None uses the weighted sum.
+        rm_names: The pool's RMs in its order (what a learned ranker reads); empty means the members.
+        step_rms: The pool's step RMs.
+        rm_calls: A running count of (member, answer) pairs that reached a model.
+        verify_calls: A running count of `verify` calls.
+        name: The verifier's name; empty gives `mor:<ensemble name>`.
+
+    Raises:
+        InputError: A member has no RM in `rms`.
+    """
 
     ensemble: Ensemble
     transform: str
@@ -48,6 +68,17 @@ class MoRVerifier:
                 and not any(getattr(self.rms[m], "relative_scores", False) for m in self.ensemble.members))
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
+        """Score the answers with the member RMs and combine them as the pool did.
+
+        Args:
+            question: The question.
+            answers: The answers to score.
+            context: Other answers scored alongside (one copy of each answer removed), as set-level members
+                such as consensus read them; not returned.
+
+        Returns:
+            One Verdict per answer: the ensemble's score, and feedback listing each member's score.
+        """
         from morkit.reward_models.scoring import score_queries
 
         texts = list(answers) + _rest(context, answers)
@@ -94,7 +125,17 @@ def _value(score: float | tuple[float, ...], reduction: str) -> float:
 
 
 def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None) -> MoRVerifier:
-    """The verifier for one query's Selection (see morkit.selection.selector)."""
+    """The verifier for one query's Selection (see morkit.selection.selector).
+
+    Args:
+        selection: The query's Selection (`Selector.select`).
+        pool: The pool it was selected from (its normaliser, reduction and RM order are used).
+        rms: Member RM name -> built RM, for every member of the chosen ensemble.
+        cache: A ScoreCache member scores go through; None scores every pair.
+
+    Returns:
+        The MoRVerifier of the chosen ensemble (or learned ranker).
+    """
     choice = selection.choice
     return MoRVerifier(choice.ensemble, choice.transform, pool.normalizer, rms, pool.config.reduction, cache,
                        choice.scorer, pool.rm_names, pool.step_rms)

@@ -44,7 +44,21 @@ class ATLAS:
     """The ATLAS loop: `run(problem)` explores with solvers as the orchestrator directs, then answers.
 
     `solvers` maps names to Solvers (or LLMs, or (llm, params, system, cost) tuples); a single LLM or Solver
-    becomes {"default": ...}. `default_solver` (else the first name) serves the protocol's defaults."""
+    becomes {"default": ...}. `default_solver` (else the first name) serves the protocol's defaults.
+
+    Args:
+        orchestrator: The LLM that decides, directs the solvers and answers.
+        solvers: Solver name -> Solver, LLM or `(llm[, params[, system[, cost]]])` tuple; or one of these alone.
+        verifier: When given, scores the candidates (shown to the orchestrator if `config.show_scores`) and
+            the final answer; None leaves answers unscored.
+        config: Explore limits, efforts, prompts, sampling, synthesis and pricing settings.
+        budget: Caps on calls, tokens and seconds per problem.
+        default_solver: The solver the protocol's defaults use; None is the first.
+
+    Raises:
+        InputError: No solver, a bad solver name or spec, an unknown `default_solver`, or `config.solver_costs`
+            naming an unknown solver.
+    """
 
     name = "atlas"
 
@@ -77,7 +91,16 @@ class ATLAS:
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
         """Explore until the orchestrator stops or gives up or a limit is hit, then answer; return the result.
 
-        `reference` is only compared with the answers afterwards (state), never shown to an LLM."""
+        `reference` is only compared with the answers afterwards (state), never shown to an LLM.
+
+        Args:
+            problem: The problem text the agents are asked.
+            reference: A reference answer; when given, the result's state records whether the answer matches it.
+                It is never shown to an LLM.
+
+        Returns:
+            The LoopResult: final answer, score, stop reason, calls, tokens, seconds, trace and state.
+        """
         system = prompts.orchestrator_system(self.config, list(self.solvers), self.default_solver, self.costs)
         run = RunState(problem, Spend(self.budget), Trace(), [{"role": "system", "content": system}],
                        [prompts.problem_turn(problem)])
@@ -146,12 +169,25 @@ class ATLAS:
         return 3 + per_answer * (shown + end)
 
     def status(self, run: RunState) -> str:
-        """Where the run stands, for the orchestrator's next turn (re-scoring the candidates first when due)."""
+        """Where the run stands, for the orchestrator's next turn (re-scoring the candidates first when due).
+
+        Args:
+            run: The run's state.
+
+        Returns:
+            One line of text: explores used, candidates left out of the context, and (where configured) the
+            answer tally, the verifier's scores and the cost so far.
+        """
         scoring.refresh_table(self.verifier, self.config.show_scores, run)
         return prompts.pool_status(run.evidence, self.config, self.total_cost(run), scoring.table_line(run))
 
     def take_pending(self, run: RunState, close: str) -> None:
-        """Send the pending evidence and `close` as the orchestrator's next user turn."""
+        """Send the pending evidence and `close` as the orchestrator's next user turn.
+
+        Args:
+            run: The run's state; its pending evidence is cleared.
+            close: The text that ends the turn.
+        """
         run.conversation.append({"role": "user", "content": "\n\n".join([*run.pending, close])})
         run.pending.clear()
 
@@ -298,6 +334,14 @@ class ATLAS:
     # -- cost -----------------------------------------------------------------------------------
 
     def total_cost(self, run: RunState) -> float | None:
+        """The run's cost so far, summed over solvers (ATLAS-MM pricing).
+
+        Args:
+            run: The run's state.
+
+        Returns:
+            The cost at each solver's price per 1,000 tokens; None when no solver is priced.
+        """
         return sum(run.cost_by_solver.values()) if self.costs else None
 
     def _cost_state(self, run: RunState) -> dict[str, Any] | None:

@@ -32,7 +32,19 @@ class _Outcome:
 
 @dataclass(frozen=True)
 class StreamMA:
-    """Solve `problem` with a chain (or `topology`) of agents; `llms`: one LLM for all or one per agent."""
+    """Solve `problem` with a chain (or `topology`) of agents; `llms`: one LLM for all or one per agent.
+
+    Args:
+        llms: One LLM for every agent, or a sequence of exactly `config.agents` LLMs.
+        verifier: When given, scores the solutions of the topology's last agents and picks the best; None leaves
+            the answer unscored.
+        config: Agents, protocol, step marking, review and sampling settings.
+        budget: Caps on calls, tokens and seconds per problem.
+        topology: The agents' graph (a Topology, or agent -> downstream agents); None is a chain.
+
+    Raises:
+        InputError: The topology's or the LLMs' count differs from `config.agents`, or the topology is invalid.
+    """
 
     llms: Sequence[LLM] | LLM
     verifier: Any = None  # a morkit.verify.base.Verifier, or None
@@ -57,6 +69,16 @@ class StreamMA:
         return Topology.from_mapping(self.topology, self.config.agents)
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
+        """Stream the agents' steps through the topology (with `config.votes` > 1, that many replicas and a vote).
+
+        Args:
+            problem: The problem text the agents are asked.
+            reference: A reference answer; when given, the result's state records whether the answer matches it.
+                It is never shown to an LLM.
+
+        Returns:
+            The LoopResult: final answer, score, stop reason, calls, tokens, seconds, trace and state.
+        """
         cfg = self.config
         spend, trace = Spend(self.budget), Trace()
         if cfg.votes == 1:

@@ -95,7 +95,17 @@ def _failure(result: Any) -> BaseException | None:
 
 
 class TMAS:
-    """The TMAS loop: `TMAS(llm, verifier, config, budget).run(problem, reference=None) -> LoopResult`."""
+    """The TMAS loop: `TMAS(llm, verifier, config, budget).run(problem, reference=None) -> LoopResult`.
+
+    Args:
+        llm: The LLM that writes the solutions and the memory agents' replies (summaries, experience, guidelines).
+        verifier: Scores each round's solutions (`config.verifications` passes).
+        config: Loop sizes, sampling, memory, ablation switches and stop rules.
+        budget: Caps on calls, tokens and seconds per problem.
+
+    Raises:
+        InputError: `config.stop_score` is set but the verifier's scores compare only within one call.
+    """
 
     name = "tmas"
 
@@ -106,6 +116,16 @@ class TMAS:
         self.llm, self.verifier, self.config, self.budget = llm, verifier, config, budget
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:
+        """Run the rounds on one problem until they are done, a stop rule fires, or the budget is spent.
+
+        Args:
+            problem: The problem text the agents are asked.
+            reference: A reference answer; when given, the result's state records whether the answer matches it.
+                It is never shown to an LLM.
+
+        Returns:
+            The LoopResult: final answer, score, stop reason, calls, tokens, seconds, trace and state.
+        """
         return _Run(self, problem, reference).execute()
 
 

@@ -157,7 +157,19 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
     """The FastAPI app over `engine` (a RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`).
 
     With `api_key`, every route but /health needs it as a bearer token. On SIGTERM the server sets
-    `app.state.stop_by` and `app.state.closing`: requests still waiting at 0.7 of the grace are answered 503."""
+    `app.state.stop_by` and `app.state.closing`: requests still waiting at 0.7 of the grace are answered 503.
+
+    Args:
+        engine: A RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`.
+        limits: Micro-batching, request limits and the shutdown grace.
+        api_key: The bearer token every route but /health requires; None requires none.
+
+    Returns:
+        The FastAPI app (run it with uvicorn, or use `serve`).
+
+    Raises:
+        InputError: `api_key` is blank or has whitespace around it.
+    """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 

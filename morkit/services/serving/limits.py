@@ -18,7 +18,27 @@ class Overloaded(MorkitError):
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """Micro-batching, the request limits and the shutdown grace of one server."""
+    """Micro-batching, the request limits and the shutdown grace of one server.
+
+    Args:
+        max_batch: Requests per engine call (1 turns micro-batching off).
+        max_wait_ms: Milliseconds the first request of a batch waits for company.
+        queue_size: Requests waiting at most; more are answered 503.
+        timeout_s: Seconds per request, queueing included; then 504.
+        max_body_bytes: Bytes of one request body at most (413).
+        max_items: Queries of a /v1/rank body, items of a /get_reward body, at most.
+        max_candidates: Candidates of one request, all its queries together (413).
+        max_text_chars: Characters of text in one request: questions, candidates, references (413).
+        max_json_values: JSON values (objects, lists, strings, numbers) in one request body (413).
+        max_inflight_bytes: Bytes of request bodies held at once, read, queued or running (503); at least
+            `max_body_bytes`.
+        body_timeout_s: Seconds a body may take to arrive; then 408.
+        max_connections: Open connections and requests at once; more are answered 503.
+        grace_s: Seconds to finish the work in flight after SIGTERM before exiting anyway.
+
+    Raises:
+        InputError: A limit is not positive, or `max_inflight_bytes` is below `max_body_bytes`.
+    """
 
     max_batch: int = 32  # requests per engine call (1 turns micro-batching off)
     max_wait_ms: float = 5.0  # how long the first request of a batch waits for company

@@ -145,7 +145,24 @@ def make_server(engine: Any, limits: ServeLimits = ServeLimits(), *, host: str =
 def serve(engine: Any, limits: ServeLimits = ServeLimits(), *, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, sock: socket.socket | None = None, log_level: str = "warning") -> bool:
     """Serve until SIGTERM or SIGINT; then finish the work in flight (within `limits.grace_s`) and return
-    True, or False when an engine call was still running at the end of the grace and was abandoned."""
+    True, or False when an engine call was still running at the end of the grace and was abandoned.
+
+    Args:
+        engine: A RoutingEngine, or anything with `run(jobs)`, `cache` and `health()`.
+        limits: Micro-batching, request limits and the shutdown grace.
+        host: The address to bind when `sock` is None (a warning is printed when it is not loopback and there
+            is no API key).
+        port: The TCP port to bind when `sock` is None; 0 picks any free one.
+        api_key: The bearer token every route but /health requires; None requires none.
+        sock: An already bound socket to serve on instead of `host`:`port`.
+        log_level: uvicorn's log level.
+
+    Returns:
+        True when the work in flight finished within the grace, False when an engine call was abandoned.
+
+    Raises:
+        InputError: `api_key` is blank, or `host`:`port` cannot be bound.
+    """
     server = make_server(engine, limits, host=host, port=port, api_key=api_key, sock=sock, log_level=log_level)
     server.run()
     return not server.abandoned
