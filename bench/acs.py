@@ -60,7 +60,7 @@ def build_or_load_pool(args: argparse.Namespace, work: Path):
     from morkit.question_pool.pool import load_pool
     from morkit.reward_models.options import ScoringOptions
     from morkit.services.pools import build_pool
-    from morkit.services.scoring import default_cache_path
+    from morkit.reward_models.options import default_cache_path
 
     path = work / f"pool-{args.pool_questions}-{'-'.join(args.pool_rms)}"
     if (path / "pool.json").is_file():
@@ -110,7 +110,7 @@ def main() -> int:
     from morkit.search.run import SearchRunner
     from morkit.selection.methods import SelectOptions
     from morkit.services.routing import make_selector
-    from morkit.services.scoring import default_cache_path
+    from morkit.reward_models.options import default_cache_path
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -395,7 +395,7 @@ def main() -> None:
 
     from morkit.core import settings
     from morkit.selection.methods import DEFAULT_METHOD
-    from morkit.services.scoring import default_cache_path
+    from morkit.reward_models.options import default_cache_path
 
     logging.basicConfig(level=logging.ERROR)
     args.data_path = settings.data_dir(args.data_dir)

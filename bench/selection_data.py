@@ -62,8 +62,8 @@ def head_training_ids(head: str = "minilm-probe") -> tuple[set[str], str]:
 
 def _score(queries, rm_names):
     from morkit.reward_models.cache import ScoreCache
-    from morkit.reward_models.options import ScoringOptions
-    from morkit.services.scoring import default_cache_path, score
+    from morkit.reward_models.options import ScoringOptions, default_cache_path
+    from morkit.services.scoring import score
 
     cache = ScoreCache(default_cache_path())
     started = time.perf_counter()

@@ -177,12 +177,15 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
         ray_workers=args.ray_workers)
 
 
+DATA_DIR_HELP = "folder of the data sets (default $MORKIT_DATA_DIR, else the cache's data/)"
+
+
 def add_input_options(p: argparse.ArgumentParser) -> None:
     from morkit.data.datasets import DATASETS
 
     p.add_argument("--dataset", action="append", metavar="NAME[:N]", default=[],
                    help="a registered data set (its first N questions), repeatable: " + ", ".join(DATASETS.names()))
-    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR, else the cache's data/)")
+    p.add_argument("--data-dir", help=DATA_DIR_HELP)
 
 
 def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> None:

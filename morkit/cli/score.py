@@ -10,6 +10,7 @@ from typing import Any
 
 from morkit.cli.args import (
     CONTRACT,
+    DATA_DIR_HELP,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
     SHARE,
@@ -134,7 +135,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("rm", choices=TRAINABLE)
     p.add_argument("--data", nargs="+", default=["gsm8k_model_solutions:200", "qwen25_math_rm8:30"],
                    help="registered data sets as NAME or NAME:N (first N questions)")
-    p.add_argument("--data-dir", help="folder of the data sets (default $MORKIT_DATA_DIR, else the cache's data/)")
+    p.add_argument("--data-dir", help=DATA_DIR_HELP)
     p.add_argument("--max-tokens", type=POSITIVE_INT,
                    help="tokens per pair (default: the RM's window, 2048 for smollm2-orm, 256 for minilm-probe)")
     p.add_argument("--truncation", choices=TRUNCATION_POLICIES, default=DEFAULT_POLICY,

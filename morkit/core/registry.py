@@ -7,11 +7,41 @@ from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
 from morkit.core.errors import InputError, UnknownName
+
+
+def spec_fields(spec_type: type, what: str, given: Mapping[str, Any], *, tuples: Iterable[str] = (),
+                unknown_is: str = "unknown field", exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """A registration's metadata as keyword fields of the frozen dataclass `spec_type`: an unknown field is an
+    InputError naming `what` and the field, and the `tuples` fields' lists become tuples.
+
+    Args:
+        spec_type: The spec dataclass.
+        what: Who registered it, for the error ("reward model 'x'").
+        given: The metadata.
+        tuples: Fields given as lists and stored as tuples.
+        unknown_is: The error's words before the unknown field's name.
+        exclude: Fields of `spec_type` the metadata may not set (set by the caller).
+
+    Returns:
+        The fields, ready for `spec_type(**fields)`.
+
+    Raises:
+        InputError: `given` names a field `spec_type` does not have.
+    """
+    known = {f.name for f in fields(spec_type)} - set(exclude)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise InputError(f"{what}: {unknown_is} {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+    out = dict(given)
+    for key in tuples:
+        if key in out:
+            out[key] = tuple(out[key])
+    return out
 
 
 @dataclass(frozen=True)

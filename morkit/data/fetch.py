@@ -49,13 +49,10 @@ class Fetched:
     detail: str = ""
 
 
-def sha256_of(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
+def sha256_of(path: str | os.PathLike) -> str:
+    """The sha256 of a file (hex), read in blocks: a data file's pin, an input file's provenance."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def states(src: DataSource, data_dir: Path, pins: Mapping[str, str] | None = None) -> list[FileState]:
@@ -76,7 +73,7 @@ def states(src: DataSource, data_dir: Path, pins: Mapping[str, str] | None = Non
             matches = sorted(folder.glob(prepared.name))
             found += [FileState(p, "present") for p in matches] or [FileState(folder / prepared.name, "missing")]
             continue
-        path, pin = folder / prepared.name, (pins or {}).get(prepared.name, prepared.sha256)
+        path, pin = folder / prepared.name, _pin(prepared, pins or {})
         if not path.is_file():
             found.append(FileState(path, "missing"))
         elif pin is None:
@@ -195,9 +192,9 @@ def _from_folder(src: DataSource, given: Path, folder: Path, pins: Mapping[str, 
     copies = _prepared_copies(src, given)
     if copies is not None:
         for path, prepared in zip(copies, src.files):
-            _check(path, _pin(src.files, prepared.name, pins), InputError, f"{src.name}/{prepared.name}")
+            _check(path, _pin(prepared, pins), InputError, f"{src.name}/{prepared.name}")
         _install(src, folder, copies)
-        pinned = all(_pin(src.files, p.name, pins) for p in src.files)
+        pinned = all(_pin(p, pins) for p in src.files)
         return Fetched(src.name, folder, "copied", tuple(folder / p.name for p in src.files),
                        f"copied {_files(len(copies))} from {given}, "
                        + ("sha256 checked" if pinned else "no sha256 pin to check"))
@@ -224,9 +221,8 @@ def fetchable_names() -> list[str]:
 # -- checks ------------------------------------------------------------------------------------------------------
 
 
-def _pin(files: Sequence[Prepared], name: str, pins: Mapping[str, str]) -> str | None:
-    pinned = next((f.sha256 for f in files if f.name == name), None)
-    return pins.get(name, pinned)
+def _pin(prepared: Prepared, pins: Mapping[str, str]) -> str | None:
+    return pins.get(prepared.name, prepared.sha256)
 
 
 def _upstream_pin(up: Upstream, pins: Mapping[str, str]) -> str | None:
@@ -288,7 +284,7 @@ def _prepare(src: DataSource, inputs: Sequence[Path], folder: Path, pins: Mappin
         for path, prepared in zip(outputs, src.files):
             if not path.is_file():
                 raise error(f"preparing {src.name} wrote no {prepared.name}")
-            _check(path, _pin(src.files, prepared.name, pins), error, f"{src.name}/{prepared.name} {origin}",
+            _check(path, _pin(prepared, pins), error, f"{src.name}/{prepared.name} {origin}",
                    shown=str(folder / prepared.name))
         _install(src, folder, outputs)
     finally:

@@ -5,12 +5,12 @@ in SOURCES (one entry per folder of the data folder). `morkit data fetch` reads 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from morkit.core.errors import InputError
-from morkit.core.registry import Entry, Registry
+from morkit.core.registry import Entry, Registry, spec_fields
 
 RAW_BASE = "https://raw.githubusercontent.com"
 """Raw files of a GitHub repository at a commit: <RAW_BASE>/<owner>/<repo>/<commit>/<path>."""
@@ -74,14 +74,8 @@ class DataSource:
         Returns:
             The spec.
         """
-        known = {f.name for f in fields(cls)} - {"name"}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise InputError(f"data source {name!r}: unknown field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
-        for key in ("datasets", "files", "upstream"):
-            if key in given:
-                given[key] = tuple(given[key])
-        return cls(name=name, **given)
+        return cls(name=name, **spec_fields(cls, f"data source {name!r}", given,
+                                            tuples=("datasets", "files", "upstream"), exclude=("name",)))
 
     @property
     def fetchable(self) -> bool:
@@ -122,13 +116,9 @@ class DataSource:
         return self.manual
 
 
-def _gh(path: str, sha256: str | None = None, size: int | None = None) -> Upstream:
-    return Upstream(path, sha256, size)
-
-
 def _unchanged(path: str, sha256: str, size: int) -> dict[str, list[Any]]:
     """The upstream file at `path` and its prepared copy, the same bytes (an "unchanged" source's one file)."""
-    return {"upstream": [_gh(path, sha256, size)], "files": [Prepared(path.rsplit("/", 1)[-1], sha256, size)]}
+    return {"upstream": [Upstream(path, sha256, size)], "files": [Prepared(path.rsplit("/", 1)[-1], sha256, size)]}
 
 
 _GSM8K = ("openai/grade-school-math", "3101c7d5072418e28b9008a6636bde82a006892c")
@@ -178,14 +168,14 @@ SOURCES = Registry("data source", [
         datasets=["gsm8k_model_solutions"], repo=_GSM8K[0], commit=_GSM8K[1], licence="MIT",
         holds="1,000 questions x 4 solutions", keep=1000,
         kept="the first 1,000 of 1,319 questions",
-        upstream=[_gh("grade_school_math/data/example_model_solutions.jsonl")],
+        upstream=[Upstream("grade_school_math/data/example_model_solutions.jsonl")],
         files=[Prepared("example_model_solutions.first1000.jsonl",
                         "3caa841d4aaf7f61207a545910e0c8034078f33efd7d2bef2b01f8536084dc9a", 1927395)])),
     Entry("qwen25_math_rm8", _PREPARE + "first_lines",
           "MATH problems x 8 Qwen2.5-Math answers, correctness and Qwen2.5-Math-RM scores", dict(
               datasets=["qwen25_math_rm8"], repo=_QWEN[0], commit=_QWEN[1], licence="MIT",
               holds="70 problems x 8 answers", keep=70, kept="the first 70 of 100 problems",
-              upstream=[_gh("evaluation/data/eval_rm_maj_example/math_cot_100.jsonl")],
+              upstream=[Upstream("evaluation/data/eval_rm_maj_example/math_cot_100.jsonl")],
               files=[Prepared("math_cot_100.first70.jsonl",
                               "fda04812a16ac688b1fb0329dcb908abd476706135b4a8246e2558952deddcaf", 1485464)])),
     Entry("rewardmath_rm_scores", _PREPARE + "rewardmath_merged",
@@ -193,7 +183,7 @@ SOURCES = Registry("data source", [
               datasets=["rewardmath_rm_scores"], repo=_REWARDMATH[0], commit=_REWARDMATH[1], licence="MIT",
               holds="383 problems x 10 solutions x 22 RMs", keep=383,
               kept="the first 383 of 483 problems, merged from 31 files into one line per problem",
-              upstream=[_gh(f"results/RewardMATH/{name}", sha) for name, sha in _REWARDMATH_FILES.items()],
+              upstream=[Upstream(f"results/RewardMATH/{name}", sha) for name, sha in _REWARDMATH_FILES.items()],
               files=[Prepared("rewardmath_scores.first383.jsonl",
                               "41a0fc9bd3687bafab5b6abd066329f4f82ca9b5bbe933376592c24d20bc0217", 4393330)])),
     Entry("math500", _PREPARE + "unchanged", "MATH-500, the PRM800K test split of MATH", dict(
@@ -234,9 +224,9 @@ SOURCES = Registry("data source", [
     Entry("ifeval", _PREPARE + "unchanged", "IFEval prompts with their instructions, and GPT-4's responses", dict(
         datasets=["ifeval", "ifeval_gpt4"], repo="Podtech-AI/IFEval", commit="76670a377db0f75ac8e808bbdaa8df5e6f185399",
         licence="Apache-2.0", holds="540 prompts; 540 responses",
-        upstream=[_gh("data/input_data.jsonl", "0ca6d445a430b5dfe2a9657492fa058ff83fce61c7ed1a3b5f74c3a746d2160b",
+        upstream=[Upstream("data/input_data.jsonl", "0ca6d445a430b5dfe2a9657492fa058ff83fce61c7ed1a3b5f74c3a746d2160b",
                       206605),
-                  _gh("data/input_response_data_gpt4_20231107_145030.jsonl",
+                  Upstream("data/input_response_data_gpt4_20231107_145030.jsonl",
                       "49c1a90439654e3699e69e56da1d41e9bad957a7ba0595386a9176378395553a", 827862)],
         files=[Prepared("input_data.jsonl", "0ca6d445a430b5dfe2a9657492fa058ff83fce61c7ed1a3b5f74c3a746d2160b",
                         206605),

@@ -5,10 +5,11 @@ and checking RMs read these alone, so they import no model code.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from morkit.core.errors import InputError
+from morkit.core.registry import spec_fields
 from morkit.reward_models.applicability import ALL, Applicability
 
 FAMILIES = ("transformers", "python", "sandbox", "vllm", "remote")
@@ -65,13 +66,8 @@ class RMSpec:
         Raises:
             InputError: A field is unknown, or `backend` is not one of FAMILIES.
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise InputError(f"reward model {name!r}: unknown spec field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
-        for key in ("packages", "options", "required"):
-            if key in given:
-                given[key] = tuple(given[key])
+        given = spec_fields(cls, f"reward model {name!r}", given, tuples=("packages", "options", "required"),
+                            unknown_is="unknown spec field")
         if "applies" in given:
             given["applies"] = Applicability.of(given["applies"])
         spec = cls(**given)

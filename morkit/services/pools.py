@@ -5,7 +5,6 @@ Missing labels and scores are filled first; the pool keeps its learned selector'
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from typing import Any
 
 from morkit.core.errors import InputError
 from morkit.core.types import Query
+from morkit.data.fetch import sha256_of
 from morkit.question_pool.embed import load_embedder
 from morkit.question_pool.embed_cache import CachedEmbedder, EmbeddingCache, cache_path
 from morkit.question_pool.embed_ray import RayEmbedder, RayEmbedOptions
@@ -28,14 +28,6 @@ from morkit.selection.learned_method import with_stored_learned
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
 
-def _sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str] = (),
                 data_dir: str | os.PathLike | None = None, *, bare: bool = False
                 ) -> tuple[list[Query], list[dict[str, Any]]]:
@@ -47,7 +39,7 @@ def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str]
     Args:
         paths: Contract JSONL files.
         datasets: Registered data sets (DATASETS), each as `NAME` or `NAME:N` (its first N questions).
-        data_dir: The folder the data sets are read from; None uses $MORKIT_DATA_DIR.
+        data_dir: The folder the data sets are read from; None: $MORKIT_DATA_DIR, else data/ in the cache folder.
         bare: Accept file lines without `candidates`.
 
     Returns:
@@ -65,7 +57,7 @@ def load_inputs(paths: Sequence[str | os.PathLike] = (), datasets: Sequence[str]
     for path in paths:
         loaded = load_queries(path, bare=bare)
         queries.extend(loaded)
-        provenance.append({"file": str(Path(path).resolve()), "sha256": _sha256(path), "queries": len(loaded)})
+        provenance.append({"file": str(Path(path).resolve()), "sha256": sha256_of(path), "queries": len(loaded)})
     for spec in datasets:
         loaded = load_spec(spec, data_dir)
         queries.extend(loaded)

@@ -11,12 +11,7 @@ from typing import Any, Sequence
 from morkit.core.types import Query
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.catalog import REWARD_MODELS
-from morkit.reward_models.options import (  # noqa: F401 (default_cache_path: importable from here, as before)
-    DEFAULT_CACHE,
-    CacheDefault,
-    ScoringOptions,
-    default_cache_path,
-)
+from morkit.reward_models.options import DEFAULT_CACHE, CacheDefault, ScoringOptions
 from morkit.reward_models.scoring import lacks_scores
 from morkit.reward_models.session import ScoringSession, check_rm_names
 
