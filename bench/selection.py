@@ -10,6 +10,9 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
      - "PRES singles" / "PRES (paper, with combinations)" / "PRES top-1 criterion":
        Selector(pool, "pres", singles_only=True) / Selector(pool, "pres") / Selector(pool, "pres-top1"),
        with --k neighbours, on a z-score pool (morkit's default) and on a raw pool (the paper's setting),
+       under each --pres-neighbours reading of the paper's "top-k questions" ("all": the k nearest pool
+       questions; "valid": the k nearest with a correct and a wrong answer; a reading other than the default
+       is named in the row's label), with each pair of readings compared per question (paired SE),
      - "morkit default": Selector(pool), the learned selector (morkit.selection.learned: its inner CV on the
        fold's pool, repeated over three fold deals, picks among its settings, their blend, PRES and every single
        RM), and "stacker": the previous default,
@@ -17,11 +20,13 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
        (its inner CV still picks the parameters; no single RMs, PRES or margin rule), the "+local" ones
        reading each query's nearest pool questions, and the blend of those six, always,
      - "per-query oracle": per question, the best single RM's hit (an upper bound for picking one RM).
+   --pres-only leaves out the learned rows (the default, the stacker, the learner restrictions).
    A method's hit on a question is its EXPECTED best-of-n correctness: the share of correct answers
    among the candidates tied for its top score (never the first by position). Scores come from
    Selector.select_many + Selector.rank_selected (Ranking.scores). Reported: mean over all questions
    and deals (each question is held out once per deal), the sd of the per-fold means over folds x deals and
-   of the deals' means, the same mean over "mixed" questions
+   of the deals' means, the SE of the mean (over the questions' means across deals), the same mean over "mixed"
+   questions
    only (both a correct and a wrong answer: the only ones where methods can differ), points vs the best
    single chosen on train, and on how many questions a method beats / loses to it.
 
@@ -63,6 +68,7 @@ C. Written on request: --json (every method's figures per data set, the best sin
    beside the diagram its fits drew from their own out-of-fold picks on their pools).
 
     .venv/bin/python bench/selection.py [--datasets rewardmath qwen gsm8k humaneval mixed] [--folds 5] [--k 100]
+                                        [--pres-neighbours all valid] [--pres-only]
                                         [--seeds 0 1 2] [--no-learner-rows] [--no-speed | --speed-only]
                                         [--keep-head-train] [--plot docs/figures/selection_results.svg]
                                         [--reliability docs/figures/reliability.svg] [--json PATH]
@@ -102,6 +108,15 @@ PRES_METHODS = (  # (label, selector method, singles_only)
     ("PRES top-1 criterion", "pres-top1", False),
 )
 NORMALIZERS = ("zscore", "raw")
+
+
+def pres_label(label: str, norm: str, neighbourhood: str) -> str:
+    """A PRES row's label: the default neighbourhood unnamed, as in the committed figures."""
+    from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
+
+    if neighbourhood == DEFAULT_NEIGHBOURHOOD:
+        return f"{label} [{norm}]"
+    return f"{label} [{norm}, {neighbourhood} neighbours]"
 
 
 # ----------------------------------------------------------------------------------------- accuracy
@@ -200,9 +215,12 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     domain_of = np.array([q.domain or "unknown" for q in queries], dtype=object)
     domains = sorted(set(domain_of))
     labels = [BEST_TRAIN] + ([PER_DOMAIN] if len(domains) > 1 else [])
-    labels += [f"{label} [{norm}]" for label, _, _ in PRES_METHODS for norm in NORMALIZERS]
-    labels += [DEFAULT_LABEL, "stacker (previous default) [zscore]"]
-    if len(domains) == 1:  # one fit over every RM: a mixed-domain pool has no question that all of them score
+    neighbourhoods = list(dict.fromkeys(args.pres_neighbours))
+    labels += [pres_label(label, norm, neighbourhood) for label, _, _ in PRES_METHODS for norm in NORMALIZERS
+               for neighbourhood in neighbourhoods]
+    if not args.pres_only:
+        labels += [DEFAULT_LABEL, "stacker (previous default) [zscore]"]
+    if len(domains) == 1 and not args.pres_only:  # one fit over every RM: a mixed-domain pool has none all score
         labels += [label for label, _ in LEARNER_ROWS] + [BLEND_ROW]
     for label in labels:
         hits[label] = np.full((len(seeds), n), np.nan)
@@ -235,9 +253,10 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
                             where = test_rows[domain_of[test_rows] == domain]
                             hits[PER_DOMAIN][s, where] = singles[where, pick]
                         per_domain_picks.append(picks)
-                methods = [(f"{label} [{norm}]", Selector(pool, method, k=args.k, singles_only=singles_only))
-                           for label, method, singles_only in PRES_METHODS]
-                if norm == "zscore":
+                methods = [(pres_label(label, norm, neighbourhood),
+                             Selector(pool, method, k=args.k, singles_only=singles_only, neighbourhood=neighbourhood))
+                           for label, method, singles_only in PRES_METHODS for neighbourhood in neighbourhoods]
+                if norm == "zscore" and not args.pres_only:
                     methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
                     methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
                     t0 = time.perf_counter()
@@ -273,13 +292,15 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
         st = figures[label]
         if st is None:
             return f"{label:<52} n/a: fewer than {MIN_MIXED} mixed pool questions to learn from"
-        text = f"{label:<52} {st['mean']:6.2f} {st['sd_folds']:6.2f} {st['sd_seeds']:6.2f} {st['mixed']:8.2f}"
+        text = (f"{label:<52} {st['mean']:6.2f} {st['se']:6.2f} {st['sd_folds']:6.2f} {st['sd_seeds']:6.2f} "
+                f"{st['mixed']:8.2f}")
         if "vs_best" not in st:  # the best single itself
             return text + f" {'':>8} {'':>7}"
         return text + f" {st['vs_best']:+8.2f} {st['wins']:>3}/{st['losses']:<3}"
 
-    header = (f"{'method':<52} {'acc%':>6} {'sd%':>6} {'sd%':>6} {'mixed%':>8} {'d pts':>8} {'+/- q':>7}\n"
-              f"{'':<52} {'':>6} {'folds':>6} {'seeds':>6} {f'(n={mixed.sum()})':>8} {'vs best':>8} {'vs best':>7}")
+    header = (f"{'method':<52} {'acc%':>6} {'SE%':>6} {'sd%':>6} {'sd%':>6} {'mixed%':>8} {'d pts':>8} {'+/- q':>7}\n"
+              f"{'':<52} {'':>6} {'':>6} {'folds':>6} {'seeds':>6} {f'(n={mixed.sum()})':>8} {'vs best':>8} "
+              f"{'vs best':>7}")
     print(f"\nmean over {len(seeds)} fold deal(s) (seeds {seeds}); sd over folds x deals, and of the deals' means")
     print("\nsingle RMs (sorted by accuracy; identical on every fold):")
     print(header)
@@ -293,7 +314,19 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     print(row(ORACLE))
     se = np.nanmean(ref, axis=0).std(ddof=1) / np.sqrt(n)
     print(f"best single (chosen on train): SE of its mean {se * 100:.2f} points")
-    if PER_DOMAIN in hits:
+    paired = {}  # the neighbourhoods side by side, paired per question
+    for label, _, _ in PRES_METHODS:
+        for norm in NORMALIZERS:
+            for other in neighbourhoods[1:]:
+                base, alt = pres_label(label, norm, neighbourhoods[0]), pres_label(label, norm, other)
+                diff = np.nanmean(hits[alt] - hits[base], axis=0)
+                paired[alt] = {"versus": base, "points": float(diff.mean() * 100),
+                               "se": float(diff.std(ddof=1) / np.sqrt(n) * 100),
+                               "better": int((diff > 1e-12).sum()), "worse": int((diff < -1e-12).sum())}
+                print(f"{alt} - {base}: {diff.mean() * 100:+.2f} points (paired SE "
+                      f"{diff.std(ddof=1) / np.sqrt(n) * 100:.2f}), better on {(diff > 1e-12).sum()} questions, "
+                      f"worse on {(diff < -1e-12).sum()}")
+    if PER_DOMAIN in hits and not args.pres_only:
         for label in (DEFAULT_LABEL, "PRES (paper, with combinations) [zscore]"):
             diff = np.nanmean(hits[label] - hits[PER_DOMAIN], axis=0)
             print(f"{label} vs {PER_DOMAIN}: {diff.mean() * 100:+.2f} points (paired SE "
@@ -323,14 +356,19 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
         print(f"  x{c}: {p}")
     print(f"time: pool builds {timing['build']:.1f}s, select+rank {timing['select']:.1f}s (all folds and deals)")
     held_out = ~np.isnan(confidence)
-    reliability = {"held_out": conf.reliability(confidence[held_out], hits[DEFAULT_LABEL][held_out]),
-                   "pool_out_of_fold": merged_reliability(inner) if inner else None}
-    print(f"{DEFAULT_LABEL} confidence on held-out questions: ECE {reliability['held_out']['ece']:.3f} over "
-          f"{reliability['held_out']['picks']} picks" + (f"; its fits' own out-of-fold diagrams (pool questions): "
-                                                         f"ECE {reliability['pool_out_of_fold']['ece']:.3f}"
-                                                         if inner else ""))
+    reliability = None
+    if not args.pres_only:
+        reliability = {"held_out": conf.reliability(confidence[held_out], hits[DEFAULT_LABEL][held_out]),
+                       "pool_out_of_fold": merged_reliability(inner) if inner else None}
+    if reliability is not None:
+        print(f"{DEFAULT_LABEL} confidence on held-out questions: ECE {reliability['held_out']['ece']:.3f} over "
+              f"{reliability['held_out']['picks']} picks" + (f"; its fits' own out-of-fold diagrams (pool "
+                                                             f"questions): ECE "
+                                                             f"{reliability['pool_out_of_fold']['ece']:.3f}"
+                                                             if inner else ""))
     return {"name": ds.name, "questions": n, "mixed": int(mixed.sum()), "rms": list(rms), "folds": args.folds,
-            "seeds": seeds, "k": args.k, "singles": sorted(rms, key=lambda nm: -figures[nm]["mean"]),
+            "seeds": seeds, "k": args.k, "readings": neighbourhoods, "paired": paired,
+            "singles": sorted(rms, key=lambda nm: -figures[nm]["mean"]),
             "selection": labels, "methods": figures, "best_single_se": float(se * 100),
             "chosen_single": chosen_single, "default_fits": {p: c for c, p in counts}, "reliability": reliability,
             "roles": {"default": DEFAULT_LABEL, "best_single": BEST_TRAIN, "random": RANDOM, "oracle": ORACLE,
@@ -347,7 +385,9 @@ def method_figures(values, fold_of, mixed, ref) -> dict | None:
     deals, folds = len(values), int(fold_of.max()) + 1
     per_fold = [np.nanmean(values[s][fold_of[s] == f]) for s in range(deals) for f in range(folds)]
     by_seed = np.nanmean(values, axis=1)
+    per_question = np.nanmean(values, axis=0)
     out = {"mean": float(np.nanmean(values) * 100), "sd_folds": float(np.std(per_fold, ddof=1) * 100),
+           "se": float(np.nanstd(per_question, ddof=1) / np.sqrt(np.isfinite(per_question).sum()) * 100),
            "sd_seeds": float(np.std(by_seed, ddof=1) * 100) if deals > 1 else 0.0,
            "mixed": float(np.nanmean(values[:, mixed]) * 100) if mixed.any() else float("nan")}
     if ref is not None:
@@ -402,6 +442,13 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="*", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--k", type=int, default=100, help="pool neighbours per query for PRES")
+    from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD, NEIGHBOURHOODS
+
+    parser.add_argument("--pres-neighbours", nargs="+", choices=NEIGHBOURHOODS, default=[DEFAULT_NEIGHBOURHOOD],
+                        help="PRES's neighbourhoods to run, side by side: 'all' (the k nearest pool "
+                             "questions), 'valid' (the k nearest with a correct and a wrong answer)")
+    parser.add_argument("--pres-only", action="store_true",
+                        help="PRES rows only: leave out the learned default, the stacker and the learner rows")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="one fold deal per seed; figures are means over them, with the spread")
     parser.add_argument("--no-learner-rows", action="store_true",

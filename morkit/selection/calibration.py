@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from morkit.core.types import Query
-from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, Neighbours, SelectionMethod
+from morkit.selection.base import Choice, SelectionMethod
 from morkit.selection.confidence import SIGNALS, Calibrator, signals
 from morkit.selection.coverage import like_neighbours
+from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
 from morkit.selection.mor import member_matrix, scores_under
+from morkit.selection.neighbourhood import NeighbourSearch
 
 LOO_SAMPLE = 1000
 """Pool questions whose leave-one-out picks calibrate a method that has no cross-validation of its own."""
@@ -21,16 +22,19 @@ LOO_SAMPLE = 1000
 class PickCalibrator:
     """The calibrated confidence of a method's picks against one pool."""
 
-    def __init__(self, pool: QuestionPool, method: SelectionMethod, k: int):
+    def __init__(self, pool: QuestionPool, method: SelectionMethod, k: int,
+                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD):
         self.pool = pool
         self.method = method
         self.k = k
+        self.neighbourhood = neighbourhood
         self._calibrator: Calibrator | None = None
 
     def calibrator(self) -> Calibrator:
         """For methods without their own: the leave-one-out calibrator, fitted when first needed."""
         if self._calibrator is None:
-            self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k)
+            self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k,
+                                                        neighbourhood=self.neighbourhood)
         return self._calibrator
 
     def confidence(self, query: Query, choice: Choice, scores: np.ndarray, raw: np.ndarray | None = None) -> float:
@@ -46,31 +50,30 @@ class PickCalibrator:
         return float(calibrator.predict(signals(np.asarray(scores)[None], members_raw[None], valid))[0])
 
 
-def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1) -> Calibrator:
+def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1,
+                             neighbourhood: str = DEFAULT_NEIGHBOURHOOD) -> Calibrator:
     """A Calibrator fitted on the method's leave-one-out picks (`leave_one_out_picks`)."""
-    return Calibrator.fit(*leave_one_out_picks(pool, method, k, seed))
+    return Calibrator.fit(*leave_one_out_picks(pool, method, k, seed, neighbourhood))
 
 
-def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def leave_one_out_picks(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1,
+                        neighbourhood: str = DEFAULT_NEIGHBOURHOOD) -> tuple[np.ndarray, np.ndarray]:
     """(signals, hits) of the method's picks for a seeded sample of LOO_SAMPLE pool questions, each chosen from
-    its neighbours other than itself and scored from the pool's stored member scores; a hit is the expected
-    best-of-n correctness of the pick (ties shared)."""
+    its neighbours other than itself (in the `neighbourhood`) and scored from the pool's stored member
+    scores; a hit is the expected best-of-n correctness of the pick (ties shared)."""
     from morkit.question_pool.prr import best_of_n_matrix
     from morkit.question_pool.rows import sample_rows
     rows = sample_rows(len(pool), LOO_SAMPLE, seed)
-    sims, found = search(pool.index, np.ascontiguousarray(pool.embeddings[rows]), k + 1)
+    found = NeighbourSearch(pool, k, neighbourhood).find(np.asarray(pool.embeddings[rows]), exclude=rows)
     features, hits = [], []
-    for row, s, r in zip(rows, sims, found):
-        keep = (r >= 0) & (r != row)
-        neighbours = Neighbours(r[keep][:k], tuple(pool.questions[i].id for i in r[keep][:k]), s[keep][:k])
+    for row, near in zip(rows, found):
         scores, valid, correct = (np.asarray(a[row]) for a in (pool.scores, pool.valid, pool.correct))
         available = frozenset(n for j, n in enumerate(pool.rm_names) if not np.isnan(scores[valid, j]).any())
-        neighbours = like_neighbours(pool, neighbours, [n for n in pool.rm_names if n in available])
-        if not available or not neighbours.rows.size:
+        near = like_neighbours(pool, near, [n for n in pool.rm_names if n in available])
+        if not available or not near.rows.size:
             continue
         try:
-            choice = method.choose(neighbours, available)
+            choice = method.choose(near, available)
         except LookupError:
             continue
         members = scores[:, [pool.rm_names.index(m) for m in choice.ensemble.members]]

@@ -13,13 +13,20 @@ import numpy as np
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble
-from morkit.question_pool.index import search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import rm_rules
 from morkit.reward_models.catalog import relative_scores
-from morkit.selection.base import Choice, Neighbours, SelectionMethod, chosen_in_place, method_label
+from morkit.selection.base import (
+    Choice,
+    Neighbours,
+    SelectionMethod,
+    chosen_in_place,
+    method_label,
+)
 from morkit.selection.coverage import like_neighbours
+from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
 from morkit.selection.mor import available_members
+from morkit.selection.neighbourhood import NeighbourSearch
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,16 @@ def normalizer_name(pool: QuestionPool, transform: str) -> str:
 
 class EnsembleChooser:
     """Routes queries to ensembles: finds each one's pool neighbours and asks the method to pick from the RMs
-    the query can use; embeds query questions with the pool's own embedder (loaded when first needed)."""
+    the query can use; embeds query questions with the pool's own embedder (loaded when first needed).
+    `neighbourhood`: which k pool questions a query reads (morkit.selection.methods.NEIGHBOURHOODS)."""
 
     def __init__(self, pool: QuestionPool, method: SelectionMethod, method_name: str, *, k: int,
-                 runnable: Iterable[str] = (), embedder: Any = None, device: str | None = None):
+                 runnable: Iterable[str] = (), embedder: Any = None, device: str | None = None,
+                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD):
         self.pool = pool
         self.method = method
         self.method_name = method_name
-        self.k = k
+        self.finder = NeighbourSearch(pool, k, neighbourhood)
         self.runnable = frozenset(runnable) & set(pool.rm_names)
         self._rules = dict(zip(pool.rm_names, rm_rules(pool.rm_names, pool.meta.get("applies"))))
         self._relative = frozenset(n for n in pool.rm_names if relative_scores(n))
@@ -115,13 +124,12 @@ class EnsembleChooser:
             self._embedder = embedder
         return self._embedder
 
+    k = property(lambda self: self.finder.k)
+    neighbourhood = property(lambda self: self.finder.neighbourhood)
+
     def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:
-        sims, rows = search(self.pool.index, vectors, self.k)
-        out = []
-        for s, r in zip(sims, rows):
-            keep = r >= 0
-            out.append(Neighbours(r[keep], tuple(self.pool.questions[i].id for i in r[keep]), s[keep]))
-        return out
+        """Each query embedding's pool neighbours in the chooser's neighbourhood (NeighbourSearch.find)."""
+        return self.finder.find(vectors)
 
     def skipped(self, query: Query) -> dict[str, str]:
         """The pool RMs this query cannot use, in pool order, each with why: the RM does not apply to it (its

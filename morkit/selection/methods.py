@@ -1,5 +1,6 @@
 """The per-query selection methods, in SELECTION_METHODS: name -> factory(pool, **options) -> SelectionMethod
-(`choose(neighbours, available) -> Choice`); metadata `singles_only`. Adding one: docs/selection.md."""
+(`choose(neighbours, available) -> Choice`); metadata `singles_only` and `neighbourhoods` (the NEIGHBOURHOODS it
+reads). Adding one: docs/selection.md."""
 
 from __future__ import annotations
 
@@ -10,60 +11,77 @@ from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 
 DEFAULT_METHOD = "learned"
+NEIGHBOURHOODS = ("all", "valid")
+"""Which k pool questions a query reads (morkit.selection.neighbourhood): "all", the k nearest; "valid", the k
+nearest with both a correct and a wrong answer (the paper's valid questions: PRR is defined on them only)."""
+DEFAULT_NEIGHBOURHOOD = "all"
+"""The default neighbourhood; docs/selection.md ("Which k questions") has the measurement behind it."""
+WHOLE_POOL = ("all",)
+"""The learned selector's: its local features were fitted on each question's nearest pool questions of all."""
 
 
-def check_method(method: str, singles_only: bool = False) -> Entry:
-    """The registered method; `singles_only` must be an option it has."""
+def check_method(method: str, singles_only: bool = False, neighbourhood: str = DEFAULT_NEIGHBOURHOOD) -> Entry:
+    """The registered method; `singles_only` and the `neighbourhood` must be options it has."""
     entry = SELECTION_METHODS.get(method)
     if singles_only and not entry.meta.get("singles_only"):
         raise InputError(f"singles-only does not apply to {method!r}; it is an option of "
                          + ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("singles_only")))
+    checks.one_of(neighbourhood, NEIGHBOURHOODS, "neighbourhood")
+    if neighbourhood not in entry.meta.get("neighbourhoods", WHOLE_POOL):
+        takers = ", ".join(e.name for e in SELECTION_METHODS
+                           if neighbourhood in e.meta.get("neighbourhoods", WHOLE_POOL))
+        raise InputError(f"neighbourhood {neighbourhood!r} does not apply to {method!r} (its features were fitted "
+                         f"on the nearest pool questions of all); it is an option of {takers}")
     return entry
 
 SELECTION_METHODS = Registry("selection method", [
     Entry("learned", "morkit.selection.learned_method:Learned",
           "a candidate ranker over rich RM features (per-query z-scores, ranks, top/tie flags, PRM step "
           "reductions, agreement); learner and features chosen by cross-validation on the pool",
-          {"singles_only": False}),
+          {"singles_only": False, "neighbourhoods": WHOLE_POOL}),
     Entry("stacker", "morkit.selection.learned_method:stacker",
           "the learned selector restricted to the former stacker's settings: a conditional logit over one "
           "z-scored score per RM (query or pool z-score and penalty chosen by cross-validation)",
-          {"singles_only": False}),
+          {"singles_only": False, "neighbourhoods": WHOLE_POOL}),
     Entry("pres", "morkit.selection.pres:pres",
           "the CTTS-MM rule: the ensemble with the highest similarity-weighted PRR over the k nearest pool questions",
-          {"singles_only": True}),
+          {"singles_only": True, "neighbourhoods": NEIGHBOURHOODS}),
     Entry("pres-top1", "morkit.selection.pres:pres_top1",
-          "the PRES rule on each neighbour's best-of-n hit instead of PRR", {"singles_only": True}),
+          "the PRES rule on each neighbour's best-of-n hit instead of PRR",
+          {"singles_only": True, "neighbourhoods": NEIGHBOURHOODS}),
 ])
 """Per-query selection methods by name (the learned selector, PRES, ...); `Selector(pool, name)` builds one."""
 
 
 @dataclass(frozen=True)
 class SelectOptions:
-    """How ensembles are chosen: the method, neighbours per query, PRES over single RMs only, whether
-    registered pool RMs may run on candidates that have text but no cached scores, and the confidence below
-    which a ranking is marked `abstain` (None: no mark).
+    """How ensembles are chosen: the method, neighbours per query and which ones, PRES over single RMs only,
+    whether registered pool RMs may run on candidates that have text but no cached scores, and the confidence
+    below which a ranking is marked `abstain` (None: no mark).
 
     Args:
         method: A name registered in SELECTION_METHODS.
         k: Pool neighbours per query (positive).
+        neighbourhood: Which k, one of NEIGHBOURHOODS: "all" (the k nearest pool questions) or "valid" (the k
+            nearest with a correct and a wrong answer; an option of PRES methods).
         singles_only: Choose among single RMs only (an option of PRES methods).
         allow_run: Registered pool RMs may run on candidates that have text but no cached scores.
         abstain_below: A confidence in [0, 1] below which a ranking is marked `abstain`; None marks nothing.
 
     Raises:
-        InputError: The method is unknown or lacks `singles_only`, `k` is not positive, or `abstain_below` is
-            outside [0, 1].
+        InputError: The method is unknown or lacks `singles_only` or the `neighbourhood`, `k` is not
+            positive, or `abstain_below` is outside [0, 1].
     """
 
     method: str = DEFAULT_METHOD
     k: int = 100
+    neighbourhood: str = DEFAULT_NEIGHBOURHOOD
     singles_only: bool = False
     allow_run: bool = True
     abstain_below: float | None = None
 
     def __post_init__(self) -> None:
-        check_method(self.method, self.singles_only)  # an unknown method names the known ones
+        check_method(self.method, self.singles_only, self.neighbourhood)  # an unknown method names the known ones
         checks.positive_int(self.k, "k")
         if self.abstain_below is not None and not 0.0 <= self.abstain_below <= 1.0:
             raise InputError(f"abstain_below must be a probability in [0, 1], not {self.abstain_below!r}")

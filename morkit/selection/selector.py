@@ -28,7 +28,7 @@ from morkit.selection.chooser import (  # noqa: F401 (importable from here)
 )
 from morkit.selection.confidence import Calibrator
 from morkit.selection.coverage import domain_rm_sets
-from morkit.selection.methods import DEFAULT_METHOD, check_method
+from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, check_method
 from morkit.selection.ranker import Ranker, Ranking
 
 __all__ = ["Ranking", "Selection", "Selector"]
@@ -44,28 +44,31 @@ class Selector:
         embedder: The embedder for query questions; it must be the pool's (same name). None loads the pool's own
             when first needed.
         k: Pool neighbours per query (positive).
+        neighbourhood: Which k: "all" (the k nearest pool questions) or "valid" (the k nearest with a correct
+            and a wrong answer; an option of PRES methods), morkit.selection.methods.NEIGHBOURHOODS.
         singles_only: Choose among single RMs only (an option of PRES methods).
         runnable: Pool RMs that may run on candidates without their cached scores; others need them cached.
         device: Where the pool's embedder loads when `embedder` is None; None picks automatically.
 
     Raises:
-        InputError: The pool is empty, the method is unknown or lacks `singles_only`, `k` is not positive, or
-            `embedder` is not the pool's.
+        InputError: The pool is empty, the method is unknown or lacks `singles_only` or the `neighbourhood`,
+            `k` is not positive, or `embedder` is not the pool's.
     """
 
     def __init__(self, pool: QuestionPool, method: str = DEFAULT_METHOD, *, embedder: Any = None, k: int = 100,
-                 singles_only: bool = False, runnable: Iterable[str] = (), device: str | None = None):
+                 singles_only: bool = False, runnable: Iterable[str] = (), device: str | None = None,
+                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
-        entry = check_method(method, singles_only)
+        entry = check_method(method, singles_only, neighbourhood)
         checks.positive_int(k, "k")
         if embedder is not None and embedder.name != pool.embedder:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")
         self.method: SelectionMethod = entry.load()(pool, **({"singles_only": True} if singles_only else {}))
         self.chooser = EnsembleChooser(pool, self.method, method, k=k, runnable=runnable, embedder=embedder,
-                                       device=device)
-        self.calibration = PickCalibrator(pool, self.method, k)
+                                       device=device, neighbourhood=neighbourhood)
+        self.calibration = PickCalibrator(pool, self.method, k, neighbourhood)
         self.ranker = Ranker(pool, self.calibration)
 
     def use(self, method: SelectionMethod, name: str) -> None:
@@ -91,6 +94,7 @@ class Selector:
         return "; ".join(dict.fromkeys(method_label(*chosen_by(frozenset(members))) for members in sets))
 
     k = property(lambda self: self.chooser.k)
+    neighbourhood = property(lambda self: self.chooser.neighbourhood)
     runnable = property(lambda self: self.chooser.runnable)
 
     @property
@@ -98,7 +102,7 @@ class Selector:
         return self.chooser.embedder
 
     def neighbours(self, vectors: np.ndarray) -> list[Neighbours]:
-        """The nearest pool questions (up to `k`) of each query embedding.
+        """The nearest pool questions (up to `k`; in the "valid" neighbourhood, valid ones) of each query embedding.
 
         Args:
             vectors: (n, d) query embeddings from the pool's embedder.

@@ -26,7 +26,8 @@ def make_selector(pool: QuestionPool, options: SelectOptions = SelectOptions(), 
     """A Selector over `pool` that embeds with the pool's own embedder on `device`, loaded when it first embeds
     (or with a caller's embedder, which must be the pool's)."""
     return Selector(pool, options.method, embedder=embedder, device=device, k=options.k,
-                    singles_only=options.singles_only, runnable=runnable_rms(pool) if options.allow_run else ())
+                    neighbourhood=options.neighbourhood, singles_only=options.singles_only,
+                    runnable=runnable_rms(pool) if options.allow_run else ())
 
 
 @dataclass
