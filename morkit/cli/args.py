@@ -66,6 +66,35 @@ def choices_help(registry: Registry, default: str | None = None) -> str:
     return f"{text} (default {default})" if default else text
 
 
+def add_agent_choices(p: argparse.ArgumentParser, *, prompt: bool = True) -> None:
+    """`--agent-preset` and (with `prompt`) `--agent-prompt`, beside `--agents` in every verb with agents; the
+    loops, which write their own prompts, take the preset only."""
+    from morkit.llm.presets import AGENT_PRESETS, AGENT_PROMPTS, DEFAULT_AGENT_PRESET
+
+    default = f"in place of the file's `preset` (default: the file's, else {DEFAULT_AGENT_PRESET})"
+    if not prompt:  # `morkit loop`: what each loop takes from the agents' sampling
+        p.add_argument("--agent-preset", choices=AGENT_PRESETS.names(), metavar="NAME",
+                       help=f"sampling for the keys the agents file leaves unset, {default}. ATLAS's solvers sample "
+                            "with their agent's settings; TMAS and StreamMA take only max_tokens (without "
+                            "--gen-tokens) and sample with their own settings, as does ATLAS's orchestrator: "
+                            + choices_help(AGENT_PRESETS))
+        return
+    p.add_argument("--agent-preset", choices=AGENT_PRESETS.names(), metavar="NAME",
+                   help="sampling for the keys the agents file leaves unset, every agent's and the aggregator's, "
+                        f"{default}: " + choices_help(AGENT_PRESETS))
+    p.add_argument("--agent-prompt", choices=AGENT_PROMPTS.names(), metavar="NAME",
+                   help="ask every agent with this named prompt (a system message and a user template), in place "
+                        "of the agents file's `system`, `user` and `prompt`; the aggregator keeps its own. CTTS-MM's "
+                        "Figure I prompts, one per benchmark: " + ", ".join(AGENT_PROMPTS.names()))
+
+
+def agents_from_flags(args: argparse.Namespace) -> Any:
+    """The AgentsConfig of `--agents` (None: the packaged pool) with `--agent-preset` and `--agent-prompt`."""
+    from morkit.llm.agents import load_agents
+
+    return load_agents(args.agents, preset=args.agent_preset, prompt=getattr(args, "agent_prompt", None))
+
+
 def add_device_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     g = p.add_argument_group("scoring")
     g.add_argument("--device", help="torch device for models (default: auto = cuda, mps, else cpu)")
@@ -189,17 +218,23 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> None:
-    from morkit.selection.methods import DEFAULT_METHOD, SELECTION_METHODS
+    from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, NEIGHBOURHOODS, SELECTION_METHODS
 
     p.add_argument(flag, dest="selection", choices=SELECTION_METHODS.names(), default=DEFAULT_METHOD,
                    help="how each query's RM ensemble is chosen: " + choices_help(SELECTION_METHODS, DEFAULT_METHOD))
     p.add_argument("--k", type=POSITIVE_INT, default=100,
                    help="pool neighbours per query (default 100, as in the paper)")
+    p.add_argument("--neighbours", dest="neighbourhood", choices=NEIGHBOURHOODS, default=DEFAULT_NEIGHBOURHOOD,
+                   help="which k pool questions PRES reads: 'all', the k nearest; 'valid', the k nearest with both "
+                        "a correct and a wrong answer (the paper's valid questions, filtered in the search). The "
+                        "paper's 'top-k questions' allows either (docs/selection.md). Default "
+                        f"{DEFAULT_NEIGHBOURHOOD}; 'valid' applies to pres and pres-top1 only")
 
 
 def select_options(args: argparse.Namespace) -> Any:
     from morkit.selection.methods import SelectOptions
 
-    return SelectOptions(method=args.selection, k=args.k, singles_only=getattr(args, "singles_only", False),
+    return SelectOptions(method=args.selection, k=args.k, neighbourhood=args.neighbourhood,
+                         singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False),
                          abstain_below=getattr(args, "abstain_below", None))

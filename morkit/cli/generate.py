@@ -6,17 +6,24 @@ import argparse
 import sys
 from typing import Any
 
-from morkit.cli.args import CONTRACT, POSITIVE_INT, add_input_options, checked, output_file
+from morkit.cli.args import (
+    CONTRACT,
+    POSITIVE_INT,
+    add_agent_choices,
+    add_input_options,
+    agents_from_flags,
+    checked,
+    output_file,
+)
 from morkit.llm.base import MAX_SAMPLES, sample_count
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from morkit.llm.agents import load_agents
     from morkit.services.generating import GenerateOptions, generate
     from morkit.services.pools import load_inputs
 
     output_file(args.output)
-    agents = load_agents(args.agents)
+    agents = agents_from_flags(args)
     queries, _ = load_inputs(args.input, args.dataset, args.data_dir, bare=True)  # questions need no candidates
     report = generate(queries, agents, args.output,
                       GenerateOptions(n=args.n, chunk=args.chunk, progress=not args.quiet))
@@ -41,6 +48,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     add_input_options(p)
     p.add_argument("-o", "--output", required=True, help="output JSONL (its folder is made if missing)")
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    add_agent_choices(p)
     p.add_argument("--n", type=checked(int, sample_count),
                    help=f"samples per agent and question, 1 to {MAX_SAMPLES} (default: each agent's own n)")
     p.add_argument("--chunk", type=POSITIVE_INT, default=16,

@@ -16,8 +16,10 @@ from morkit.cli.args import (
     NON_NEGATIVE_INT,
     POSITIVE_INT,
     PROBABILITY,
+    add_agent_choices,
     add_scoring_options,
     add_select_options,
+    agents_from_flags,
     choices_help,
     non_empty,
     output_file,
@@ -66,7 +68,8 @@ def cmd_loop(args: argparse.Namespace) -> int:
     output_file(args.output)
     queries = load_queries(args.input)
     pool = load_pool(args.pool) if args.pool else None
-    records = run_loop(args.loop, queries, agents=args.agents, pool=pool, verifier=args.verifier, options=options,
+    records = run_loop(args.loop, queries, agents=agents_from_flags(args), pool=pool, verifier=args.verifier,
+                       options=options,
                        selection=select_options(args), scoring=scoring)
     write_jsonl(args.output, records)
     print(f"{args.loop}: {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}",
@@ -93,6 +96,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("input", help=f"query file ({CONTRACT}); a reference is only used for grading")
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    add_agent_choices(p, prompt=False)
     p.add_argument("--pool", help="pool directory: verify with each query's MoR ensemble")
     p.add_argument("--verifier", choices=VERIFIERS.names(), default=None,
                    help=choices_help(VERIFIERS) + " (default: mor with --pool, else llm)")

@@ -11,8 +11,10 @@ from morkit.cli.args import (
     CONTRACT,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
+    add_agent_choices,
     add_scoring_options,
     add_select_options,
+    agents_from_flags,
     choices_help,
     output_file,
     scoring_options,
@@ -30,7 +32,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     methods = args.method or [DEFAULT_SEARCH]
     scoring = scoring_options(args)
     output_file(args.output)
-    records = run_search(load_queries(args.input), load_pool(args.pool), agents=args.agents, methods=methods,
+    agents = agents_from_flags(args)
+    records = run_search(load_queries(args.input), load_pool(args.pool), agents=agents, methods=methods,
                          options=SearchOptions(top_k=args.top_k, residual=not args.no_residual,
                                                sc_agent=args.sc_agent, aggregator=args.aggregator,
                                                strict_grading=args.strict_grading, acs_step=args.acs_step,
@@ -64,6 +67,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically at the end")
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
+    add_agent_choices(p)
     p.add_argument("--method", action="append", choices=SEARCH_METHODS.names(),
                    help="search method, repeatable to compare on the same answers: "
                         + choices_help(SEARCH_METHODS, DEFAULT_SEARCH))

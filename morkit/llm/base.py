@@ -28,7 +28,8 @@ def sample_count(value: object, what: str) -> int:
 class SamplingParams:
     """What to generate, and how long the call may take: `timeout_s` is the deadline of the whole call, retries
     included (None: the backend's own limits), so a loop's calls cannot outlast its budget. `reasoning_effort` is
-    sent only by backends that declare `takes_reasoning_effort`.
+    sent only by backends that declare `takes_reasoning_effort`, `presence_penalty` applied only by those that
+    declare `takes_presence_penalty` (both built-in backends do).
 
     Args:
         n: Samples per conversation, 1 to MAX_SAMPLES.
@@ -39,6 +40,9 @@ class SamplingParams:
         seed: A sampling seed (0 or more); None leaves sampling unseeded.
         timeout_s: The deadline of the whole call in seconds, retries included; None: the backend's own limits.
         reasoning_effort: A lower-case word such as `high`, for backends that take it.
+        presence_penalty: Subtracted from the logit of every token already generated in the sample (OpenAI's
+            and vLLM's definition: generated tokens only, once per token however often it occurs), -2 to 2;
+            0 is none.
 
     Raises:
         InputError: A field is out of its range.
@@ -52,6 +56,7 @@ class SamplingParams:
     seed: int | None = None
     timeout_s: float | None = None
     reasoning_effort: str | None = None
+    presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         sample_count(self.n, "SamplingParams.n")
@@ -61,6 +66,10 @@ class SamplingParams:
             raise InputError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         checks.optional(checks.non_negative_int, self.seed, "SamplingParams.seed")
         checks.optional(checks.positive, self.timeout_s, "SamplingParams.timeout_s")
+        penalty = checks.finite(self.presence_penalty, "SamplingParams.presence_penalty")
+        if abs(penalty) > MAX_PRESENCE_PENALTY:
+            raise InputError(f"SamplingParams.presence_penalty must be from -{MAX_PRESENCE_PENALTY:g} to "
+                             f"{MAX_PRESENCE_PENALTY:g}, got {checks.shown(penalty)}")
         if self.reasoning_effort is not None and not (isinstance(self.reasoning_effort, str)
                                                       and _EFFORT.fullmatch(self.reasoning_effort)):
             raise InputError(f"SamplingParams.reasoning_effort must be a lower-case word such as 'high', "
@@ -68,11 +77,18 @@ class SamplingParams:
 
 
 _EFFORT = re.compile(r"[a-z][a-z_-]*")
+MAX_PRESENCE_PENALTY = 2.0
+"""SamplingParams.presence_penalty's range is +-this, as OpenAI's API and vLLM take it."""
 
 
 def takes_reasoning_effort(llm: object) -> bool:
     """Whether `llm` passes SamplingParams.reasoning_effort on to its model (its class says so)."""
     return bool(getattr(llm, "takes_reasoning_effort", False))
+
+
+def takes_presence_penalty(llm: object) -> bool:
+    """Whether `llm` applies SamplingParams.presence_penalty (its class says so); others ignore it."""
+    return bool(getattr(llm, "takes_presence_penalty", False))
 
 
 @dataclass(frozen=True)
@@ -203,6 +219,8 @@ class ScriptedLLM:
     """An LLM whose replies come from `reply(conversation, sample_index) -> str`; counts its calls.
 
     For testing control flow only: it is not a model."""
+
+    takes_presence_penalty = True  # no sampling setting changes a scripted reply: none is dropped either
 
     reply: Callable[[Conversation, int], str]
     name: str = "scripted"

@@ -46,8 +46,32 @@ class _Cancel:
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
+class PresencePenalty:
+    """OpenAI's and vLLM's presence penalty as a transformers logits processor: `penalty` is subtracted from the
+    logit of every token a row has generated so far, once per token however often it occurs. The prompt (the
+    first `prompt_width` positions of the left-padded input) does not count. It runs before temperature and
+    top-p, as in vLLM.
+
+    Args:
+        penalty: Subtracted from each generated token's logit (negative: added).
+        prompt_width: Positions of `input_ids` that are the prompt, padding included.
+    """
+
+    def __init__(self, penalty: float, prompt_width: int):
+        self.penalty = penalty
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        generated = input_ids[:, self.prompt_width:]
+        if generated.shape[1] == 0:
+            return scores
+        seen = scores.new_zeros(scores.shape).scatter_(1, generated, 1.0)
+        return scores - self.penalty * seen
+
+
 class LocalLLM:
-    """Chat generation with a local transformers causal LM (default: the embedded SmolLM2-135M-Instruct).
+    """Chat generation with a local transformers causal LM (default: the embedded SmolLM2-135M-Instruct);
+    `presence_penalty` is applied by a logits processor (PresencePenalty).
 
     Args:
         model_path: A transformers checkpoint folder; None is the embedded SmolLM2-135M-Instruct. It loads on
@@ -57,6 +81,8 @@ class LocalLLM:
         max_batch: Samples generated in one batch (positive).
         name: The name completions and errors report.
     """
+
+    takes_presence_penalty = True  # SamplingParams.presence_penalty: PresencePenalty, before temperature
 
     def __init__(self, model_path: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
                  max_batch: int = 8, name: str = "smollm2-135m-instruct"):
@@ -85,7 +111,8 @@ class LocalLLM:
                           prompt_tokens: int = 0) -> dict[str, Any]:
         """`generate` keyword arguments for these sampling parameters (a GenerationConfig, maybe the tokenizer). New
         tokens stop at the model's context window; at `deadline` (time.monotonic()) generation stops (`max_time`)
-        and the text so far comes back with finish reason "length"."""
+        and the text so far comes back with finish reason "length". A presence penalty counts only the tokens
+        after the first `prompt_tokens` positions (the prompt's)."""
         from transformers import GenerationConfig
 
         tok = lm.tokenizer
@@ -101,6 +128,11 @@ class LocalLLM:
         else:
             options.update(do_sample=False)
         extra: dict[str, Any] = {}
+        if params.presence_penalty:
+            from transformers import LogitsProcessorList
+
+            extra["logits_processor"] = LogitsProcessorList([PresencePenalty(params.presence_penalty,
+                                                                             prompt_tokens)])
         if params.stop and _stop_strings_supported():  # stop strings need the tokenizer at generate time
             options["stop_strings"] = list(params.stop)
             extra["tokenizer"] = tok

@@ -106,6 +106,7 @@ class OpenAIChatLLM:
     """
 
     takes_reasoning_effort = True  # SamplingParams.reasoning_effort goes out as the request's `reasoning_effort`
+    takes_presence_penalty = True  # SamplingParams.presence_penalty goes out as `presence_penalty`, when not 0
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, retries: int = 3, concurrency: int = 8, backoff: float = 0.5,
@@ -156,6 +157,8 @@ class OpenAIChatLLM:
             payload["seed"] = seed
         if params.reasoning_effort is not None:
             payload["reasoning_effort"] = params.reasoning_effort
+        if params.presence_penalty:
+            payload["presence_penalty"] = params.presence_penalty
         payload.update(self.extra_body)
         return payload
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from morkit.core.registry import Entry, Registry
-from morkit.llm.agents import AGGREGATOR_SAMPLING
 from morkit.llm.base import LLM, Conversation, SamplingParams
+from morkit.llm.presets import CTTS_MM
 
 # The Aggregate-and-Synthesize prompt of Wang et al., "Mixture-of-Agents Enhances Large Language Model
 # Capabilities" (arXiv 2406.04692), Table 1, verbatim: a prompt is a fact of the method. As in the authors'
@@ -72,7 +72,7 @@ class Aggregator:
     The verifier's scores of the answers, which the AnswerAggregator protocol passes, are not shown to the LLM."""
 
     llm: LLM
-    params: SamplingParams = SamplingParams(**AGGREGATOR_SAMPLING)  # the paper's: 0.7, 8,192 tokens
+    params: SamplingParams = SamplingParams(**CTTS_MM.sampling)  # the paper's: 0.7, 8,192 tokens, 1.05
     system: str | None = None  # None: the prompt's own (AGGREGATOR_PROMPTS[prompt])
     prompt: str = DEFAULT_AGGREGATOR_PROMPT
     shown_question: str | None = None  # what the aggregator is shown as the question (default: the question)

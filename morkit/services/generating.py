@@ -137,25 +137,29 @@ def generate(queries: Sequence[Query], agents: AgentsConfig, output: str | os.Pa
                           time.perf_counter() - start)
 
 
-_KEYED_WHEN_SET = ("reasoning_effort",)
+_KEYED_WHEN_SET = {"reasoning_effort": None, "presence_penalty": 0.0, "user": None}
+"""Fields added after keys were first written, with their unset values: they count in a key only when set."""
 
 
 def answer_key(spec: AgentSpec, params: SamplingParams, query: Query) -> str:
     """The key of `spec`'s answers to `query` under `params`: a hash of the conversation asked and of every
-    AgentSpec field but ANSWER_NEUTRAL (backend, model, endpoint, system prompt), with the sampling used
-    but its deadline."""
+    AgentSpec field but ANSWER_NEUTRAL (backend, model, endpoint, system prompt, user template), with the
+    sampling used but its deadline."""
     return next(_answer_keys(spec, params, [query]))
 
 
 def _answer_keys(spec: AgentSpec, params: SamplingParams, queries: Sequence[Query]) -> Iterator[str]:
-    settings = {k: v for k, v in asdict(spec).items() if k not in ANSWER_NEUTRAL}
+    settings = {k: v for k, v in asdict(spec).items() if k not in ANSWER_NEUTRAL and not _unset(k, v)}
     # fields added after keys were first written count only when set, so older answers keep their keys
-    settings["params"] = {k: v for k, v in asdict(params).items()
-                          if k != "timeout_s" and not (k in _KEYED_WHEN_SET and v is None)}
+    settings["params"] = {k: v for k, v in asdict(params).items() if k != "timeout_s" and not _unset(k, v)}
     how = json.dumps(settings, sort_keys=True, default=str)
     for query in queries:
         asked = json.dumps(agent_conversation(spec, question_asked(query)), sort_keys=True)
         yield hashlib.sha256(f"{how}\n{asked}".encode()).hexdigest()[:16]
+
+
+def _unset(key: str, value: Any) -> bool:
+    return key in _KEYED_WHEN_SET and value == _KEYED_WHEN_SET[key]
 
 
 def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence[Query],
@@ -171,7 +175,8 @@ def _ask(llms: LLMPool, spec: AgentSpec, params: SamplingParams, chunk: Sequence
         results = [exc] * len(chunk)
     seconds = round((time.perf_counter() - started) / max(len(chunk), 1), 3)  # this question's share of the call
     sampling = {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
-                "max_tokens": params.max_tokens, "seed": params.seed}
+                "max_tokens": params.max_tokens, "seed": params.seed,
+                "presence_penalty": params.presence_penalty}
     for query, result in zip(chunk, results):
         key = keys[(query.id, spec.name)]
         if isinstance(result, Completion):

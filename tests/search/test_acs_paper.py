@@ -174,7 +174,7 @@ def test_the_aggregator_samples_at_the_papers_settings(tmp_path):
     llm = RecordingLLM()
     Aggregator(llm).aggregate("q", ["1", "2"])
     params = llm.sent[0][1]
-    assert (params.temperature, params.max_tokens) == (0.7, 8192)
+    assert (params.temperature, params.max_tokens, params.presence_penalty) == (0.7, 8192, 1.05)
     path = tmp_path / "agents.toml"
     path.write_text('[[agent]]\nname = "x"\n')
     assert (load_agents(path).aggregator.params.temperature, load_agents(path).aggregator.params.max_tokens) == (
@@ -186,8 +186,11 @@ def test_the_aggregator_samples_at_the_papers_settings(tmp_path):
     assert (packaged.temperature, packaged.max_tokens) == (0.7, 128)
 
 
-def test_the_default_aggregator_prompt_is_figure_js():
+def test_the_default_aggregator_prompt_is_figure_js(paper_text):
     """Figure J: MoA's system prompt with the numbered responses; the user's message 'Question: {question}.'"""
+    paper = paper_text("ctts-mm")  # the text breaks the prompt with line numbers ("open-source 1373 models")
+    assert '"You have been provided with a set of responses from various open-source' in paper
+    assert "highest standards of accuracy and reliability." in paper and "Responses from models:" in paper
     llm = RecordingLLM()
     Aggregator(llm).aggregate(" What is 2+2? ", ["4", " 5 "])
     Aggregator(llm, prompt="moa").aggregate("What is 2+2?", ["4"])

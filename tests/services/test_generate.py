@@ -179,3 +179,8 @@ def test_a_sampling_field_added_later_keeps_older_answer_keys_until_it_is_set():
     spec, query = AgentSpec("alpha", params=params), Query("q0", "What is 2+2?", ())
     assert answer_key(spec, params, query) == "cf9bf59b72697be5"
     assert answer_key(spec, replace(params, reasoning_effort="high"), query) != "cf9bf59b72697be5"
+    assert answer_key(spec, replace(params, presence_penalty=0.0), query) == "cf9bf59b72697be5"
+    assert answer_key(spec, replace(params, presence_penalty=1.05), query) != "cf9bf59b72697be5"
+    templated = replace(spec, user="Question: {question}.")
+    assert answer_key(replace(spec, user=None), params, query) == "cf9bf59b72697be5"
+    assert answer_key(templated, params, query) != "cf9bf59b72697be5"

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from morkit.core.errors import InputError, LLMError
 from morkit.core.grading import extract_answer
 from morkit.llm.base import LLM, Completion, SamplingParams, takes_reasoning_effort
+from morkit.llm.presets import fill
 from morkit.loops.atlas import prompts, scoring
 from morkit.loops.atlas.protocol import (
     ATLASConfig,
@@ -275,7 +276,8 @@ class ATLAS:
                                 "tokens": 0, "cost": None, "est_tokens": 0, "in_context": True}
         for note in effort_notes:
             run.trace.add("note", round=len(run.decisions), note=note)
-        conversation = [{"role": "system", "content": system}, {"role": "user", "content": run.problem}]
+        asked = run.problem if solver.user is None else fill(solver.user, run.problem)
+        conversation = [{"role": "system", "content": system}, {"role": "user", "content": asked}]
         try:
             completion = MeteredLLM(solver.llm, run.spend).chat([conversation], params)[0]
         except BudgetExhausted:

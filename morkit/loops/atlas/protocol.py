@@ -9,9 +9,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.grading import answers_equivalent, is_correct, majority_groups, reference_answer
 from morkit.llm.base import LLM, SamplingParams
+from morkit.llm.presets import user_template
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
                  "'The answer is X.' where X is the final answer.")
@@ -67,7 +69,7 @@ class ATLASConfig:
     """Named prompting variants an explore may name (`prompt=`), added to the solver's system prompt (Python only)."""
     additional_prompt: bool = True
     """Offer explore's free-text ADDITIONAL_PROMPT (the paper's per-explore prompting strategy), added to the
-    solver's system prompt; the user message stays the original problem."""
+    solver's system prompt; the user message stays the original problem (in the solver's `user` template)."""
     give_up: bool = True
     """Offer the give-up action: the run ends with an EMPTY answer (paper: repeated failures mean give up)."""
     reason_first: bool = True
@@ -127,12 +129,17 @@ class ATLASConfig:
 
 @dataclass(frozen=True)
 class Solver:
-    """One solver: an LLM with its own sampling parameters, system prompt and (ATLAS-MM) price per 1k tokens."""
+    """One solver: an LLM with its own sampling parameters, system prompt, (ATLAS-MM) price per 1k tokens and
+    user template (`{question}` where the problem goes, as an agent's `user`; None: the problem as it is)."""
 
     llm: LLM
     params: SamplingParams = SamplingParams(temperature=0.7, max_tokens=256)
     system: str = SOLVER_SYSTEM
     cost: float | None = None
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        checks.optional(user_template, self.user, "Solver.user")
 
 
 @dataclass(frozen=True)

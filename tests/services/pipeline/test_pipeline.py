@@ -259,7 +259,7 @@ def test_an_answers_key_covers_the_question_asked_and_every_agent_setting_but_th
     from morkit.core.types import Query
 
     changes = {"backend": "openai", "model": "other", "params": SamplingParams(temperature=0.1),
-               "system": "be brief", "base_url": "http://127.0.0.1:1/v1"}
+               "system": "be brief", "base_url": "http://127.0.0.1:1/v1", "user": "Q: {question}"}
     names = {f.name for f in fields(AgentSpec)}
     assert set(changes) == names - set(ANSWER_NEUTRAL), "a new AgentSpec field: add it here or to ANSWER_NEUTRAL"
     spec, query = AgentSpec("a"), Query("q", "What is 2+2?", ())
