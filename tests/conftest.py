@@ -83,3 +83,31 @@ def embedder():
 @pytest.fixture
 def hash_embedder():
     return HashEmbedder()
+
+
+# The papers' texts, for the quote checks: $MORKIT_PAPERS_DIR, else the shared/ folder beside this checkout.
+PAPERS_DIR = Path(os.environ.get("MORKIT_PAPERS_DIR") or Path(__file__).resolve().parents[2] / "shared" / "papers")
+
+
+@pytest.fixture(scope="session")
+def papers_dir() -> Path:
+    """The folder of the papers' texts (ctts-mm.txt, tmas.txt, ...); a quote check fails, never skips, without it."""
+    if not PAPERS_DIR.is_dir():
+        pytest.fail(f"paper texts not found at {PAPERS_DIR}: set MORKIT_PAPERS_DIR to the folder of the papers' .txt",
+                    pytrace=False)
+    return PAPERS_DIR
+
+
+@pytest.fixture(scope="session")
+def paper_text(papers_dir):
+    """`paper_text("tmas")` -> the text of papers_dir/tmas.txt, whitespace runs as one space and curly quotes
+    straight; a missing file fails."""
+
+    def read(name: str) -> str:
+        path = papers_dir / (name if name.endswith(".txt") else f"{name}.txt")
+        if not path.is_file():
+            pytest.fail(f"paper text not found: {path}", pytrace=False)
+        text = path.read_text(encoding="utf-8").translate(str.maketrans("\u201c\u201d\u2018\u2019", "\"\"''"))
+        return " ".join(text.split())
+
+    return read

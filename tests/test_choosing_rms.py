@@ -13,7 +13,6 @@ from morkit.reward_models.weights import bf16_gib
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "choosing-rms.md"
-PAPER = ROOT.parent / "shared" / "papers" / "ctts-mm.txt"  # the paper's text (the project's layout)
 # The paper's names of the RMs, as its tables spell them (Table G writes AceCodeRM as "AccCodeRM").
 PAPER_NAMES = {"qwen2.5-math-rm-72b": "Qwen2.5-Math-RM-72B", "qwen2.5-math-prm-7b": "Qwen2.5-Math-PRM-7B",
                "skywork-reward-gemma-2-27b": "Skywork-Reward-Gemma-2-27B",
@@ -77,10 +76,10 @@ def test_the_weight_sums_the_guidance_states():
     assert f"({min(gemmas):.1f}-{max(gemmas):.1f} GiB)" in text
 
 
-def paper_rows(table: str) -> list[list[str]]:
+def paper_rows(paper: Path, table: str) -> list[list[str]]:
     """The rows of one of the paper's tables in its text version (tab-separated cells, AceCodeRM's name as the
     other tables spell it), read from its caption to the next blank line."""
-    text = PAPER.read_text(encoding="utf-8")
+    text = paper.read_text(encoding="utf-8")
     rows: list[list[str]] = []
     for line in text[text.index(table):].splitlines()[1:]:
         if rows and not line.strip():
@@ -95,13 +94,16 @@ def numbers(cells: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def paper():
-    if not PAPER.is_file():
-        pytest.skip(f"paper text not found at {PAPER}")
+def paper(papers_dir) -> Path:
+    """The paper's text, whose tables the checks read: a missing file fails the check, never skips it."""
+    path = papers_dir / "ctts-mm.txt"
+    if not path.is_file():
+        pytest.fail(f"paper text not found: {path}", pytrace=False)
+    return path
 
 
 def test_the_prr_table_is_the_papers_table_i(paper):
-    published = {row[0]: numbers(row) for row in paper_rows("Table I: PRR accuracy of different reward models")}
+    published = {row[0]: numbers(row) for row in paper_rows(paper, "Table I: PRR accuracy of different reward models")}
     table = table_with("MBPP-Val")
     assert len(table) == 9
     for row in table[1:]:
@@ -110,7 +112,7 @@ def test_the_prr_table_is_the_papers_table_i(paper):
 
 
 def test_the_best_of_n_table_is_the_papers_table_g(paper):
-    rows = paper_rows("Table G: Comparison results of different TTS paradigms")
+    rows = paper_rows(paper, "Table G: Comparison results of different TTS paradigms")
     multi = [row[row.index("Multi-agent*") + 1:] for row in rows if "Multi-agent*" in row]  # ten agents
     single = {row[0]: numbers(row) for row in multi if row[0] != "-"}
     table = table_with("RM picking the answer")

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPERS = ROOT.parent / "shared" / "papers"  # the texts of the papers morkit implements (the project's layout)
 ARXIV_IDS = {"2508.03333", "2605.10344", "2606.05158", "2606.01667"}  # CTTS-MM, TMAS, StreamMA, ATLAS
 
 
@@ -53,10 +52,8 @@ def test_citation_cff_references_the_four_papers():
         assert reference["url"] == f"https://arxiv.org/abs/{arxiv_id(reference)}"
 
 
-def test_each_reference_carries_its_papers_title_and_id():
-    if not PAPERS.is_dir():
-        pytest.skip(f"paper texts not found at {PAPERS}")
-    texts = {p.name: " ".join(p.read_text(encoding="utf-8").split()) for p in PAPERS.glob("*.txt")}
+def test_each_reference_carries_its_papers_title_and_id(papers_dir, paper_text):
+    texts = {p.name: paper_text(p.name) for p in papers_dir.glob("*.txt")}
     for reference in citation()["references"]:  # the CTTS-MM text sets its title in capitals
         holding = [name for name, text in texts.items() if reference["title"].lower() in text.lower()]
         assert holding, f"no paper text holds the title {reference['title']!r}"

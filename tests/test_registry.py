@@ -20,6 +20,14 @@ REGISTRIES = {
     "verifier": "morkit.verify.kinds:VERIFIERS",
     "LLM backend": "morkit.llm.backends:LLM_BACKENDS",
     "data set": "morkit.data.datasets:DATASETS",
+    "data source": "morkit.data.sources:SOURCES",
+    "aggregator prompt": "morkit.search.aggregate:AGGREGATOR_PROMPTS",
+    "scoring backend": "morkit.reward_models.handles:SCORING_BACKENDS",
+    "grader": "morkit.question_pool.graders:GRADERS",
+}
+VALUE_REGISTRIES = {  # registries of values rather than factories: name -> (registry, the type of each value)
+    "agent preset": ("morkit.llm.presets:AGENT_PRESETS", "morkit.llm.presets:AgentPreset"),
+    "agent prompt": ("morkit.llm.presets:AGENT_PROMPTS", "morkit.llm.presets:AgentPrompt"),
 }
 
 
@@ -37,10 +45,21 @@ def test_every_registered_target_imports_and_is_callable(what):
         assert entry.summary, f"{what} {entry.name!r} has no summary"
 
 
+@pytest.mark.parametrize("what", sorted(VALUE_REGISTRIES))
+def test_every_registered_value_imports_and_has_its_type(what):
+    path, kind = VALUE_REGISTRIES[what]
+    registry, kind = _registry(path), Entry("type", kind).load()
+    assert registry.what == what and len(registry) > 0
+    for entry in registry:
+        assert isinstance(entry.load(), kind), f"{what} {entry.name!r}: {entry.target_path} is not a {kind}"
+        assert entry.summary, f"{what} {entry.name!r} has no summary"
+
+
 def test_listing_every_registry_imports_no_heavy_module():
     code = ("import sys\n"
             + "".join(f"from {p.split(':')[0]} import {p.split(':')[1]} as r{i}; r{i}.names(); list(r{i})\n"
-                      for i, p in enumerate(REGISTRIES.values()))
+                      for i, p in enumerate([*REGISTRIES.values(),
+                                             *(path for path, _ in VALUE_REGISTRIES.values())]))
             + "from morkit.reward_models.catalog import list_rms; list_rms()\n"
             + "heavy = ('torch', 'transformers', 'vllm', 'sentence_transformers', 'faiss')\n"
             + "heavy = [m for m in heavy if m in sys.modules]\n"

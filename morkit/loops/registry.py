@@ -1,10 +1,10 @@
-"""The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop.
-A factory gets the agents (their LLMs built once), this problem's verifier and the typed LoopOptions, and
-reads the options it needs; `LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")` adds one."""
+"""The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop, and `critic=` metadata naming the
+factory of the loop's LLM critic (`loop_critic`). A factory gets the agents (their LLMs built once), the verifier
+and LoopOptions; `LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")` adds one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from morkit.core import checks
@@ -81,14 +81,55 @@ class LoopSetup:
     options: LoopOptions = LoopOptions()
 
 
-def tmas(setup: LoopSetup) -> Loop:
-    from morkit.loops.tmas.loop import TMAS, TMASConfig
+def aggregator_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
+    """morkit's generic LLM critic (its own prompt, 'Score: N/10') on the `[aggregator]` model: the critic of a
+    loop whose LOOPS entry names none (StreamMA, ATLAS)."""
+    from morkit.verify.critic import LLMVerifier
 
-    o, solver = setup.options, setup.agents.agents[0]
-    config = configure(TMASConfig, o.settings, max_tokens=o.gen_tokens or solver.params.max_tokens,
-                       **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions,
-                                verifications=o.verifications, epsilon=o.epsilon))
-    return TMAS(setup.llms.llm(solver), setup.verifier, config, o.budget)
+    return LLMVerifier(llms.llm(agents.aggregator))
+
+
+def loop_critic(loop: str, agents: Any, llms: Any, options: LoopOptions = LoopOptions()) -> Any:
+    """The LLM critic a loop verifies with under the `llm` and `both` verifiers: the factory its LOOPS entry names
+    in its `critic` metadata ("module:function" or the function), else `aggregator_critic`.
+
+    Args:
+        loop: A name in LOOPS.
+        agents: The AgentsConfig.
+        llms: The LLMPool that builds each agent's LLM once.
+        options: The loop's options (a critic factory may read the loop's settings).
+
+    Returns:
+        The critic, a Verifier (an LLMVerifier for the built-in loops).
+    """
+    target = LOOPS.get(loop).meta.get("critic", aggregator_critic)
+    return Entry("critic", target).load()(agents, llms, options)
+
+
+def _tmas_config(o: LoopOptions, solver: Any) -> Any:
+    from morkit.loops.tmas.loop import TMASConfig
+
+    return configure(TMASConfig, o.settings, max_tokens=o.gen_tokens or solver.params.max_tokens,
+                     **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions,
+                              verifications=o.verifications, epsilon=o.epsilon))
+
+
+def tmas(setup: LoopSetup) -> Loop:
+    from morkit.loops.tmas.loop import TMAS
+
+    solver = setup.agents.agents[0]
+    return TMAS(setup.llms.llm(solver), setup.verifier, _tmas_config(setup.options, solver), setup.options.budget)
+
+
+def tmas_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
+    """TMAS's critic: the paper's verification agent on the solver's model, or under
+    `verification_agent=critic` morkit's generic critic on the `[aggregator]` (`aggregator_critic`)."""
+    from morkit.loops.tmas.loop import verification_agent
+
+    config = _tmas_config(options, agents.agents[0])
+    if config.verification_agent == "critic":
+        return aggregator_critic(agents, llms, options)
+    return verification_agent(llms.llm(agents.agents[0]), config.max_tokens)
 
 
 def streamma(setup: LoopSetup) -> Loop:
@@ -102,14 +143,13 @@ def streamma(setup: LoopSetup) -> Loop:
 
 
 def atlas(setup: LoopSetup) -> Loop:
-    from morkit.llm.base import SamplingParams
     from morkit.loops.atlas.loop import ATLAS, ATLASConfig, Solver
 
     o = setup.options
-    solvers = {a.name: Solver(setup.llms.llm(a), SamplingParams(1, a.params.temperature, a.params.top_p,
-                                                                o.gen_tokens or a.params.max_tokens, a.params.stop,
-                                                                a.params.seed if o.seed is None else o.seed),
-                              **({"system": a.system} if a.system else {}), cost=a.cost)
+    solvers = {a.name: Solver(setup.llms.llm(a),  # the agent's sampling (presence penalty included), one sample
+                              replace(a.params, n=1, max_tokens=o.gen_tokens or a.params.max_tokens,
+                                      seed=a.params.seed if o.seed is None else o.seed),
+                              **({"system": a.system} if a.system else {}), cost=a.cost, user=a.user)
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
                  configure(ATLASConfig, o.settings, **_given(max_explores=o.max_explores)), o.budget)
@@ -117,7 +157,8 @@ def atlas(setup: LoopSetup) -> Loop:
 
 _HERE = "morkit.loops.registry"
 LOOPS = Registry("loop", [
-    Entry("tmas", f"{_HERE}:tmas", "solve, verify, remember: rounds of solutions with experience and guideline banks"),
+    Entry("tmas", f"{_HERE}:tmas", "solve, verify, remember: rounds of solutions with experience and guideline banks",
+          {"critic": f"{_HERE}:tmas_critic"}),
     Entry("streamma", f"{_HERE}:streamma", "a pipelined chain of agents reviewing each other's steps as they stream"),
     Entry("atlas", f"{_HERE}:atlas", "an orchestrator that explores with fresh solvers, then synthesises"),
 ])

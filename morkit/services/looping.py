@@ -9,18 +9,18 @@ from typing import Any, Callable, Sequence
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.llm.agents import AgentsConfig, LLMPool
-from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup
+from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup, loop_critic
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
 from morkit.selection.methods import SelectOptions
 from morkit.services.routing import make_selector
 from morkit.services.searching import agents_config
-from morkit.verify.critic import LLMVerifier
+from morkit.verify.base import Verifier
 from morkit.verify.kinds import VERIFIERS, VerifierSetup
 
 
-def verifiers_for(kind: str, pool: QuestionPool | None, critic: LLMVerifier, selection: SelectOptions,
+def verifiers_for(kind: str, pool: QuestionPool | None, critic: Verifier, selection: SelectOptions,
                   session: ScoringSession) -> Callable[[Query], Any]:
     """query -> its verifier, for a registered verifier kind (see morkit.verify.kinds)."""
     entry = VERIFIERS.get(kind)
@@ -42,8 +42,10 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
     Args:
         loop: A name registered in LOOPS (`tmas`, `streamma`, `atlas`).
         queries: The problems; each query's question is solved and its `reference` passed to the loop.
-        agents: An AgentsConfig, an agents.toml path, or None for the packaged offline SmolLM2 pool; the
-            aggregator agent is also the LLM critic.
+        agents: An AgentsConfig, an agents.toml path, or None for the packaged offline SmolLM2 pool. The LLM
+            critic of `llm` and `both` is the loop's (`loops.registry.loop_critic`): TMAS's verification agent
+            on the first agent's model (`--set verification_agent=critic`: the generic critic on the aggregator),
+            the generic critic on the aggregator for StreamMA and ATLAS.
         pool: A question pool; verifiers that need one (`mor`, `both`) pick each query's MoR ensemble from it.
         verifier: A name in VERIFIERS; None is `mor` with a pool, else `llm`.
         options: The loop's knobs and budget.
@@ -62,7 +64,7 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
     make_loop = LOOPS.load(loop)
     config = agents_config(agents)
     llms = LLMPool()
-    critic = LLMVerifier(llms.llm(config.aggregator))
+    critic = loop_critic(loop, config, llms, options)  # the LOOPS entry's critic (TMAS: its verification agent)
     records = []
     with ScoringSession(scoring) as session:
         verifier_for = verifiers_for(verifier or ("mor" if pool is not None else "llm"), pool, critic, selection,

@@ -15,7 +15,8 @@ VerifierFor = Callable[[Query], Verifier]
 
 @dataclass(frozen=True)
 class VerifierSetup:
-    """What verifier factories may use: the LLM critic, and with a pool its selector, member RMs and cache."""
+    """What verifier factories may use: the LLM critic (the loop's: morkit.loops.registry.loop_critic), and with a
+    pool its selector, member RMs and cache."""
 
     critic: Verifier
     selector: Any = None  # morkit.selection.selector.Selector over the pool
@@ -42,7 +43,8 @@ def mor_and_critic(setup: VerifierSetup) -> VerifierFor:
 
 _HERE = "morkit.verify.kinds"
 VERIFIERS = Registry("verifier", [
-    Entry("llm", f"{_HERE}:critic", "an LLM critic (the aggregator of agents.toml): feedback and a parsed score",
+    Entry("llm", f"{_HERE}:critic", "the loop's LLM critic (TMAS: its verification agent on the solver's model; "
+          "else the aggregator of agents.toml): feedback and a parsed score",
           {"needs_pool": False}),
     Entry("mor", f"{_HERE}:mor", "the query's MoR ensemble, chosen from a pool", {"needs_pool": True}),
     Entry("both", f"{_HERE}:mor_and_critic", "the MoR ensemble's score plus the critic's", {"needs_pool": True}),

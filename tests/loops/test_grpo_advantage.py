@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from morkit.core.errors import InputError
 from morkit.loops.tmas.advantages import GroupAdvantage, advantage_groups, group_advantages
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
 from morkit.loops.tmas.grpo import check_grouping, cpu_grpo_config, problem_blocks, previous_round, tmas_rows
@@ -152,3 +153,35 @@ def test_a_real_grpo_step_uses_the_joint_group_advantages(tmp_path, grouping, ex
     assert sorted(used) == pytest.approx(sorted(expected), rel=1e-5)  # what the loss saw (TRL shuffles rows)
     assert trainer.state.log_history[0]["rewards/scripted_rewards/mean"] == pytest.approx(sum(REWARDS) / 6)
     assert any(not p.detach().equal(before[n]) for n, p in model.named_parameters())
+
+
+def test_the_default_advantage_is_per_problem_everywhere_grpo_takes_one(tmp_path, monkeypatch):
+    """The paper's joint Base+Bank group is the default of GroupAdvantage, of grpo_trainer and of the joint
+    trainer: set back to "row" (TRL's per-row groups), the bonus-keeping advantages below would change."""
+    pytest.importorskip("trl")
+    import inspect
+
+    from morkit.loops.tmas import advantages, grpo
+
+    default = GroupAdvantage()
+    assert default.grouping == "problem"
+    assert default.advantages(REWARDS, ["apples"] * 6, TYPES, num_generations=2) == pytest.approx(JOINT, rel=1e-6)
+    with pytest.raises(InputError, match="TRL's own"):  # "row" is TRL's trainer's, never computed here
+        GroupAdvantage("row").advantages(REWARDS, ["apples"] * 6, TYPES, num_generations=2)
+    init = inspect.signature(advantages.joint_trainer_class().__init__).parameters
+    assert init["tmas_advantage"].default.grouping == "problem"
+    assert inspect.signature(grpo.check_grouping).parameters["grouping"].default == "problem"
+    # the entry point: grpo_trainer with no advantage builds the joint-group trainer with a per-problem spec
+    built = {}
+
+    def recorder(kind):
+        def make(**options):
+            built.update(kind=kind, **options)
+        return make
+
+    monkeypatch.setattr(grpo, "joint_trainer_class", lambda: recorder("joint"))
+    monkeypatch.setattr("trl.GRPOTrainer", recorder("trl"))
+    rows = [{"prompt": "q", "problem_id": "apples", "rollout_type": kind, "answer": "12"}
+            for kind in ("base", "bank", "explore")]
+    grpo.grpo_trainer(rows, scripted_rewards, cpu_grpo_config(tmp_path, rows_per_problem=3), object(), object())
+    assert built["kind"] == "joint" and built["tmas_advantage"].grouping == "problem"

@@ -123,7 +123,15 @@ def test_absolute_shown_scores_are_reused_by_the_fallback():
 
 # -- the paper's published principles ------------------------------------------------------------------------------
 
-def test_the_orchestrator_reads_the_papers_principles():
+def test_the_orchestrator_reads_the_papers_principles(paper_text):
+    paper = paper_text("atlas")  # as the paper's text renders them (list numbers and some final periods dropped)
+    for quote in ("You cannot solve problems yourself.", "Self-reported confidence is poorly calibrated",
+                  "same answer through DIFFERENT methods. Same-method agreement may reflect a shared misconception.",
+                  "CRITICAL: Each explore costs budget. Giving up is valid",
+                  "Every decision must cite which principle justifies the action.",
+                  "Candidates from different models that agree provide stronger evidence",
+                  "(a) which model to use and why, citing cost data"):
+        assert quote in paper, quote
     orch = orchestrator(["ACTION: explore"])
     atlas(orch, solver("The answer is 42.")).run(PROBLEM)
     system = orch.conversations[0][0]["content"]

@@ -94,7 +94,16 @@ def test_every_reviewer_summarises_and_its_summary_goes_downstream():
     assert not any("summary" in c[-1]["content"].lower() for c in agents4[1].conversations)
 
 
-def test_reviewers_are_told_the_papers_protocol_in_its_words():
+def test_reviewers_are_told_the_papers_protocol_in_its_words(paper_text):
+    paper = paper_text("streamma")  # each quote below as the paper's text renders it (no final period, cut at "...")
+    for quote in ("You are a reviewer-and-corrector.", 'YOU MUST CORRECT ERRORS: When found, state "ERROR: '
+                  '[description]" then "CORRECTION: [corrected step]"', "Pass forward the MOST ACCURATE version "
+                  "(original if correct, your correction if not).", "YOU CAN OVERRULE PREVIOUS AGENTS",
+                  "After all steps, provide DETAILED overall summary with thorough analysis and any corrections made.",
+                  "YOU HAVE FINAL CORRECTION AUTHORITY: This is the last chance to fix errors.",
+                  "FINAL ANSWER: Must directly address the original problem. Base on CORRECTED versions.",
+                  "For each step: final quality check briefl", "After your response, output END_STEP on its own line."):
+        assert quote in paper, quote
     llms = [PacedLLM(f"a{i}") for i in range(4)]
     StreamMA(llms, config=StreamMAConfig(agents=4)).run(PROBLEM)
     (first,), (middle,), (final,) = (llms[i].systems() for i in (1, 2, 3))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from fakes.tmas import FakeVerifier, Roles, answers, events, run
@@ -150,20 +149,19 @@ PAPER_WORDS = {  # sentences of the published prompts (tmas.txt) that each agent
 }
 
 
-def test_prompts_carry_the_papers_published_wording():
+def test_prompts_carry_the_papers_published_wording(paper_text):
     roles = Roles(answers(12, 7))
     run(roles, epsilon=0.5, verifications=1)  # round 2: solution 3 explores (the seeded coin)
     squash = lambda text: re.sub(r"\s+", "", text).lower()  # noqa: E731
     for (role, call), sentences in PAPER_WORDS.items():
         prompt = squash(roles.user(role, call))
         assert all(squash(s) in prompt for s in sentences), (role, call)
-    paper = Path("/work/shared/papers/tmas.txt")
-    if paper.exists():  # the quotes are the paper's (its rendering breaks some words and drops a list item's period)
-        text = squash(paper.read_text())
-        assert all(squash(s).rstrip(".") in text for sentences in PAPER_WORDS.values() for s in sentences)
-        quoted = [sentence for constant in PAPER_WORDING for line in constant.format(size="20-35 entries").split("\n")
-                  for sentence in re.split(r"(?<=\.) ", re.sub(r"^\d+\. ", "", line))]
-        assert len(quoted) > 30 and [q for q in quoted if squash(q).rstrip(".") not in text] == []
+    # the quotes are the paper's (its rendering breaks some words and drops a list item's period)
+    text = squash(paper_text("tmas"))
+    assert all(squash(s).rstrip(".") in text for sentences in PAPER_WORDS.values() for s in sentences)
+    quoted = [sentence for constant in PAPER_WORDING for line in constant.format(size="20-35 entries").split("\n")
+              for sentence in re.split(r"(?<=\.) ", re.sub(r"^\d+\. ", "", line))]
+    assert len(quoted) > 30 and [q for q in quoted if squash(q).rstrip(".") not in text] == []
 
 
 # -- item 5: analysis, never score strings, for the memory agents -------------------------------------------

@@ -62,7 +62,7 @@ def test_an_unparsed_reply_or_a_failed_call_lands_on_the_not_novel_row():
     assert generous(None, [RIGHT, WRONG], **EXPLORE) == [1.0, -0.5]
 
 
-def test_the_judge_prompt_is_the_papers_and_its_json_reply_parses():
+def test_the_judge_prompt_is_the_papers_and_its_json_reply_parses(paper_text):
     seen = []
     llm = ScriptedLLM(lambda conversation, i: seen.append(conversation) or
                       '```json\n{"identified_strategy": "counting by multiplication", "classification": 0}\n```')
@@ -76,6 +76,7 @@ def test_the_judge_prompt_is_the_papers_and_its_json_reply_parses():
             "- **-1**: Cannot determine the student's strategy (solution too vague/incomplete).",
             "Respond in a JSON code block:", '"identified_strategy": "Brief description of th'):
         assert paper_words in user and paper_words in JUDGE_USER.replace("{{", "{")
+        assert paper_words in paper_text("tmas")
     assert "<already_attempted_strategies>\n- multiply\n</already_attempted_strategies>" in user
     assert parse_novelty('{"identified_strategy": "x", "classification": 1}') == 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from morkit.core.errors import InputError
 from morkit.core.types import Score
 from morkit.llm.base import ScriptedLLM
 from morkit.question_pool.ensembles import Ensemble, Normalizer
@@ -115,3 +116,16 @@ def test_only_verifiers_whose_scores_mean_the_same_in_every_call_say_so():
     assert scores_are_absolute(critic) and not scores_are_absolute(object())
     assert scores_are_absolute(CombinedVerifier(MoRVerifier(alone, "pool-zscore", normalizer, rms), critic))
     assert not scores_are_absolute(CombinedVerifier(MoRVerifier(with_consensus, "pool-zscore", normalizer, rms), critic))
+
+
+@pytest.mark.parametrize("user, message", [
+    ("Problem: {question}\nSolution: {answer", "not a str.format template"),
+    ("Problem: {question}", r"exactly \{question\} and \{answer\}, got \['question'\]"),
+    ("{question} {answer} {hint}", r"got \['answer', 'hint', 'question'\]"),
+    ("Solve {question} as {} did: {answer}", r"got \['', 'answer', 'question'\]"),
+])
+def test_the_critics_user_template_is_checked_when_made(user, message):
+    """A stray brace or a missing `{answer}` fails at once, naming the field, not mid-loop (or silently)."""
+    with pytest.raises(InputError, match=f"LLMVerifier.user .*{message}"):
+        LLMVerifier(ScriptedLLM(lambda c, i: "Score: 5/10"), user=user)
+    assert LLMVerifier(None, user="{{x}} {answer} for {question}").user  # doubled braces are literal

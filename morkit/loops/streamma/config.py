@@ -19,7 +19,7 @@ class StreamMAConfig:
 
     agents: int = 4
     """A: agents in the chain (or the topology). Agent 0 solves; the others review and correct. The paper's
-    prompts show a chain of 4 (A->B->C->D), and it scales A up to 64."""
+    prompts show a chain of 4 (A->B->C->D)."""
     protocol: Literal["single", "serial", "stream"] = "stream"
     """stream: each step goes downstream as soon as it is written and every downstream agent answers it in
     a turn of its own conversation (the paper's protocol); serial: an agent finishes its whole response, then
@@ -27,8 +27,8 @@ class StreamMAConfig:
     baseline); single: agent 0 alone (the paper's single-agent baseline)."""
     steps: int | None = None
     """S: steps per agent. Set, the solver is asked for exactly S steps (its stream is cut after S) and every
-    agent writes S steps. None is the paper's 'S=auto' baseline: the solver splits as it likes, up to
-    `max_steps`. The paper scales S (up to 64) as its step-level scaling law."""
+    agent writes S steps. None (morkit's default; the paper states no default S): the solver splits as it
+    likes, up to `max_steps`. The paper's step-level scaling law varies S; its worked example has S = 4."""
     max_steps: int = 12
     """Cap on an agent's steps when `steps` is None (a safety limit of morkit's; the paper has none)."""
     step_marker: str = "END_STEP"

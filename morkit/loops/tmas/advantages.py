@@ -22,8 +22,8 @@ class GroupAdvantage:
 
     grouping: Literal["problem", "row"] = "problem"
     """problem: a problem's `joint_types` rollouts (Base and Bank) form one group, other rows (explore) a group
-    per row, as in TRL; row: TRL's own advantages, per row, as its `scale_rewards` says (morkit's earlier
-    behaviour, with scale_rewards="none"). The fields below apply to "problem"."""
+    per row, as in TRL; row: TRL's own advantages, per row, as its `scale_rewards` says (TRL's GRPOTrainer
+    computes them). The fields below apply to "problem"."""
     joint_types: tuple[str, ...] = (BASE, BANK)
     scale: bool = True
     """Divide by the group's std + delta (the paper's formula); False only centres."""
@@ -41,6 +41,35 @@ class GroupAdvantage:
         checks.non_negative(self.delta, "GroupAdvantage.delta")
         if isinstance(self.ddof, bool) or self.ddof not in (0, 1):
             raise InputError(f"GroupAdvantage.ddof must be 0 or 1, got {checks.shown(self.ddof)}")
+
+    def groups(self, problem_ids: Sequence[Any], types: Sequence[str] | None, num_generations: int
+               ) -> list[Hashable]:
+        """Each completion's group under "problem" (`advantage_groups`: a problem's `joint_types` rollouts
+        together); "row" leaves the advantages to TRL's own trainer, so it has no groups here."""
+        if self.grouping == "row":
+            raise InputError("GroupAdvantage(grouping='row') is TRL's own per-row advantage: TRL's GRPOTrainer "
+                             "computes it, not GroupAdvantage")
+        return advantage_groups(problem_ids, types, num_generations, self.joint_types)
+
+    def advantages(self, rewards: Sequence[float | None], problem_ids: Sequence[Any], types: Sequence[str] | None,
+                   num_generations: int) -> list[float]:
+        """A_i over `groups`, with this advantage's scale, delta and ddof: what the joint GRPO trainer puts in the
+        loss under "problem".
+
+        Args:
+            rewards: Each completion's summed reward (None or NaN: none applied).
+            problem_ids: Each completion's problem.
+            types: Each completion's rollout type (None: every row is base).
+            num_generations: Completions per row (TRL's `num_generations`).
+
+        Returns:
+            One advantage per completion.
+
+        Raises:
+            InputError: The grouping is "row" (TRL's trainer computes those advantages).
+        """
+        return group_advantages(rewards, self.groups(problem_ids, types, num_generations), scale=self.scale,
+                                delta=self.delta, ddof=self.ddof)
 
 
 def advantage_groups(problem_ids: Sequence[Any], types: Sequence[str] | None, num_generations: int,
@@ -124,9 +153,7 @@ def joint_trainer_class() -> type:
             if any(i is None for i in ids):
                 raise InputError(f"joint advantages need a {self.tmas_column!r} column on every row")
             generations = self.num_generations if self.model.training else self.num_generations_eval
-            spec = self.tmas_advantage
-            groups = advantage_groups(ids, rollout_types(columns, n), generations, spec.joint_types)
-            values = group_advantages(summed.tolist(), groups, scale=spec.scale, delta=spec.delta, ddof=spec.ddof)
+            values = self.tmas_advantage.advantages(summed.tolist(), ids, rollout_types(columns, n), generations)
             advantages = torch.tensor(values, dtype=output["advantages"].dtype, device=output["advantages"].device)
             output["advantages"] = advantages
             logged = self.accelerator.gather(advantages).tolist()  # the completions table shows these too

@@ -13,6 +13,7 @@ from morkit.core.errors import InputError
 SeedMode = Literal["per_sample", "per_call", "none"]
 Selection = Literal["score", "vote"]
 RescoreContext = Literal["finalists", "all"]
+VerificationAgent = Literal["tmas", "critic"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class TMASConfig:
     called once and its score stands for all M passes (the trace says so)."""
     verify_max_tokens: int | None = None
     """New tokens per critique; None keeps the verifier's own setting."""
+    verification_agent: VerificationAgent = "tmas"
+    """The LLM critic of `morkit loop tmas` and `run_loop("tmas")` under `--verifier llm` or `both`: `tmas`, the
+    paper's verification agent, the solver's model (the first agent) with TMAS's verification prompt
+    (`verification_agent()`); `critic`, morkit's generic critic prompt on the `[aggregator]` model. A TMAS
+    built in Python verifies with the verifier it is given."""
     agent_max_tokens: int = 256
     """New tokens per summary / experience / guideline reply."""
     agent_temperature: float = 0.0
@@ -120,6 +126,7 @@ class TMASConfig:
         checks.one_of(self.seed_mode, ("per_sample", "per_call", "none"), "TMASConfig.seed_mode")
         checks.one_of(self.select, ("score", "vote"), "TMASConfig.select")
         checks.one_of(self.rescore_context, ("finalists", "all"), "TMASConfig.rescore_context")
+        checks.one_of(self.verification_agent, ("tmas", "critic"), "TMASConfig.verification_agent")
         if self.experience_capacity is not None and self.experience_min > self.experience_capacity:
             raise InputError(f"TMASConfig.experience_min ({self.experience_min}) exceeds experience_capacity "
                              f"({self.experience_capacity})")

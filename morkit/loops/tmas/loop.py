@@ -43,9 +43,27 @@ from morkit.loops.tmas.sampling import (
     sampled_verifier,
 )
 from morkit.verify.base import Verifier, scores_are_absolute
+from morkit.verify.critic import LLMVerifier
 
-__all__ = ["TMAS", "TMASConfig", "Rollout", "EXPLOIT", "EXPLORE", "SOLVER_SYSTEM", "SUMMARY_SYSTEM",
-           "EXPERIENCE_SYSTEM", "GUIDELINE_SYSTEM"]
+__all__ = ["TMAS", "TMASConfig", "Rollout", "verification_agent", "EXPLOIT", "EXPLORE", "SOLVER_SYSTEM",
+           "SUMMARY_SYSTEM", "EXPERIENCE_SYSTEM", "GUIDELINE_SYSTEM"]
+
+
+def verification_agent(llm: LLM, max_tokens: int | None = None) -> LLMVerifier:
+    """TMAS's verification agent A_ver: an LLM critic with the TMAS verification prompt (prompts.VERIFICATION_USER:
+    the paper's opening words, then morkit's, ending in the parsed 'Score: N/10' line). The paper runs every agent
+    on one model, so `morkit loop tmas` gives it the solver's.
+
+    Args:
+        llm: The verifying model (the solver's).
+        max_tokens: New tokens per evaluation (None: the critic's 192); the loop's `verify_max_tokens` overrides.
+
+    Returns:
+        An LLMVerifier; the loop samples each of its M passes at `verify_temperature` with its own seed.
+    """
+    params = None if max_tokens is None else SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    return LLMVerifier(llm, params, system=prompts.VERIFIER_SYSTEM, user=prompts.VERIFICATION_USER,
+                       name="tmas-verifier")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The TMAS agents' prompts: solution (first round, exploit, explore), summary, experience and guideline.
+"""The TMAS agents' prompts: solution (first round, exploit, explore), verification, summary, memory.
 Constants marked PAPER quote the published prompts as far as tmas.txt renders them; the rest is morkit's.
 What each agent sees, and why morkit's words differ where they do: docs/loops/tmas.md (fidelity table)."""
 
@@ -84,8 +84,29 @@ _GUIDELINE_PURPOSE = (
     "and instructed to pursue a direction that is **fundamentally different** from everything listed here. The "
     "bank therefore acts as the primary mechanism for controlling exploration.")
 _NO_SUMMARIES = "(These rollouts come without verification summaries: {why}.)"
+
+VERIFIER_SYSTEM = "You are an expert mathematician who evaluates solutions rigorously."  # morkit's
+# PAPER: the verification prompt's heading and the first words of its instruction, all that tmas.txt renders of it
+# ("Verification Prompt ## Instruction 25 Your task is to evaluate ...", 25 a page number). The fragments after it
+# (Error Correction, Completeness, Rigour, Self-Containment, then a process over "Previous Attempts") are the
+# refinement prompt's, so nothing else of the verification prompt is legible.
+_VERIFY_HEADING = "## Instruction"
+_VERIFY_OPENING = "Your task is to evaluate"
+# morkit's: the rest of the instruction (the standards the solver was given, paraphrased), the output format
+# with the 'Score: N/10' line that morkit.verify.critic parses, and the task input laid out as the paper's
+# solution prompts lay out theirs.
+_VERIFY_REST = (
+    "the solution below to the problem below. Check it step by step against the standards its solver was "
+    "asked to meet: every case and step covered, no fatal error or severe omission, and every cited result "
+    "proved or derived. Say which steps are correct, point out each mistake or gap, and say how to fix it.\n\n"
+    "**Output Format:** Your analysis, then a final line 'Score: N/10', where 10 means the solution is surely "
+    "correct and complete, and 0 that it is surely wrong.")
+VERIFICATION_USER = (f"{_VERIFY_HEADING}\n{_VERIFY_OPENING} {_VERIFY_REST}\n\n---\nHere is your task input:\n\n"
+                     "## Problem\n{question}\n\n## Solution\n{answer}")
+"""The verification agent's user message, a template for morkit.verify.critic.LLMVerifier (`{question}`,
+`{answer}`): the paper's opening words, then morkit's."""
 PAPER_WORDING = (_COMPLETENESS, _RIGOUR, _SELF_CONTAINED, _ERROR_CORRECTION, _SOLVE_PROCESS, _REFINE_PROCESS,
-                 _ANCHOR_CRITERIA, _OPERATIONS, _QUANTITY, _GUIDELINE_PURPOSE)
+                 _ANCHOR_CRITERIA, _OPERATIONS, _QUANTITY, _GUIDELINE_PURPOSE, _VERIFY_HEADING, _VERIFY_OPENING)
 """Every constant above that quotes the paper (a test checks each sentence against tmas.txt)."""
 
 

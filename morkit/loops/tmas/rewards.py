@@ -1,6 +1,6 @@
-"""The TMAS hybrid RL reward as TRL `reward_funcs`: each rollout gets one of the paper's three rewards by its
-`rollout_type` (base: correctness; bank: plus beta * (1 - p_base) when right; explore: the novelty table).
-Columns read, p_base groups and logged metrics: docs/loops/tmas.md, "Hybrid-reward RL with TRL"."""
+"""The TMAS hybrid RL reward as TRL `reward_funcs`: each rollout gets one of the paper's three components by its
+`rollout_type` (base: correctness; bank: plus beta * (1 - p_base) when right; explore: the novelty table), morkit's
+reading of how they combine. Columns, p_base groups, metrics, readings: docs/loops/tmas.md, "Hybrid-reward RL"."""
 
 from __future__ import annotations
 
