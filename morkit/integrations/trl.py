@@ -5,12 +5,12 @@ It scores in this process or through `morkit serve`: the same engine, so the sam
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 from morkit.core import checks, settings
 from morkit.core.errors import InputError, MorkitError
 from morkit.llm.base import message_text
+from morkit.runtime.http import Deadline, Retryable, RetryPolicy
 
 
 class RoutedReward:
@@ -94,7 +94,7 @@ class RoutedReward:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             self._client = httpx.Client(timeout=self.timeout_s, headers=headers)
-        deadline = time.monotonic() + self.timeout_s
+        deadline = Deadline.after(self.timeout_s)
         rewards: list[float | None] = [None] * len(answers)
         for part in _requests_by_prompt(questions, self.max_request_items):
             body = {"query": [questions[i] + answers[i] for i in part], "prompts": [questions[i] for i in part],
@@ -103,31 +103,35 @@ class RoutedReward:
                 rewards[i] = reward
         return {"rewards": rewards}
 
-    def _post(self, body: dict, deadline: float) -> dict:
+    def _post(self, body: dict, deadline: Deadline) -> dict:
+        """One request with its retries (runtime.http's RetryPolicy: 1 s, doubling, at most 10 s between tries)
+        on an httpx error or a 503/504, all before `deadline`; any other status ends the call at once."""
         import httpx
 
         last = ""
-        for attempt in range(self.retries + 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                reply = self._client.post(f"{self.url}/get_reward", json=body, timeout=left)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if reply.status_code == 200:
-                    return reply.json()
-                reason = _reason(reply)
-                if reply.status_code == 401:
-                    raise MorkitError(f"{self.url}/get_reward answered 401: {reason} ("
-                                      + ("the api_key given is not the server's)" if self._api_key else
-                                         "give api_key= or set MORKIT_API_KEY)"))
-                if reply.status_code not in (503, 504):
-                    raise MorkitError(f"{self.url}/get_reward answered {reply.status_code}: {reason}")
-                last = f"{reply.status_code}: {reason}"
-            if attempt < self.retries:
-                time.sleep(max(min(2.0**attempt, 10.0, deadline - time.monotonic()), 0.0))
+        try:
+            for attempt in RetryPolicy(self.retries, 1.0, cap_s=10.0, name=self.__name__).attempts(deadline):
+                with attempt:
+                    if (left := deadline.left()) <= 0:
+                        break
+                    try:
+                        reply = self._client.post(f"{self.url}/get_reward", json=body, timeout=left)
+                    except httpx.HTTPError as exc:
+                        last = f"{type(exc).__name__}: {exc}"
+                        raise Retryable(last) from None
+                    if reply.status_code == 200:
+                        return reply.json()
+                    reason = _reason(reply)
+                    if reply.status_code == 401:
+                        raise MorkitError(f"{self.url}/get_reward answered 401: {reason} ("
+                                          + ("the api_key given is not the server's)" if self._api_key else
+                                             "give api_key= or set MORKIT_API_KEY)"))
+                    if reply.status_code not in (503, 504):
+                        raise MorkitError(f"{self.url}/get_reward answered {reply.status_code}: {reason}")
+                    last = f"{reply.status_code}: {reason}"
+                    raise Retryable(last)
+        except Retryable:
+            pass  # out of tries, or of time
         raise MorkitError(f"{self.url}/get_reward gave no rewards within {self.timeout_s:g} s "
                           f"(timeout_s; {self.retries + 1} tries at most): {last or 'no time left'}")
 

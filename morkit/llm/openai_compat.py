@@ -1,17 +1,15 @@
-"""An `LLM` served by any OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp, OpenAI, ...): bounded
-concurrency and timeouts, retries with backoff on transient failures and malformed replies, `chat_partial` keeping
-the successes, SSE `stream`. Nothing connects until a method is called; docs: Scoring and backends, LLM backends.
+"""An `LLM` served by any OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp, OpenAI, ...) through the
+`openai` SDK's async client: bounded concurrency, timeouts, runtime.http's retry policy, `chat_partial` keeping the
+successes, a streamed `stream`. Nothing connects until a method is called; docs: Scoring and backends, LLM backends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -25,16 +23,17 @@ from morkit.llm.base import (
     cut_stream,
 )
 from morkit.runtime.http import (
-    RETRY_STATUS,
+    Deadline,
     Fatal,
     Retryable,
+    RetryPolicy,
     by_index,
     check_content_type,
     httpx_module,
     iterate_in_thread,
     json_document,
-    post_json,
     run_sync,
+    status_failure,
 )
 
 log = logging.getLogger(__name__)
@@ -71,21 +70,6 @@ class _Reply:
     finish_reasons: tuple[str, ...]
     prompt_tokens: int
     completion_tokens: int
-
-
-@dataclass(frozen=True)
-class _Deadline:
-    """When a call must be over (on `time.monotonic`), and how long it was given, for messages."""
-
-    at: float
-    seconds: float
-
-    @classmethod
-    def after(cls, seconds: float | None) -> _Deadline | None:
-        return None if seconds is None else cls(time.monotonic() + seconds, seconds)
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
 
 
 class OpenAIChatLLM:
@@ -136,31 +120,47 @@ class OpenAIChatLLM:
     def url(self) -> str:
         return self.base_url + "/chat/completions"
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+    @property
+    def _policy(self) -> RetryPolicy:
+        return RetryPolicy(self.retries, self.backoff, name=self.name)
 
-    def _client_options(self) -> dict[str, Any]:
+    def _client(self, connections: int) -> Any:
+        """The SDK's async client for one call (its own connection pool, on this call's event loop): no SDK
+        retries, since morkit's policy also retries malformed replies and stops at the call's deadline; proxies
+        from the environment ignored, as for every morkit client."""
+        import openai
+
         httpx = httpx_module()
         if self._ssl is None and self.base_url.startswith("https:"):
             self._ssl = httpx.create_ssl_context(trust_env=False)  # once: building one costs ~0.2 s
-        return {"trust_env": False, "verify": self._ssl or False}
+        http = openai.DefaultAsyncHttpxClient(
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            trust_env=False, verify=self._ssl or False)
+        # The SDK insists on a key; without one, `_arguments` leaves the Authorization header out.
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "none", max_retries=0,
+                                  timeout=self.timeout, http_client=http)
 
-    def _payload(self, conversation: Conversation, params: SamplingParams, n: int, seed: int | None
-                 ) -> dict[str, Any]:
-        payload: dict[str, Any] = {
+    def _arguments(self, conversation: Conversation, params: SamplingParams, n: int, seed: int | None
+                   ) -> dict[str, Any]:
+        """`chat.completions.create`'s keyword arguments: the request body, `extra_body` and the auth header."""
+        import openai
+
+        arguments: dict[str, Any] = {
             "model": self.model, "messages": [dict(m) for m in conversation], "n": n,
             "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
         }
         if params.stop:
-            payload["stop"] = list(params.stop)
+            arguments["stop"] = list(params.stop)
         if seed is not None:
-            payload["seed"] = seed
+            arguments["seed"] = seed
         if params.reasoning_effort is not None:
-            payload["reasoning_effort"] = params.reasoning_effort
+            arguments["reasoning_effort"] = params.reasoning_effort
         if params.presence_penalty:
-            payload["presence_penalty"] = params.presence_penalty
-        payload.update(self.extra_body)
-        return payload
+            arguments["presence_penalty"] = params.presence_penalty
+        arguments["extra_body"] = dict(self.extra_body)  # merged over the fields above, as the SDK sends it
+        if not self.api_key:
+            arguments["extra_headers"] = {"Authorization": openai.Omit()}
+        return arguments
 
     @staticmethod
     def _parse(body: bytes, asked: int) -> _Reply:
@@ -173,43 +173,51 @@ class OpenAIChatLLM:
         return _Reply(tuple(_content(c) for c in ordered), tuple(_finish_reason(c) for c in ordered),
                       *_usage(doc.get("usage")))
 
-    async def _post(self, client: Any, payload: dict[str, Any], timeout: float) -> _Reply:
+    async def _post(self, client: Any, arguments: dict[str, Any], timeout: float) -> _Reply:
+        """One request, over within `timeout` in all; the reply read from its bytes, which `_parse` checks (the
+        SDK's own models take any shape)."""
         self.requests_sent += 1
-        body = await post_json(client, self.url, payload, self._headers(), timeout)
-        return self._parse(body, payload["n"])
+        with _failures(f"timed out after {timeout:.3g}s"):
+            raw = await asyncio.wait_for(
+                client.chat.completions.with_raw_response.create(**arguments, timeout=timeout), timeout)
+        check_content_type(self.url, raw.headers.get("content-type"), "application/json")
+        return self._parse(raw.http_response.content, arguments["n"])
 
-    async def _request(self, client: Any, sem: asyncio.Semaphore, payload: dict[str, Any],
-                       deadline: _Deadline | None) -> tuple[_Reply | None, str, int]:
+    async def _request(self, client: Any, sem: asyncio.Semaphore, arguments: dict[str, Any],
+                       deadline: Deadline | None) -> tuple[_Reply | None, str, int]:
         """One request with its retries, all before `deadline`: (reply or None, why the last try failed, tries)."""
-        reason = ""
-        for attempt in range(self.retries + 1):
-            try:
-                async with sem:
-                    timeout = self.timeout if deadline is None else min(self.timeout, deadline.left())
-                    if timeout <= 0:
-                        return None, _past(deadline, reason), attempt
-                    return await self._post(client, payload, timeout), "", attempt + 1
-            except Fatal as err:
-                return None, str(err), attempt + 1
-            except Retryable as err:
-                reason = str(err)
-                log.debug("%s: %s (attempt %d)", self.name, reason, attempt + 1)
-            except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the other conversations
-                return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", attempt + 1
-            if attempt < self.retries:
-                pause = self.backoff * (2 ** attempt)
-                await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline.left())))
-        return None, reason, self.retries + 1
+        reason, tries = "", 0
+        try:
+            async for attempt in self._policy.async_attempts(deadline):
+                with attempt:
+                    async with sem:
+                        timeout = self.timeout if deadline is None else min(self.timeout, deadline.left())
+                        if timeout <= 0:  # the deadline passed while this request waited for its turn
+                            return None, _past(deadline, reason), tries  # type: ignore[arg-type]
+                        tries = attempt.retry_state.attempt_number
+                        try:
+                            return await self._post(client, arguments, timeout), "", tries
+                        except Retryable as err:
+                            reason = str(err)
+                            raise
+        except Fatal as err:
+            return None, str(err), tries
+        except Retryable:
+            past = deadline is not None and self._policy.stopped_early(tries)
+            return None, _past(deadline, reason) if past else reason, tries  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the other conversations
+            return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", tries
+        raise AssertionError("unreachable: the retry policy returns or raises")  # pragma: no cover
 
     async def _conversation(self, client: Any, sem: asyncio.Semaphore, index: int, conversation: Conversation,
-                            params: SamplingParams, deadline: _Deadline | None) -> Completion | ConversationError:
+                            params: SamplingParams, deadline: Deadline | None) -> Completion | ConversationError:
         texts: list[str] = []
         reasons: list[str] = []
         prompt_tokens = completion_tokens = attempts = 0
         while len(texts) < params.n:  # a server that ignores n answers fewer; ask again for the rest
             seed = None if params.seed is None else params.seed + len(texts)  # top-ups get fresh samples
             reply, reason, tries = await self._request(
-                client, sem, self._payload(conversation, params, params.n - len(texts), seed), deadline)
+                client, sem, self._arguments(conversation, params, params.n - len(texts), seed), deadline)
             attempts += tries
             if reply is None:
                 return ConversationError(index, reason, attempts)
@@ -223,11 +231,9 @@ class OpenAIChatLLM:
 
     async def _chat_async(self, conversations: Sequence[Conversation], params: SamplingParams
                           ) -> list[Completion | ConversationError]:
-        httpx = httpx_module()
         sem = asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        deadline = _Deadline.after(params.timeout_s)
-        async with httpx.AsyncClient(limits=limits, **self._client_options()) as client:
+        deadline = Deadline.after(params.timeout_s)
+        async with self._client(self.concurrency) as client:
             return list(await asyncio.gather(
                 *(self._conversation(client, sem, i, c, params, deadline) for i, c in enumerate(conversations))))
 
@@ -282,71 +288,86 @@ class OpenAIChatLLM:
         Raises:
             LLMError: The stream failed, or was not over within its deadline.
         """
-        payload = self._payload(conversation, params, 1, params.seed)
-        payload["stream"] = True
+        arguments = self._arguments(conversation, params, 1, params.seed)
         seconds = min(self.stream_timeout, params.timeout_s or math.inf)
-        pieces = iterate_in_thread(lambda put: self._stream_async(payload, seconds, put), name="morkit-llm-stream")
+        pieces = iterate_in_thread(lambda put: self._stream_async(arguments, seconds, put), name="morkit-llm-stream")
         with contextlib.closing(pieces):
             yield from cut_stream(pieces, params.stop)
 
-    async def _stream_async(self, payload: dict[str, Any], seconds: float, put: Callable[[str], None]) -> None:
+    async def _stream_async(self, arguments: dict[str, Any], seconds: float, put: Callable[[str], None]) -> None:
         """Put the stream's content pieces; LLMError when it fails or is not over within `seconds`."""
         try:
             async with asyncio.timeout(seconds):
-                await self._stream_attempts(payload, put)
+                await self._stream_attempts(arguments, put)
         except TimeoutError:
             raise LLMError(f"LLM {self.name!r} stream: not over within its {seconds:.3g}s deadline") from None
 
-    async def _stream_attempts(self, payload: dict[str, Any], put: Callable[[str], None]) -> None:
+    async def _stream_attempts(self, arguments: dict[str, Any], put: Callable[[str], None]) -> None:
         """The streamed request with its retries, which stop once a piece has been put."""
-        started = False
+        started, tries = False, 0
 
         def emit(piece: str) -> None:
             nonlocal started
             started = True
             put(piece)
 
-        async with httpx_module().AsyncClient(timeout=self.timeout, **self._client_options()) as client:
-            for attempt in range(self.retries + 1):
-                try:
-                    return await self._stream_once(client, payload, emit)
-                except Fatal as err:
-                    raise LLMError(f"LLM {self.name!r} stream: {err}") from None
-                except Retryable as err:
-                    if started or attempt == self.retries:
-                        raise LLMError(f"LLM {self.name!r} stream: {err} ({attempt + 1} attempts)") from None
-                    log.debug("%s stream: %s (attempt %d)", self.name, err, attempt + 1)
-                await asyncio.sleep(self.backoff * (2 ** attempt))
+        async with self._client(1) as client:
+            try:
+                async for attempt in self._policy.async_attempts():
+                    with attempt:
+                        tries = attempt.retry_state.attempt_number
+                        try:
+                            return await self._stream_once(client, arguments, emit)
+                        except Retryable as err:
+                            if started:  # the reader has pieces: another try would repeat them
+                                raise LLMError(f"LLM {self.name!r} stream: {err} ({tries} attempts)") from None
+                            raise
+            except Fatal as err:
+                raise LLMError(f"LLM {self.name!r} stream: {err}") from None
+            except Retryable as err:
+                raise LLMError(f"LLM {self.name!r} stream: {err} ({tries} attempts)") from None
 
-    async def _stream_once(self, client: Any, payload: dict[str, Any], emit: Callable[[str], None]) -> None:
-        """Each event's content to `emit` until `data: [DONE]`; errors as Retryable/Fatal."""
-        httpx = httpx_module()
+    async def _stream_once(self, client: Any, arguments: dict[str, Any], emit: Callable[[str], None]) -> None:
+        """Each chunk's content to `emit` until the stream ends; errors as Retryable/Fatal."""
+        import openai
+
         self.requests_sent += 1
-        try:
-            async with client.stream("POST", self.url, json=payload, headers=self._headers()) as resp:
-                if resp.status_code != 200:
-                    text = (await resp.aread()).decode(errors="replace")[:200]
-                    bad = resp.status_code >= 500 or resp.status_code in RETRY_STATUS
-                    raise (Retryable if bad else Fatal)(f"HTTP {resp.status_code}: {text}")
+        with _failures(f"timed out after {self.timeout:g}s without data"):
+            async with client.chat.completions.with_streaming_response.create(**arguments, stream=True) as resp:
                 check_content_type(self.url, resp.headers.get("content-type"), "text/event-stream")
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue  # blank separators, comments (keep-alives), event names
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    content = _event_content(data)
-                    if content:
-                        emit(content)
-        except httpx.TimeoutException:
-            raise Retryable(f"timed out after {self.timeout:g}s without data") from None
-        except httpx.TransportError as err:
-            raise Retryable(f"connection error: {type(err).__name__}: {err}") from None
+                try:
+                    async for chunk in await resp.parse():
+                        content = _chunk_content(chunk)
+                        if content:
+                            emit(content)
+                except ValueError as err:  # an event that is not JSON
+                    raise Retryable(f"malformed stream event: {str(err)[:120]}") from None
+                except openai.APIError as err:
+                    if isinstance(err, openai.APIConnectionError):
+                        raise
+                    raise Fatal(f"server error in stream: {str(err.body)[:200]}") from None
+
+
+@contextlib.contextmanager
+def _failures(timed_out: str) -> Iterator[None]:
+    """The SDK's (and asyncio's) request failures as Retryable or Fatal: timeouts and connection errors
+    Retryable, a non-200 status by `status_failure`."""
+    import openai
+
+    try:
+        yield
+    except (openai.APITimeoutError, TimeoutError):
+        raise Retryable(timed_out) from None
+    except openai.APIConnectionError as err:
+        cause = err.__cause__ or err
+        raise Retryable(f"connection error: {type(cause).__name__}: {cause}") from None
+    except openai.APIStatusError as err:
+        raise status_failure(err.status_code, err.response.text) from None
 
 
 # -- reading replies --------------------------------------------------------------------------------
 
-def _past(deadline: _Deadline, reason: str) -> str:
+def _past(deadline: Deadline, reason: str) -> str:
     return f"the call's {deadline.seconds:.3g}s deadline passed" + (f" (last try: {reason})" if reason else "")
 
 
@@ -387,25 +408,21 @@ def _count(usage: dict[str, Any], key: str) -> int:
     return value
 
 
-def _event_content(data: str) -> str:
-    """The text of one stream event (`choices[0].delta.content`; "" for none); Fatal for a reported error."""
-    try:
-        event = json.loads(data)
-    except (ValueError, RecursionError):
-        raise Retryable(f"malformed stream event: {data[:120]}") from None
-    if not isinstance(event, dict):
-        raise Retryable(f"malformed stream event: {data[:120]}")
-    if event.get("error"):
-        raise Fatal(f"server error in stream: {str(event['error'])[:200]}")
-    choices = event.get("choices")
+def _chunk_content(chunk: Any) -> str:
+    """The text of one stream chunk (`choices[0].delta.content`; "" for none). The SDK builds chunks without
+    checking their shape, so a wrong one is checked here: Retryable."""
+    from openai.types.chat import ChatCompletionChunk
+
+    if not isinstance(chunk, ChatCompletionChunk):
+        raise Retryable(f"malformed stream event: {str(chunk)[:120]}")
+    choices = getattr(chunk, "choices", None)
     if not choices:  # none, or a usage-only chunk
         return ""
-    if not isinstance(choices, list) or not isinstance(choices[0], dict):
-        raise Retryable(f"malformed stream event: {data[:120]}")
-    delta = choices[0].get("delta") or {}
-    if not isinstance(delta, dict) or not isinstance(delta.get("content") or "", str):
-        raise Retryable(f"malformed stream event: {data[:120]}")
-    return delta.get("content") or ""
+    delta = getattr(choices[0], "delta", None) if isinstance(choices, list) else None
+    content = getattr(delta, "content", None)
+    if delta is None or not isinstance(content or "", str):
+        raise Retryable(f"malformed stream event: {str(chunk)[:120]}")
+    return content or ""
 
 
 def from_agent_spec(spec: Any) -> OpenAIChatLLM:

@@ -1,5 +1,6 @@
-"""HTTP plumbing shared by the remote RM client and the OpenAI-compatible LLM client: failures, malformed replies
-included (`json_document`, `by_index`), are `Retryable` or `Fatal`, and each fails its own request alone.
+"""HTTP plumbing shared by morkit's HTTP clients (the remote RM client, the OpenAI-compatible LLM client, the TRL
+reward client): failures, malformed replies included (`json_document`, `by_index`), are `Retryable` or `Fatal`, each
+fails its own request alone, and `RetryPolicy` is the one retry policy they all use (on tenacity).
 """
 
 from __future__ import annotations
@@ -7,10 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator
+
+_log = logging.getLogger(__name__)
 
 RETRY_STATUS = {408, 429}
 """Besides 5xx: request timeout and rate limiting are worth another try."""
@@ -22,6 +29,76 @@ class Retryable(Exception):
 
 class Fatal(Exception):
     """A failure retrying cannot fix (other 4xx, or an error the server reports)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a call must be over (on `time.monotonic`), and how long it was given, for messages."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline | None:
+        """The deadline `seconds` from now; None for None (no deadline)."""
+        return None if seconds is None else cls(time.monotonic() + seconds, seconds)
+
+    def left(self) -> float:
+        """Seconds left (negative once passed)."""
+        return self.at - time.monotonic()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The one retry policy of morkit's HTTP clients: an attempt that raises `Retryable` is tried again, up to
+    `retries` more times, after `backoff_s`, then twice as long each time (at most `cap_s`); anything else ends the
+    call at once, and so does a pause that would reach the `Deadline`. The last failure is raised as it is. Use:
+    `for attempt in policy.attempts(deadline): with attempt: ...` (`async_attempts` in a coroutine).
+
+    Args:
+        retries: Tries after the first (0 or more).
+        backoff_s: Seconds before the first retry.
+        cap_s: The longest pause between tries.
+        name: Who retries, for the debug log line each retry writes.
+    """
+
+    retries: int
+    backoff_s: float
+    cap_s: float = math.inf
+    name: str = "http"
+
+    def pause(self, attempt_number: int) -> float:
+        """Seconds to wait after failed attempt `attempt_number` (1-based)."""
+        return min(self.backoff_s * 2 ** (attempt_number - 1), self.cap_s)
+
+    def stopped_early(self, attempt_number: int) -> bool:
+        """Whether a call that gave up after `attempt_number` tries stopped at its deadline, not its retries."""
+        return attempt_number <= self.retries
+
+    def _options(self, deadline: Deadline | None) -> dict[str, Any]:
+        import tenacity
+
+        def stop(state: Any) -> bool:
+            return state.attempt_number > self.retries or (
+                deadline is not None and state.upcoming_sleep >= deadline.left())
+
+        def logged(state: Any) -> None:
+            _log.debug("%s: %s (attempt %d)", self.name, state.outcome.exception(), state.attempt_number)
+
+        return {"retry": tenacity.retry_if_exception_type(Retryable), "stop": stop, "reraise": True,
+                "wait": lambda state: self.pause(state.attempt_number), "before_sleep": logged}
+
+    def attempts(self, deadline: Deadline | None = None) -> Any:
+        """A `tenacity.Retrying` to iterate over: each item is one attempt, a context manager."""
+        import tenacity
+
+        return tenacity.Retrying(**self._options(deadline))
+
+    def async_attempts(self, deadline: Deadline | None = None) -> Any:
+        """`attempts` for a coroutine (`async for`): a `tenacity.AsyncRetrying`, whose pauses do not block."""
+        import tenacity
+
+        return tenacity.AsyncRetrying(**self._options(deadline))
 
 
 def httpx_module() -> Any:
@@ -63,12 +140,15 @@ async def post_json(client: Any, url: str, payload: Any, headers: dict[str, str]
         raise Retryable(f"timed out after {timeout:.3g}s") from None
     except httpx.TransportError as err:
         raise Retryable(f"connection error: {type(err).__name__}: {err}") from None
-    if resp.status_code >= 500 or resp.status_code in RETRY_STATUS:
-        raise Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
     if resp.status_code != 200:
-        raise Fatal(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        raise status_failure(resp.status_code, resp.text)
     check_content_type(url, resp.headers.get("content-type"), "application/json")
     return resp.content
+
+
+def status_failure(status: int, text: str) -> Retryable | Fatal:
+    """The failure a non-200 reply is: Retryable for 5xx, 408 and 429, else Fatal; `HTTP <status>: <text>`."""
+    return (Retryable if status >= 500 or status in RETRY_STATUS else Fatal)(f"HTTP {status}: {text[:200]}")
 
 
 # -- reading replies ------------------------------------------------------------------------------

@@ -59,6 +59,24 @@ def test_samples_in_order_with_request_schema(server):
     assert "stop" not in req and "seed" not in req
 
 
+def test_every_sampling_field_reaches_the_server_in_the_same_body(server):
+    # The bodies the hand-written client sent, field for field: the SDK adds nothing and renames nothing.
+    llm = make_llm(server.v1, api_key="sk-test", extra_body={"top_k": 5, "temperature": 0.1})
+    params = SamplingParams(n=2, temperature=0.5, top_p=0.9, max_tokens=20, stop=("\n\n", "END"), seed=3,
+                            timeout_s=5.0, reasoning_effort="high", presence_penalty=1.05)
+    llm.chat([user("every field")], params)
+    body = {"model": "tiny", "messages": user("every field"), "n": 2, "temperature": 0.1, "top_p": 0.9,
+            "max_tokens": 20, "stop": ["\n\n", "END"], "seed": 3, "reasoning_effort": "high",
+            "presence_penalty": 1.05, "top_k": 5}  # extra_body over morkit's own fields
+    assert server.payloads[-1] == body and server.auth[-1] == "Bearer sk-test"
+    assert "".join(llm.stream(user("every field"), params)) == "Hello world. "
+    assert server.payloads[-1] == {**body, "n": 1, "stream": True}
+    make_llm(server.v1).chat([user("no field")])
+    assert server.payloads[-1] == {"model": "tiny", "messages": user("no field"), "n": 1, "temperature": 0.7,
+                                   "top_p": 1.0, "max_tokens": 256}
+    assert server.auth[-1] is None
+
+
 def test_no_key_no_authorization_header(server):
     make_llm(server.v1).chat([user("no key")])
     assert server.auth[-1] is None

@@ -1,6 +1,6 @@
 """A reward model served by `vllm serve --runner pooling` servers over their `/pooling` API, and the handle that
-scores a registered RM on the servers serving it under its name (`--url`). Requests are bounded, retried with
-backoff, and fail alone: `score_partial` keeps every other pair (docs: Scoring and backends, vLLM servers).
+scores a registered RM on the servers serving it under its name (`--url`). Requests are bounded, retried by
+runtime.http's RetryPolicy, and fail alone: `score_partial` keeps every other pair (docs: Scoring, vLLM servers).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from morkit.reward_models.backends.pooling_io import (
 from morkit.runtime.http import (
     Fatal,
     Retryable,
+    RetryPolicy,
     by_index,
     httpx_module,
     json_document,
@@ -183,22 +184,21 @@ class RemoteRewardModel:
 
     async def _batch(self, client: Any, sem: asyncio.Semaphore, number: int, prompts: list[str | list[int]]
                      ) -> tuple[list[Score] | None, str, str, int]:
-        reason, url = "", self.urls[number % len(self.urls)]
-        for attempt in range(self.retries + 1):
-            url = self.urls[(number + attempt) % len(self.urls)]  # round-robin; a retry tries the next server
-            try:
-                async with sem:
-                    return await self._post(client, url, prompts), "", url, attempt + 1
-            except Fatal as err:
-                return None, str(err), url, attempt + 1
-            except Retryable as err:
-                reason = str(err)
-                log.debug("%s: %s (attempt %d) from %s", self.name, reason, attempt + 1, url)
-            except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the batch's other scores
-                return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", url, attempt + 1
-            if attempt < self.retries:
-                await asyncio.sleep(self.backoff_s * (2 ** attempt))
-        return None, reason, url, self.retries + 1
+        """One batch with its retries (morkit's RetryPolicy), round-robin over the servers, a retry on the next
+        one: (scores or None, why the last try failed, the server last tried, tries)."""
+        url, tries = self.urls[number % len(self.urls)], 0
+        try:
+            async for attempt in RetryPolicy(self.retries, self.backoff_s, name=self.name).async_attempts():
+                with attempt:
+                    tries = attempt.retry_state.attempt_number
+                    url = self.urls[(number + tries - 1) % len(self.urls)]
+                    async with sem:
+                        return await self._post(client, url, prompts), "", url, tries
+        except (Fatal, Retryable) as err:
+            return None, str(err), url, tries
+        except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the batch's other scores
+            return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", url, tries
+        raise AssertionError("unreachable: the retry policy returns or raises")  # pragma: no cover
 
     async def _score_async(self, prompts: list[str | list[int]]) -> tuple[list[Score | None], list[PairFailure]]:
         httpx = httpx_module()
