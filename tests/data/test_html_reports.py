@@ -158,3 +158,29 @@ def test_each_report_renders_the_text_it_rendered_before_templates(case, tmp_pat
                          encoding="utf-8")
         pytest.skip("wrote the expected text")
     assert text == json.loads(TEXTS.read_text(encoding="utf-8"))[case]
+
+
+def test_every_template_compiles_and_ships_as_package_data():
+    import tomllib
+
+    from morkit.data import html
+
+    root = Path(html.__file__).resolve().parents[1]
+    names = html._environment().list_templates()
+    assert {"base.html.j2", "macros.html.j2", "pool_report.html.j2", "selection_section.html.j2",
+            "pipeline_report.html.j2"} <= set(names)
+    for name in names:
+        html._environment().get_template(name)
+    patterns = tomllib.loads((root.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p for pattern in patterns["morkit"] for p in root.glob(pattern)}
+    assert {root / "resources" / "templates" / name for name in names} <= shipped
+
+
+def test_importing_the_reports_loads_no_template_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys, morkit.question_pool.report, morkit.selection.report, morkit.services.pipeline.report; "
+            "print(any(m.split('.')[0] in ('jinja2', 'matplotlib') for m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
