@@ -1,14 +1,14 @@
-"""One-file HTML reports (pool, selection, pipeline): inline CSS, PNG data URIs, escaped text, atomic writes.
-
-Plots use matplotlib's Agg canvas, never pyplot (no global backend), and never read user text as mathtext.
-"""
+"""One-file HTML reports: Jinja2 templates (morkit/resources/templates, one base holding the CSS) filled with tables
+and PNG data-URI figures computed here; user text escaped, pages written atomically. The environment is built on
+first use; plots use matplotlib's Agg canvas, never pyplot, and never read user text as mathtext."""
 
 from __future__ import annotations
 
 import base64
 import io
 import os
-from html import escape
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -16,18 +16,29 @@ import numpy as np
 
 from morkit.data.jsonl import atomic_path
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
-h1{font-size:24px;margin-bottom:4px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}
-.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;background:#f6f7f9;padding:12px 16px;border-radius:6px}
-.facts dt{font-weight:600;color:#555}.facts dd{margin:0}
-table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}
-th,td{padding:3px 10px;border-bottom:1px solid #e4e4e4;text-align:right}
-th{background:#f0f2f5;position:sticky;top:0}td.name,th.name{text-align:left}
-tr:nth-child(even) td{background:#fafafa}td.best{background:#c8f0c8!important;font-weight:700}
-td.ref{color:#666;font-style:italic}img{max-width:100%;height:auto;display:block;margin:8px 0}
-.note{color:#666;font-size:13px}.row{display:flex;gap:32px;flex-wrap:wrap;align-items:flex-start}
-"""
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: its text (escaped when rendered) and CSS class ("name", "name ref", "best" or none)."""
+
+    text: str
+    cls: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as the templates' `table` macro lays it out."""
+
+    header: tuple[Cell, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+@dataclass(frozen=True)
+class Image:
+    """A figure as a PNG data URI, with its alt text."""
+
+    alt: str
+    src: str
 
 
 def png(fig: Any) -> str:
@@ -40,11 +51,13 @@ def png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def img(fig: Any, alt: str) -> str:
-    return f'<img alt="{escape(alt)}" src="{png(fig)}">'
+def image(fig: Any, alt: str) -> Image:
+    """The figure, drawn to PNG now, for a template's `image` macro."""
+    return Image(alt, png(fig))
 
 
 def fmt(value: float, digits: int = 3) -> str:
+    """A number with `digits` decimals; "–" where it is not finite (also the templates' `fmt` filter)."""
     return "–" if not np.isfinite(value) else f"{value:.{digits}f}"
 
 
@@ -79,39 +92,49 @@ def hbars(ax: Any, labels: Sequence[str], values: Sequence[float], colors: Seque
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], best_cols: Sequence[int] = (),
-          ref_rows: Sequence[int] = (), formats: Mapping[int, str] | None = None) -> str:
-    """An HTML table; numbers are formatted (3 decimals, or the column's format spec in `formats`, e.g. "+.1f"),
-    text is shown as it is, and the max number of each column in `best_cols` is highlighted."""
+          ref_rows: Sequence[int] = (), formats: Mapping[int, str] | None = None) -> Table:
+    """A table's cells: numbers formatted (3 decimals, or the column's format spec in `formats`, e.g. "+.1f"),
+    text as it is, and the max number of each column in `best_cols` marked "best" (`ref_rows` are left out)."""
     formats = formats or {}
     best = {}
     for c in best_cols:
         values = [r[c] for i, r in enumerate(rows)
                   if i not in ref_rows and not isinstance(r[c], str) and np.isfinite(r[c])]
         best[c] = max(values) if values else None
-    head = "".join(f'<th class="{"name" if isinstance(rows[0][i], str) else ""}">{escape(h)}</th>'
-                   for i, h in enumerate(header)) if rows else ""
-    body = []
-    for i, row in enumerate(rows):
-        cells = []
-        for c, v in enumerate(row):
-            if isinstance(v, str):
-                cells.append(f'<td class="name{" ref" if i in ref_rows else ""}">{escape(v)}</td>')
-            else:
-                if isinstance(v, (int, np.integer)):
-                    text = str(v)
-                else:
-                    text = format(v, formats[c]) if c in formats and np.isfinite(v) else fmt(v)
-                cls = "best" if best.get(c) is not None and v == best[c] else ""
-                cells.append(f'<td class="{cls}">{text}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+    def cell(i: int, c: int, v: Any) -> Cell:
+        if isinstance(v, str):
+            return Cell(v, "name ref" if i in ref_rows else "name")
+        if isinstance(v, (int, np.integer)):
+            text = str(v)
+        else:
+            text = format(v, formats[c]) if c in formats and np.isfinite(v) else fmt(v)
+        return Cell(text, "best" if best.get(c) is not None and v == best[c] else "")
+
+    head = tuple(Cell(h, "name" if isinstance(rows[0][i], str) else "") for i, h in enumerate(header)) if rows else ()
+    return Table(head, tuple(tuple(cell(i, c, v) for c, v in enumerate(row)) for i, row in enumerate(rows)))
 
 
-def write_page(path: str | os.PathLike, title: str, body: Sequence[str]) -> Path:
-    """Write one self-contained HTML page atomically; returns its path. `body` parts are already HTML."""
+@cache
+def _environment() -> Any:
+    """The templates' Jinja2 environment: autoescaped, strict about undefined names, with the `fmt` filter."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("morkit", "resources/templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = fmt
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """The named template (in morkit/resources/templates) rendered with `context`, as HTML."""
+    return _environment().get_template(template).render(**context)
+
+
+def write_page(path: str | os.PathLike, template: str, **context: Any) -> Path:
+    """Render one self-contained page from `template` and write it atomically; returns its path."""
     target = Path(path)
+    page = render(template, **context)
     with atomic_path(target) as tmp:
-        page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
-                f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
         tmp.write_text(page, encoding="utf-8")
     return target

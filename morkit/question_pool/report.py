@@ -1,22 +1,18 @@
-"""A one-file HTML report on a question pool: how each RM and the best ensembles rank answers.
-
-Everything is inline (PNG plots, CSS), so the file can be mailed or archived alone; user text is escaped.
-"""
+"""A one-file HTML report on a question pool: how each RM and the best ensembles rank answers. Everything is inline
+(PNG plots, CSS), so the file can be mailed or archived alone; this module computes the figures and tables, the
+template pool_report.html.j2 lays them out and escapes user text."""
 
 from __future__ import annotations
 
 import os
-from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from morkit.core.errors import InputError
+from morkit.data.html import Image, hbars, image, plot_style, table, write_page
 from morkit.data.html import fmt as _fmt
-from morkit.data.html import hbars, plot_style, write_page
-from morkit.data.html import img as _img
-from morkit.data.html import table as _table
 from morkit.question_pool.leakage import MIN_ALONE, RMEvidence, leak_warnings, rm_evidence
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import nanmean_columns, sample_rows, skipped_domains
@@ -47,14 +43,15 @@ def _not_applicable(pool: QuestionPool, domains: Sequence[str]) -> np.ndarray:
                     dtype=bool).reshape(len(pool.rm_names), len(domains))
 
 
-def _header(pool: QuestionPool, domains: Sequence[str]) -> str:
+def _header(pool: QuestionPool, domains: Sequence[str]) -> list[tuple[str, str]]:
+    """The facts at the top of the report, as (name, value) pairs."""
     meta = pool.meta
     index = dict(meta.get("index", {}))
     kind = index.pop("kind", "?")
     recall = ", ".join(f"{k} = {_fmt(float(v))}" for k, v in index.items())
     per_domain = {d: sum(q.domain == d for q in pool.questions) for d in domains}
     missing = {k: v for k, v in meta.get("missing_scores", {}).items() if v}
-    facts = [
+    return [
         ("Questions", f"{len(pool)} in {len(domains)} domain(s): "
                       + ", ".join(f"{d} ({n})" for d, n in per_domain.items())),
         ("Reward models", f"{len(pool.rm_names)}: " + ", ".join(pool.rm_names)),
@@ -72,12 +69,10 @@ def _header(pool: QuestionPool, domains: Sequence[str]) -> str:
         ("Not applicable", "; ".join(f"{k}: " + ", ".join(f"{d} ({n})" for d, n in v.items())
                                      for k, v in meta.get("not_applicable", {}).items() if v) or "none"),
     ]
-    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
-    return f'<h1>Question pool report</h1><dl class="facts">{items}</dl>'
 
 
-def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, overall: np.ndarray,
-             not_applicable: np.ndarray) -> str:
+def _heatmap(names: Sequence[str], domains: Sequence[str], prr: np.ndarray, overall: np.ndarray,
+             not_applicable: np.ndarray) -> Image:
     """RM x domain mean PRR (rows already sorted), annotated; grey where undefined, "n/a" where the RM does not
     apply to the domain; an "all" column if several."""
     from matplotlib import colormaps
@@ -85,10 +80,10 @@ def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, ov
 
     several = len(domains) > 1
     cols = list(domains) + (["all"] if several else [])
-    data = np.ma.masked_invalid(np.column_stack([table, overall]) if several else table)
+    data = np.ma.masked_invalid(np.column_stack([prr, overall]) if several else prr)
     fig = Figure(figsize=(2.6 + 1.1 * len(cols), 0.9 + 0.3 * len(names)))
     ax = fig.add_subplot()
-    image = ax.imshow(data, cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"), vmin=0, vmax=1, aspect="auto")
+    shown = ax.imshow(data, cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"), vmin=0, vmax=1, aspect="auto")
     tilt = several and max(len(c) for c in cols) > 8
     ax.set_xticks(range(len(cols)), cols, rotation=30 if tilt else 0, ha="left" if tilt else "center",
                   rotation_mode="anchor")
@@ -101,33 +96,17 @@ def _heatmap(names: Sequence[str], domains: Sequence[str], table: np.ndarray, ov
                 color="#666" if skip else "white" if np.isfinite(v) and (v < 0.2 or v > 0.85) else "black")
     if len(domains) > 1:
         ax.axvline(len(domains) - 0.5, color="white", linewidth=3)
-    fig.colorbar(image, ax=ax, fraction=0.08 if len(cols) < 3 else 0.04, pad=0.03, label="mean PRR")
-    return _img(fig, "PRR heatmap, reward model by domain")
+    fig.colorbar(shown, ax=ax, fraction=0.08 if len(cols) < 3 else 0.04, pad=0.03, label="mean PRR")
+    return image(fig, "PRR heatmap, reward model by domain")
 
 
-WARNING_BOX = "border:2px solid #d98c00;background:#fff4e0;padding:8px 16px;border-radius:6px;margin:16px 0"
-
-
-def _warnings(warnings: Sequence[str]) -> str:
-    """The leak warnings (morkit.question_pool.leakage) in a box under the header; nothing when there are none."""
-    if not warnings:
-        return ""
-    items = "".join(f"<li>{escape(w)}</li>" for w in warnings)
-    return f'<div class="warning" role="alert" style="{WARNING_BOX}"><strong>Warning</strong><ul>{items}</ul></div>'
-
-
-def _agreement(evidence: dict[str, RMEvidence]) -> str:
+def _agreement(evidence: dict[str, RMEvidence]) -> dict[str, Any]:
     """Per RM: best-of-n accuracy on the mixed questions it scores, agreement with the others, accuracy alone."""
     header = ["reward model", "mixed questions", "best-of-n", "agreement", "questions alone", "best-of-n alone"]
     rows = [[name, e.questions, e.accuracy, e.agreement, e.alone, e.accuracy_alone] for name, e in evidence.items()]
     sampled = next(iter(evidence.values())).sampled
     where = f" on a seeded sample of {sampled[0]:,} of the pool's {sampled[1]:,} questions" if sampled else ""
-    return ("<h2>Reward models against each other</h2>" + _table(header, rows, best_cols=[2]) +
-            f'<p class="note">Over the mixed questions (a correct and a wrong answer) each RM scores{where}. '
-            "Agreement: the chance that another RM picks the same answer (tied top answers equally likely), "
-            "averaged over the other RMs and the questions; alone: the questions where most other RMs pick another "
-            f"answer, and the RM's best-of-n there (– under {MIN_ALONE} such questions). An RM far ahead of all "
-            "others that stays right when alone is what a pool holding its own training questions looks like.</p>")
+    return {"table": table(header, rows, best_cols=[2]), "where": where, "min_alone": MIN_ALONE}
 
 
 def _ensemble_rows(stats: Sequence[dict[str, Any]]) -> list[list[Any]]:
@@ -148,33 +127,32 @@ def _bars(ax: Any, stats: Sequence[dict[str, Any]], best_single: dict[str, Any],
           reference=best_single[key], title=title)
 
 
-def _best_ensembles(pool: QuestionPool, table: Sequence[dict[str, Any]], top: int) -> str:
+def _best_ensembles(stats: Sequence[dict[str, Any]], top: int) -> dict[str, Any] | None:
+    """The top ensembles by mean PRR and by best-of-n, each as a table and as bars (one figure); None when the pool
+    has no ensembles of two or more RMs."""
     from matplotlib.figure import Figure
 
-    singles = [s for s in table if s["ensemble"].weighting == "single"]
-    multi = [s for s in table if s["ensemble"].weighting != "single"]
+    singles = [s for s in stats if s["ensemble"].weighting == "single"]
+    multi = [s for s in stats if s["ensemble"].weighting != "single"]
     if not multi:
-        return '<h2>Best ensembles</h2><p class="note">The pool has no ensembles of two or more RMs.</p>'
+        return None
     header = ["members", "weighting", "weights", "mean PRR", "best-of-n", "questions w/ PRR"]
-    parts = ["<h2>Best ensembles</h2>"]
+    tops = []
     fig = Figure(figsize=(10.5, 1.4 + 0.26 * (2 * min(top, len(multi)) + 2)), layout="constrained")
     axes = fig.subplots(2, 1)
     for ax, (key, other, label) in zip(axes, [("mean_prr", "best_of_n", "mean PRR"),
                                               ("best_of_n", "mean_prr", "best-of-n accuracy")]):
         ranked = _ranked(multi, key, other)[:top]
         best_single = (_ranked(singles, key, other) or singles)[0]
-        parts.append(f"<h3>Top {len(ranked)} by {escape(label)}</h3>")
         rows = _ensemble_rows(ranked + [best_single])
         rows[-1][0] = f"best single: {rows[-1][0]}"
-        parts.append(_table(header, rows, best_cols=[3 if key == "mean_prr" else 4], ref_rows=[len(rows) - 1]))
+        tops.append({"count": len(ranked), "label": label, "table": table(
+            header, rows, best_cols=[3 if key == "mean_prr" else 4], ref_rows=[len(rows) - 1])})
         _bars(ax, ranked, best_single, key, f"Top {len(ranked)} ensembles by {label}")
-    parts[1:1] = [_img(fig, "top ensembles against the best single RM"),
-                  '<p class="note">Ensembles of two or more RMs; the grey bar and dashed line mark the best single RM. '
-                  "The value axis is zoomed. Means are over the questions where each row is defined (last column).</p>"]
-    return "".join(parts)
+    return {"image": image(fig, "top ensembles against the best single RM"), "tops": tops}
 
 
-def _distribution(pool: QuestionPool) -> str:
+def _distribution(pool: QuestionPool) -> Image:
     """Box plot of per-question PRR per RM, sorted by median (best on top)."""
     from matplotlib.figure import Figure
 
@@ -194,7 +172,7 @@ def _distribution(pool: QuestionPool) -> str:
     ax.set_xlim(-0.03, 1.03)
     ax.set_xlabel("PRR per question (red line: median, diamond: mean, dotted: chance)")
     ax.grid(axis="x", alpha=0.3)
-    return _img(fig, "distribution of per-question PRR per reward model")
+    return image(fig, "distribution of per-question PRR per reward model")
 
 
 def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, sections: Sequence[str] = ()) -> Path:
@@ -205,10 +183,10 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, 
     if top < 1:
         raise InputError("top must be at least 1")
     with plot_style():
-        table = pool.ensemble_table()
+        stats = pool.ensemble_table()
         n_rm = len(pool.rm_names)
         domains, per_domain = _domain_prr(pool)
-        singles = table[:n_rm]
+        singles = stats[:n_rm]
         order = sorted(range(n_rm), key=lambda r: (-np.nan_to_num(singles[r]["mean_prr"], nan=-1.0),
                                                    pool.rm_names[r]))
         overall = np.array([singles[r]["mean_prr"] for r in order])
@@ -220,25 +198,11 @@ def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, 
             header += [f"PRR {d}" for d in domains]
             rows = [row + ["n/a" if skip else v for v, skip in zip(per_domain[r], not_applicable[r])]
                     for row, r in zip(rows, order)]
-        best_cols = [1, 2] + list(range(4, len(header)))
         evidence = rm_evidence(pool)
-        body = [
-            _header(pool, domains),
-            _warnings(leak_warnings(evidence)),
-            "<h2>PRR by reward model and domain</h2>",
-            '<p class="note">Mean pair-wise ranking accuracy (share of correct/incorrect answer pairs ordered '
-            "right; 0.5 = chance) over the questions where it is defined; grey: no such question; n/a: the RM "
-            "does not apply to that domain (it skipped every question there, so selection never uses it for "
-            "such queries).</p>",
-            '<div class="row">' + _heatmap([pool.rm_names[r] for r in order], domains, per_domain[order], overall,
-                                            not_applicable[order]),
-            f"<div><h3>Single reward models</h3>{_table(header, rows, best_cols)}"
-            '<p class="note">Best-of-n: expected correctness of the top-scored answer. Best value per column '
-            "highlighted.</p></div></div>",
-            _agreement(evidence) if n_rm > 1 else "",
-            _best_ensembles(pool, table, top),
-            "<h2>PRR distribution per reward model</h2>",
-            _distribution(pool),
-            *sections,
-        ]
-    return write_page(path, "Question pool report", body)
+        context = {"header": _header(pool, domains), "warnings": leak_warnings(evidence),
+                   "heatmap": _heatmap([pool.rm_names[r] for r in order], domains, per_domain[order], overall,
+                                       not_applicable[order]),
+                   "singles": table(header, rows, [1, 2] + list(range(4, len(header)))),
+                   "agreement": _agreement(evidence) if n_rm > 1 else None,
+                   "ensembles": _best_ensembles(stats, top), "distribution": _distribution(pool)}
+    return write_page(path, "pool_report.html.j2", sections=sections, **context)

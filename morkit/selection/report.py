@@ -1,15 +1,14 @@
 """The "Selection" section of the pool report: methods' best-of-n, the confidence's reliability, feature weights
 and per-domain gains. It reads selection-layer fits, which the pool report may not import, so the CLI passes
-the fragment to `write_report(sections=...)`; all user text is escaped."""
+the fragment to `write_report(sections=...)`; selection_section.html.j2 lays it out, escaping user text."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from morkit.data.html import fmt, hbars, img, plot_style, table
+from morkit.data.html import Table, fmt, hbars, image, plot_style, render, table
 from morkit.question_pool.pool import QuestionPool
 
 TOP_FEATURES = 20
@@ -98,7 +97,7 @@ def _accuracy_rows(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None
     return rows, colors
 
 
-def _accuracy(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None = None) -> str:
+def _accuracy(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Part 1: the methods' best-of-n as a table and as bars against the best single RM."""
     from matplotlib.figure import Figure
 
@@ -106,28 +105,21 @@ def _accuracy(pool: QuestionPool, k: int, learned: Mapping[str, Any] | None = No
     fig = Figure(figsize=(9, 0.9 + 0.27 * len(rows)), layout="constrained")
     hbars(fig.add_subplot(), [r[0] for r in rows], [r[1] for r in rows], colors, reference=rows[-1][1],
           title="Best-of-n accuracy by selection method")
-    return ("<h3>Accuracy by selection method</h3>"
-            + table(["method", "best-of-n", "sd over folds (and deals)", "measured by"], rows, best_cols=[1],
-                    ref_rows=[len(rows) - 1])
-            + img(fig, "best-of-n accuracy by selection method")
-            + '<p class="note">Best-of-n: expected correctness of the top-ranked answer (ties shared). Learned '
-              "settings and the stacker are scored by cross-validation over pool questions; PRES by leave-one-out "
-              "(each question routed by its neighbours other than itself). Dark blue: the setting the learned "
-              "selector uses; grey bar and dashed line: the best single RM (its mean over the pool, chosen "
-              "in-sample, so an optimistic reference). The value axis is zoomed.</p>")
+    return {"table": table(["method", "best-of-n", "sd over folds (and deals)", "measured by"], rows, best_cols=[1],
+                           ref_rows=[len(rows) - 1]),
+            "image": image(fig, "best-of-n accuracy by selection method")}
 
 
-def _reliability(reliability: Mapping[str, Any]) -> str:
+def _reliability(reliability: Mapping[str, Any]) -> dict[str, Any] | None:
     """Part 2: accuracy against mean confidence per bin (marker area: picks), the diagonal for perfect
-    calibration, and the ECE; bins with a NaN mean are left out."""
+    calibration, and the ECE; bins with a NaN mean are left out. None when no bin is left."""
     from matplotlib.figure import Figure
 
     bins = [b for b in reliability.get("bins", []) if np.isfinite(_num(b.get("confidence")))
             and np.isfinite(_num(b.get("accuracy")))]
     ece, picks = _num(reliability.get("ece")), reliability.get("picks", 0)
-    head = "<h3>Confidence reliability (learned selector)</h3>"
     if not bins:
-        return head + '<p class="note">No out-of-fold picks to draw a reliability diagram from.</p>'
+        return None
     conf = np.array([_num(b["confidence"]) for b in bins])
     acc = np.array([_num(b["accuracy"]) for b in bins])
     count = np.nan_to_num(np.array([_num(b.get("count")) for b in bins]))
@@ -145,12 +137,8 @@ def _reliability(reliability: Mapping[str, Any]) -> str:
     ax.legend(loc="upper left", fontsize=8, markerscale=0.5)
     rows = [[f"{_num(b.get('low')):.1f}–{_num(b.get('high')):.1f}", int(n), _num(b["confidence"]),
              _num(b["accuracy"])] for b, n in zip(bins, count)]
-    return (head + f'<div class="row">{img(fig, "reliability diagram of the learned selector confidence")}'
-            f"<div>{table(['confidence bin', 'picks', 'mean confidence', 'accuracy'], rows)}"
-            f'<p class="note">Expected calibration error (ECE): {escape(fmt(ece))} over {escape(str(picks))} '
-            "out-of-fold picks. Each pick's confidence comes from a calibrator fitted on the other folds, so "
-            "this is how the confidence reported with each ranking holds up on unseen questions.</p>"
-            "</div></div>")
+    return {"image": image(fig, "reliability diagram of the learned selector confidence"), "ece": ece,
+            "picks": picks, "table": table(["confidence bin", "picks", "mean confidence", "accuracy"], rows)}
 
 
 def _feature_parts(name: str) -> tuple[str, str]:
@@ -162,8 +150,9 @@ def _feature_parts(name: str) -> tuple[str, str]:
     return (f"{group}, steps {reduction}" if reduction else group), member
 
 
-def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> str:
-    """Part 3: the TOP_FEATURES largest weights by magnitude, with what the learner's numbers mean."""
+def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> dict[str, Any]:
+    """Part 3: the TOP_FEATURES largest weights by magnitude, with what the learner's numbers mean (no table
+    where the fit chose PRES or reports no weights)."""
     label = _chosen_label(learned)
     learners = {c.get("setting", {}).get("learner") for c in learned.get("components") or [] if isinstance(c, dict)}
     learner = learners.pop() if len(learners) == 1 else "blend" if learners else None
@@ -173,24 +162,18 @@ def _importances(learned: Mapping[str, Any], importances: Mapping[str, Any]) -> 
                      "(logit coefficients signed, lambdarank gain shares)"}.get(learner, "importance")
     values = sorted(((str(n), _num(v)) for n, v in importances.items()),
                     key=lambda item: -np.nan_to_num(abs(item[1]), nan=-1.0))[:TOP_FEATURES]
-    head = f"<h3>Learned feature weights (top {len(values)} by magnitude)</h3>"
-    if learned.get("pres_members"):
-        return head + ('<p class="note">Cross-validation chose PRES for these RMs: each query gets the ensemble '
-                       "its nearest pool questions favour; there is no learned model to weigh.</p>")
-    if not values:
-        return head + '<p class="note">The learned model reports no feature weights.</p>'
+    pres = bool(learned.get("pres_members"))
     rows = [[*_feature_parts(name), value] for name, value in values]
-    return (head + f'<p class="note">Learner: {escape(label)}; value: {escape(what)}. Of '
-            f"{len(importances)} features.</p>"
-            + table(["feature group", "RM", "value"], rows, formats={2: ".3f" if learner == "lambdarank" else "+.3f"}))
+    weights = table(["feature group", "RM", "value"], rows, formats={2: ".3f" if learner == "lambdarank" else "+.3f"})
+    return {"count": len(values), "pres": pres, "label": label, "what": what, "features": len(importances),
+            "table": weights if rows and not pres else None}
 
 
-def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
+def _domains(domains: Mapping[str, Mapping[str, Any]]) -> Table | None:
     """Part 4: per domain (largest first), the learned CV best-of-n, the best single RM's, and the gain; with
-    the RMs of the fit that serves the domain where the pool stores several."""
-    head = "<h3>Gain over the best single RM per domain</h3>"
+    the RMs of the fit that serves the domain where the pool stores several; None when none is stored."""
     if not domains:
-        return head + '<p class="note">No per-domain results stored.</p>'
+        return None
     several = len({d.get("rms") for d in domains.values()}) > 1
     rows = []
     for domain, d in sorted(domains.items(), key=lambda item: (-_num(item[1].get("questions")), item[0])):
@@ -200,11 +183,8 @@ def _domains(domains: Mapping[str, Mapping[str, Any]]) -> str:
         rows.append([str(domain), int(np.nan_to_num(_num(d.get("questions")))), learned,
                      str(d.get("best_single_rm", "–")) if np.isfinite(best) else "–", best,
                      100 * (learned - best)] + ([str(d.get("rms"))] if several else []))
-    return (head + table(["domain", "questions", "learned (CV)", "best single RM", "its best-of-n",
-                          "gain (points)"] + (["selector over"] if several else []), rows, formats={5: "+.1f"})
-            + '<p class="note">Learned: the chosen setting\'s out-of-fold best-of-n on the domain\'s questions; '
-              "best single RM: the RM with the highest best-of-n on those same questions (chosen in-sample, so "
-              "the gain is if anything understated).</p>")
+    return table(["domain", "questions", "learned (CV)", "best single RM", "its best-of-n", "gain (points)"]
+                 + (["selector over"] if several else []), rows, formats={5: "+.1f"})
 
 
 def _members(fit: Mapping[str, Any]) -> str:
@@ -213,14 +193,11 @@ def _members(fit: Mapping[str, Any]) -> str:
     return ", ".join(stored_members(fit) or ("?",))
 
 
-def _stored_note(fits: Sequence[Mapping[str, Any]]) -> str:
+def _stored_note(fits: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Where the pool stores a fit per RM set (a pool mixing domains): which, on how many questions."""
     items = "; ".join(f"over {_members(f)}: {(f.get('report') or {}).get('questions', '?')} questions, CV "
                       f"best-of-n {fmt(_num(f.get('cv_best_of_n')))}" for f in fits)
-    return (f'<p class="note">{len(fits)} learned selectors are stored, one per set of RMs a query can use (an RM '
-            f"that does not apply to a domain leaves its questions out): {escape(items)}. The accuracy, "
-            "reliability and weights below are the first one's; the per-domain table takes each domain from "
-            "the selector that learned from it.</p>")
+    return {"count": len(fits), "summary": items}
 
 
 def _merged_domains(fits: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -240,9 +217,16 @@ def selection_section(pool: QuestionPool, k: int = 100) -> str:
     from morkit.selection.learned_method import stored_fits
 
     with plot_style():
-        parts = ["<h2>Selection</h2>"]
         fits = stored_fits(pool)
-        if not fits:
+        if fits:
+            learned = fits[0]
+            report = learned.get("report") or {}
+            context = {"why": None, "stored": _stored_note(fits) if len(fits) > 1 else None, "learned": learned,
+                       "accuracy": _accuracy(pool, k, learned),
+                       "reliability": _reliability(report.get("reliability") or {}),
+                       "weights": _importances(learned, report.get("importances") or {}),
+                       "domains": _domains(_merged_domains(fits))}
+        else:
             mixed = _mixed_questions(pool)
             if mixed < MIN_MIXED:
                 why = (f"The pool has {mixed} questions with both a right and a wrong answer; the learned "
@@ -250,12 +234,5 @@ def selection_section(pool: QuestionPool, k: int = 100) -> str:
             else:
                 why = ("No learned selector is stored with this pool; selection fits one when it first runs "
                        "(pools built or extended with the morkit pool commands store it).")
-            parts += [f'<p class="note">{escape(why)}</p>', _accuracy(pool, k)]
-        else:
-            learned = fits[0]
-            report = learned.get("report") or {}
-            parts += [_stored_note(fits) if len(fits) > 1 else "", _accuracy(pool, k, learned),
-                      _reliability(report.get("reliability") or {}),
-                      _importances(learned, report.get("importances") or {}),
-                      _domains(_merged_domains(fits))]
-    return "".join(parts)
+            context = {"why": why, "stored": None, "learned": None, "accuracy": _accuracy(pool, k)}
+    return render("selection_section.html.j2", **context)

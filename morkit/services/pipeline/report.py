@@ -1,15 +1,15 @@
-"""The pipeline's report: report.json (every figure) and report.html (a table and plots per benchmark)."""
+"""The pipeline's report: report.json (every figure) and report.html (a table and plots per benchmark, laid out by
+the template pipeline_report.html.j2)."""
 
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any, Mapping, Sequence
 
 from morkit.data import html
 
 
-def _plots(name: str, methods: Sequence[Mapping[str, Any]]) -> str:
+def _plots(name: str, methods: Sequence[Mapping[str, Any]]) -> html.Image:
     """Accuracy per method, and accuracy against seconds spent (the cost a user feels)."""
     from matplotlib import rc_context
     from matplotlib.figure import Figure
@@ -35,7 +35,7 @@ def _plots(name: str, methods: Sequence[Mapping[str, Any]]) -> str:
         costs.set_ylabel("accuracy")
         costs.grid(alpha=0.3)
         fig.suptitle(name)
-        return html.img(fig, f"{name}: accuracy and cost per method")
+        return html.image(fig, f"{name}: accuracy and cost per method")
 
 
 def _stage_rows(stages: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
@@ -55,24 +55,17 @@ def write_reports(run: Any, report: Mapping[str, Any]) -> None:
     grading = ("lenient: an answer's last number counts" if report.get("strict_grading") is False
                else "strict: a stated final answer")
     aggregator = f" (ACS aggregator: {report['aggregator']})" if report.get("aggregator") else ""
-    body = [f"<h1>morkit pipeline report</h1><dl class=\"facts\"><dt>config</dt><dd>{escape(report['config'])}</dd>"
-            f"<dt>agents</dt><dd>{escape(report['agents'])}</dd>"
-            f"<dt>pool RMs</dt><dd>{escape(', '.join(report['rms']))}</dd>"
-            f"<dt>search</dt><dd>{escape((', '.join(report['search']) or 'none') + aggregator)}</dd>"
-            f"<dt>grading</dt><dd>{escape(grading)}</dd></dl>",
-            '<p class="note">Per benchmark, on its test split: how often each method picks a correct answer, and '
-            "what it costs (generation included). The best agent and the best single RM are chosen on the "
-            "validation split. Oracle (grey) is the share of questions with any correct candidate.</p>"]
+    header = [("config", report["config"]), ("agents", report["agents"]), ("pool RMs", ", ".join(report["rms"])),
+              ("search", (", ".join(report["search"]) or "none") + aggregator), ("grading", grading)]
+    benchmarks = []
     for bench in report["benchmarks"]:
         methods = bench["methods"]
         rows = [[m["method"], m["detail"], m["accuracy"], m["questions"], m["tokens"], m["llm_calls"], m["rm_calls"],
                  m["seconds"]] for m in methods]
         refs = [i for i, m in enumerate(methods) if m["reference"]]
-        body += [f"<h2>{escape(bench['benchmark'])}</h2>",
-                 f'<p class="note">{bench["validation_questions"]} validation questions (pool), '
-                 f'{bench["test_questions"]} test questions.</p>',
-                 _plots(bench["benchmark"], methods),
-                 html.table(["method", "choice", "accuracy", "questions", "tokens", "LLM calls", "RM calls",
-                             "seconds"], rows, best_cols=[2], ref_rows=refs)]
-    body += ["<h2>Stages</h2>", html.table(["stage", "seconds", "facts"], _stage_rows(report["stages"]))]
-    html.write_page(run.path("report.html"), "morkit pipeline report", body)
+        benchmarks.append({"name": bench["benchmark"], "validation_questions": bench["validation_questions"],
+                           "test_questions": bench["test_questions"], "image": _plots(bench["benchmark"], methods),
+                           "table": html.table(["method", "choice", "accuracy", "questions", "tokens", "LLM calls",
+                                                "RM calls", "seconds"], rows, best_cols=[2], ref_rows=refs)})
+    html.write_page(run.path("report.html"), "pipeline_report.html.j2", header=header, benchmarks=benchmarks,
+                    stages=html.table(["stage", "seconds", "facts"], _stage_rows(report["stages"])))
