@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,11 @@ VALUE_REGISTRIES = {  # registries of values rather than factories: name -> (reg
     "agent preset": ("morkit.llm.presets:AGENT_PRESETS", "morkit.llm.presets:AgentPreset"),
     "agent prompt": ("morkit.llm.presets:AGENT_PROMPTS", "morkit.llm.presets:AgentPrompt"),
 }
+
+
+def registry_paths() -> list[str]:
+    """Every registry of the package, "module:NAME": REGISTRIES, then VALUE_REGISTRIES."""
+    return [*REGISTRIES.values(), *(path for path, _ in VALUE_REGISTRIES.values())]
 
 
 def _registry(path: str) -> Registry:
@@ -58,8 +65,7 @@ def test_every_registered_value_imports_and_has_its_type(what):
 def test_listing_every_registry_imports_no_heavy_module():
     code = ("import sys\n"
             + "".join(f"from {p.split(':')[0]} import {p.split(':')[1]} as r{i}; r{i}.names(); list(r{i})\n"
-                      for i, p in enumerate([*REGISTRIES.values(),
-                                             *(path for path, _ in VALUE_REGISTRIES.values())]))
+                      for i, p in enumerate(registry_paths()))
             + "from morkit.reward_models.catalog import list_rms; list_rms()\n"
             + "heavy = ('torch', 'transformers', 'vllm', 'sentence_transformers', 'faiss')\n"
             + "heavy = [m for m in heavy if m in sys.modules]\n"
@@ -175,3 +181,54 @@ def test_a_reward_model_entry_is_typed_and_a_removed_public_name_says_what_repla
         REWARD_MODELS.register("test-typo", "math:sqrt", "x", kindd="orm")
     with pytest.raises(AttributeError, match="RewardModelSet is gone: use morkit.ScoringSession"):
         morkit.RewardModelSet
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "morkit"
+
+
+
+def module_name(path: Path) -> str:
+    """morkit/a/b.py -> morkit.a.b; a package's __init__.py -> the package."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def registries_in_source() -> dict[str, int]:
+    """Every `Registry(...)` call in the package, "module:NAME" -> line; a call not assigned to a module-level
+    name is "module:<line N>", so it cannot pass as listed."""
+    found: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named: set[int] = set()
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if _is_registry_call(value):
+                named.add(id(value))
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found[f"{module_name(path)}:{target.id}"] = node.lineno
+        for node in ast.walk(tree):
+            if _is_registry_call(node) and id(node) not in named:
+                found[f"{module_name(path)}:<line {node.lineno}>"] = node.lineno
+    return found
+
+
+def _is_registry_call(node: ast.AST | None) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == "Registry") or \
+        (isinstance(func, ast.Attribute) and func.attr == "Registry")
+
+
+def test_every_registry_in_the_package_is_listed_here():
+    """A new `Registry(...)` must be added to REGISTRIES or VALUE_REGISTRIES, so these tests and test_layers check
+    it; a listed one must still exist."""
+    in_source = registries_in_source()
+    listed = registry_paths()
+    assert len(listed) == len(set(listed)), "a registry is listed twice"
+    unlisted = sorted(set(in_source) - set(listed))
+    assert not unlisted, "registries missing from REGISTRIES / VALUE_REGISTRIES: " + ", ".join(unlisted)
+    stale = sorted(set(listed) - set(in_source))
+    assert not stale, "listed registries not found in the source: " + ", ".join(stale)

@@ -15,13 +15,12 @@ from morkit.cli.args import (
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
-    PROBABILITY,
+    Parser,
     add_agent_choices,
     add_scoring_options,
     add_select_options,
     agents_from_flags,
     choices_help,
-    non_empty,
     output_file,
     scoring_options,
     select_options,
@@ -39,60 +38,81 @@ def setting(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def step_marker(text: str) -> str:
-    """argparse type of --step-marker: non-empty, backslash escapes read ('\\n' is a newline)."""
+def flag_value(config_cls: type, field: str) -> Any:
+    """argparse type of a loop's flag (`LoopFlag`): the text, once the loop's config accepts it as `field` (parsed
+    by the field's type, backslash escapes read in text, checked by the config); the text itself is passed on, as
+    `--set field=text` would be."""
     from morkit.core.errors import InputError
-    from morkit.loops.settings import unescape
+    from morkit.loops.settings import configure
 
-    try:
-        return non_empty(unescape(text))
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    def parse(text: str) -> str:
+        try:
+            configure(config_cls, [(field, text)])
+        except InputError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    return parse
+
+
+def _metavar(config_cls: type, field: str) -> str:
+    """A flag's metavar from its field's type: N, X, TEXT, or the choices of a Literal."""
+    import typing
+
+    from morkit.loops.settings import settable_fields
+
+    kind = settable_fields(config_cls)[field]
+    if typing.get_origin(kind) is typing.Literal:
+        return "{" + ",".join(map(str, typing.get_args(kind))) + "}"
+    return {int: "N", float: "X"}.get(kind, "TEXT")
+
+
+def other_loops_flag(flag: str, owners: list[str], loop: str, own: list[str]) -> Any:
+    """argparse type of another loop's flag under `morkit loop LOOP`: always an error saying whose flag it is."""
+
+    def parse(text: str) -> str:
+        mine = ", ".join(own) + ", " if own else ""
+        raise argparse.ArgumentTypeError(f"a flag of {' and '.join(owners)}, not of {loop}; {loop} takes {mine}"
+                                         "--set KEY=VALUE")
+
+    return parse
 
 
 def cmd_loop(args: argparse.Namespace) -> int:
     from morkit.data.contract import load_queries
     from morkit.data.jsonl import write_jsonl
     from morkit.loops.base import Budget
-    from morkit.loops.registry import LoopOptions
+    from morkit.loops.registry import LoopOptions, check_loop, config_class
     from morkit.question_pool.pool import load_pool
     from morkit.services.looping import run_loop
 
     started = time.perf_counter()
+    flags = tuple((f.field, value) for f in getattr(config_class(args.loop), "FLAGS", ())
+                  if (value := getattr(args, FLAG_DEST + f.field)) is not None)
     options = LoopOptions(Budget(args.max_calls, args.max_total_tokens, args.max_seconds), seed=args.seed,
-                          gen_tokens=args.gen_tokens, iterations=args.iterations, solutions=args.solutions,
-                          verifications=args.verifications, epsilon=args.epsilon, chain=args.chain,
-                          protocol=args.protocol, step_marker=args.step_marker, max_explores=args.max_explores,
-                          settings=tuple(args.set))
+                          gen_tokens=args.gen_tokens, settings=flags + tuple(args.set))
+    check_loop(args.loop, options)
     scoring = scoring_options(args)
     output_file(args.output)
     queries = load_queries(args.input)
     pool = load_pool(args.pool) if args.pool else None
     records = run_loop(args.loop, queries, agents=agents_from_flags(args), pool=pool, verifier=args.verifier,
-                       options=options,
-                       selection=select_options(args), scoring=scoring)
+                       options=options, selection=select_options(args), scoring=scoring)
     write_jsonl(args.output, records)
     print(f"{args.loop}: {len(records)} queries in {time.perf_counter() - started:.1f}s -> {args.output}",
           file=sys.stderr)
     return 0
 
 
-def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
-    from morkit.loops.atlas.protocol import ATLASConfig
-    from morkit.loops.registry import LOOPS
-    from morkit.loops.streamma.config import StreamMAConfig
-    from morkit.loops.streamma.graph import PROTOCOLS
-    from morkit.loops.tmas.config import TMASConfig
+FLAG_DEST = "loop_flag_"
+"""Namespace prefix of a loop's own flags (a config field may share a name with a common flag: `agents`)."""
+
+
+def _shared_flags() -> argparse.ArgumentParser:
+    """The flags every loop takes."""
     from morkit.verify.kinds import VERIFIERS
 
-    tmas, stream, atlas = TMASConfig(), StreamMAConfig(), ATLASConfig()  # the defaults a flag left unset keeps
-    p = sub.add_parser("loop", parents=[parent],
-                       help="run a test-time-scaling loop (" + ", ".join(LOOPS.names()) + ") on each query",
-                       description="Runs the loop on each query with the agents of --agents (default: the embedded "
-                                   "SmolLM2, offline) and morkit's verifier; writes one JSON line per query with the "
-                                   "answer, score, stop reason, calls, tokens, time, the loop's state (memory banks, "
-                                   "evidence, latencies) and its full event trace. Loops: " + choices_help(LOOPS))
-    p.add_argument("loop", choices=LOOPS.names())
+    p = argparse.ArgumentParser(add_help=False)
     p.add_argument("input", help=f"query file ({CONTRACT}); a reference is only used for grading")
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
     p.add_argument("--agents", help="agents.toml (default: the packaged offline SmolLM2 pool)")
@@ -105,32 +125,49 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-calls", type=NON_NEGATIVE_INT, help="LLM calls")
     g.add_argument("--max-total-tokens", type=NON_NEGATIVE_INT, help="tokens")
     g.add_argument("--max-seconds", type=NON_NEGATIVE, help="wall time")
-    g = p.add_argument_group("loop settings")
+    g = p.add_argument_group("every loop")
     g.add_argument("--seed", type=NON_NEGATIVE_INT,
                    help="base seed of the loop's sampling (default: TMAS 0; StreamMA unseeded; ATLAS each "
                         "agent's seed)")
     g.add_argument("--gen-tokens", type=POSITIVE_INT,
                    help="new tokens per solver generation (default: each agent's max_tokens in agents.toml)")
-    g.add_argument("--iterations", type=POSITIVE_INT,
-                   help=f"TMAS rounds T (default {tmas.iterations}, the paper's)")
-    g.add_argument("--solutions", type=POSITIVE_INT,
-                   help=f"TMAS solutions per round N (default {tmas.solutions}, the paper's)")
-    g.add_argument("--verifications", type=NON_NEGATIVE_INT,
-                   help=f"TMAS verification passes per solution M (default {tmas.verifications}, the paper's; "
-                        "0: the no-verification ablation)")
-    g.add_argument("--epsilon", type=PROBABILITY,
-                   help=f"TMAS exploration probability (default {tmas.epsilon}, the paper's)")
-    g.add_argument("--chain", type=POSITIVE_INT, help=f"StreamMA agents in the chain A (default {stream.agents})")
-    g.add_argument("--protocol", choices=PROTOCOLS, help=f"StreamMA protocol (default {stream.protocol})")
-    g.add_argument("--step-marker", type=step_marker,
-                   help=f"StreamMA end-of-step marker (default {stream.step_marker!r} on a line of its own, the "
-                        "paper's; '\\n\\n' splits paragraphs; the packaged SmolLM2 agents write a step a line and no "
-                        "marker: use '\\n')")
-    g.add_argument("--max-explores", type=POSITIVE_INT,
-                   help=f"ATLAS explore cap (default {atlas.max_explores})")
-    g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
-                   help="any field of the loop's config (TMASConfig, StreamMAConfig, ATLASConfig), e.g. "
-                        "--set guidelines=false; repeatable; applied after the flags above. The fidelity tables of "
-                        "docs/loops/ name each paper's mechanism and its setting")
     add_scoring_options(p)
-    p.set_defaults(func=cmd_loop)
+    return p
+
+
+def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
+    from morkit.loops.registry import LOOPS, config_class
+
+    p = sub.add_parser("loop", parents=[parent],
+                       help="run a test-time-scaling loop (" + ", ".join(LOOPS.names()) + ") on each query",
+                       description="Runs the loop on each query with the agents of --agents (default: the embedded "
+                                   "SmolLM2, offline) and morkit's verifier; writes one JSON line per query with the "
+                                   "answer, score, stop reason, calls, tokens, time, the loop's state (memory banks, "
+                                   "evidence, latencies) and its full event trace. `morkit loop NAME --help` lists a "
+                                   "loop's own flags. Loops: " + choices_help(LOOPS))
+    loops = p.add_subparsers(dest="loop", required=True, parser_class=Parser)
+    shared = _shared_flags()
+    configs = {name: config_class(name) for name in LOOPS.names()}
+    owners: dict[str, list[str]] = {}
+    for name, cls in configs.items():
+        for f in getattr(cls, "FLAGS", ()):
+            owners.setdefault(f.flag, []).append(name)
+    for name, cls in configs.items():
+        q = loops.add_parser(name, parents=[parent, shared], help=LOOPS.get(name).summary,
+                             description=f"{name}: {LOOPS.get(name).summary}.")
+        own = [f.flag for f in getattr(cls, "FLAGS", ())]
+        g = q.add_argument_group(f"{name} settings")
+        if cls is not None:
+            defaults = cls()  # the defaults a flag left unset keeps
+            for f in cls.FLAGS:
+                default = getattr(defaults, f.field)
+                g.add_argument(f.flag, dest=FLAG_DEST + f.field, type=flag_value(cls, f.field),
+                               metavar=_metavar(cls, f.field), help=f"{f.help} (default {default!r})")
+        g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
+                       help=f"any field of {cls.__name__ if cls else 'the loop config'}, by name; repeatable; "
+                            "applied after the flags above. The fidelity tables of docs/loops/ name each paper's "
+                            "mechanism and its setting")
+        for flag, names in owners.items():
+            if flag not in own:
+                q.add_argument(flag, type=other_loops_flag(flag, names, name, own), help=argparse.SUPPRESS)
+        q.set_defaults(func=cmd_loop)

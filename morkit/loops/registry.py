@@ -1,74 +1,50 @@
-"""The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop, and `critic=` metadata naming the
-factory of the loop's LLM critic (`loop_critic`). A factory gets the agents (their LLMs built once), the verifier
-and LoopOptions; `LOOPS.register("mine", "mypkg.loops:make_mine", "what it does")` adds one."""
+"""The test-time-scaling loops, in LOOPS: name -> factory(LoopSetup) -> Loop; `config` metadata names the loop's
+config class (its `--set` keys and `FLAGS`), `critic` the factory of its LLM critic (`loop_critic`).
+`LOOPS.register("mine", "mypkg.loops:make_mine", "what it does", config="mypkg.loops:MineConfig")` adds one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from morkit.core import checks
+from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 from morkit.loops.base import Budget, Loop
 from morkit.loops.settings import configure
-from morkit.loops.streamma.graph import PROTOCOLS
 
 
 @dataclass(frozen=True)
 class LoopOptions:
-    """The knobs of `morkit loop`; each loop reads its own (TMAS: iterations to epsilon; StreamMA: chain to
-    step_marker; ATLAS: max_explores). Every loop gets the budget, the seed and the solvers' token limit.
-    A knob left None takes the loop config's default, which follows the loop's paper where it says
-    (TMASConfig, StreamMAConfig, ATLASConfig), so the command line and Python get the same algorithm.
+    """What every loop of `morkit loop` shares: the budget, the seed, the solvers' token limit and `--set`
+    settings. A loop's own knobs are fields of its config (TMASConfig, StreamMAConfig, ATLASConfig), given as that
+    object (`run_loop(..., config=TMASConfig(iterations=3))`) or by name in `settings`; one left unset keeps the
+    config's default, which follows the loop's paper where it says.
 
     Args:
         budget: Caps on LLM calls, tokens and seconds per problem.
         seed: Base seed of the loop's sampling (0 or more); None keeps the config's and the agents'.
-        gen_tokens: New tokens per solver generation; None is the agent's own max_tokens.
-        iterations: TMAS rounds.
-        solutions: TMAS candidate solutions per round.
-        verifications: TMAS verification passes per solution (0: the no-verification ablation).
-        epsilon: TMAS's probability that a solution explores instead of exploiting, in [0, 1].
-        chain: StreamMA agents in the chain.
-        protocol: StreamMA's protocol: `single`, `serial` or `stream`.
-        step_marker: Where StreamMA cuts the solver's streamed text into steps.
-        max_explores: ATLAS's cap on explores per problem.
-        settings: `(field, value)` pairs laid over the loop's config dataclass (`--set field=value`), last.
+        gen_tokens: New tokens per solver generation; None is the config's own (when one is given), else the
+            agent's max_tokens.
+        settings: `(field, value)` pairs laid over the loop's config (`--set field=value` and the loop's flags),
+            parsed by the field's type, last.
 
     Raises:
-        InputError: A knob is out of range, or `protocol` is not a known one.
+        InputError: The seed or the token limit is out of range.
     """
 
     budget: Budget = Budget()
     seed: int | None = None
     """Base seed of the loop's sampling; None keeps the config's (TMAS: 0; StreamMA: unseeded) and the agents'."""
     gen_tokens: int | None = None
-    """New tokens per solver generation; None: the agent's own max_tokens (agents.toml)."""
-    iterations: int | None = None
-    solutions: int | None = None
-    verifications: int | None = None
-    epsilon: float | None = None
-    chain: int | None = None
-    protocol: str | None = None
-    step_marker: str | None = None
-    max_explores: int | None = None
+    """New tokens per solver generation; None: the given config's, else the agent's max_tokens (agents.toml)."""
     settings: tuple[tuple[str, str], ...] = ()
-    """(field, value) pairs laid over the loop's config dataclass (`--set field=value`), after the knobs above."""
+    """(field, value) pairs laid over the loop's config (`--set field=value`, the loop's flags), last."""
 
     def __post_init__(self) -> None:
         checks.optional(checks.non_negative_int, self.seed, "seed")
-        for name in ("gen_tokens", "iterations", "solutions", "chain", "max_explores"):
-            checks.optional(checks.positive_int, getattr(self, name), name)
-        # verifications may be 0: TMAS's no-verification ablation
-        checks.optional(checks.non_negative_int, self.verifications, "verifications")
-        checks.optional(checks.probability, self.epsilon, "epsilon")
-        if self.protocol is not None:
-            checks.one_of(self.protocol, PROTOCOLS, "protocol")
-
-
-def _given(**knobs: Any) -> dict[str, Any]:
-    """The knobs that were set (None means: keep the config's default)."""
-    return {name: value for name, value in knobs.items() if value is not None}
+        checks.optional(checks.positive_int, self.gen_tokens, "gen_tokens")
+        object.__setattr__(self, "settings", tuple((str(k), str(v)) for k, v in self.settings))
 
 
 @dataclass(frozen=True)
@@ -79,9 +55,60 @@ class LoopSetup:
     llms: Any  # morkit.llm.agents.LLMPool: one LLM per (backend, model, server)
     verifier: Any  # morkit.verify.base.Verifier
     options: LoopOptions = LoopOptions()
+    config: Any = None
+    """The loop's own config object (its LOOPS entry's `config` class); None: the class's defaults."""
 
 
-def aggregator_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
+def config_class(loop: str) -> type | None:
+    """The config class a loop's LOOPS entry names (`config` metadata), or None for a loop that declares none."""
+    target = LOOPS.get(loop).meta.get("config")
+    return None if target is None else Entry("config", target).load()
+
+
+def loop_config(cls: type, options: LoopOptions = LoopOptions(), config: Any = None,
+                defaults: dict[str, Any] | None = None, **shared: Any) -> Any:
+    """A loop's config: `config` as written (None: `cls` with `defaults`), then the `shared` options the loop maps
+    to its fields where they are set (not None), then `options.settings`; built and checked once.
+
+    Args:
+        cls: The loop's config class.
+        options: The shared options; their settings are laid over last.
+        config: The caller's config object, a `cls`, or None.
+        defaults: Fields taken when no config is given (e.g. the agent's max_tokens).
+        **shared: Shared options by the field they set (e.g. `seed=options.seed`), None when unset.
+
+    Returns:
+        The config, a `cls`.
+
+    Raises:
+        InputError: `config` is not a `cls`, or a setting is unknown or its value bad.
+    """
+    if config is None:
+        values = dict(defaults or {})
+    elif isinstance(config, cls):
+        values = {f.name: getattr(config, f.name) for f in fields(cls) if f.init}
+    else:
+        raise InputError(f"this loop's config is a {cls.__name__}, not a {type(config).__name__}")
+    values.update({name: value for name, value in shared.items() if value is not None})
+    return configure(cls, options.settings, **values)
+
+
+def check_loop(loop: str, options: LoopOptions = LoopOptions(), config: Any = None) -> None:
+    """Fails before any work when the loop is unknown, `config` is not its config class or a setting is bad.
+
+    Raises:
+        InputError: As above, naming the loop, the class or the setting.
+    """
+    cls = config_class(loop)
+    if cls is None:
+        return
+    try:
+        loop_config(cls, options, config)
+    except InputError as err:
+        raise InputError(f"loop {loop}: {err}") from None
+
+
+def aggregator_critic(agents: Any, llms: Any, options: LoopOptions, config: Any = None) -> Any:
     """morkit's generic LLM critic (its own prompt, 'Score: N/10') on the `[aggregator]` model: the critic of a
     loop whose LOOPS entry names none (StreamMA, ATLAS)."""
     from morkit.verify.critic import LLMVerifier
@@ -89,7 +116,7 @@ def aggregator_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
     return LLMVerifier(llms.llm(agents.aggregator))
 
 
-def loop_critic(loop: str, agents: Any, llms: Any, options: LoopOptions = LoopOptions()) -> Any:
+def loop_critic(loop: str, agents: Any, llms: Any, options: LoopOptions = LoopOptions(), config: Any = None) -> Any:
     """The LLM critic a loop verifies with under the `llm` and `both` verifiers: the factory its LOOPS entry names
     in its `critic` metadata ("module:function" or the function), else `aggregator_critic`.
 
@@ -97,36 +124,37 @@ def loop_critic(loop: str, agents: Any, llms: Any, options: LoopOptions = LoopOp
         loop: A name in LOOPS.
         agents: The AgentsConfig.
         llms: The LLMPool that builds each agent's LLM once.
-        options: The loop's options (a critic factory may read the loop's settings).
+        options: The shared options (a critic factory may read the loop's settings).
+        config: The loop's own config object, or None for its defaults.
 
     Returns:
         The critic, a Verifier (an LLMVerifier for the built-in loops).
     """
     target = LOOPS.get(loop).meta.get("critic", aggregator_critic)
-    return Entry("critic", target).load()(agents, llms, options)
+    return Entry("critic", target).load()(agents, llms, options, config)
 
 
-def _tmas_config(o: LoopOptions, solver: Any) -> Any:
-    from morkit.loops.tmas.loop import TMASConfig
-
-    return configure(TMASConfig, o.settings, max_tokens=o.gen_tokens or solver.params.max_tokens,
-                     **_given(seed=o.seed, iterations=o.iterations, solutions=o.solutions,
-                              verifications=o.verifications, epsilon=o.epsilon))
+def _solver_config(cls: type, options: LoopOptions, config: Any, solver: Any) -> Any:
+    """TMAS's or StreamMA's config: the solver agent's max_tokens unless a config is given, then the shared
+    seed and token limit, then the settings."""
+    return loop_config(cls, options, config, {"max_tokens": solver.params.max_tokens},
+                       seed=options.seed, max_tokens=options.gen_tokens)
 
 
 def tmas(setup: LoopSetup) -> Loop:
-    from morkit.loops.tmas.loop import TMAS
+    from morkit.loops.tmas.loop import TMAS, TMASConfig
 
     solver = setup.agents.agents[0]
-    return TMAS(setup.llms.llm(solver), setup.verifier, _tmas_config(setup.options, solver), setup.options.budget)
+    config = _solver_config(TMASConfig, setup.options, setup.config, solver)
+    return TMAS(setup.llms.llm(solver), setup.verifier, config, setup.options.budget)
 
 
-def tmas_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
+def tmas_critic(agents: Any, llms: Any, options: LoopOptions, config: Any = None) -> Any:
     """TMAS's critic: the paper's verification agent on the solver's model, or under
     `verification_agent=critic` morkit's generic critic on the `[aggregator]` (`aggregator_critic`)."""
-    from morkit.loops.tmas.loop import verification_agent
+    from morkit.loops.tmas.loop import TMASConfig, verification_agent
 
-    config = _tmas_config(options, agents.agents[0])
+    config = _solver_config(TMASConfig, options, config, agents.agents[0])
     if config.verification_agent == "critic":
         return aggregator_critic(agents, llms, options)
     return verification_agent(llms.llm(agents.agents[0]), config.max_tokens)
@@ -135,11 +163,10 @@ def tmas_critic(agents: Any, llms: Any, options: LoopOptions) -> Any:
 def streamma(setup: LoopSetup) -> Loop:
     from morkit.loops.streamma.loop import StreamMA, StreamMAConfig
 
-    o, agents = setup.options, setup.agents.agents
-    config = configure(StreamMAConfig, o.settings, max_tokens=o.gen_tokens or agents[0].params.max_tokens,
-                       **_given(seed=o.seed, agents=o.chain, protocol=o.protocol, step_marker=o.step_marker))
+    agents = setup.agents.agents
+    config = _solver_config(StreamMAConfig, setup.options, setup.config, agents[0])
     chain = [setup.llms.llm(agents[i % len(agents)]) for i in range(config.agents)]
-    return StreamMA(chain, setup.verifier, config, o.budget)
+    return StreamMA(chain, setup.verifier, config, setup.options.budget)
 
 
 def atlas(setup: LoopSetup) -> Loop:
@@ -152,15 +179,17 @@ def atlas(setup: LoopSetup) -> Loop:
                               **({"system": a.system} if a.system else {}), cost=a.cost, user=a.user)
                for a in setup.agents.agents}
     return ATLAS(setup.llms.llm(setup.agents.aggregator), solvers, setup.verifier,
-                 configure(ATLASConfig, o.settings, **_given(max_explores=o.max_explores)), o.budget)
+                 loop_config(ATLASConfig, o, setup.config), o.budget)
 
 
 _HERE = "morkit.loops.registry"
 LOOPS = Registry("loop", [
     Entry("tmas", f"{_HERE}:tmas", "solve, verify, remember: rounds of solutions with experience and guideline banks",
-          {"critic": f"{_HERE}:tmas_critic"}),
-    Entry("streamma", f"{_HERE}:streamma", "a pipelined chain of agents reviewing each other's steps as they stream"),
-    Entry("atlas", f"{_HERE}:atlas", "an orchestrator that explores with fresh solvers, then synthesises"),
+          {"config": "morkit.loops.tmas.config:TMASConfig", "critic": f"{_HERE}:tmas_critic"}),
+    Entry("streamma", f"{_HERE}:streamma", "a pipelined chain of agents reviewing each other's steps as they stream",
+          {"config": "morkit.loops.streamma.config:StreamMAConfig"}),
+    Entry("atlas", f"{_HERE}:atlas", "an orchestrator that explores with fresh solvers, then synthesises",
+          {"config": "morkit.loops.atlas.protocol:ATLASConfig"}),
 ])
 """Test-time-scaling loops by name (tmas, streamma, atlas); `run_loop(name, ...)` and `morkit loop NAME` run
 them."""

@@ -1,12 +1,13 @@
-"""`--set KEY=VALUE` for a loop's config dataclass: any field of TMASConfig, StreamMAConfig or ATLASConfig,
-without a flag per field. Values are parsed by the field's type; an unknown key or a bad value is an InputError
-naming it and listing what is accepted."""
+"""`--set KEY=VALUE` for a loop's config dataclass (any field of TMASConfig, StreamMAConfig or ATLASConfig) and
+the few flags each config declares (`LoopFlag`, a shorthand for it). Values are parsed by the field's type; an
+unknown key or a bad value is an InputError naming it and listing what is accepted."""
 
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from morkit.core.errors import InputError
@@ -89,3 +90,20 @@ def configure(config_cls: type, settings: Sequence[tuple[str, str]] = (), **base
             raise InputError(f"{config_cls.__name__} has no setting {key!r}; settings: {', '.join(sorted(fields))}")
         values[key] = _convert(value, fields[key], key)
     return config_cls(**values)
+
+
+@dataclass(frozen=True)
+class LoopFlag:
+    """A command-line flag of one loop, a shorthand for `--set FIELD=VALUE` on the loop's config: its config class
+    lists it in `FLAGS`, and `morkit loop NAME` offers it to that loop only.
+
+    Args:
+        flag: The option string, e.g. "--iterations".
+        field: The config field it sets, e.g. "iterations".
+        help: What it sets; the command line adds the field's default.
+    """
+
+    flag: str
+    field: str
+    help: str
+

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.llm.agents import AgentsConfig, LLMPool
-from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup, loop_critic
+from morkit.loops.registry import LOOPS, LoopOptions, LoopSetup, check_loop, loop_critic
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
@@ -33,8 +33,8 @@ def verifiers_for(kind: str, pool: QuestionPool | None, critic: Verifier, select
 
 def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str | os.PathLike | None = None,
              pool: QuestionPool | None = None, verifier: str | None = None, options: LoopOptions = LoopOptions(),
-             selection: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions()
-             ) -> list[dict[str, Any]]:
+             config: Any = None, selection: SelectOptions = SelectOptions(),
+             scoring: ScoringOptions = ScoringOptions()) -> list[dict[str, Any]]:
     """One record per query: `{"id", ...LoopResult}` with the answer, score, stop reason, costs, state, trace.
 
     `verifier`: a name in VERIFIERS, "llm", "mor" or "both" (default: mor with a pool, else llm).
@@ -48,7 +48,10 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
             the generic critic on the aggregator for StreamMA and ATLAS.
         pool: A question pool; verifiers that need one (`mor`, `both`) pick each query's MoR ensemble from it.
         verifier: A name in VERIFIERS; None is `mor` with a pool, else `llm`.
-        options: The loop's knobs and budget.
+        options: What every loop shares: the budget, the seed, the solvers' token limit, `--set` settings.
+        config: The loop's own config (TMASConfig, StreamMAConfig, ATLASConfig), used as written, with the seed,
+            token limit and settings of `options` laid over; None: the config's defaults (the solver's token
+            limit from its agent).
         selection: How each query's ensemble is chosen (with a pool).
         scoring: How the member RMs run; `progress` also shows the loop's progress bar.
 
@@ -57,20 +60,22 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
         trace).
 
     Raises:
-        InputError: The loop or verifier is unknown, or the verifier needs a pool and none is given.
+        InputError: The loop or verifier is unknown, the verifier needs a pool and none is given, `config` is not
+            the loop's config class, or a setting is unknown or bad.
     """
     from tqdm import tqdm
 
+    check_loop(loop, options, config)
     make_loop = LOOPS.load(loop)
-    config = agents_config(agents)
+    team = agents_config(agents)
     llms = LLMPool()
-    critic = loop_critic(loop, config, llms, options)  # the LOOPS entry's critic (TMAS: its verification agent)
+    critic = loop_critic(loop, team, llms, options, config)  # the LOOPS entry's critic (TMAS: its verification agent)
     records = []
     with ScoringSession(scoring) as session:
         verifier_for = verifiers_for(verifier or ("mor" if pool is not None else "llm"), pool, critic, selection,
                                      session)
         for query in tqdm(queries, desc=loop, unit="query", disable=not scoring.progress):
-            result = make_loop(LoopSetup(config, llms, verifier_for(query), options)).run(query.question,
-                                                                                           query.reference)
+            setup = LoopSetup(team, llms, verifier_for(query), options, config)
+            result = make_loop(setup).run(query.question, query.reference)
             records.append({"id": query.id, **result.to_json()})
     return records

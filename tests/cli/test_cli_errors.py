@@ -34,6 +34,9 @@ BAD_VALUES = [
     (["pool", "build", "x.jsonl", "-o", "p", "--max-members", "0"], "--max-members"),
     (["pool", "info", "p", "--top", "0"], "--top"),
     (["loop", "nope", "in.jsonl", "-o", "o"], "loop"),
+    (["loop", "streamma", "in.jsonl", "-o", "o", "--iterations", "3"], "--iterations"),
+    (["loop", "tmas", "in.jsonl", "-o", "o", "--chain", "3"], "--chain"),
+    (["loop", "streamma", "in.jsonl", "-o", "o", "--protocol", "relay"], "--protocol"),
 ]
 
 
@@ -48,6 +51,8 @@ def test_bad_values_exit_2_with_one_line_naming_the_flag(argv, flag, capsys):
 
 def test_options_check_values_when_made():
     from morkit import LoopOptions, ScoringOptions, SearchOptions, SelectOptions
+    from morkit.loops.streamma import StreamMAConfig
+    from morkit.loops.tmas import TMASConfig
     from morkit.core.errors import InputError
     from morkit.loops.base import Budget
     from morkit.question_pool.pool import PoolConfig
@@ -55,10 +60,11 @@ def test_options_check_values_when_made():
     for make in (lambda: ScoringOptions(chunk=0), lambda: ScoringOptions.from_flags(batch_size=0),
                  lambda: ScoringOptions(truncation="bogus"), lambda: SelectOptions(k=-5),
                  lambda: SelectOptions(method="nope"), lambda: SearchOptions(top_k=0),
-                 lambda: LoopOptions(epsilon=2.0), lambda: LoopOptions(iterations=0), lambda: Budget(max_calls=-1),
+                 lambda: TMASConfig(epsilon=2.0), lambda: TMASConfig(iterations=0), lambda: Budget(max_calls=-1),
                  lambda: PoolConfig(temperature=float("nan")), lambda: PoolConfig(max_members=0),
                  lambda: PoolConfig(temperature=10**400), lambda: Budget(max_seconds=-(10**400)),
-                 lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("nan"))):
+                 lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("nan")),
+                 lambda: LoopOptions(seed=-1), lambda: LoopOptions(gen_tokens=0), lambda: StreamMAConfig(agents=0)):
         with pytest.raises(InputError):
             make()
 

@@ -157,11 +157,12 @@ def test_non_finite_flag_values(argv, flag, work, capsys, monkeypatch):
 
 
 def test_options_reject_numbers_no_float_can_hold():
-    from morkit import LoopOptions, ScoringOptions
+    from morkit import ScoringOptions
+    from morkit.loops.tmas import TMASConfig
     from morkit.core.errors import InputError
     from morkit.question_pool.pool import PoolConfig
 
-    for make in (lambda: PoolConfig(temperature=10**400), lambda: LoopOptions(epsilon=float("nan")),
+    for make in (lambda: PoolConfig(temperature=10**400), lambda: TMASConfig(epsilon=float("nan")),
                  lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("inf"))):
         with pytest.raises(InputError):
             make()

@@ -14,7 +14,7 @@ from morkit.core.errors import InputError
 from morkit.llm.agents import AgentsConfig, AgentSpec, LLMPool
 from morkit.llm.base import ScriptedLLM
 from morkit.loops.registry import LoopOptions, loop_critic
-from morkit.loops.tmas.loop import verification_agent
+from morkit.loops.tmas.loop import TMASConfig, verification_agent
 from morkit.loops.tmas.prompts import VERIFICATION_USER, VERIFIER_SYSTEM
 from morkit.verify.critic import LLM_VERIFIER_SYSTEM, LLMVerifier
 
@@ -58,8 +58,9 @@ QUERY = morkit.Query("apples", PROBLEM, (), reference="12")
 
 
 def run(settings=(), verifier=None):
-    options = LoopOptions(iterations=1, solutions=2, verifications=1, settings=settings)
-    return morkit.run_loop("tmas", [QUERY], agents=AGENTS, options=options, verifier=verifier)[0]
+    config = TMASConfig(iterations=1, solutions=2, verifications=1)
+    return morkit.run_loop("tmas", [QUERY], agents=AGENTS, options=LoopOptions(settings=settings), config=config,
+                           verifier=verifier)[0]
 
 
 @pytest.mark.parametrize("verifier", [None, "llm"])

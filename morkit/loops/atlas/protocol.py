@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.grading import answers_equivalent, is_correct, majority_groups, reference_answer
 from morkit.llm.base import LLM, SamplingParams
 from morkit.llm.presets import user_template
+from morkit.loops.settings import LoopFlag
 
 SOLVER_SYSTEM = ("You solve math problems. Reason briefly, step by step, and end with a line "
                  "'The answer is X.' where X is the final answer.")
@@ -54,6 +55,11 @@ DEFAULT_PROMPTS: Mapping[str, str] = {
 @dataclass(frozen=True)
 class ATLASConfig:
     """Every knob of the ATLAS loop; where the paper is silent the choice is morkit's (see each comment)."""
+
+    FLAGS: ClassVar[tuple[LoopFlag, ...]] = (
+        LoopFlag("--max-explores", "max_explores", "cap on explores per problem (morkit's guard)"),
+    )
+    """The flags of `morkit loop atlas`, each a shorthand for `--set FIELD=VALUE`."""
 
     max_explores: int = 4
     """Cap on explores per problem. The paper's orchestrator decides when to stop; the cap is morkit's guard."""

@@ -5,10 +5,11 @@ Defaults follow the paper where it says; docs/loops/streamma.md lists each setti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.loops.settings import LoopFlag
 
 PROTOCOLS = ("single", "serial", "stream")
 
@@ -16,6 +17,15 @@ PROTOCOLS = ("single", "serial", "stream")
 @dataclass(frozen=True)
 class StreamMAConfig:
     """One StreamMA run's settings."""
+
+    FLAGS: ClassVar[tuple[LoopFlag, ...]] = (
+        LoopFlag("--chain", "agents", "agents in the chain A"),
+        LoopFlag("--protocol", "protocol", "the protocol"),
+        LoopFlag("--step-marker", "step_marker",
+                 "end-of-step marker, on a line of its own (the paper's); backslash escapes read: '\\n\\n' splits "
+                 "paragraphs; the packaged SmolLM2 agents write a step a line and no marker: use '\\n'"),
+    )
+    """The flags of `morkit loop streamma`, each a shorthand for `--set FIELD=VALUE`."""
 
     agents: int = 4
     """A: agents in the chain (or the topology). Agent 0 solves; the others review and correct. The paper's

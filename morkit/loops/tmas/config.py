@@ -5,10 +5,11 @@ docs/loops/tmas.md lists them all beside the paper's values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from morkit.core import checks
 from morkit.core.errors import InputError
+from morkit.loops.settings import LoopFlag
 
 SeedMode = Literal["per_sample", "per_call", "none"]
 Selection = Literal["score", "vote"]
@@ -19,6 +20,15 @@ VerificationAgent = Literal["tmas", "critic"]
 @dataclass(frozen=True)
 class TMASConfig:
     """Loop sizes, sampling, memory, ablation switches and stop rules of one TMAS run."""
+
+    FLAGS: ClassVar[tuple[LoopFlag, ...]] = (
+        LoopFlag("--iterations", "iterations", "rounds T; the default is the paper's"),
+        LoopFlag("--solutions", "solutions", "solutions per round N; the default is the paper's"),
+        LoopFlag("--verifications", "verifications",
+                 "verification passes per solution M (0: the no-verification ablation); the default is the paper's"),
+        LoopFlag("--epsilon", "epsilon", "probability that a solution explores; the default is the paper's"),
+    )
+    """The flags of `morkit loop tmas`, each a shorthand for `--set FIELD=VALUE`."""
 
     iterations: int = 20
     """Rounds T (the paper's runs go up to 20 iterations). Every round runs unless a stop rule below is set;
