@@ -57,7 +57,7 @@ def main() -> None:
     from morkit.question_pool.embed import CHUNK, load_embedder
     from morkit.question_pool.embed_ray import RayEmbedder, RayEmbedOptions
     from morkit.reward_models.backends.ray import connect
-    from morkit.runtime.models import release as release_models
+    from morkit.runtime.models import release_models
 
     texts = real_questions(args.questions, args.data_dir)
     cpus = os.cpu_count() or 1

@@ -56,9 +56,9 @@ def main() -> None:
 
     from morkit.reward_models.backends.ray import connect
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
     from morkit.reward_models.scoring import score_queries
-    from morkit.runtime.models import release as release_models
+    from morkit.runtime.models import release_models
 
     _, started = timed(connect, "auto", num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1")
     print(f"local Ray: {os.cpu_count()} CPUs, started in {started:.1f}s (not counted below); chunk {args.chunk}")
@@ -69,15 +69,15 @@ def main() -> None:
         options = ScoringOptions(chunk=args.chunk)
 
         def single():
-            return score_queries(queries, [resolve(name, options).load()], chunk=args.chunk)
+            return score_queries(queries, [resolve_rm(name, options).load()], chunk=args.chunk)
 
-        score_queries(queries[:1], [resolve(name, options).load()], chunk=args.chunk)  # warm-up: weights in the page cache
+        score_queries(queries[:1], [resolve_rm(name, options).load()], chunk=args.chunk)  # warm-up: weights in the page cache
         release_models()  # so the timed row loads its model, as every Ray actor does
         base, base_s = timed(single)
         reference = values(base, name)
         print(f"{name:<14}{pairs:>6}  {'single process':<22}{base_s:8.1f}{pairs / base_s:9.1f}{1.0:10.2f}{0.0:12.1e}")
         for workers in args.workers:
-            rm = resolve(name, ScoringOptions.from_flags(chunk=args.chunk, ray="auto", ray_workers=workers))
+            rm = resolve_rm(name, ScoringOptions.from_flags(chunk=args.chunk, ray="auto", ray_workers=workers))
             out, seconds = timed(score_queries, queries, [rm], chunk=args.chunk)
             diff = max(abs(a - b) for a, b in zip(values(out, name), reference))
             label = f"Ray, {workers} actor{'s' if workers > 1 else ''}"

@@ -63,7 +63,7 @@ def main() -> None:
     from score_throughput import plain_loop, real_pairs
 
     from morkit.reward_models.backends.hf import Batching
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
     from morkit.reward_models.embedded.models import smollm2_orm
     from morkit.reward_models.options import ScoringOptions
 
@@ -114,7 +114,7 @@ def main() -> None:
     for label, options in paths.items():
         if label in local:
             continue
-        engine = resolve("smollm2-orm", options).load()
+        engine = resolve_rm("smollm2-orm", options).load()
         engine.score(sets["gsm8k"][:2])  # start the engine outside the timing
         def score(pairs, e=engine):
             e.engine.llm.reset_prefix_cache()  # a repeat must not read the previous run's prompts

@@ -98,10 +98,10 @@ def across(queries: Sequence[Any], scores: Sequence[Sequence[float]]) -> float:
 def score_all(name: str, queries: Sequence[Any], max_tokens: int, policy: str) -> tuple[list[list[float]], int, float]:
     """Every candidate's score under `policy`, how many answers were cut, and the seconds it took."""
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
     from morkit.reward_models.scoring import score_queries
 
-    rm = resolve(name, ScoringOptions(max_tokens=max_tokens, truncation=policy)).load()
+    rm = resolve_rm(name, ScoringOptions(max_tokens=max_tokens, truncation=policy)).load()
     started = time.perf_counter()
     scored = score_queries(queries, [rm])
     seconds = time.perf_counter() - started
@@ -113,9 +113,9 @@ def score_all(name: str, queries: Sequence[Any], max_tokens: int, policy: str) -
 def refused(name: str, queries: Sequence[Any], max_tokens: int) -> int:
     """How many pairs `--truncation error` would refuse: those whose rendered pair is over the limit."""
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
-    rm = resolve(name, ScoringOptions(max_tokens=max_tokens, truncation="error")).load()
+    rm = resolve_rm(name, ScoringOptions(max_tokens=max_tokens, truncation="error")).load()
     return sum(len(rm.render(q.question, c.text)) > max_tokens for q in queries for c in q.candidates)
 
 

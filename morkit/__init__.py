@@ -55,23 +55,15 @@ _EXPORTS = {
     # resident models
     "release_models": "morkit.runtime.models",
 }
-_RENAMED = {"release_models": "release", "load_pipeline_config": "load_config", "resolve_rm": "resolve"}
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
-
-
-_REMOVED = {"RewardModelSet": "morkit.ScoringSession (one run's RMs and score cache; `with ScoringSession(options) "
-                               "as session: session.score(queries, rms)`)"}
-"""Public names that went, and what took their place."""
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        if name in _REMOVED:
-            raise AttributeError(f"morkit.{name} is gone: use {_REMOVED[name]}")
         raise AttributeError(f"module 'morkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

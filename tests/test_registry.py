@@ -171,20 +171,16 @@ def test_the_remote_backend_builds_from_the_registry_without_connecting():
     assert rm.name == "served" and rm.kind == "orm"
 
 
-def test_a_reward_model_entry_is_typed_and_a_removed_public_name_says_what_replaced_it():
-    import morkit
+def test_a_reward_model_entry_is_typed():
     from morkit.reward_models.catalog import REWARD_MODELS
 
     judge = REWARD_MODELS.get("smollm2-judge")
     assert judge.spec.kind == "judge" and judge.meta["kind"] == "judge"  # meta: a read-only view of the spec
     with pytest.raises(InputError, match="unknown spec field 'kindd'"):
         REWARD_MODELS.register("test-typo", "math:sqrt", "x", kindd="orm")
-    with pytest.raises(AttributeError, match="RewardModelSet is gone: use morkit.ScoringSession"):
-        morkit.RewardModelSet
 
 
 PACKAGE = Path(__file__).resolve().parents[1] / "morkit"
-
 
 
 def module_name(path: Path) -> str:

@@ -27,10 +27,10 @@ example config (pipeline.toml):
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from morkit.services.pipeline.config import load_config
+    from morkit.services.pipeline.config import load_pipeline_config
     from morkit.services.pipeline.stages import run_pipeline
 
-    config = load_config(args.config)
+    config = load_pipeline_config(args.config)
     say = (lambda message: None) if args.quiet else (lambda message: print(f"pipeline: {message}", file=sys.stderr))
     report = run_pipeline(config, progress=not args.quiet, log=say)
     for bench in report["benchmarks"]:

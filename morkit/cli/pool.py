@@ -1,4 +1,4 @@
-"""`morkit pool build | add | info | report`: make, extend and inspect question pools."""
+"""`morkit pool build | add | info | report | upgrade`: make, extend, inspect and upgrade question pools."""
 
 from __future__ import annotations
 
@@ -153,6 +153,17 @@ def cmd_pool_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pool_upgrade(args: argparse.Namespace) -> int:
+    from morkit.services.pool_upgrade import upgrade_pool
+
+    done = upgrade_pool(args.pool)
+    if done.changed:
+        print(f"pool {args.pool}: rewritten from format {done.found} in format {done.format}", file=sys.stderr)
+    else:
+        print(f"pool {args.pool}: already format {done.format}; nothing to do", file=sys.stderr)
+    return 0
+
+
 def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     from morkit.question_pool.ensembles import NORMALIZERS, WEIGHTINGS
     from morkit.question_pool.index import APPROXIMATE_ABOVE, INDEX_KINDS
@@ -222,3 +233,12 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("pool", help="pool directory")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.set_defaults(func=cmd_pool_report)
+
+    p = verbs.add_parser("upgrade", parents=[parent], help="rewrite a pool of an older morkit in this one's format",
+                         description="Pools written by older morkits (format 1 or 2, the questions in "
+                                     "questions.jsonl) do not open: this rewrites one in place in format 3 (the "
+                                     "questions in columns). The new directory is written beside the pool, checked "
+                                     "whole, and only then swapped in, so a failure leaves the old pool as it was. "
+                                     "A pool already in format 3 is left as it is.")
+    p.add_argument("pool", help="pool directory")
+    p.set_defaults(func=cmd_pool_upgrade)

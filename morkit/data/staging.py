@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 STALE_AFTER_S = 24 * 3600
 """A temp older than this is removed whoever made it (its writer cannot still be running a write)."""
 
-_TAIL = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+|(?P<legacy>[a-z0-9_]{8}))\.(?:tmp|old)")
-"""What follows `.NAME.` in a temp's name: this morkit's <host>-<pid>.<random>, or an older one's <random>."""
+_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.(?:tmp|old)")
+"""What follows `.NAME.` in a temp's name: <host>-<pid>.<random>."""
 _TAIL_AT_END = re.compile(r"\.(?:" + _TAIL.pattern + r")$")
 
 
@@ -50,8 +50,8 @@ def _alive(pid: int) -> bool:
 
 def _gone(match: re.Match | None, mtime: float) -> bool:
     """Whether a temp's writer can no longer be using it: it ran on this machine and its process has
-    ended, or the temp is older than STALE_AFTER_S (a writer elsewhere, a reused pid, an older morkit)."""
-    if match is not None and match["pid"] is not None and match["host"] == _host() and not _alive(int(match["pid"])):
+    ended, or the temp is older than STALE_AFTER_S (a writer elsewhere, a reused pid)."""
+    if match is not None and match["host"] == _host() and not _alive(int(match["pid"])):
         return True
     return time.time() - mtime > STALE_AFTER_S
 

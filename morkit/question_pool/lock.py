@@ -6,7 +6,6 @@ A second writer waits up to LOCK_TIMEOUT_S, then fails naming the pool; a flock 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -14,8 +13,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from morkit.core.errors import InputError
-
-log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 600.0
 """How long a pool writer waits for another writer of the same pool before it gives up. Writers hold the
@@ -103,9 +100,9 @@ def _acquire(file: Path, deadline: float, busy: Callable[[], InputError]) -> int
                         raise busy() from None
                     time.sleep(pause)
                     pause = min(pause * 2, 0.2)
-                except OSError as exc:  # a file system without locks: write unlocked, as before locks existed
-                    log.warning("%s: cannot lock (%s); writing the pool without a lock", file, exc.strerror)
-                    return fd
+                except OSError as exc:  # a file system without locks: no writer may go unlocked
+                    raise InputError(f"cannot lock the pool's lock file ({exc.strerror}): write pools on a file "
+                                     "system that supports file locks", path=str(file)) from exc
             # The holder before us removes the file on release: ours must still be the one at the path.
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(file))

@@ -461,7 +461,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    stale = ("stacker", "learned", "learned_subsets")  # selectors fitted on the old rows (and a retired slot)
+    stale = ("learned", "learned_subsets")  # selectors fitted on the old rows
     meta = {k: v for k, v in pool.meta.items() if k not in stale}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1
@@ -482,9 +482,6 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
                    top1=np.concatenate([pool.top1, top1]) if pool.dense else None,
                    steps=None if pool.steps is None else np.concatenate([widen(pool.steps, np.nan), rows.steps]),
                    embeddings=embeddings, index=index, meta=meta)
-
-
-RETIRED_STACKER = "stacker"  # older pools' stacker fit: checked as before (a damaged header is refused), then ignored
 
 
 def load_pool(path: str | os.PathLike) -> QuestionPool:
@@ -508,7 +505,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
         global_prr = {k: float("nan") if v is None else float(v) for k, v in header["global_prr"].items()}
         ensembles = tuple(Ensemble.from_json(e) for e in header["ensembles"])
         config = PoolConfig.from_json(header["config"])
-        validity.check_loaded(rm_names, normalizer, global_prr, ensembles, header.get(RETIRED_STACKER))
+        validity.check_loaded(rm_names, normalizer, global_prr, ensembles)
         return QuestionPool(
             questions=files.questions,
             rm_names=rm_names,
@@ -523,7 +520,7 @@ def load_pool(path: str | os.PathLike) -> QuestionPool:
             embeddings=arrays["embeddings"],
             index=reranked(files.index, arrays["embeddings"], config.index),
             config=config,
-            meta={k: v for k, v in header.items() if k not in _STORED_APART and k != RETIRED_STACKER},
+            meta={k: v for k, v in header.items() if k not in _STORED_APART},
             steps=arrays.get("steps"),
             origin=(str(canonical(path)), header.get("token")),
         )

@@ -16,7 +16,7 @@ import numpy as np
 
 from morkit.core.errors import InputError
 from morkit.data import staging
-from morkit.data.jsonl import json_safe, output_file_problem, read_jsonl
+from morkit.data.jsonl import json_safe, output_file_problem
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import pool_lock
 from morkit.question_pool.rows import STEP_REDUCTIONS, PoolQuestion
@@ -25,10 +25,12 @@ from morkit.question_pool.table import TABLE_ARRAYS, QuestionTable, RowCounts
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # dense statistics
-FORMAT_ON_THE_FLY = 2  # no prr.npy / top1.npy: statistics computed for the rows selection reads
-FORMAT_COLUMNAR = 3  # questions in columns (table.py) read on demand; dense or on the fly by prr.npy's presence
-READABLE_VERSIONS = (FORMAT_VERSION, FORMAT_ON_THE_FLY, FORMAT_COLUMNAR)
+FORMAT_COLUMNAR = 3
+"""The pool format this morkit reads and writes: questions in columns (table.py) read on demand; statistics
+dense or on the fly by prr.npy's presence."""
+UPGRADABLE_FORMATS = (1, 2)
+"""Formats of older morkits (questions in questions.jsonl; 1: dense statistics, 2: on the fly): `morkit pool
+upgrade` rewrites them as FORMAT_COLUMNAR, and nothing else reads them."""
 DENSE_ARRAYS = ("prr", "top1")
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings", "steps")
 OPTIONAL_ARRAYS = ("steps",)  # process RMs' step reductions: pools written before they were kept lack them
@@ -50,7 +52,7 @@ class PoolFiles:
     """A pool directory's contents: the header (pool.json), the questions, the arrays by name, the index."""
 
     header: Mapping[str, Any]
-    questions: Sequence[PoolQuestion]  # a QuestionTable (format 3), or a tuple (read from questions.jsonl)
+    questions: Sequence[PoolQuestion]  # a QuestionTable, or any sequence of questions to write
     arrays: Mapping[str, np.ndarray]
     index: Any
 
@@ -140,15 +142,24 @@ def _is_rule(value: Any) -> bool:
             and (value.get("domains") is None or _is_names(value["domains"])) and _is_names(value.get("fields", [])))
 
 
-def _header(path: Path) -> dict[str, Any]:
+def read_header(path: Path) -> dict[str, Any]:
+    """pool.json as a dict, unchecked but for being a readable JSON object (an InputError naming it)."""
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSON, too long ints
         raise InputError(f"unreadable: {_first_line(exc)}", path=str(path)) from exc
     _check(isinstance(header, dict), path, "not a JSON object")
+    return header
+
+
+def _header(path: Path) -> dict[str, Any]:
+    header = read_header(path)
     version = header.get("format_version")
-    _check(version in READABLE_VERSIONS, path, f"pool format version {version!r}; this morkit reads versions "
-           f"{', '.join(map(str, READABLE_VERSIONS))}: rebuild the pool")
+    if version in UPGRADABLE_FORMATS:
+        raise InputError(f"pool format {version}, written by an older morkit: run morkit pool upgrade {path.parent}",
+                         path=str(path.parent))
+    _check(version == FORMAT_COLUMNAR, path, f"pool format version {version!r}; this morkit reads version "
+           f"{FORMAT_COLUMNAR}: rebuild the pool")
     for key in HEADER_KEYS:
         _check(key in header, path, f"missing key {key!r}")
 
@@ -186,7 +197,6 @@ def _header(path: Path) -> dict[str, Any]:
     expect("history", isinstance(history, list) and bool(history) and all(
         isinstance(h, dict) and isinstance(h.get("provenance", {}), dict) for h in history), "a list of revisions")
     expect("token", isinstance(header.get("token", ""), str), "a string")
-    expect("stacker", isinstance(header.get("stacker", {}), dict), "an object")
     expect("not_applicable", _is_dict_of(header.get("not_applicable", {}), lambda v: _is_dict_of(
         v, lambda n: _is_int(n) and n >= 0)), "counts by RM and domain")
     expect("applies", _is_dict_of(header.get("applies", {}), _is_rule),
@@ -194,34 +204,30 @@ def _header(path: Path) -> dict[str, Any]:
     step_rms = header.get("step_rms", [])
     expect("step_rms", isinstance(step_rms, list) and all(isinstance(n, str) and n in names for n in step_rms)
            and len(set(step_rms)) == len(step_rms), "a list of distinct names from rm_names")
-    if version == FORMAT_COLUMNAR:
-        domains = header.get("question_domains")
-        expect("question_domains", isinstance(domains, list) and all(isinstance(d, str) for d in domains),
-               "a list of domain names")
+    domains = header.get("question_domains")
+    expect("question_domains", isinstance(domains, list) and all(isinstance(d, str) for d in domains),
+           "a list of domain names")
     expect("learned_subsets", isinstance(header.get("learned_subsets", []), list) and all(
         isinstance(f, dict) for f in header.get("learned_subsets", [])), "a list of fits")
     return header
 
 
 def _dense(header: Mapping[str, Any]) -> bool:
-    """Whether the pool stores dense PRR and best-of-n tables (format 1; format 3 with prr in its shapes)."""
-    version, shapes = header.get("format_version"), header.get("shapes")
-    return version == FORMAT_VERSION or version == FORMAT_COLUMNAR and isinstance(shapes, dict) and "prr" in shapes
+    """Whether the pool stores dense PRR and best-of-n tables (prr in its shapes)."""
+    shapes = header.get("shapes")
+    return isinstance(shapes, dict) and "prr" in shapes
 
 
 def _arrays_of(header: Mapping[str, Any]) -> tuple[str, ...]:
-    """The arrays a pool of this header's format version stores (the question columns of format 3 included)."""
+    """The arrays a pool of this header stores (the question columns included)."""
     dense = _dense(header)
     shapes = header.get("shapes")
     present = lambda n: n not in OPTIONAL_ARRAYS or isinstance(shapes, dict) and n in shapes  # noqa: E731
-    table = TABLE_ARRAYS if header.get("format_version") == FORMAT_COLUMNAR else ()
-    return tuple(n for n in ARRAYS if (dense or n not in DENSE_ARRAYS) and present(n)) + table
+    return tuple(n for n in ARRAYS if (dense or n not in DENSE_ARRAYS) and present(n)) + TABLE_ARRAYS
 
 
-def _questions(root: Path, header: Mapping[str, Any], arrays: dict[str, np.ndarray]) -> Sequence[PoolQuestion]:
-    """The question table of format 3 (checked: table.check), else the questions of questions.jsonl."""
-    if header["format_version"] != FORMAT_COLUMNAR:
-        return _questions_jsonl(root / "questions.jsonl")
+def _questions(root: Path, header: Mapping[str, Any], arrays: dict[str, np.ndarray]) -> QuestionTable:
+    """The question table (checked: table.check)."""
     text, offsets, codes = (arrays.pop(name) for name in TABLE_ARRAYS)
     _check(text.ndim == offsets.ndim == codes.ndim == 1 and text.dtype == np.uint8 and offsets.dtype.kind == "i",
            root / "question_text.npy", "question columns of unexpected dtype or shape")
@@ -229,23 +235,6 @@ def _questions(root: Path, header: Mapping[str, Any], arrays: dict[str, np.ndarr
                           source=root / "question_text.npy")
     table.check(root)
     return table
-
-
-def _questions_jsonl(path: Path) -> tuple[PoolQuestion, ...]:
-    out = []
-    for line, o in read_jsonl(path):
-        try:
-            question = PoolQuestion(o["id"], o["question"], o["domain"], o["n_candidates"])
-        except KeyError as exc:
-            raise InputError(f"not a pool question (missing {exc})", path=str(path), line=line) from exc
-        if not (all(isinstance(v, str) for v in (question.id, question.question, question.domain))
-                and _is_int(question.n_candidates) and question.n_candidates >= 1):
-            raise InputError("not a pool question (id, question and domain are strings, n_candidates a whole "
-                             "number)", path=str(path), line=line)
-        out.append(question)
-    ids = [q.id for q in out]
-    _check(len(set(ids)) == len(ids), path, "a question id appears twice")
-    return tuple(out)
 
 
 def _array(root: Path, name: str, expected: tuple[int, ...]) -> np.ndarray:
@@ -397,11 +386,6 @@ def _read(root: Path) -> PoolFiles:
     for name in ("correct", "valid", "steps")[: 3 if "steps" in arrays else 2]:
         _check(arrays[name].shape[1] == width, root / f"{name}.npy",
                f"{arrays[name].shape[1]} candidate columns; scores.npy has {width}")
-    if not isinstance(questions, QuestionTable):  # a table's counts are valid.npy's
-        counts = arrays["valid"].sum(axis=1)
-        for q, count in zip(questions, counts):
-            _check(q.n_candidates == count, root / "questions.jsonl",
-                   f"question {q.id!r} has {q.n_candidates} candidates; valid.npy marks {int(count)}")
     index = _index(root / "index.faiss", n_q, dim)
     return PoolFiles(header, questions, arrays, index)
 

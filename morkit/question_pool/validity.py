@@ -50,9 +50,8 @@ def check_header(header: Mapping[str, Any]) -> None:
 
 
 def check_loaded(rm_names: Sequence[str], normalizer: Normalizer, global_prr: Mapping[str, float],
-                  ensembles: Sequence[Ensemble], stacker: Any) -> None:
-    """What selection and ranking rely on: finite normalisers and weights over the pool's RMs, singles first;
-    and a retired stacker slot of an older pool well-formed (it is ignored after, but a damaged header is refused)."""
+                  ensembles: Sequence[Ensemble]) -> None:
+    """What selection and ranking rely on: finite normalisers and weights over the pool's RMs, singles first."""
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -74,15 +73,3 @@ def check_loaded(rm_names: Sequence[str], normalizer: Normalizer, global_prr: Ma
                              "with one finite weight each")
     if [e.members for e in ensembles[: len(rm_names)]] != [(name,) for name in rm_names]:
         raise InputError("the first ensembles must be the single RMs in rm_names' order")
-    if stacker is None:
-        return
-    members, weights, table = stacker.get("members"), stacker.get("weights"), stacker.get("cv_table")
-    ok = (isinstance(members, list) and members and all(isinstance(m, str) and m in names for m in members)
-          and isinstance(weights, list) and len(weights) == len(members) and all(number(w) for w in weights)
-          and isinstance(stacker.get("transform"), str) and isinstance(stacker.get("weighting", ""), str)
-          and number(stacker.get("penalty")) and number(stacker.get("cv_best_of_n"))
-          and isinstance(table, list) and all(isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
-                                              and number(row[1]) and number(row[2]) for row in table))
-    if not ok:
-        raise InputError("malformed stacker: members must be pool RMs with one finite weight each, and its "
-                         "transform, penalty and CV table well-formed")

@@ -23,7 +23,6 @@ def text_hash(text: str) -> str:
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 COLUMNS = ("rm", "q", "a", "value", "steps", "truncated", "fit")
-LEGACY_COLUMNS = COLUMNS[:-1]  # caches written before scores kept their truncation; upgraded on open
 
 
 def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
@@ -110,9 +109,6 @@ class ScoreCache:
                 " fit TEXT, PRIMARY KEY (rm, q, a))"
             )
             columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(scores)"))
-            if columns == LEGACY_COLUMNS:
-                self._db.execute("ALTER TABLE scores ADD COLUMN fit TEXT")
-                columns = COLUMNS
             self._db.commit()
         except sqlite3.DatabaseError as exc:
             self._db.close()

@@ -1,5 +1,5 @@
 """The reward models morkit knows, in REWARD_MODELS: name -> factory, with an RMSpec saying what each is and needs.
-Listing and checking availability import no model code; `resolve` places a model RM on a backend (handles).
+Listing and checking availability import no model code; `resolve_rm` places a model RM on a backend (handles).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def load_rm(rm: str, /, **options: Any) -> Any:
     return build(REWARD_MODELS.get(rm), **options)
 
 
-def resolve(name: str, options: ScoringOptions = ScoringOptions(), residency: Any = None) -> RMHandle:
+def resolve_rm(name: str, options: ScoringOptions = ScoringOptions(), residency: Any = None) -> RMHandle:
     """The one resolve step: registered RM `name`'s handle on the backend `options` place it on. Nothing loads
     yet; the handle knows the RM's kind, cache key, truncation and memory need (morkit.reward_models.handles).
 

@@ -279,20 +279,6 @@ class ScoringOptions:
                        vllm=replace(self.vllm, **pick(_ENGINE_ONLY)),
                        servers=replace(self.servers, **pick(("urls", "batch_size"))))
 
-    def as_flags(self) -> dict[str, Any]:
-        """The flat view, one value per name of `FLAGS` (`batch_size`: the transformers one; `ray`: the address
-        or None), as the options were before they were split by concern: the pipeline's keys hash it.
-
-        Returns:
-            A dict with one entry per name of `FLAGS`.
-        """
-        flat = {name: getattr(self, name) for name in _TOP}
-        flat.update(batch_size=self.transformers.batch_size, urls=self.servers.urls,
-                    device_map=self.transformers.device_map,
-                    **{name: getattr(self.vllm, name) for name in _ENGINE_ONLY},
-                    ray=self.ray.address if self.ray else None, ray_workers=self.ray.workers if self.ray else None)
-        return flat
-
     def engine_length(self, window: int) -> int:
         """The offline vLLM engine's max_model_len for a model whose own window is `window` tokens.
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from morkit.core.errors import UnknownRewardModel
 from morkit.core.types import Query
 from morkit.reward_models.cache import ScoreCache
-from morkit.reward_models.catalog import REWARD_MODELS, resolve
+from morkit.reward_models.catalog import REWARD_MODELS, resolve_rm
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.handles import PlainHandle, Residency, RMHandle, check_fits
 from morkit.reward_models.rules.table import TableRewardModel, table_names
@@ -61,7 +61,7 @@ class ScoringSession:
             UnknownName: `name` is not registered.
         """
         if name not in self._handles:
-            self._handles[name] = resolve(name, self.options, self.residency)
+            self._handles[name] = resolve_rm(name, self.options, self.residency)
         return self._handles[name]
 
     def get(self, name: str) -> Any:

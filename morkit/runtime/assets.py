@@ -46,10 +46,6 @@ def smollm2_available() -> bool:
     return importlib.util.find_spec(SMOLLM2_PACKAGE) is not None
 
 
-def minilm_available() -> bool:
-    return importlib.util.find_spec(MINILM_PACKAGE) is not None
-
-
 def smollm2_checkpoint() -> Path:
     """An fp32 transformers checkpoint of SmolLM2-135M-Instruct (causal LM), converted once and cached."""
     target = cache_dir() / "models" / f"smollm2-135m-instruct-fp32-v{_CONVERSION_VERSION}"

@@ -1,5 +1,5 @@
 """Models resident in this process, each loaded once per (kind, source, device, dtype): one SmolLM2 serves the ORM,
-the judge and the local agents, one MiniLM the probe and the embedder. `release()` drops them and frees
+the judge and the local agents, one MiniLM the probe and the embedder. `release_models()` drops them and frees
 accelerator memory; loading is quiet.
 """
 
@@ -57,7 +57,7 @@ def resident_keys() -> list[tuple]:
         return list(_RESIDENT)
 
 
-def release(kind: str | None = None) -> int:
+def release_models(kind: str | None = None) -> int:
     """Drop resident models (all, or those of one kind, e.g. "causal-lm"); returns how many were dropped.
 
     Callers that still hold a model keep it alive; the next request loads a fresh copy.

@@ -18,7 +18,8 @@ from morkit.selection import confidence as conf
 from morkit.selection.coverage import covered_rows
 from morkit.selection.cv import CVResult, Folds, out_of_fold, pick
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
-from morkit.selection.learners import LEARNERS, mixed
+from morkit.question_pool.prr import mixed_questions
+from morkit.selection.learners import LEARNERS
 from morkit.selection.local import NeighbourLists, single_stats
 from morkit.selection.mor import query_zscore
 from morkit.selection.pres import pres_out_of_fold
@@ -345,7 +346,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
     everything = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
-    n_mixed = int(mixed(everything.correct, everything.valid).sum())
+    n_mixed = int(mixed_questions(everything.correct, everything.valid).sum())
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
                           f"selector needs {max(1, min_mixed)}")

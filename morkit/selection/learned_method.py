@@ -100,10 +100,8 @@ def _grid_settings(obj: Mapping[str, Any]) -> list[Setting] | None:
 
 
 def _grid_key(setting: Setting) -> tuple:
-    """A setting as the grid knows it: a fit stored before lambdarank was bagged has no "bag" and is still the
-    grid's (its single booster serves as it is, not refitted in every process)."""
-    params = tuple(sorted((k, v) for k, v in setting.params.items() if k != "bag"))
-    return setting.learner, setting.features, params
+    """A setting as the grid knows it: learner, features and every parameter."""
+    return setting.learner, setting.features, tuple(sorted(setting.params.items()))
 
 
 @dataclass

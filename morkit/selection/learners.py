@@ -15,8 +15,6 @@ from morkit.selection.forest import Forest, ForestError
 from morkit.runtime.threads import one_blas_thread
 
 
-mixed = mixed_questions
-"""(Q,) questions with both a correct and a wrong valid candidate (morkit.question_pool.prr.mixed_questions)."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,7 @@ class ConditionalLogit:
             sample_weight: np.ndarray | None = None) -> "ConditionalLogit":
         from scipy.optimize import minimize
 
-        use = mixed(correct, valid)
+        use = mixed_questions(correct, valid)
         if not use.any():
             return cls(tuple(np.full(x.shape[-1], 1.0 / max(1, x.shape[-1]))))
         x, good, valid = x[use], (correct & valid)[use], valid[use]
@@ -88,7 +86,7 @@ class LambdaRank:
             seed: int = 0, bag: int = 1) -> "LambdaRank":
         import lightgbm
 
-        use = mixed(correct, valid)
+        use = mixed_questions(correct, valid)
         x, correct, valid = x[use], correct[use], valid[use]
         data = lightgbm.Dataset(x[valid], correct[valid].astype(int), group=valid.sum(axis=1), free_raw_data=False)
         models, trained = [], []
@@ -151,7 +149,7 @@ class LambdaRank:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "LambdaRank":
         """A stored model, its boosters parsed and checked now (ForestError naming the booster and field)."""
-        texts = obj["models"] if "models" in obj else [obj["model"]]
+        texts = obj["models"]
         if not isinstance(texts, list) or not texts:
             raise ForestError("models: expected a list of model texts")
         model = cls(tuple(texts))

@@ -75,12 +75,6 @@ def ensemble_scores(raw: np.ndarray, ensemble: Ensemble, transform_kind: str, no
     return combine(features, np.asarray(ensemble.weights, dtype=np.float64)[:, None])[..., 0]
 
 
-def mor_scores(query: Query, ensemble: Ensemble, transform_kind: str, normalizer: Normalizer,
-               reduction: str = "min") -> np.ndarray:
-    """The ensemble's score for each candidate (NaN if a member score is missing)."""
-    return ensemble_scores(member_matrix(query, ensemble.members, reduction), ensemble, transform_kind, normalizer)
-
-
 def scores_under(choice: Any, scores: np.ndarray, steps: np.ndarray | None, valid: np.ndarray,
                  normalizer: Normalizer, rm_names: Sequence[str], step_rms: Sequence[str]) -> np.ndarray:
     """A selection Choice's (Q, N) candidate scores from arrays: member scores (Q, N, R) in `rm_names` order and

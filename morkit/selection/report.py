@@ -32,10 +32,10 @@ def _mixed_questions(pool: QuestionPool) -> int:
     """Questions with both a right and a wrong answer in the sample the learned selector would learn from."""
     from morkit.question_pool.rows import sample_rows
     from morkit.selection.learned import LEARN_SAMPLE
-    from morkit.selection.learners import mixed
+    from morkit.question_pool.prr import mixed_questions
 
     rows = sample_rows(len(pool), LEARN_SAMPLE, 0)
-    return int(mixed(np.asarray(pool.correct[rows]), np.asarray(pool.valid[rows])).sum())
+    return int(mixed_questions(np.asarray(pool.correct[rows]), np.asarray(pool.valid[rows])).sum())
 
 
 def _loo(pool: QuestionPool, method: str, k: int) -> tuple[float, int]:

@@ -13,26 +13,12 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
 from morkit.selection.base import Choice, Neighbours, SelectionMethod, method_label
-from morkit.selection.calibration import (  # noqa: F401 (importable from here, as before)
-    LOO_SAMPLE,
-    PickCalibrator,
-    leave_one_out_calibrator,
-    leave_one_out_picks,
-)
-from morkit.selection.chooser import (  # noqa: F401 (importable from here)
-    NO_RM_APPLIES,
-    NOT_APPLICABLE,
-    EnsembleChooser,
-    Selection,
-    method_summary,
-)
+from morkit.selection.calibration import PickCalibrator
+from morkit.selection.chooser import EnsembleChooser, Selection
 from morkit.selection.confidence import Calibrator
 from morkit.selection.coverage import domain_rm_sets
 from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, check_method
 from morkit.selection.ranker import Ranker, Ranking
-
-__all__ = ["Ranking", "Selection", "Selector"]
-
 
 class Selector:
     """Routes queries to ensembles using a pool and ranks their candidates; embeds query questions with the

@@ -113,7 +113,7 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
         queries, labels = _prepared(labelled_queries, names, options)
         pool = build_question_pool(queries, model, rm_names=names, config=config,
                                    provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
-    return with_stored_selectors(pool)
+    return with_stored_learned(pool)
 
 
 @contextmanager
@@ -206,9 +206,4 @@ def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, in
            provenance: Mapping[str, Any] | None, progress: bool) -> QuestionPool:
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
                           progress=progress)
-    return with_stored_selectors(grown)
-
-
-def with_stored_selectors(pool: QuestionPool) -> QuestionPool:
-    """The pool with its learned selectors fitted on every RM and kept in pool.json, so selection starts at once."""
-    return with_stored_learned(pool)
+    return with_stored_learned(grown)

@@ -12,8 +12,10 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
+from morkit.selection.chooser import Selection
 from morkit.selection.methods import SelectOptions
-from morkit.selection.selector import Ranking, Selection, Selector
+from morkit.selection.ranker import Ranking
+from morkit.selection.selector import Selector
 
 
 def runnable_rms(pool: QuestionPool) -> list[str]:

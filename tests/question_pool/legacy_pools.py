@@ -1,5 +1,5 @@
 """Pools in the formats morkit wrote before the question table went columnar (1 dense, 2 on the fly), for tests
-that they still open and that their questions.jsonl is checked as before."""
+that `morkit pool upgrade` rewrites them, checking their questions.jsonl as the old reader did."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """A saved pool opens lazily: its questions are a column table made into rows when indexed, its IVF index is
-memory-mapped; older pools (questions.jsonl) still open, and `pool add` and saving work on a lazy pool."""
+memory-mapped; older pools (questions.jsonl) open once `pool upgrade` rewrote them, and `pool add` and saving work on
+a lazy pool."""
 
 from __future__ import annotations
 
@@ -80,19 +81,34 @@ def test_a_lazy_pool_saves_its_mapped_index_byte_for_byte_and_takes_additions(iv
 
 
 @pytest.mark.parametrize("statistics", ["dense", "on-the-fly"])
-def test_pools_of_format_1_and_2_still_open_and_save_in_the_new_format(rewardmath, tmp_path, statistics):
+def test_pools_of_format_1_and_2_open_once_upgraded_to_the_new_format(rewardmath, tmp_path, statistics):
     from fakes.embedder import HashEmbedder
+
+    from morkit.services.pool_upgrade import upgrade_pool
 
     pool = build_pool(rewardmath[:30], HashEmbedder(), config=PoolConfig(max_members=2, statistics=statistics))
     pool.save(tmp_path / "pool")
     to_legacy(tmp_path / "pool")
     assert json.loads((tmp_path / "pool" / "pool.json").read_text())["format_version"] == (
         1 if statistics == "dense" else 2)
+    with pytest.raises(InputError, match="run morkit pool upgrade") as caught:
+        load_pool(tmp_path / "pool")
+    assert caught.value.path == str(tmp_path / "pool") and "\n" not in str(caught.value)
+    assert upgrade_pool(tmp_path / "pool").changed
+    assert json.loads((tmp_path / "pool" / "pool.json").read_text())["format_version"] == 3
     old = load_pool(tmp_path / "pool")
-    assert isinstance(old.questions, tuple) and old.questions == pool.questions and old.dense == pool.dense
+    assert old.questions == pool.questions and old.dense == pool.dense
+    assert [q.id for q in old.questions] == [q.id for q in pool.questions]
+    for name in ("scores", "correct", "valid", "prr", "top1", "embeddings", "steps"):
+        mine, theirs = getattr(old, name), getattr(pool, name)
+        assert (mine is None) == (theirs is None), name
+        assert mine is None or np.array_equal(mine, theirs, equal_nan=mine.dtype.kind == "f"), name
+    assert (old.rm_names, old.ensembles, old.normalizer, old.meta) == (pool.rm_names, pool.ensembles,
+                                                                      pool.normalizer, pool.meta)
     old.save(tmp_path / "pool")
     assert json.loads((tmp_path / "pool" / "pool.json").read_text())["format_version"] == 3
     assert load_pool(tmp_path / "pool").questions == pool.questions
+    assert not upgrade_pool(tmp_path / "pool").changed  # format 3 already: nothing to do
 
 
 def test_a_large_table_is_checked_where_read(rewardmath, tmp_path, monkeypatch):

@@ -2,8 +2,9 @@
 or raises an InputError naming a file of the pool, never another exception.
 
 One tiny pool (table RMs, a hash embedder) is built per module; each example damages a fresh copy of it:
-truncation at a random offset, flipped bytes, random bytes, or a JSON value of pool.json or of a
-questions.jsonl line replaced by random JSON (or removed)."""
+truncation at a random offset, flipped bytes, random bytes, or a JSON value of pool.json replaced by random JSON
+(or removed). A pool of an older format (questions.jsonl) with a line so damaged either upgrades
+(`morkit pool upgrade`) to a usable pool or names a file, and is left as it was."""
 
 from __future__ import annotations
 
@@ -167,11 +168,23 @@ def test_a_malformed_step_rms_names_pool_json(copy_of, step_rms):
 @SETTINGS
 @given(data=st.data())
 def test_random_json_in_questions(copy_of, data):
+    from morkit.services.pool_upgrade import upgrade_pool
+
     root = copy_of(legacy=True)  # questions.jsonl: pools of format 1 and 2
     lines = [json.loads(line) for line in (root / "questions.jsonl").read_text().splitlines()]
     row = data.draw(st.integers(0, len(lines) - 1))
     lines[row] = _mutated(lines[row], data)
     (root / "questions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    before = sorted((p.name, p.read_bytes()) for p in root.iterdir())
+    try:
+        upgrade_pool(root)
+    except InputError as exc:
+        assert exc.path is not None, f"InputError without a file: {exc}"
+        assert Path(exc.path) == root or Path(exc.path).parent == root, exc.path
+        assert str(exc).startswith(exc.path) and "\n" not in str(exc)
+        assert sorted((p.name, p.read_bytes()) for p in root.iterdir()) == before  # the old pool as it was
+        assert sorted(p.name for p in root.parent.iterdir()) == [root.name]  # no temp left beside it
+        return
     loads_or_names_a_file(root)
 
 

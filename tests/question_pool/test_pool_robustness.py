@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakes.embedder import HashEmbedder
-from question_pool.legacy_pools import to_legacy
 
 from morkit.cli import main
 from morkit.core.errors import InputError
@@ -165,11 +164,6 @@ CORRUPTIONS = {
     "infinite weight": ("pool.json", lambda d: _edit(d, lambda h: h["ensembles"][-1].update(
         weights=[float("inf"), 1.0]))),  # json writes Infinity, which Python's reader accepts
     "unknown normaliser": ("pool.json", lambda d: _edit(d, lambda h: h["config"].update(normalizer="cube"))),
-    "bad stacker": ("pool.json", lambda d: _edit(d, lambda h: h.update(stacker={"members": ["a"], "weights": []}))),
-    "question id a number": ("questions.jsonl", lambda d: to_legacy(d) and (d / "questions.jsonl").write_text(
-        (d / "questions.jsonl").read_text().replace('"id": "q0"', '"id": 0'))),
-    "n_candidates off": ("questions.jsonl", lambda d: to_legacy(d) and (d / "questions.jsonl").write_text(
-        (d / "questions.jsonl").read_text().replace('"n_candidates": 3', '"n_candidates": 2', 1))),
     "question offsets out of order": ("question_offsets.npy", lambda d: np.save(
         d / "question_offsets.npy", np.load(d / "question_offsets.npy")[::-1].copy())),
     "question domain code unknown": ("question_domains.npy", lambda d: np.save(
@@ -303,6 +297,20 @@ def test_a_held_lock_times_out_naming_the_pool_and_dies_with_its_holder(saved_po
     with lock.pool_lock(saved_pool, timeout=5):  # a killed holder's flock is gone with it
         with lock.pool_lock(saved_pool, timeout=0):  # re-entrant in one process
             pass
+
+
+def test_a_file_system_without_locks_is_an_error_naming_the_lock_file(saved_pool, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    pool = load_pool(saved_pool)
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(InputError, match="cannot lock the pool's lock file") as caught:
+        pool.save(saved_pool)
+    assert caught.value.path == str(lock.lock_path(saved_pool)) and load_pool(saved_pool).questions == pool.questions
 
 
 # ---- 4. atomic replacement ---------------------------------------------------------------------------
@@ -441,19 +449,16 @@ def test_a_killed_pool_writers_staging_directory_is_removed_by_the_next_save(sav
 def test_sweep_keeps_live_and_recent_temps_and_removes_old_ones(tmp_path):
     target = tmp_path / "out.jsonl"
     live = staging.make_temp(target)  # this process's: alive
-    recent_legacy = tmp_path / ".out.jsonl.abcd1234.tmp"  # an older morkit's name, no pid: kept for a day
-    old_legacy = tmp_path / ".out.jsonl.efgh5678.tmp"
     old_dir = tmp_path / f".out.jsonl.{staging._host()}-{os.getpid()}.q1w2e3.old"  # ours but two days old
     lookalike = tmp_path / ".out.jsonl.backup"  # not a temp name
-    for path in (recent_legacy, old_legacy, lookalike):
-        path.write_text("")
+    lookalike.write_text("")
     old_dir.mkdir()
     (old_dir / "pool").mkdir()
     two_days = time.time() - 2 * 24 * 3600
-    for path in (old_legacy, old_dir, lookalike):
+    for path in (old_dir, lookalike):
         os.utime(path, (two_days, two_days))
-    assert staging.sweep(target) == 2
-    assert _listing(tmp_path) == sorted([live.name, recent_legacy.name, lookalike.name])
+    assert staging.sweep(target) == 1
+    assert _listing(tmp_path) == sorted([live.name, lookalike.name])
 
 
 # ---- 6. embedder names from pool.json do not reach the hub -------------------------------------------

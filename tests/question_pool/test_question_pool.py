@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-from question_pool.legacy_pools import to_legacy
 
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query
@@ -198,8 +197,6 @@ def test_load_errors_say_what_is_wrong(tmp_path, hash_embedder):
     (lambda d: _edit_header(d, lambda h: h["config"].update(max_members=0)), r"pool.json: malformed pool header"),
     (lambda d: _edit_header(d, lambda h: h.update(ensembles=[{"weights": [1.0]}] * len(h["ensembles"]))),
      r"pool.json: malformed pool header"),
-    (lambda d: to_legacy(d) and (d / "questions.jsonl").write_text('{"question": "q"}\n'),
-     r"questions.jsonl:1: not a pool question"),
     (lambda d: (d / "index.faiss").write_bytes(b"not an index"), r"index.faiss: unreadable FAISS index"),
     (lambda d: (d / "scores.npy").write_bytes(b"garbage"), r"scores.npy: unreadable array"),
 ])

@@ -185,26 +185,6 @@ def test_a_score_holds_only_under_the_truncation_it_was_made_under(cache):
     assert cache.get_many("rm", pairs, "right@128") == [None, None]
 
 
-def test_a_cache_from_before_truncations_were_recorded_is_upgraded(tmp_path):
-    import sqlite3
-
-    path = tmp_path / "old.sqlite"
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER, "
-               "PRIMARY KEY (rm, q, a))")
-    db.executemany("INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?)",
-                   [("rm", text_hash("q"), text_hash("cut"), 0.2, None, 1),
-                    ("rm", text_hash("q"), text_hash("whole"), 0.3, None, 0)])
-    db.commit()
-    db.close()
-    with ScoreCache(path) as cache:
-        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@window") == [None, Score(0.3)]
-        assert cache.get_many("rm", [("q", "cut"), ("q", "whole")], "middle@256") == [None, None]
-        assert cache.get_many("rm", [("q", "cut")]) == [Score(0.2, truncated=True)]
-    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(scores)")]
-    assert columns[-1] == "fit"
-
-
 class CountingRM:
     """A real pair RM (answer length / 100) that counts the pairs it is asked to score."""
 

@@ -53,17 +53,17 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
     from morkit.reward_models.backends.engine_rm import EngineRM
     from morkit.reward_models.ctts.engine import ctts_spec
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     def truncation_of(name, options):
-        return resolve(name, options).truncation
+        return resolve_rm(name, options).truncation
 
     org = tmp_path / "weights" / "Skywork"
     org.mkdir(parents=True)
     (org / "Skywork-Reward-V2-Llama-3.1-8B-40M").symlink_to(checkpoints[SKYWORK_V2]["root"])
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
     for options in (ScoringOptions(device="cpu"), ScoringOptions(device="cpu", max_tokens=64, truncation="left")):
-        assert truncation_of(SKYWORK_V2, options).signature == resolve(SKYWORK_V2, options).load().truncation.signature
+        assert truncation_of(SKYWORK_V2, options).signature == resolve_rm(SKYWORK_V2, options).load().truncation.signature
     assert truncation_of(SKYWORK_V2, ScoringOptions()).signature == "middle@window"
     # vLLM: the engine's length bounds every pair; the rm is built as VLLMEngineHandle.load builds it
     options = ScoringOptions.from_flags(backend="vllm", max_model_len=256)
@@ -78,11 +78,11 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
 def test_a_model_rm_registered_by_a_user_is_keyed_by_its_truncation_too(monkeypatch):
     from morkit.reward_models.catalog import REWARD_MODELS
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", kind="orm", backend="transformers")
     try:
-        assert resolve("my-rm", ScoringOptions(max_tokens=512)).truncation.signature == "middle@512"
+        assert resolve_rm("my-rm", ScoringOptions(max_tokens=512)).truncation.signature == "middle@512"
     finally:
         REWARD_MODELS.unregister("my-rm")
 

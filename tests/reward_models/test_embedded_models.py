@@ -170,9 +170,9 @@ def test_release_drops_resident_models_and_the_next_request_loads_anew():
 
     first = models.resident(("test-kind", "x"), object)
     assert models.resident(("test-kind", "x"), object) is first
-    assert models.release("test-kind") == 1 and ("test-kind", "x") not in models.resident_keys()
+    assert models.release_models("test-kind") == 1 and ("test-kind", "x") not in models.resident_keys()
     assert models.resident(("test-kind", "x"), object) is not first
-    models.release("test-kind")
+    models.release_models("test-kind")
 
 
 @pytest.mark.parametrize("policy", ["middle", "right", "left", "error"])
@@ -180,9 +180,9 @@ def test_minilm_keeps_its_window_under_every_policy_and_a_long_question(minilm, 
     # The reported crash: --truncation left replaced the probe's 256-token window by 2048, past MiniLM's 512
     # positions, and a question longer than the window was not cut at all.
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
-    options = resolve("minilm-probe", ScoringOptions(truncation=policy)).load_options()
+    options = resolve_rm("minilm-probe", ScoringOptions(truncation=policy)).load_options()
     rm = MiniLMProbe(minilm, load_packaged_head("minilm-probe"), truncation=options["truncation"])
     assert (rm.truncation.limit, rm.truncation.policy) == (256, policy)
     question = "How many apples are left after the long story ends? " * 60

@@ -110,12 +110,12 @@ def test_the_memory_estimate_counts_the_checkpoint(weights):
 def test_backend_vllm_without_vllm_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(UnavailableError, match="pip install vllm"):
-        resolve("skywork-reward-v2-llama-3.1-8b", ScoringOptions(backend="vllm")).load()
+        resolve_rm("skywork-reward-v2-llama-3.1-8b", ScoringOptions(backend="vllm")).load()
 
 
 class TokenServer(FakeServer):

@@ -32,10 +32,10 @@ class DiesOnce:
 
     def __init__(self, marker: str):
         from morkit.reward_models.options import ScoringOptions
-        from morkit.reward_models.catalog import resolve
+        from morkit.reward_models.catalog import resolve_rm
 
         self.marker = marker
-        self.rm = resolve(RM, ScoringOptions()).load()
+        self.rm = resolve_rm(RM, ScoringOptions()).load()
 
     def score(self, pairs):
         if not os.path.exists(self.marker):
@@ -129,10 +129,10 @@ def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_score
 def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     marker = tmp_path / "died"
-    rm = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2))
+    rm = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2))
     rm.factory = functools.partial(DiesOnce, str(marker))  # each actor's replica dies once
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
@@ -147,10 +147,10 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
 def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     total = len(_pairs(queries))
-    first = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
+    first = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
     cache = CountingCache(tmp_path / "score.sqlite", die_after=2)
     with pytest.raises(DriverKilled):
         morkit.score(queries, [first], cache=cache, chunk=CHUNK)
@@ -158,7 +158,7 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
     stored = cache.written
     assert 0 < len(stored) < total
 
-    again = resolve(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK))
+    again = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK))
     cache = CountingCache(tmp_path / "score.sqlite")
     try:
         scored = morkit.score(queries, [again], cache=cache, chunk=CHUNK)

@@ -46,7 +46,7 @@ def test_every_field_has_one_flat_flag_and_one_home():
     nested = {"transformers": TransformersOptions, "vllm": VLLMOptions, "servers": ServerOptions, "ray": RayOptions}
     homes = {(None, f.name) for f in fields(ScoringOptions) if f.name not in nested}
     homes |= {(part, f.name) for part, kind in nested.items() for f in fields(kind)}
-    assert set(HOMES) == set(FLAGS) == set(ScoringOptions().as_flags())
+    assert set(HOMES) == set(FLAGS)
     # every field is some flag's home; servers.batch_size is batch_size's second one
     assert {home for _, home in HOMES.values()} | {("servers", "batch_size")} == homes
 
@@ -56,7 +56,6 @@ def test_each_flag_lands_in_its_home(flag):
     value, home = HOMES[flag]
     options = ScoringOptions.from_flags(**NEEDS.get(flag, {}), **{flag: value})
     assert _at(options, home) == value
-    assert options.as_flags()[flag] == value
     assert _at(ScoringOptions().with_flags(**NEEDS.get(flag, {}), **{flag: value}), home) == value
 
 
@@ -155,14 +154,14 @@ def test_the_remote_rm_sends_the_server_batch_size(monkeypatch):
     from types import SimpleNamespace
 
     from morkit.reward_models.backends import servers
-    from morkit.reward_models.catalog import resolve
+    from morkit.reward_models.catalog import resolve_rm
 
     spec = SimpleNamespace(pooling="classify", label=0, num_labels=1, step_token_id=None, finish=None)
     monkeypatch.setattr(servers, "engine_spec", lambda name, rm, options: spec)
     monkeypatch.setattr(servers, "EngineRM", lambda spec, engine, truncation: engine)
     options = ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], batch_size=3)
     assert options.servers.urls_for("smollm2-orm") == [URL] and options.servers.urls_for("other") == []
-    handle = resolve("smollm2-orm", options)
+    handle = resolve_rm("smollm2-orm", options)
     assert handle.backend == "servers"  # the servers bound to an RM place it there
     remote = handle.load()
     assert (remote.batch_size, remote.urls) == (3, [URL])
@@ -177,29 +176,20 @@ def test_nested_sub_objects_check_their_own_values():
             make()
 
 
-def test_the_pipeline_key_keeps_the_flat_names():
-    from morkit.services.pipeline.keys import scoring_key
-
-    key = scoring_key(ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], dtype="bf16", batch_size=4))
-    assert key == {"device": None, "dtype": "bf16", "max_tokens": None, "truncation": "middle", "reduction": "min",
-                   "prefix_reuse": True, "backend": "transformers", "urls": (f"smollm2-orm={URL}",), "device_map": None,
-                   "tensor_parallel_size": 1, "max_model_len": None, "gpu_memory_utilization": None, "ray": None}
-
-
 @pytest.mark.parametrize("scoring,error", [("batch_size = 8\ndevice_map = \"auto\"", None),
                                            ("max_model_len = 512", "--max-model-len applies only"),
                                            ("backend = \"vllm\"\nmax_model_len = 512", None),
                                            ("nested = 1", "unknown keys")])
 def test_the_pipeline_config_keeps_flat_keys(tmp_path, scoring, error):
-    from morkit.services.pipeline.config import load_config
+    from morkit.services.pipeline.config import load_pipeline_config
 
     path = tmp_path / "p.toml"
     path.write_text(f'rms = ["math-consensus"]\n[scoring]\n{scoring}\n[[benchmark]]\nname = "g"\ndata = "gsm8k_test"\n')
     if error:
         with pytest.raises(InputError, match=error):
-            load_config(path)
+            load_pipeline_config(path)
         return
-    options = load_config(path).scoring
+    options = load_pipeline_config(path).scoring
     if "batch_size" in scoring:
         assert (options.transformers.batch_size, options.transformers.device_map) == (8, "auto")
     else:

@@ -152,18 +152,18 @@ def test_search_help_lists_the_aggregators(capsys):
 
 
 def test_pipeline_config_sets_the_aggregator_and_grading(tmp_path):
-    from morkit.services.pipeline.config import load_config
+    from morkit.services.pipeline.config import load_pipeline_config
 
     config = tmp_path / "run.toml"
     body = '[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\n'
     config.write_text(body)
-    assert load_config(config).search_options == SearchOptions(strict_grading=True)  # the pipeline grades strictly
+    assert load_pipeline_config(config).search_options == SearchOptions(strict_grading=True)  # the pipeline grades strictly
     config.write_text('aggregator = "vote"\nstrict_grading = false\n' + body)
-    options = load_config(config).search_options
+    options = load_pipeline_config(config).search_options
     assert options.aggregator == "vote" and options.strict_grading is False
     config.write_text('strict_grading = "yes"\n' + body)
     with pytest.raises(InputError, match="strict_grading must be true or false"):
-        load_config(config)
+        load_pipeline_config(config)
 
 
 @pytest.mark.parametrize("text, lenient, strict", [

@@ -199,7 +199,7 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     assert fit.is_pres and fit.members == topic_pool.rm_names and fit.report["reliability"] == {}
 
 
-def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic_pool):
+def test_a_bagged_lambdarank_averages_its_boosters(topic_pool):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 4, 3))
     correct = np.zeros((60, 4), bool)
@@ -210,8 +210,6 @@ def test_a_bagged_lambdarank_averages_its_boosters_and_old_fits_still_load(topic
     parts = [LambdaRank((m,)).scores(x) for m in bag.models]
     assert bag.scores(x) == pytest.approx(np.mean(parts, axis=0))
     assert LambdaRank.fit(x, correct, valid, rounds=10, min_leaf=5, bag=3) == bag  # deterministic
-    old = LambdaRank.from_json({"model": bag.models[0]})  # a pool saved before bagging
-    assert old.scores(x) == pytest.approx(parts[0])
 
 
 def test_no_held_out_label_reaches_its_own_out_of_fold_scores():
@@ -259,30 +257,6 @@ def test_a_repeated_question_is_one_group_in_the_folds_and_never_its_own_neighbo
     lists = NeighbourLists.among(v, 5, np.unique(texts, return_inverse=True)[1])
     assert 2 not in lists.rows[0] and 0 not in lists.rows[2] and 4 not in lists.rows[1]
     assert (lists.rows[0] >= 0).sum() == 4  # the five others, less its repeat
-
-
-def test_a_fit_stored_before_bagging_is_still_the_grids(topic_pool):
-    """A pool saved before lambdarank was bagged holds a fit with one booster under the "model" key and no
-    "bag": it is used as stored, not refitted in every process."""
-    from morkit.selection import learned_method
-
-    fit = fit_learned(topic_pool, repeats=1, baselines=False,
-                      settings=[Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7,
-                                                               "bag": 1})])
-    old = fit.to_json()
-    component = old["components"][0]
-    component["setting"]["params"].pop("bag")
-    component["model"] = {"model": component["model"]["models"][0]}
-    pool = replace(topic_pool, meta={**topic_pool.meta, "learned": old})
-    method = Learned(pool)
-    refits = []
-    original = learned_method.fit_learned
-    learned_method.fit_learned = lambda *a, **k: refits.append(a) or original(*a, **k)
-    try:
-        got = method.fit_for(frozenset(pool.rm_names))
-    finally:
-        learned_method.fit_learned = original
-    assert not refits and got.label == fit.label and isinstance(got.components[0].model, LambdaRank)
 
 
 def test_folds_fitted_in_threads_give_the_numbers_of_one_fold_at_a_time(topic_pool, monkeypatch):

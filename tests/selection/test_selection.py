@@ -168,9 +168,9 @@ def test_cli_select_and_rank_with_cached_scores_and_a_run_rule(tmp_path, data_di
 def test_learned_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder, monkeypatch):
     from morkit.question_pool.pool import add_questions, load_pool
     from morkit.selection import learned_method
-    from morkit.services.pools import with_stored_selectors
+    from morkit.selection.learned_method import with_stored_learned
 
-    pool = with_stored_selectors(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
+    pool = with_stored_learned(build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2)))
     assert "learned" in pool.meta and "stacker" not in pool.meta  # one learned method, one store slot
     pool.save(tmp_path / "p")
     loaded = load_pool(tmp_path / "p")
@@ -183,16 +183,21 @@ def test_learned_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder,
     assert "stacker" not in grown.meta and "learned" not in grown.meta
 
 
-def test_an_older_pool_with_a_stacker_slot_loads_and_the_slot_is_ignored(tmp_path, hash_embedder):
+def test_an_older_pool_with_a_stacker_slot_upgrades_and_the_slot_is_dropped(tmp_path, hash_embedder):
+    from question_pool.legacy_pools import to_legacy
+
     from morkit.question_pool.pool import load_pool
+    from morkit.services.pool_upgrade import upgrade_pool
 
     pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
     pool.save(tmp_path / "p")
+    to_legacy(tmp_path / "p")
     header = json.loads((tmp_path / "p" / "pool.json").read_text())
     header["stacker"] = {"members": list(pool.rm_names), "weights": [1.0] * len(pool.rm_names),
                          "weighting": "stacked", "transform": "query-zscore", "penalty": 1.0,
                          "cv_best_of_n": 0.5, "cv_table": [["query-zscore", 1.0, 0.5]]}
     (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
+    assert upgrade_pool(tmp_path / "p").changed
     loaded = load_pool(tmp_path / "p")
     assert "stacker" not in loaded.meta
     ranking = Selector(loaded, "stacker", embedder=hash_embedder).rank(_pool_queries(1)[0])

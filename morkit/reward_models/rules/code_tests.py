@@ -130,14 +130,11 @@ class CodeTests:
                          "use score_query on queries with a 'tests' or 'stdio_tests' field")
 
     def cache_context(self, query: Query) -> str | None:
-        """The question and test code, as before stdin/stdout tests existed; then those tests, when any; then the
-        query's entry point, when it names one."""
+        """What besides the answer decides a score: the question, the test code, the stdin/stdout tests and the
+        entry point the query names (None where it has none), as one JSON object."""
         code, stdio = self._tests(query)
-        context = query.question + "\x00" + (code or "")
-        entry = declared_entry_point(query)
-        if entry is not None:
-            context += "\x00entry_point\x00" + entry
-        return context if stdio is None else context + "\x00stdio_tests\x00" + json.dumps(stdio, ensure_ascii=False)
+        return json.dumps({"question": query.question, "tests": code, "stdio_tests": stdio,
+                           "entry_point": declared_entry_point(query)}, ensure_ascii=False, sort_keys=True)
 
     def _tests(self, query: Query) -> tuple[str | None, list[dict[str, Any]] | None]:
         """(test code or None, stdin/stdout tests or None); at least one of them."""

@@ -1,6 +1,6 @@
 """The pipeline's config file (TOML): benchmarks and their splits, agents, pool RMs, scoring and search.
 
-`load_config` checks what the file says, `check_config` what it names, before the first stage (docs/pipeline.md).
+`load_pipeline_config` checks what the file says, `check_config` what it names, before the first stage (docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ _TOP_KEYS = {"workdir", "agents", "n", "rms", "search", "aggregator", "strict_gr
 _BENCHMARK_KEYS = {f for f in Benchmark.__dataclass_fields__}
 _POOL_KEYS = {f for f in PoolConfig.__dataclass_fields__} - {"index"} | {"embedder"}
 _SCORING_KEYS = set(SCORING_FLAGS) - {"progress"}  # flat, as the CLI flags: ScoringOptions.from_flags nests them
-_SCORING_TEXTS = ("device", "cache", "device_map")  # text fields ScoringOptions takes as given: check_config checks
 SEED_BITS = 63
 """A seed is a signed 64-bit whole number, as every seeded library takes."""
 
@@ -111,7 +110,7 @@ def _benchmark(table: Any, i: int, base: Path, path: str) -> Benchmark:
                      located(sources["test_data"]))
 
 
-def load_config(path: str | os.PathLike) -> PipelineConfig:
+def load_pipeline_config(path: str | os.PathLike) -> PipelineConfig:
     """Parse and check a pipeline TOML file; every error names the file and the key.
 
     Args:
@@ -198,10 +197,10 @@ def check_config(config: PipelineConfig) -> None:
     from morkit.reward_models.cache import cache_problem
     from morkit.services.scoring import check_rm_names
 
-    _checked(sample_count, config.n, "n", config.source)  # a PipelineConfig made in Python skips load_config
-    flags = config.scoring.as_flags()
-    for key in _SCORING_TEXTS:
-        value = flags[key]
+    _checked(sample_count, config.n, "n", config.source)  # a PipelineConfig made in Python skips load_pipeline_config
+    texts = {"device": config.scoring.device, "cache": config.scoring.cache,  # fields ScoringOptions takes as given
+             "device_map": config.scoring.transformers.device_map}
+    for key, value in texts.items():
         if value is not None and value is not DEFAULT_CACHE and not (isinstance(value, (str, os.PathLike))
                                                                      and str(value)):
             raise InputError(f"[scoring] {key} must be text, got {checks.shown(value)}", path=config.source)

@@ -19,9 +19,12 @@ question id whatever the question said, and whose score stage left options out) 
 outputs, so a run.json from before differs everywhere and every stage reruns once."""
 
 SCORE_NEUTRAL = ("progress", "cache", "chunk", "batch_size", "ray_workers", "check_fit")
-"""Scoring flags (`ScoringOptions.as_flags`) that cannot change a score: the progress bar, where scores are
+"""Scoring flags (`reward_models.options.FLAGS`) that cannot change a score: the progress bar, where scores are
 cached, how many pairs go per call, per forward pass or per server request (a pair scores the same in any batch),
-how many Ray replicas share the work, and the memory check made before a model loads. Every other flag is in the scoring key."""
+how many Ray replicas share the work, and the memory check made before a model loads. Every other flag is in the
+scoring key."""
+_NEUTRAL_FIELDS = {"batch_size": ("transformers.batch_size", "servers.batch_size"), "ray_workers": ("ray.workers",)}
+"""Where the SCORE_NEUTRAL flags that are not top-level fields live in ScoringOptions."""
 
 
 def digest(*parts: Any) -> str:
@@ -40,9 +43,14 @@ def settings(options: Any, neutral: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
-    """What in the scoring options can change a score: every flat flag (`ScoringOptions.as_flags`, so a key
-    made before the options were split by concern is unchanged) but SCORE_NEUTRAL."""
-    return {name: value for name, value in scoring.as_flags().items() if name not in SCORE_NEUTRAL}
+    """What in the scoring options can change a score: every field, nested ones as `part.field`, but those of
+    SCORE_NEUTRAL."""
+    neutral = {field for flag in SCORE_NEUTRAL for field in _NEUTRAL_FIELDS.get(flag, (flag,))}
+    key: dict[str, Any] = {}
+    for name, value in asdict(scoring).items():
+        parts = value.items() if isinstance(value, dict) else ()
+        key.update({f"{name}.{k}": v for k, v in parts} if parts else {name: value})
+    return {name: value for name, value in key.items() if name not in neutral}
 
 
 def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:

@@ -20,8 +20,9 @@ from morkit.reward_models.catalog import REWARD_MODELS, relative_scores
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
 from morkit.selection.base import Choice, Neighbours
+from morkit.selection.chooser import Selection
 from morkit.selection.methods import SelectOptions
-from morkit.selection.selector import Ranking, Selection
+from morkit.selection.ranker import Ranking
 from morkit.runtime.symbolic import SymbolicWorker
 from morkit.services.routing import Routing, make_selector, runnable_rms
 from morkit.services.serving.protocol import group_responses, reward_reply

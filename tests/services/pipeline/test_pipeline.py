@@ -18,7 +18,7 @@ from morkit.cli.main import main
 from morkit.data.contract import load_queries
 from morkit.llm.agents import AgentSpec
 from morkit.llm.base import SamplingParams
-from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.options import FLAGS, ScoringOptions
 from morkit.search.aggregate import MOA_SYSTEM
 from morkit.services.generating import ANSWER_NEUTRAL, answer_key
 from morkit.services.pipeline.keys import SCORE_NEUTRAL, scoring_key
@@ -230,7 +230,7 @@ def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, se
         assert f"{stage}: running" in err
 
 
-# A value per scoring flag (ScoringOptions.as_flags) that can change a score, away from its default; SCORE_NEUTRAL
+# A value per scoring flag (reward_models.options.FLAGS) that can change a score, away from its default; SCORE_NEUTRAL
 # holds the rest.
 SCORING_CHANGES = {"device": "cpu", "max_tokens": 512, "truncation": "right", "reduction": "last", "backend": "vllm",
                    "urls": ("http://127.0.0.1:1",), "dtype": "bf16", "tensor_parallel_size": 2, "device_map": "auto",
@@ -241,7 +241,7 @@ NEUTRAL_CHANGES = {"progress": True, "cache": "elsewhere.sqlite", "chunk": 8, "b
 
 
 def test_the_scoring_key_covers_every_scoring_option_but_the_documented_neutral_ones():
-    names = set(ScoringOptions().as_flags())
+    names = set(FLAGS)
     assert set(NEUTRAL_CHANGES) == set(SCORE_NEUTRAL)
     assert set(SCORING_CHANGES) == names - set(SCORE_NEUTRAL), (
         "a new scoring flag: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
