@@ -71,7 +71,8 @@ def main() -> None:
         def single():
             return score_queries(queries, [resolve_rm(name, options).load()], chunk=args.chunk)
 
-        score_queries(queries[:1], [resolve_rm(name, options).load()], chunk=args.chunk)  # warm-up: weights in the page cache
+        # warm-up: weights in the page cache
+        score_queries(queries[:1], [resolve_rm(name, options).load()], chunk=args.chunk)
         release_models()  # so the timed row loads its model, as every Ray actor does
         base, base_s = timed(single)
         reference = values(base, name)

@@ -85,16 +85,13 @@ def test_registry_targets_point_down_from_their_registry():
     assert not wrong, "registry targets above their registry:\n" + "\n".join(wrong)
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _import_graph() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """module -> the modules it imports (every import, lazy ones included; `from a import b` is a.b when b is a
     module; importing a.b.c also runs the packages a and a.b), plus the lazy edges: a registry's module -> each
     target's module, and a module -> each "morkit.module:attribute" string it holds. Returns (graph, lazy edges)."""
-    paths = {_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    from test_registry import module_name
+
+    paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
     def resolve(module: str) -> set[str]:
         parts = module.split(".")

@@ -55,6 +55,19 @@ def flag_value(config_cls: type, field: str) -> Any:
     return parse
 
 
+def _default(config_cls: type, field: str) -> str:
+    """A flag's default for its help, read from the field (a config class is never built for it): its value, the
+    value its factory makes, or "required"."""
+    import dataclasses
+
+    spec = next(f for f in dataclasses.fields(config_cls) if f.name == field)
+    if spec.default is not dataclasses.MISSING:
+        return repr(spec.default)
+    if spec.default_factory is not dataclasses.MISSING:
+        return repr(spec.default_factory())
+    return "required"
+
+
 def _metavar(config_cls: type, field: str) -> str:
     """A flag's metavar from its field's type: N, X, TEXT, or the choices of a Literal."""
     import typing
@@ -67,13 +80,24 @@ def _metavar(config_cls: type, field: str) -> str:
     return {int: "N", float: "X"}.get(kind, "TEXT")
 
 
-def other_loops_flag(flag: str, owners: list[str], loop: str, own: list[str]) -> Any:
+def other_loops_flag(owners: list[str], loop: str, own: list[str]) -> Any:
     """argparse type of another loop's flag under `morkit loop LOOP`: always an error saying whose flag it is."""
 
     def parse(text: str) -> str:
         mine = ", ".join(own) + ", " if own else ""
         raise argparse.ArgumentTypeError(f"a flag of {' and '.join(owners)}, not of {loop}; {loop} takes {mine}"
                                          "--set KEY=VALUE")
+
+    return parse
+
+
+def before_the_name(flag: str, owners: list[str]) -> Any:
+    """argparse type of a loop's flag written before the loop's name (`morkit loop --iterations 3 tmas`): always
+    an error saying where it goes."""
+
+    def parse(text: str) -> str:
+        name = owners[0] if len(owners) == 1 else "NAME"
+        raise argparse.ArgumentTypeError(f"a loop's flags come after its name: morkit loop {name} ... {flag} {text}")
 
     return parse
 
@@ -152,22 +176,22 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     for name, cls in configs.items():
         for f in getattr(cls, "FLAGS", ()):
             owners.setdefault(f.flag, []).append(name)
+    for flag, names in {**owners, "--set": list(LOOPS.names())}.items():  # else argparse reads the value as a loop
+        p.add_argument(flag, type=before_the_name(flag, names), default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for name, cls in configs.items():
         q = loops.add_parser(name, parents=[parent, shared], help=LOOPS.get(name).summary,
                              description=f"{name}: {LOOPS.get(name).summary}.")
-        own = [f.flag for f in getattr(cls, "FLAGS", ())]
+        flags = getattr(cls, "FLAGS", ())  # a config may declare no flags of its own
+        own = [f.flag for f in flags]
         g = q.add_argument_group(f"{name} settings")
-        if cls is not None:
-            defaults = cls()  # the defaults a flag left unset keeps
-            for f in cls.FLAGS:
-                default = getattr(defaults, f.field)
-                g.add_argument(f.flag, dest=FLAG_DEST + f.field, type=flag_value(cls, f.field),
-                               metavar=_metavar(cls, f.field), help=f"{f.help} (default {default!r})")
+        for f in flags:
+            g.add_argument(f.flag, dest=FLAG_DEST + f.field, type=flag_value(cls, f.field),
+                           metavar=_metavar(cls, f.field), help=f"{f.help} (default {_default(cls, f.field)})")
         g.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=VALUE",
                        help=f"any field of {cls.__name__ if cls else 'the loop config'}, by name; repeatable; "
                             "applied after the flags above. The fidelity tables of docs/loops/ name each paper's "
                             "mechanism and its setting")
         for flag, names in owners.items():
             if flag not in own:
-                q.add_argument(flag, type=other_loops_flag(flag, names, name, own), help=argparse.SUPPRESS)
+                q.add_argument(flag, type=other_loops_flag(names, name, own), help=argparse.SUPPRESS)
         q.set_defaults(func=cmd_loop)

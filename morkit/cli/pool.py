@@ -157,8 +157,12 @@ def cmd_pool_upgrade(args: argparse.Namespace) -> int:
     from morkit.services.pool_upgrade import upgrade_pool
 
     done = upgrade_pool(args.pool)
-    if done.changed:
-        print(f"pool {args.pool}: rewritten from format {done.found} in format {done.format}", file=sys.stderr)
+    dropped = f"removed the retired slot{'s' if len(done.removed) > 1 else ''} {', '.join(done.removed)}"
+    if done.found != done.format:
+        print(f"pool {args.pool}: rewritten from format {done.found} in format {done.format}"
+              + (f"; {dropped}" if done.removed else ""), file=sys.stderr)
+    elif done.removed:
+        print(f"pool {args.pool}: format {done.format}; {dropped} from pool.json", file=sys.stderr)
     else:
         print(f"pool {args.pool}: already format {done.format}; nothing to do", file=sys.stderr)
     return 0
@@ -239,6 +243,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                                      "questions.jsonl) do not open: this rewrites one in place in format 3 (the "
                                      "questions in columns). The new directory is written beside the pool, checked "
                                      "whole, and only then swapped in, so a failure leaves the old pool as it was. "
-                                     "A pool already in format 3 is left as it is.")
+                                     "Header slots nothing reads now (an older morkit's stacker fit) are dropped, "
+                                     "in format 3 too; a pool without them already in format 3 is left as it is.")
     p.add_argument("pool", help="pool directory")
     p.set_defaults(func=cmd_pool_upgrade)

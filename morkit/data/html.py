@@ -10,11 +10,14 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from morkit.data.jsonl import atomic_path
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,22 @@ def _environment() -> Any:
 def render(template: str, **context: Any) -> str:
     """The named template (in morkit/resources/templates) rendered with `context`, as HTML."""
     return _environment().get_template(template).render(**context)
+
+
+def fragment(template: str, **context: Any) -> Markup:
+    """The named template rendered as a `markupsafe.Markup` fragment: HTML another template inserts as it is (a
+    plain string there is escaped, so only what a template rendered is ever inserted unescaped).
+
+    Args:
+        template: The template's file name in morkit/resources/templates.
+        **context: Its variables.
+
+    Returns:
+        The rendered HTML, as Markup.
+    """
+    from markupsafe import Markup
+
+    return Markup(render(template, **context))
 
 
 def write_page(path: str | os.PathLike, template: str, **context: Any) -> Path:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from morkit.core import checks, settings
 from morkit.core.errors import InputError, MorkitError
 from morkit.llm.base import message_text
-from morkit.runtime.http import Deadline, Retryable, RetryPolicy
+from morkit.runtime.http import Deadline, Retryable, RetryPolicy, checked_api_key, redacted
 
 
 class RoutedReward:
@@ -29,13 +29,14 @@ class RoutedReward:
         reference_column: A data set column passed as each completion's reference answer; None passes none.
         timeout_s: Seconds a server call may take in all, retries included.
         retries: Retries of a server request answered 503 or 504, or that fails with an httpx error.
-        api_key: The server's bearer token; None uses $MORKIT_API_KEY with `url`. It must not be empty.
+        api_key: The server's bearer token; None uses $MORKIT_API_KEY with `url`. It must not be empty, nor hold
+            whitespace, a control or a non-ASCII character.
         max_request_items: Completions per server request at most (a prompt's completions stay together).
         name: The name TRL logs the reward under (`__name__`).
 
     Raises:
-        InputError: Not exactly one of `pool`, `url` and `engine` is given, `api_key` is empty, or a number is out
-            of range.
+        InputError: Not exactly one of `pool`, `url` and `engine` is given, `api_key` is empty or has a character
+            no HTTP header can carry (the key is not shown), or a number is out of range.
     """
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
@@ -48,7 +49,10 @@ class RoutedReward:
         if api_key is not None and not api_key:
             raise InputError("api_key= must not be empty (leave it out to use $MORKIT_API_KEY)")
         # $MORKIT_API_KEY only for a server (an empty one is refused there, as api_key="" is here)
-        self._api_key = api_key if api_key is not None or url is None else settings.api_key()
+        if api_key is not None:
+            self._api_key = checked_api_key(api_key, "api_key=")
+        else:
+            self._api_key = None if url is None else checked_api_key(settings.api_key(), "$MORKIT_API_KEY")
         self._pool, self._engine, self._client = pool, engine, None
         self.url = url.rstrip("/") if url else None
         self._select, self._scoring, self._rms = select, scoring, tuple(rms)
@@ -117,7 +121,7 @@ class RoutedReward:
                     try:
                         reply = self._client.post(f"{self.url}/get_reward", json=body, timeout=left)
                     except httpx.HTTPError as exc:
-                        last = f"{type(exc).__name__}: {exc}"
+                        last = redacted(f"{type(exc).__name__}: {exc}", [self._api_key])  # it may quote a header
                         raise Retryable(last) from None
                     if reply.status_code == 200:
                         return reply.json()

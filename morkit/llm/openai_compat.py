@@ -29,9 +29,11 @@ from morkit.runtime.http import (
     RetryPolicy,
     by_index,
     check_content_type,
+    checked_api_key,
     httpx_module,
     iterate_in_thread,
     json_document,
+    redacted,
     run_sync,
     status_failure,
 )
@@ -79,7 +81,8 @@ class OpenAIChatLLM:
         model: The model name sent in every request.
         base_url: The API root (the part before `/chat/completions`); None is $OPENAI_BASE_URL, else
             http://127.0.0.1:8000/v1.
-        api_key: Sent as a Bearer token; None is $OPENAI_API_KEY (no header when neither is set).
+        api_key: Sent as a Bearer token; None is $OPENAI_API_KEY (no header when neither is set). A key with
+            whitespace, a control or a non-ASCII character is refused (InputError), since no header can carry it.
         timeout: Seconds one request of `chat` (one read of `stream`) may take.
         retries: Retries of a request after a transient failure or a malformed reply (0 or more).
         concurrency: Requests in flight at once (positive).
@@ -87,6 +90,10 @@ class OpenAIChatLLM:
         extra_body: Fields added to every request body (they override morkit's own).
         name: The name completions and errors report; None is `model`.
         stream_timeout: Seconds a whole `stream` may take, retries included.
+
+    Raises:
+        InputError: A number is out of range, or the key has a character no HTTP header can carry (the message
+            names where the key came from, never the key).
     """
 
     takes_reasoning_effort = True  # SamplingParams.reasoning_effort goes out as the request's `reasoning_effort`
@@ -103,7 +110,9 @@ class OpenAIChatLLM:
         checks.non_negative(backoff, "backoff")
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
+        source = "api_key=" if api_key is not None else "$OPENAI_API_KEY"
+        self.api_key = checked_api_key(api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None,
+                                       source)
         self.timeout = timeout  # one request of `chat`; one read of `stream`
         self.stream_timeout = stream_timeout  # a whole `stream`, retries included
         self.retries = retries
@@ -177,9 +186,11 @@ class OpenAIChatLLM:
         """One request, over within `timeout` in all; the reply read from its bytes, which `_parse` checks (the
         SDK's own models take any shape)."""
         self.requests_sent += 1
-        with _failures(f"timed out after {timeout:.3g}s"):
+        with _failures(f"timed out after {timeout:.3g}s", self.api_key):
             raw = await asyncio.wait_for(
                 client.chat.completions.with_raw_response.create(**arguments, timeout=timeout), timeout)
+        if raw.status_code != 200:  # the SDK takes any 2xx; morkit's clients take 200 alone
+            raise status_failure(raw.status_code, raw.http_response.text)
         check_content_type(self.url, raw.headers.get("content-type"), "application/json")
         return self._parse(raw.http_response.content, arguments["n"])
 
@@ -206,7 +217,7 @@ class OpenAIChatLLM:
             past = deadline is not None and self._policy.stopped_early(tries)
             return None, _past(deadline, reason) if past else reason, tries  # type: ignore[arg-type]
         except Exception as err:  # noqa: BLE001 - a bug in one request must not lose the other conversations
-            return None, f"unexpected {type(err).__name__}: {str(err)[:200]}", tries
+            return None, redacted(f"unexpected {type(err).__name__}: {str(err)[:200]}", [self.api_key]), tries
         raise AssertionError("unreachable: the retry policy returns or raises")  # pragma: no cover
 
     async def _conversation(self, client: Any, sem: asyncio.Semaphore, index: int, conversation: Conversation,
@@ -332,8 +343,10 @@ class OpenAIChatLLM:
         import openai
 
         self.requests_sent += 1
-        with _failures(f"timed out after {self.timeout:g}s without data"):
+        with _failures(f"timed out after {self.timeout:g}s without data", self.api_key):
             async with client.chat.completions.with_streaming_response.create(**arguments, stream=True) as resp:
+                if resp.status_code != 200:  # the SDK takes any 2xx; morkit's clients take 200 alone
+                    raise status_failure(resp.status_code, (await resp.read()).decode("utf-8", "replace"))
                 check_content_type(self.url, resp.headers.get("content-type"), "text/event-stream")
                 try:
                     async for chunk in await resp.parse():
@@ -349,9 +362,9 @@ class OpenAIChatLLM:
 
 
 @contextlib.contextmanager
-def _failures(timed_out: str) -> Iterator[None]:
+def _failures(timed_out: str, api_key: str | None) -> Iterator[None]:
     """The SDK's (and asyncio's) request failures as Retryable or Fatal: timeouts and connection errors
-    Retryable, a non-200 status by `status_failure`."""
+    Retryable, a non-200 status by `status_failure`; `api_key` never shown (an error may quote the header)."""
     import openai
 
     try:
@@ -360,9 +373,9 @@ def _failures(timed_out: str) -> Iterator[None]:
         raise Retryable(timed_out) from None
     except openai.APIConnectionError as err:
         cause = err.__cause__ or err
-        raise Retryable(f"connection error: {type(cause).__name__}: {cause}") from None
+        raise Retryable(redacted(f"connection error: {type(cause).__name__}: {cause}", [api_key])) from None
     except openai.APIStatusError as err:
-        raise status_failure(err.status_code, err.response.text) from None
+        raise status_failure(err.status_code, redacted(err.response.text, [api_key])) from None
 
 
 # -- reading replies --------------------------------------------------------------------------------
@@ -428,5 +441,6 @@ def _chunk_content(chunk: Any) -> str:
 def from_agent_spec(spec: Any) -> OpenAIChatLLM:
     """The `openai` backend of agents.toml: the key is read from the variable `api_key_env` names."""
     key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+    checked_api_key(key, f"${spec.api_key_env} (agent {spec.name!r}'s api_key_env)")
     return OpenAIChatLLM(spec.model, spec.base_url, key, timeout=spec.timeout, retries=spec.retries,
                          concurrency=spec.concurrency)

@@ -24,8 +24,8 @@ class LoopOptions:
     Args:
         budget: Caps on LLM calls, tokens and seconds per problem.
         seed: Base seed of the loop's sampling (0 or more); None keeps the config's and the agents'.
-        gen_tokens: New tokens per solver generation; None is the config's own (when one is given), else the
-            agent's max_tokens.
+        gen_tokens: New tokens per solver generation, over the config's `max_tokens`; None keeps the config's
+            (whose None is the solver agent's max_tokens).
         settings: `(field, value)` pairs laid over the loop's config (`--set field=value` and the loop's flags),
             parsed by the field's type, last.
 
@@ -37,7 +37,7 @@ class LoopOptions:
     seed: int | None = None
     """Base seed of the loop's sampling; None keeps the config's (TMAS: 0; StreamMA: unseeded) and the agents'."""
     gen_tokens: int | None = None
-    """New tokens per solver generation; None: the given config's, else the agent's max_tokens (agents.toml)."""
+    """New tokens per solver generation; None: the config's `max_tokens`, whose None is the solver agent's."""
     settings: tuple[tuple[str, str], ...] = ()
     """(field, value) pairs laid over the loop's config (`--set field=value`, the loop's flags), last."""
 
@@ -65,16 +65,14 @@ def config_class(loop: str) -> type | None:
     return None if target is None else Entry("config", target).load()
 
 
-def loop_config(cls: type, options: LoopOptions = LoopOptions(), config: Any = None,
-                defaults: dict[str, Any] | None = None, **shared: Any) -> Any:
-    """A loop's config: `config` as written (None: `cls` with `defaults`), then the `shared` options the loop maps
-    to its fields where they are set (not None), then `options.settings`; built and checked once.
+def loop_config(cls: type, options: LoopOptions = LoopOptions(), config: Any = None, **shared: Any) -> Any:
+    """A loop's config: `config` as written (None: `cls`'s defaults), then the `shared` options the loop maps to
+    its fields where they are set (not None), then `options.settings`; built and checked once.
 
     Args:
         cls: The loop's config class.
         options: The shared options; their settings are laid over last.
         config: The caller's config object, a `cls`, or None.
-        defaults: Fields taken when no config is given (e.g. the agent's max_tokens).
         **shared: Shared options by the field they set (e.g. `seed=options.seed`), None when unset.
 
     Returns:
@@ -84,11 +82,11 @@ def loop_config(cls: type, options: LoopOptions = LoopOptions(), config: Any = N
         InputError: `config` is not a `cls`, or a setting is unknown or its value bad.
     """
     if config is None:
-        values = dict(defaults or {})
+        values: dict[str, Any] = {}
     elif isinstance(config, cls):
         values = {f.name: getattr(config, f.name) for f in fields(cls) if f.init}
     else:
-        raise InputError(f"this loop's config is a {cls.__name__}, not a {type(config).__name__}")
+        raise InputError(f"this loop's config class is {cls.__name__}, not {type(config).__name__}")
     values.update({name: value for name, value in shared.items() if value is not None})
     return configure(cls, options.settings, **values)
 
@@ -135,10 +133,10 @@ def loop_critic(loop: str, agents: Any, llms: Any, options: LoopOptions = LoopOp
 
 
 def _solver_config(cls: type, options: LoopOptions, config: Any, solver: Any) -> Any:
-    """TMAS's or StreamMA's config: the solver agent's max_tokens unless a config is given, then the shared
-    seed and token limit, then the settings."""
-    return loop_config(cls, options, config, {"max_tokens": solver.params.max_tokens},
-                       seed=options.seed, max_tokens=options.gen_tokens)
+    """TMAS's or StreamMA's config: `config` (or the defaults), the shared seed and token limit, the settings;
+    a `max_tokens` still None is the solver agent's max_tokens."""
+    config = loop_config(cls, options, config, seed=options.seed, max_tokens=options.gen_tokens)
+    return config if config.max_tokens is not None else replace(config, max_tokens=solver.params.max_tokens)
 
 
 def tmas(setup: LoopSetup) -> Loop:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -77,12 +78,14 @@ def pool_lock(path: str | os.PathLike, timeout: float | None = None) -> Iterator
         held.thread_lock.release()
 
 
-def _acquire(file: Path, deadline: float, busy: Callable[[], InputError]) -> int | None:
-    """Open and flock the lock file; retry when the file was replaced between open and flock."""
+def _acquire(file: Path, deadline: float, busy: Callable[[], InputError]) -> int:
+    """Open and flock the lock file; retry when the file was replaced between open and flock. No writer goes
+    unlocked: a system without flock (not POSIX) or a file system without locks is an error naming the file."""
     try:
         import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no inter-process lock
-        return None
+    except ImportError as exc:  # pragma: no cover - not POSIX
+        raise InputError(f"cannot lock the pool's lock file: this platform ({sys.platform}) has no flock; write "
+                         "pools on Linux or macOS", path=str(file)) from exc
     pause = 0.01
     while True:
         try:
@@ -102,7 +105,8 @@ def _acquire(file: Path, deadline: float, busy: Callable[[], InputError]) -> int
                     pause = min(pause * 2, 0.2)
                 except OSError as exc:  # a file system without locks: no writer may go unlocked
                     raise InputError(f"cannot lock the pool's lock file ({exc.strerror}): write pools on a file "
-                                     "system that supports file locks", path=str(file)) from exc
+                                     "system that supports file locks (build it on a local disk, then move it)",
+                                     path=str(file)) from exc
             # The holder before us removes the file on release: ours must still be the one at the path.
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(file))
@@ -116,9 +120,7 @@ def _acquire(file: Path, deadline: float, busy: Callable[[], InputError]) -> int
         os.close(fd)
 
 
-def _release(file: Path, fd: int | None) -> None:
-    if fd is None:  # pragma: no cover - not POSIX
-        return
+def _release(file: Path, fd: int) -> None:
     import fcntl
 
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from morkit.data.html import fmt as _fmt
 from morkit.question_pool.leakage import MIN_ALONE, RMEvidence, leak_warnings, rm_evidence
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import nanmean_columns, sample_rows, skipped_domains
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 
 def _single_prr(pool: QuestionPool) -> tuple[np.ndarray, np.ndarray]:
@@ -175,11 +178,12 @@ def _distribution(pool: QuestionPool) -> Image:
     return image(fig, "distribution of per-question PRR per reward model")
 
 
-def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, sections: Sequence[str] = ()) -> Path:
+def write_report(pool: QuestionPool, path: str | os.PathLike, *, top: int = 15, sections: Sequence[Markup] = ()
+                 ) -> Path:
     """Write the pool report to `path` (one HTML file, written atomically); returns the path.
 
-    `sections` are HTML fragments from higher layers (e.g. morkit.selection.report's selection section),
-    appended after the pool's own sections: this layer may not import them."""
+    `sections` are HTML fragments from higher layers (e.g. morkit.selection.report's selection section), appended
+    after the pool's own: this layer may not import them. Only Markup (`data.html.fragment`) goes in as HTML."""
     if top < 1:
         raise InputError("top must be at least 1")
     with plot_style():

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -18,7 +20,7 @@ from morkit.core.errors import InputError
 from morkit.data import staging
 from morkit.data.jsonl import json_safe, output_file_problem
 from morkit.question_pool.index import read_index, write_index
-from morkit.question_pool.lock import pool_lock
+from morkit.question_pool.lock import canonical, pool_lock
 from morkit.question_pool.rows import STEP_REDUCTIONS, PoolQuestion
 from morkit.question_pool.spill import save_array
 from morkit.question_pool.table import TABLE_ARRAYS, QuestionTable, RowCounts
@@ -31,6 +33,9 @@ dense or on the fly by prr.npy's presence."""
 UPGRADABLE_FORMATS = (1, 2)
 """Formats of older morkits (questions in questions.jsonl; 1: dense statistics, 2: on the fly): `morkit pool
 upgrade` rewrites them as FORMAT_COLUMNAR, and nothing else reads them."""
+RETIRED_KEYS = ("stacker",)
+"""pool.json slots of older morkits that nothing reads now (the stacker's fit, from when it was the default method):
+a pool that has one does not open, and `morkit pool upgrade` drops them."""
 DENSE_ARRAYS = ("prr", "top1")
 ARRAYS = ("scores", "correct", "valid", "prr", "top1", "embeddings", "steps")
 OPTIONAL_ARRAYS = ("steps",)  # process RMs' step reductions: pools written before they were kept lack them
@@ -83,7 +88,7 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
 
     Holds the pool's lock. `replaces`: the token of the revision this pool was derived from; when the
     directory holds another revision by then, nothing is written and an InputError says so."""
-    target = Path(path)
+    target = canonical(path)
     with pool_lock(target):
         staging.recover(target)
         problem = pool_target_problem(target)
@@ -94,22 +99,70 @@ def write_pool_files(files: PoolFiles, path: str | os.PathLike, *, replaces: Any
                              "so no questions were lost: run again to apply the change to the new revision",
                              path=str(target))
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging_dir = staging.make_temp(target, directory=True)
-        try:
-            table = QuestionTable.of(files.questions)
-            arrays = {**{name: files.arrays[name] for name in stored_arrays(files.arrays)}, **table.arrays()}
-            header = {**files.header, "format_version": FORMAT_COLUMNAR, "question_domains": list(table.domain_names),
-                      "shapes": {name: list(array.shape) for name, array in arrays.items()}}
-            text = json.dumps(json_safe(header), indent=1, allow_nan=False)
-            (staging_dir / "pool.json").write_text(text + "\n", encoding="utf-8")
-            for name, array in arrays.items():
-                save_array(staging_dir / f"{name}.npy", array)  # a mapped array streams, its pages released
-            write_index(files.index, staging_dir / "index.faiss")
-            os.chmod(staging_dir, 0o755)
-            staging.swap_in(staging_dir, target)
-        finally:
-            staging.remove(staging_dir)
-    return target
+        table = QuestionTable.of(files.questions)
+        arrays = {**{name: files.arrays[name] for name in stored_arrays(files.arrays)}, **table.arrays()}
+        write_staged(target, files.header, arrays, files.index, domains=table.domain_names)
+    return Path(path)
+
+
+def write_staged(target: Path, header: Mapping[str, Any], arrays: Mapping[str, Any], index: Any, *,
+                 domains: Sequence[str], check: Callable[[Path], None] | None = None) -> None:
+    """Write a pool directory of FORMAT_COLUMNAR beside `target` and swap it in; the caller holds the pool's lock.
+
+    Args:
+        target: The pool directory to create or replace (canonical: lock.canonical).
+        header: pool.json's keys; the format version, `domains` and every array's shape are added here.
+        arrays: Array name -> the array (saved; a mapped one streams, its pages released), or the .npy file of
+            an older directory (hard-linked, or copied where the file system cannot link); the question columns
+            included.
+        index: The FAISS index, or its file (linked or copied likewise).
+        domains: The question columns' domain names.
+        check: Called with the staged directory, complete, before the swap; what it raises stops the write.
+
+    Raises:
+        InputError: An array file given cannot be read (the error names it), or what `check` raises.
+        OSError: Writing or swapping failed; either way the staged directory is removed and `target` is left as
+            it was.
+    """
+    staged = staging.make_temp(target, directory=True)
+    try:
+        shapes = {name: list(_npy_shape(array) if isinstance(array, Path) else array.shape)
+                  for name, array in arrays.items()}
+        header = {**header, "format_version": FORMAT_COLUMNAR, "question_domains": list(domains), "shapes": shapes}
+        text = json.dumps(json_safe(header), indent=1, allow_nan=False)
+        (staged / "pool.json").write_text(text + "\n", encoding="utf-8")
+        for name, array in arrays.items():
+            if isinstance(array, Path):
+                _link_or_copy(array, staged / f"{name}.npy")
+            else:
+                save_array(staged / f"{name}.npy", array)
+        if isinstance(index, Path):
+            _link_or_copy(index, staged / "index.faiss")
+        else:
+            write_index(index, staged / "index.faiss")
+        if check is not None:
+            check(staged)
+        os.chmod(staged, 0o755)
+        staging.swap_in(staged, target)
+    finally:
+        staging.remove(staged)
+
+
+def _npy_shape(file: Path) -> tuple[int, ...]:
+    """The shape a .npy file's header states; a missing or unreadable file is an InputError naming it."""
+    _check(file.is_file(), file, "missing pool array")
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False).shape
+    except Exception as exc:  # numpy parses a damaged header with ast/tokenize: ValueError, SyntaxError, TokenError ...
+        raise InputError(f"unreadable array: {_first_line(exc)}", path=str(file)) from exc
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """`source` at `target` too: a hard link (the staged directory outlives the old one), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def stored_arrays(arrays: Mapping[str, Any]) -> tuple[str, ...]:
@@ -155,11 +208,15 @@ def read_header(path: Path) -> dict[str, Any]:
 def _header(path: Path) -> dict[str, Any]:
     header = read_header(path)
     version = header.get("format_version")
+    upgrade = f"run morkit pool upgrade {shlex.quote(str(path.parent))}"
     if version in UPGRADABLE_FORMATS:
-        raise InputError(f"pool format {version}, written by an older morkit: run morkit pool upgrade {path.parent}",
-                         path=str(path.parent))
+        raise InputError(f"pool format {version}, written by an older morkit: {upgrade}", path=str(path.parent))
     _check(version == FORMAT_COLUMNAR, path, f"pool format version {version!r}; this morkit reads version "
            f"{FORMAT_COLUMNAR}: rebuild the pool")
+    retired = [key for key in RETIRED_KEYS if key in header]
+    if retired:
+        raise InputError(f"pool.json keeps the retired slot {retired[0]!r} of an older morkit: {upgrade}",
+                         path=str(path.parent))
     for key in HEADER_KEYS:
         _check(key in header, path, f"missing key {key!r}")
 

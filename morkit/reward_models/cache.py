@@ -116,6 +116,10 @@ class ScoreCache:
                 raise MorkitError(f"{self.path}: the score cache stayed locked by another process for 30 s; "
                                   "try again") from exc
             raise InputError(f"unusable score cache: {exc}", path=str(self.path)) from exc
+        if columns == COLUMNS[:-1]:  # scores cached before they kept their truncation
+            self._db.close()
+            raise InputError("written by an older morkit (no fit column): delete it or pass --cache PATH",
+                             path=str(self.path))
         if columns != COLUMNS:
             self._db.close()
             raise InputError(f"its 'scores' table has columns {', '.join(columns)}, not a morkit score cache's "

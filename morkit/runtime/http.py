@@ -1,6 +1,6 @@
-"""HTTP plumbing shared by morkit's HTTP clients (the remote RM client, the OpenAI-compatible LLM client, the TRL
-reward client): failures, malformed replies included (`json_document`, `by_index`), are `Retryable` or `Fatal`, each
-fails its own request alone, and `RetryPolicy` is the one retry policy they all use (on tenacity).
+"""HTTP plumbing shared by morkit's HTTP clients (remote RM, OpenAI-compatible LLM, TRL reward): failures, malformed
+replies included, are `Retryable` or `Fatal` and fail their own request alone; `RetryPolicy` is their one retry policy
+(on tenacity); a key no header can carry is refused up front and never shown in a message (`redacted`).
 """
 
 from __future__ import annotations
@@ -11,16 +11,23 @@ import json
 import logging
 import math
 import queue
+import re
 import threading
 import time
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator
+
+from morkit.core.errors import InputError
 
 _log = logging.getLogger(__name__)
 
 RETRY_STATUS = {408, 429}
 """Besides 5xx: request timeout and rate limiting are worth another try."""
+
+SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
+"""Names of headers whose values error messages never show."""
 
 
 class Retryable(Exception):
@@ -60,12 +67,15 @@ class RetryPolicy:
         backoff_s: Seconds before the first retry.
         cap_s: The longest pause between tries.
         name: Who retries, for the debug log line each retry writes.
+        sleep: What waits out a pause, given its seconds (`async_attempts` awaits what it returns, if anything);
+            None is `time.sleep`, and `asyncio.sleep` in a coroutine. Tests pass a recording clock.
     """
 
     retries: int
     backoff_s: float
     cap_s: float = math.inf
     name: str = "http"
+    sleep: Callable[[float], Any] | None = field(default=None, compare=False, repr=False)
 
     def pause(self, attempt_number: int) -> float:
         """Seconds to wait after failed attempt `attempt_number` (1-based)."""
@@ -92,13 +102,107 @@ class RetryPolicy:
         """A `tenacity.Retrying` to iterate over: each item is one attempt, a context manager."""
         import tenacity
 
-        return tenacity.Retrying(**self._options(deadline))
+        options = self._options(deadline)
+        if self.sleep is not None:
+            options["sleep"] = self.sleep
+        return tenacity.Retrying(**options)
 
     def async_attempts(self, deadline: Deadline | None = None) -> Any:
         """`attempts` for a coroutine (`async for`): a `tenacity.AsyncRetrying`, whose pauses do not block."""
         import tenacity
 
-        return tenacity.AsyncRetrying(**self._options(deadline))
+        options = self._options(deadline)
+        if self.sleep is not None:
+            sleep = self.sleep
+
+            async def pause(seconds: float) -> None:
+                waited = sleep(seconds)
+                if waited is not None:
+                    await waited
+
+            options["sleep"] = pause
+        return tenacity.AsyncRetrying(**options)
+
+
+def checked_api_key(key: str | None, source: str) -> str | None:
+    """`key` as given, unless no HTTP header can carry it as a bearer token: an InputError naming `source` (where
+    the key came from, e.g. "$OPENAI_API_KEY") and what is wrong, never the key itself. None and "" pass (no key).
+
+    Args:
+        key: The API key, or None.
+        source: Where it came from, for the message: an argument (`api_key=`) or an environment variable.
+
+    Returns:
+        The key, unchanged.
+
+    Raises:
+        InputError: The key has whitespace (a trailing newline from a file, say), a control character or a
+            non-ASCII character.
+    """
+    problem = _header_problem(key or "", spaces=False)
+    if problem:
+        raise InputError(f"the API key from {source} has {problem}, which an HTTP header cannot carry "
+                         f"(the key is not shown); set it to the key alone")
+    return key
+
+
+def checked_headers(headers: dict[str, str], source: str) -> dict[str, str]:
+    """`headers` as given, unless a value has a control or non-ASCII character (spaces inside are fine): an
+    InputError naming `source` and the header, never its value (it may hold a key).
+
+    Args:
+        headers: Header names to values.
+        source: Where they came from, for the message (e.g. "headers=").
+
+    Returns:
+        The headers, unchanged.
+
+    Raises:
+        InputError: A value no HTTP header can carry.
+    """
+    for name, value in headers.items():
+        problem = _header_problem(value, spaces=True)
+        if problem:
+            raise InputError(f"header {name!r} of {source} has {problem}, which an HTTP header cannot carry "
+                             f"(the value is not shown)")
+    return headers
+
+
+def _header_problem(value: str, spaces: bool) -> str | None:
+    """What in `value` an HTTP header cannot carry (whitespace too, unless `spaces`; spaces inside only), or None."""
+    for position, char in enumerate(value, 1):
+        inside = 1 < position < len(value)
+        if char.isspace() and not (spaces and char == " " and inside):
+            what = "whitespace (a newline or a space)"
+        elif unicodedata.category(char).startswith("C"):
+            what = "a control character"
+        elif not char.isascii():
+            what = "a non-ASCII character"
+        else:
+            continue
+        return what + (" at its end" if position == len(value) else " at its start" if position == 1
+                       else " inside it")
+    return None
+
+
+def redacted(text: str, secrets: Any) -> str:
+    """`text` with each of `secrets` replaced by "***", as it is or as a message quotes it (stripped, or escaped
+    as in a str or bytes repr), so an error message that quotes a request header never shows a key; None and
+    secrets under 4 characters (no key, and replacing them would garble the text) are left.
+
+    Args:
+        text: The message.
+        secrets: The strings to hide.
+
+    Returns:
+        The message without them.
+    """
+    forms = {form for secret in secrets if secret
+             for form in (secret, secret.strip(), repr(secret)[1:-1], repr(secret.encode("utf-8"))[2:-1])}
+    for form in sorted(forms, key=len, reverse=True):  # the longest first: a shorter form may be part of it
+        if len(form) >= 4:
+            text = text.replace(form, "***")
+    return text
 
 
 def httpx_module() -> Any:
@@ -138,8 +242,9 @@ async def post_json(client: Any, url: str, payload: Any, headers: dict[str, str]
         resp = await asyncio.wait_for(client.post(url, json=payload, headers=headers, timeout=timeout), timeout)
     except (httpx.TimeoutException, asyncio.TimeoutError):
         raise Retryable(f"timed out after {timeout:.3g}s") from None
-    except httpx.TransportError as err:
-        raise Retryable(f"connection error: {type(err).__name__}: {err}") from None
+    except httpx.TransportError as err:  # its text may quote a header: no secret header's value shown
+        secrets = [v for k, v in headers.items() if SECRET_HEADER.search(k)]
+        raise Retryable(redacted(f"connection error: {type(err).__name__}: {err}", secrets)) from None
     if resp.status_code != 200:
         raise status_failure(resp.status_code, resp.text)
     check_content_type(url, resp.headers.get("content-type"), "application/json")

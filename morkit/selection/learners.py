@@ -15,8 +15,6 @@ from morkit.selection.forest import Forest, ForestError
 from morkit.runtime.threads import one_blas_thread
 
 
-
-
 @dataclass(frozen=True)
 class ConditionalLogit:
     """P(candidate) = softmax over the query's candidates of w . x; w maximises the probability mass on the

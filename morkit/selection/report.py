@@ -4,12 +4,15 @@ the fragment to `write_report(sections=...)`; selection_section.html.j2 lays it 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from morkit.data.html import Table, fmt, hbars, image, plot_style, render, table
+from morkit.data.html import Table, fmt, fragment, hbars, image, plot_style, table
 from morkit.question_pool.pool import QuestionPool
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 TOP_FEATURES = 20
 LEARNED, CHOSEN, OTHER, REFERENCE = "#a9c6ee", "#1f5fbf", "#e39b3b", "#9a9a9a"
@@ -210,9 +213,9 @@ def _merged_domains(fits: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str,
     return out
 
 
-def selection_section(pool: QuestionPool, k: int = 100) -> str:
-    """The HTML fragment of the pool report's "Selection" section (see the module docstring); `k` is the
-    neighbours per question for the PRES leave-one-out estimates."""
+def selection_section(pool: QuestionPool, k: int = 100) -> Markup:
+    """The HTML fragment (a `markupsafe.Markup`) of the pool report's "Selection" section (see the module
+    docstring); `k` is the neighbours per question for the PRES leave-one-out estimates."""
     from morkit.selection.learned import MIN_MIXED
     from morkit.selection.learned_method import stored_fits
 
@@ -235,4 +238,4 @@ def selection_section(pool: QuestionPool, k: int = 100) -> str:
                 why = ("No learned selector is stored with this pool; selection fits one when it first runs "
                        "(pools built or extended with the morkit pool commands store it).")
             context = {"why": why, "stored": None, "learned": None, "accuracy": _accuracy(pool, k)}
-    return render("selection_section.html.j2", **context)
+    return fragment("selection_section.html.j2", **context)

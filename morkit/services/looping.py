@@ -50,8 +50,8 @@ def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str 
         verifier: A name in VERIFIERS; None is `mor` with a pool, else `llm`.
         options: What every loop shares: the budget, the seed, the solvers' token limit, `--set` settings.
         config: The loop's own config (TMASConfig, StreamMAConfig, ATLASConfig), used as written, with the seed,
-            token limit and settings of `options` laid over; None: the config's defaults (the solver's token
-            limit from its agent).
+            token limit and settings of `options` laid over; None: the config's defaults. A TMAS or StreamMA
+            `max_tokens` left None is the solver agent's.
         selection: How each query's ensemble is chosen (with a pool).
         scoring: How the member RMs run; `progress` also shows the loop's progress bar.
 

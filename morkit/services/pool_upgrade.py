@@ -1,60 +1,64 @@
-"""`morkit pool upgrade`: a pool an older morkit wrote (format 1 or 2, its questions in questions.jsonl) rewritten in
-place in the format this morkit reads (question_pool.store.FORMAT_COLUMNAR). The one reader of those formats."""
+"""`morkit pool upgrade`: a pool an older morkit wrote rewritten in place in the format this morkit reads
+(question_pool.store.FORMAT_COLUMNAR): formats 1 and 2 (questions in questions.jsonl) in columns, and the header
+slots nothing reads now (store.RETIRED_KEYS) dropped. The one reader of those formats and slots."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from morkit.core.errors import InputError
 from morkit.data import staging
 from morkit.data.jsonl import read_jsonl
-from morkit.question_pool.lock import pool_lock
+from morkit.question_pool.lock import canonical, pool_lock
 from morkit.question_pool.pool import QuestionPool, load_pool
 from morkit.question_pool.rows import PoolQuestion
-from morkit.question_pool.spill import save_array
-from morkit.question_pool.store import ARRAYS, FORMAT_COLUMNAR, UPGRADABLE_FORMATS, read_header
-from morkit.question_pool.table import QuestionTable
-
-RETIRED_KEYS = ("stacker",)
-"""Header slots of older pools that nothing reads now (the stacker's fit, from when it was the default method):
-the upgrade drops them."""
+from morkit.question_pool.store import (
+    ARRAYS,
+    FORMAT_COLUMNAR,
+    RETIRED_KEYS,
+    UPGRADABLE_FORMATS,
+    read_header,
+    write_staged,
+)
+from morkit.question_pool.table import TABLE_ARRAYS, QuestionTable
 
 
 @dataclass(frozen=True)
 class Upgrade:
-    """What `upgrade_pool` found and left: the pool's format before and after (equal: nothing was done)."""
+    """What `upgrade_pool` found and did: the pool's format before and after, and the retired header slots it
+    dropped (formats equal and none dropped: nothing was done)."""
 
     path: str
     found: int
     format: int
+    removed: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
         """Whether the pool was rewritten."""
-        return self.found != self.format
+        return self.found != self.format or bool(self.removed)
 
 
 def upgrade_pool(path: str | os.PathLike) -> Upgrade:
-    """Rewrite the pool at `path` from format 1 or 2 in format 3, in place; a format-3 pool is left as it is.
-
-    Under the pool's lock the new directory is written beside it (arrays and index hard-linked where possible),
-    opened and checked like any pool, then swapped in: a failure leaves the old pool as it was (docs/pools.md).
+    """Rewrite the pool at `path` in place in format 3 without retired header slots (docs/pools.md): staged
+    beside it under its lock, checked like any pool, then swapped in, so a failure leaves the old pool as it was.
 
     Args:
         path: The pool directory.
 
     Returns:
-        The format found and the format now on disk.
+        The format found and the format now on disk, and the retired slots dropped.
 
     Raises:
-        InputError: No pool at `path`, a format this morkit cannot upgrade, or a file of the old pool missing or
-            malformed (the error names it); or another writer held the pool's lock past LOCK_TIMEOUT_S.
+        InputError: No pool at `path`, a format this morkit cannot upgrade, a file of the old pool missing or
+            malformed (the error names it), the new directory could not be written or swapped in (disk full, a
+            read-only folder: the error names the pool, left as it was); or another writer held the pool's lock
+            past LOCK_TIMEOUT_S.
     """
-    root = Path(path)
+    root = canonical(path)  # "." has no name to put a directory beside
     with pool_lock(root):
         staging.recover(root)
         if not root.is_dir():
@@ -63,22 +67,54 @@ def upgrade_pool(path: str | os.PathLike) -> Upgrade:
             raise InputError("not a pool directory (no pool.json)", path=str(root))
         header = read_header(root / "pool.json")
         found = header.get("format_version")
-        if found == FORMAT_COLUMNAR:
+        removed = tuple(key for key in RETIRED_KEYS if key in header)
+        if found == FORMAT_COLUMNAR and not removed:
             return Upgrade(str(root), found, found)
-        if found not in UPGRADABLE_FORMATS:
+        if found != FORMAT_COLUMNAR and found not in UPGRADABLE_FORMATS:
             known = " and ".join(map(str, UPGRADABLE_FORMATS))
             raise InputError(f"pool format version {found!r}; `morkit pool upgrade` rewrites formats {known}: "
                              "rebuild the pool", path=str(root / "pool.json"))
-        questions = _questions_jsonl(root / "questions.jsonl")
-        staged = staging.make_temp(root, directory=True)
+        kept = {k: v for k, v in header.items() if k not in RETIRED_KEYS}
+        shapes = header.get("shapes")
+        if not isinstance(shapes, dict):
+            raise InputError("malformed key 'shapes': expected the shape of every array", path=str(root / "pool.json"))
+        arrays: dict[str, Any] = {name: root / f"{name}.npy" for name in ARRAYS if name in shapes}
+        if not (root / "index.faiss").is_file():
+            raise InputError("missing FAISS index", path=str(root / "index.faiss"))
+        if found == FORMAT_COLUMNAR:
+            arrays.update({name: root / f"{name}.npy" for name in TABLE_ARRAYS})
+            domains, questions = _domains(header, root), None
+        else:
+            questions = _questions_jsonl(root / "questions.jsonl")
+            _check_rows(root, questions, shapes)
+            table = QuestionTable.of(questions)
+            arrays.update(table.arrays())
+            domains = table.domain_names
         try:
-            _write(root, staged, header, questions)
-            _check_counts(root, questions, _opened(root, staged))
-            os.chmod(staged, 0o755)
-            staging.swap_in(staged, root)
-        finally:
-            staging.remove(staged)
-    return Upgrade(str(root), found, FORMAT_COLUMNAR)
+            write_staged(root, kept, arrays, root / "index.faiss", domains=domains,
+                         check=lambda staged: _check_counts(root, questions, _opened(root, staged)))
+        except OSError as exc:
+            raise InputError(f"could not write the upgraded pool ({exc.strerror or exc}); the old pool is unchanged",
+                             path=str(root)) from exc
+    return Upgrade(str(root), found, FORMAT_COLUMNAR, removed)
+
+
+def _domains(header: Mapping[str, Any], root: Path) -> list[str]:
+    """A format-3 header's domain names, as they are (a list of strings, else an error naming pool.json)."""
+    domains = header.get("question_domains")
+    if not (isinstance(domains, list) and all(isinstance(d, str) for d in domains)):
+        raise InputError("malformed key 'question_domains': expected a list of domain names",
+                         path=str(root / "pool.json"))
+    return domains
+
+
+def _check_rows(root: Path, questions: tuple[PoolQuestion, ...], shapes: Mapping[str, Any]) -> None:
+    """As many questions as the arrays have rows (pool.json's shape of scores), else an error naming
+    questions.jsonl."""
+    rows = shapes.get("scores")
+    if isinstance(rows, list) and rows and isinstance(rows[0], int) and rows[0] != len(questions):
+        raise InputError(f"{len(questions)} questions; pool.json says the arrays hold {rows[0]}",
+                         path=str(root / "questions.jsonl"))
 
 
 def _questions_jsonl(path: Path) -> tuple[PoolQuestion, ...]:
@@ -101,31 +137,6 @@ def _questions_jsonl(path: Path) -> tuple[PoolQuestion, ...]:
     return tuple(out)
 
 
-def _write(root: Path, staged: Path, header: dict, questions: tuple[PoolQuestion, ...]) -> None:
-    """The format-3 directory in `staged`: the old arrays and index as they are, the question columns, pool.json
-    with the columns' shapes and domain names, the retired slots left out."""
-    for name in [f"{a}.npy" for a in ARRAYS] + ["index.faiss"]:
-        if (root / name).is_file():
-            _link_or_copy(root / name, staged / name)
-    table = QuestionTable.of(questions)
-    columns = table.arrays()
-    for name, array in columns.items():
-        save_array(staged / f"{name}.npy", array)
-    shapes = header.get("shapes")
-    new = {k: v for k, v in header.items() if k not in RETIRED_KEYS}
-    new.update(format_version=FORMAT_COLUMNAR, question_domains=list(table.domain_names),
-               shapes={**shapes, **{n: list(a.shape) for n, a in columns.items()}} if isinstance(shapes, dict)
-               else shapes)
-    (staged / "pool.json").write_text(json.dumps(new, indent=1) + "\n", encoding="utf-8")
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)  # the old directory is removed after the swap: the file lives on in the new one
-    except OSError:
-        shutil.copy2(source, target)
-
-
 def _opened(root: Path, staged: Path) -> QuestionPool:
     """The staged pool opened with every check of a format-3 pool; an error names the old pool's file."""
     try:
@@ -140,8 +151,11 @@ def _opened(root: Path, staged: Path) -> QuestionPool:
         raise InputError(message, path=str(old), line=exc.line) from None
 
 
-def _check_counts(root: Path, questions: tuple[PoolQuestion, ...], pool: QuestionPool) -> None:
-    """Each question's number of candidates as questions.jsonl states it, against valid.npy's."""
+def _check_counts(root: Path, questions: tuple[PoolQuestion, ...] | None, pool: QuestionPool) -> None:
+    """Each question's number of candidates as questions.jsonl states it, against valid.npy's (None: format 3,
+    nothing to compare)."""
+    if questions is None:
+        return
     counts = pool.valid.sum(axis=1)
     for q, count in zip(questions, counts):
         if q.n_candidates != count:

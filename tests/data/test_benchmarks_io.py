@@ -199,6 +199,11 @@ def test_code_tests_cache_context_holds_the_test_code_and_the_stdio_tests():
     both = Query("c", "add", (), tests="assert add(1, 2) == 3", extra={"stdio_tests": [{"input": "1", "output": "2"}]})
     assert rm.cache_context(both) != rm.cache_context(code_only) == rm.cache_context(Query("d", "add", (),
                                                                                            tests=code_only.tests))
+    assert json.loads(rm.cache_context(both)) == {"question": "add", "tests": code_only.tests, "entry_point": None,
+                                                  "stdio_tests": [{"input": "1", "output": "2"}]}
+    for other in (Query("c", "add two numbers", (), tests=code_only.tests),
+                  Query("c", "add", (), tests=code_only.tests, extra={"entry_point": "add"})):
+        assert rm.cache_context(other) != rm.cache_context(code_only)  # the question text, the entry point
     assert rm.cache_key == "code-tests@5"  # the tests run as __main__ and pass only with a check run
     for bad in ([], [{"input": 1, "output": "2"}], "1 -> 2", [{"input": "1"}]):
         with pytest.raises(InputError, match="'c': 'stdio_tests' must be"):

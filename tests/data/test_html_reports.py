@@ -184,3 +184,16 @@ def test_importing_the_reports_loads_no_template_engine():
             "print(any(m.split('.')[0] in ('jinja2', 'matplotlib') for m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_section_is_html_only_when_a_template_rendered_it(tmp_path, monkeypatch, fixed_estimates):
+    from markupsafe import Markup
+
+    pool = _pool(learned=_fit(["rm_a", EVIL_RM, "rm_c"]))
+    section = selection_report.selection_section(pool, k=10)
+    assert isinstance(section, Markup) and "<h2>" in section
+    raw = "<h2>raw</h2><script>alert(2)</script>"
+    page = _pool_page(tmp_path, monkeypatch, pool, [section, raw]).read_text(encoding="utf-8")
+    assert str(section) in page  # the selection section as HTML, tags and all
+    assert "<script>alert(2)" not in page and "<h2>raw</h2>" not in page  # a plain string: its text, escaped
+    assert "&lt;h2&gt;raw&lt;/h2&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in page

@@ -92,6 +92,50 @@ def test_env_defaults(server, monkeypatch):
     assert server.auth[-1] == "Bearer env-key"
 
 
+
+@pytest.mark.parametrize("key", ["sk-SECRET\n", " sk-SECRET", "sk-SEC RET", "sk-SECRET\x7f", "sk-SECRÉT"])
+def test_a_key_no_header_can_carry_is_refused_without_showing_it(monkeypatch, key):
+    from morkit.core.errors import InputError
+    from morkit.llm.agents import AgentSpec
+    from morkit.llm.openai_compat import from_agent_spec
+
+    with pytest.raises(InputError, match=r"^the API key from api_key= has ") as given:
+        OpenAIChatLLM("m", "http://127.0.0.1:9/v1", key)
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with pytest.raises(InputError, match=r"^the API key from \$OPENAI_API_KEY has ") as from_env:
+        OpenAIChatLLM("m", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TEAM_KEY", key)
+    with pytest.raises(InputError, match=r"^the API key from \$TEAM_KEY \(agent 'solver'") as from_spec:
+        from_agent_spec(AgentSpec("solver", backend="openai", model="m", api_key_env="TEAM_KEY"))
+    for err in (given, from_env, from_spec):
+        assert "SEC" not in str(err.value) and "not shown" in str(err.value)
+
+
+def test_a_key_quoted_in_a_failure_is_not_shown(server):
+    llm = make_llm(server.v1, retries=0)
+    llm.api_key = "sk-SECRET\n"  # past the constructor's check: the failure's text must still hide it
+    failure = llm.chat_partial([user("leaky")])[0]
+    assert isinstance(failure, ConversationError) and "SECRET" not in failure.reason
+    assert "connection error" in failure.reason and "***" in failure.reason
+
+
+def test_a_2xx_reply_other_than_200_is_a_failure(server):
+    class Created(FakeServer):
+        def chat(self, req):  # the right body, with status 201
+            return (201, *super().chat(req)[1:])
+
+    created = Created()
+    try:
+        llm = make_llm(created.v1)
+        out = llm.chat_partial([user("made")])[0]
+        assert isinstance(out, ConversationError) and out.attempts == 1 and out.reason.startswith("HTTP 201: ")
+        with pytest.raises(LLMError, match=r"stream: HTTP 201: "):
+            list(llm.stream(user("made")))
+        assert created.requests == 2  # neither retried
+    finally:
+        created.close()
+
+
 def test_no_connection_until_called(server):
     before = server.requests
     llm = make_llm(server.v1)

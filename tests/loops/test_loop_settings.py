@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 
 from morkit.core.errors import InputError
 from morkit.loops.registry import LoopOptions, LoopSetup, tmas
-from morkit.loops.settings import configure, parse_setting, unescape
+from morkit.loops.settings import LoopFlag, configure, parse_setting, unescape
 from morkit.loops.tmas.loop import TMASConfig
 
 
@@ -63,7 +66,7 @@ def test_a_given_config_is_used_as_written_under_the_shared_options():
     given = tmas(setup(LoopOptions(seed=3, gen_tokens=40), config=TMASConfig(iterations=2, seed=9))).config
     assert (given.iterations, given.seed, given.max_tokens) == (2, 3, 40)
     assert len(streamma(setup(LoopOptions(), config=StreamMAConfig(agents=2))).llms) == 2
-    with pytest.raises(InputError, match="this loop's config is a ATLASConfig, not a TMASConfig"):
+    with pytest.raises(InputError, match="this loop's config class is ATLASConfig, not TMASConfig"):
         atlas(setup(LoopOptions(), config=TMASConfig()))
 
 
@@ -138,7 +141,88 @@ def test_each_loop_takes_its_own_flags(capsys):
 def test_run_loop_checks_the_config_before_any_work():
     import morkit
 
-    with pytest.raises(InputError, match="loop streamma: this loop's config is a StreamMAConfig, not a TMASConfig"):
+    with pytest.raises(InputError, match="loop streamma: this loop's config class is StreamMAConfig, not TMASConfig"):
         morkit.run_loop("streamma", [], config=TMASConfig())
     with pytest.raises(InputError, match="loop streamma: StreamMAConfig has no setting 'iterations'"):
         morkit.run_loop("streamma", [], options=LoopOptions(settings=(("iterations", "3"),)))
+
+
+def test_a_given_config_keeps_the_agents_token_limit_unless_it_sets_one():
+    from morkit.loops.registry import loop_critic, streamma
+    from morkit.loops.streamma.config import StreamMAConfig
+
+    # max_tokens None is "the solver agent's" (77), whether or not a config is given; --gen-tokens overrides it
+    assert tmas(setup(LoopOptions(), config=TMASConfig(iterations=3))).config.max_tokens == 77
+    assert streamma(setup(LoopOptions(), config=StreamMAConfig(agents=2))).config.max_tokens == 77
+    assert tmas(setup(LoopOptions(gen_tokens=40), config=TMASConfig(iterations=3))).config.max_tokens == 40
+    assert streamma(setup(LoopOptions(gen_tokens=40), config=StreamMAConfig(agents=2))).config.max_tokens == 40
+    assert tmas(setup(LoopOptions(), config=TMASConfig(max_tokens=50))).config.max_tokens == 50
+    agents = setup(LoopOptions()).agents
+    critic = loop_critic("tmas", agents, Pool(), LoopOptions(), TMASConfig(iterations=3))
+    assert critic.params.max_tokens == 77  # the verification agent writes as many tokens as a solution
+
+
+def test_a_loop_built_in_python_without_a_token_limit_takes_512():
+    from morkit.loops.streamma.config import StreamMAConfig
+    from morkit.loops.streamma.loop import StreamMA
+    from morkit.loops.tmas.loop import TMAS
+
+    assert TMASConfig().max_tokens is None and StreamMAConfig().max_tokens is None
+    assert TMAS(object(), object(), TMASConfig()).config.max_tokens == 512
+    assert TMAS(object(), object(), TMASConfig(max_tokens=9)).config.max_tokens == 9
+    assert StreamMA(object(), config=StreamMAConfig(agents=2)).config.max_tokens == 512
+    with pytest.raises(InputError, match="max_tokens"):
+        TMASConfig(max_tokens=0)
+    with pytest.raises(InputError, match="max_tokens"):
+        StreamMAConfig(max_tokens=0)
+
+
+@dataclass(frozen=True)
+class Flagless:
+    """A loop config with no FLAGS and a field without a default."""
+
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Required:
+    """A loop config whose flag sets a field without a default."""
+
+    FLAGS: ClassVar[tuple[LoopFlag, ...]] = (LoopFlag("--rounds", "rounds", "rounds to run"),)
+    rounds: int
+
+
+def test_a_loop_config_without_flags_or_with_a_required_field_keeps_the_cli_whole(capsys):
+    from morkit.cli import main
+    from morkit.cli.main import build_parser
+    from morkit.loops.registry import LOOPS
+
+    LOOPS.register("flagless", lambda setup: None, "a config without flags", config=Flagless)
+    LOOPS.register("required", lambda setup: None, "a flag on a required field", config=Required)
+    try:
+        build_parser()
+        with pytest.raises(SystemExit) as exc:
+            main(["--help"])
+        assert exc.value.code == 0
+        for loop in ("flagless", "required"):
+            with pytest.raises(SystemExit) as exc:
+                main(["loop", loop, "--help"])
+            assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert "any field of Flagless" in out and "--rounds N" in out and "(default required)" in out
+        args = build_parser().parse_args(["loop", "flagless", "in.jsonl", "-o", "o", "--set", "rounds=2"])
+        assert (args.loop, args.set) == ("flagless", [("rounds", "2")])
+    finally:
+        LOOPS.unregister("flagless")
+        LOOPS.unregister("required")
+
+
+def test_a_loop_flag_before_the_loop_name_says_where_it_goes(capsys):
+    from morkit.cli import main
+
+    for argv, message in ((["--iterations", "3", "tmas"], "morkit loop tmas ... --iterations 3"),
+                          (["--set", "iterations=3", "tmas"], "morkit loop NAME ... --set iterations=3")):
+        with pytest.raises(SystemExit) as exc:
+            main(["loop", *argv, "in.jsonl", "-o", "o"])
+        assert exc.value.code == 2
+        assert f"a loop's flags come after its name: {message}" in capsys.readouterr().err

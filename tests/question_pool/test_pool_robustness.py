@@ -311,6 +311,7 @@ def test_a_file_system_without_locks_is_an_error_naming_the_lock_file(saved_pool
     with pytest.raises(InputError, match="cannot lock the pool's lock file") as caught:
         pool.save(saved_pool)
     assert caught.value.path == str(lock.lock_path(saved_pool)) and load_pool(saved_pool).questions == pool.questions
+    assert str(caught.value).endswith("(build it on a local disk, then move it)")
 
 
 # ---- 4. atomic replacement ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`morkit pool upgrade`: pools of formats 1 and 2 (questions.jsonl) open only once rewritten in format 3; their
 questions.jsonl is checked as the old reader checked it; a failure leaves the old pool as it was; a format-3 pool
-is left alone."""
+loses only the header slots nothing reads now, and one without them is left alone."""
 
 from __future__ import annotations
 
@@ -93,9 +93,83 @@ def test_a_failed_swap_leaves_the_old_pool_as_it_was(old_pool, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(staging, "swap_in", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError) as caught:
         upgrade_pool(old_pool)
+    assert str(caught.value) == (f"{old_pool}: could not write the upgraded pool (No space left on device); the "
+                                 "old pool is unchanged")
     assert _contents(old_pool) == before and _listing(old_pool.parent) == ["pool"]
+
+
+def test_a_write_that_fails_is_a_one_line_error_naming_the_pool_not_an_internal_one(old_pool, monkeypatch, capsys):
+    from morkit.question_pool import store
+
+    before = _contents(old_pool)
+
+    def full(path, array):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "save_array", full)
+    assert main(["pool", "upgrade", str(old_pool)]) == 2
+    assert capsys.readouterr().err == (f"morkit: error: {old_pool}: could not write the upgraded pool (No space left "
+                                       "on device); the old pool is unchanged\n")
+    assert _contents(old_pool) == before and _listing(old_pool.parent) == ["pool"]
+
+
+def test_the_pool_given_as_the_current_directory_is_upgraded(old_pool, monkeypatch, capsys):
+    monkeypatch.chdir(old_pool)
+    assert main(["pool", "upgrade", "."]) == 0
+    assert capsys.readouterr().err == "pool .: rewritten from format 1 in format 3\n"
+    monkeypatch.chdir(old_pool.parent)
+    assert load_pool(old_pool).questions == build_pool(_queries(), HashEmbedder()).questions
+    assert _listing(old_pool.parent) == ["pool"] and not (old_pool / "questions.jsonl").exists()
+
+
+def test_the_hint_quotes_a_path_the_shell_would_split(tmp_path, capsys):
+    import shlex
+
+    build_pool(_queries(), HashEmbedder()).save(tmp_path / "my pools" / "p")
+    pool = to_legacy(tmp_path / "my pools" / "p")
+    assert main(["pool", "info", str(pool)]) == 2
+    assert capsys.readouterr().err.endswith(f"run morkit pool upgrade {shlex.quote(str(pool))}\n")
+    assert shlex.quote(str(pool)) != str(pool)
+
+
+def test_fewer_questions_than_array_rows_names_questions_jsonl(old_pool):
+    lines = (old_pool / "questions.jsonl").read_text().splitlines(keepends=True)
+    (old_pool / "questions.jsonl").write_text("".join(lines[:-1]))
+    before = _contents(old_pool)
+    with pytest.raises(InputError) as caught:
+        upgrade_pool(old_pool)
+    assert str(caught.value) == f"{old_pool / 'questions.jsonl'}: 3 questions; pool.json says the arrays hold 4"
+    assert _contents(old_pool) == before
+
+
+def test_a_retired_slot_of_a_format_3_pool_is_dropped_by_the_upgrade_only(tmp_path, capsys):
+    pool = tmp_path / "pool"
+    build_pool(_queries(), HashEmbedder()).save(pool)
+    header = json.loads((pool / "pool.json").read_text())
+    (pool / "pool.json").write_text(json.dumps({**header, "stacker": {"members": ["a"], "weights": [1.0]}}))
+    with pytest.raises(InputError) as caught:
+        load_pool(pool)
+    assert str(caught.value) == (f"{pool}: pool.json keeps the retired slot 'stacker' of an older morkit: run "
+                                 f"morkit pool upgrade {pool}")
+    arrays = {p.name: p.read_bytes() for p in pool.iterdir() if p.name != "pool.json"}
+    assert main(["pool", "upgrade", str(pool)]) == 0
+    assert capsys.readouterr().err == f"pool {pool}: format 3; removed the retired slot stacker from pool.json\n"
+    assert {p.name: p.read_bytes() for p in pool.iterdir() if p.name != "pool.json"} == arrays
+    assert json.loads((pool / "pool.json").read_text()) == {**header, "format_version": 3}
+    assert "stacker" not in load_pool(pool).meta and _listing(tmp_path) == ["pool"]
+    assert main(["pool", "upgrade", str(pool)]) == 0
+    assert capsys.readouterr().err == f"pool {pool}: already format 3; nothing to do\n"
+
+
+def test_an_older_format_loses_its_retired_slot_with_its_questions_jsonl(old_pool, capsys):
+    header = json.loads((old_pool / "pool.json").read_text())
+    (old_pool / "pool.json").write_text(json.dumps({**header, "stacker": {"weights": [1.0]}}))
+    assert main(["pool", "upgrade", str(old_pool)]) == 0
+    assert capsys.readouterr().err == (f"pool {old_pool}: rewritten from format 1 in format 3; removed the retired "
+                                       "slot stacker\n")
+    assert "stacker" not in json.loads((old_pool / "pool.json").read_text())
 
 
 def test_a_damaged_array_of_an_old_pool_names_the_old_pools_file(old_pool):

@@ -112,6 +112,25 @@ def test_a_path_that_cannot_hold_the_cache_is_an_input_error(tmp_path):
         assert cache.get_many("rm", [("q", "a")]) == [Score(0.5)]
 
 
+def test_a_cache_of_an_older_morkit_says_to_delete_it_or_pass_another(tmp_path):
+    import sqlite3
+
+    from morkit.core.errors import InputError
+
+    path = tmp_path / "scores.sqlite"
+    with sqlite3.connect(path) as db:  # the columns before scores kept their truncation
+        db.execute("CREATE TABLE scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER, "
+                   "PRIMARY KEY (rm, q, a))")
+    db.close()
+    with pytest.raises(InputError) as err:
+        ScoreCache(path)
+    assert str(err.value) == (f"{path}: written by an older morkit (no fit column): delete it or pass "
+                              "--cache PATH")
+    with sqlite3.connect(path) as db:  # left as it was
+        assert [row[1] for row in db.execute("PRAGMA table_info(scores)")][-1] == "truncated"
+    db.close()
+
+
 def test_a_corrupt_sqlite_file_is_an_input_error(tmp_path):
     from morkit.core.errors import InputError
 

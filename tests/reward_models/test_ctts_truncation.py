@@ -63,7 +63,8 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
     (org / "Skywork-Reward-V2-Llama-3.1-8B-40M").symlink_to(checkpoints[SKYWORK_V2]["root"])
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
     for options in (ScoringOptions(device="cpu"), ScoringOptions(device="cpu", max_tokens=64, truncation="left")):
-        assert truncation_of(SKYWORK_V2, options).signature == resolve_rm(SKYWORK_V2, options).load().truncation.signature
+        assert (truncation_of(SKYWORK_V2, options).signature
+                == resolve_rm(SKYWORK_V2, options).load().truncation.signature)
     assert truncation_of(SKYWORK_V2, ScoringOptions()).signature == "middle@window"
     # vLLM: the engine's length bounds every pair; the rm is built as VLLMEngineHandle.load builds it
     options = ScoringOptions.from_flags(backend="vllm", max_model_len=256)

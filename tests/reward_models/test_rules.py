@@ -61,6 +61,23 @@ def test_code_tests_needs_tests():
         CodeTests().score([("q", "def f(): pass")])
 
 
+def test_code_tests_cache_context_is_what_decides_a_score_and_nothing_else():
+    from dataclasses import replace
+
+    rm = CodeTests()
+    tests = "assert add(2, 3) == 5"
+    q = _query(["def add(a, b):\n    return a + b"], tests=tests)
+    assert json.loads(rm.cache_context(q)) == {"question": q.question, "tests": tests, "stdio_tests": None,
+                                               "entry_point": None}
+    named = replace(q, extra={**q.extra, "entry_point": "add"})
+    assert json.loads(rm.cache_context(named))["entry_point"] == "add"
+    changed = [replace(q, question=q.question + " (again)"), named, replace(named, extra={"entry_point": "sub"}),
+               replace(q, tests=tests + "\nassert add(0, 0) == 0")]
+    contexts = [rm.cache_context(q)] + [rm.cache_context(c) for c in changed]
+    assert len(set(contexts)) == len(contexts)  # each change is a cache miss
+    assert rm.cache_context(replace(q, id="another id")) == rm.cache_context(q)  # the id decides nothing
+
+
 @pytest.mark.slow
 def test_code_tests_small_query():
     tests = "assert add(2, 3) == 5"

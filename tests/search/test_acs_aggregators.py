@@ -157,7 +157,8 @@ def test_pipeline_config_sets_the_aggregator_and_grading(tmp_path):
     config = tmp_path / "run.toml"
     body = '[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\n'
     config.write_text(body)
-    assert load_pipeline_config(config).search_options == SearchOptions(strict_grading=True)  # the pipeline grades strictly
+    # the pipeline grades strictly
+    assert load_pipeline_config(config).search_options == SearchOptions(strict_grading=True)
     config.write_text('aggregator = "vote"\nstrict_grading = false\n' + body)
     options = load_pipeline_config(config).search_options
     assert options.aggregator == "vote" and options.strict_grading is False

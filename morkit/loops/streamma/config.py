@@ -12,6 +12,8 @@ from morkit.core.errors import InputError
 from morkit.loops.settings import LoopFlag
 
 PROTOCOLS = ("single", "serial", "stream")
+PYTHON_MAX_TOKENS = 512
+"""New tokens of a whole response of a StreamMA built in Python whose config leaves `max_tokens` None."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,10 @@ class StreamMAConfig:
     another (state.latency.parallel_answer_s: the slowest one), each with seed + r."""
     queue_size: int = 4
     """Steps an edge holds before its sender waits (back-pressure; an engineering bound, not in the paper)."""
-    max_tokens: int = 512
-    """New tokens of a whole response: the solver's stream, and a serial agent's single reply."""
+    max_tokens: int | None = None
+    """New tokens of a whole response: the solver's stream, and a serial agent's single reply; None: the first
+    agent's max_tokens under `run_loop` and `morkit loop` (`--gen-tokens` sets it), `PYTHON_MAX_TOKENS` (512) in
+    a StreamMA built in Python."""
     step_max_tokens: int = 192
     """New tokens of one stream turn of a downstream agent (its verdict on one step, or its summary)."""
     temperature: float = 0.7
@@ -111,9 +115,10 @@ class StreamMAConfig:
         checks.one_of(self.summary, ("every", "final", "none"), "StreamMAConfig.summary")
         checks.one_of(self.step_split, ("line", "text"), "StreamMAConfig.step_split")
         checks.one_of(self.forward, ("reply", "step"), "StreamMAConfig.forward")
-        for name in ("agents", "max_steps", "queue_size", "max_tokens", "step_max_tokens", "votes"):
+        for name in ("agents", "max_steps", "queue_size", "step_max_tokens", "votes"):
             checks.positive_int(getattr(self, name), f"StreamMAConfig.{name}")
         checks.optional(checks.positive_int, self.steps, "StreamMAConfig.steps")
+        checks.optional(checks.positive_int, self.max_tokens, "StreamMAConfig.max_tokens")
         checks.non_negative(self.temperature, "StreamMAConfig.temperature")
         checks.optional(checks.non_negative, self.review_temperature, "StreamMAConfig.review_temperature")
         checks.optional(checks.positive, self.step_timeout_s, "StreamMAConfig.step_timeout_s")

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from morkit.core.errors import InputError
 from morkit.llm.base import LLM
 from morkit.loops.base import Budget, LoopResult, Spend, Trace, finish, metered_verifier
-from morkit.loops.streamma.config import PROTOCOLS, StreamMAConfig
+from morkit.loops.streamma.config import PROTOCOLS, PYTHON_MAX_TOKENS, StreamMAConfig
 from morkit.loops.streamma.cost import merge_reports
 from morkit.loops.streamma.graph import Topology, best_available
 from morkit.loops.streamma.run import AgentLog, PipelineRun, StepTimeout
@@ -38,7 +38,7 @@ class StreamMA:
         llms: One LLM for every agent, or a sequence of exactly `config.agents` LLMs.
         verifier: When given, scores the solutions of the topology's last agents and picks the best; None leaves
             the answer unscored.
-        config: Agents, protocol, step marking, review and sampling settings.
+        config: Agents, protocol, step marking, review and sampling settings (`max_tokens` None: 512).
         budget: Caps on calls, tokens and seconds per problem.
         topology: The agents' graph (a Topology, or agent -> downstream agents); None is a chain.
 
@@ -53,6 +53,8 @@ class StreamMA:
     topology: Topology | Mapping[int, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
+        if self.config.max_tokens is None:
+            object.__setattr__(self, "config", replace(self.config, max_tokens=PYTHON_MAX_TOKENS))
         graph = self.graph  # validates
         if graph.agents != self.config.agents:
             raise InputError(f"topology has {graph.agents} agents, config.agents is {self.config.agents}")

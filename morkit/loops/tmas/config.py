@@ -15,6 +15,8 @@ SeedMode = Literal["per_sample", "per_call", "none"]
 Selection = Literal["score", "vote"]
 RescoreContext = Literal["finalists", "all"]
 VerificationAgent = Literal["tmas", "critic"]
+PYTHON_MAX_TOKENS = 512
+"""New tokens per solution of a TMAS built in Python whose config leaves `max_tokens` None."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,9 @@ class TMASConfig:
     `none`: one batched call without a seed (not reproducible)."""
     parallel_calls: int = 8
     """Per-sample calls (and verification passes) in flight at once; 1 runs them one after another."""
-    max_tokens: int = 512
-    """New tokens per solution."""
+    max_tokens: int | None = None
+    """New tokens per solution; None: the solver agent's max_tokens under `run_loop` and `morkit loop`
+    (`--gen-tokens` sets it), `PYTHON_MAX_TOKENS` (512) in a TMAS built in Python."""
     temperature: float = 0.7
     """Solution sampling temperature. The paper's value could not be read (see the notes); morkit's default."""
     verify_temperature: float = 0.7
@@ -120,12 +123,12 @@ class TMASConfig:
     """Run the memory agents after the last round too (only useful to inspect the final banks)."""
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "solutions", "max_tokens", "agent_max_tokens", "parallel_calls"):
+        for name in ("iterations", "solutions", "agent_max_tokens", "parallel_calls"):
             checks.positive_int(getattr(self, name), f"TMASConfig.{name}")
         checks.non_negative_int(self.verifications, "TMASConfig.verifications")
         checks.non_negative_int(self.seed, "TMASConfig.seed")
         checks.non_negative_int(self.experience_min, "TMASConfig.experience_min")
-        for name in ("top_k", "experience_capacity", "guideline_prompt_chars", "excerpt_chars",
+        for name in ("max_tokens", "top_k", "experience_capacity", "guideline_prompt_chars", "excerpt_chars",
                      "verify_max_tokens"):
             checks.optional(checks.positive_int, getattr(self, name), f"TMASConfig.{name}")
         checks.probability(self.epsilon, "TMASConfig.epsilon")

@@ -25,7 +25,7 @@ from morkit.loops.tmas import prompts
 from morkit.loops.tmas.analysis import memory_input, no_summaries_reason, without_score_parts, writes_analysis
 from morkit.loops.tmas.banks import ExperienceBank, GuidelineBank
 from morkit.loops.tmas.choice import Choice, agree, best_of, finalists, ranked, rescored, voted
-from morkit.loops.tmas.config import TMASConfig
+from morkit.loops.tmas.config import PYTHON_MAX_TOKENS, TMASConfig
 from morkit.loops.tmas.curves import curve_point
 from morkit.loops.tmas.prompts import (
     EXPERIENCE_SYSTEM,
@@ -118,7 +118,7 @@ class TMAS:
     Args:
         llm: The LLM that writes the solutions and the memory agents' replies (summaries, experience, guidelines).
         verifier: Scores each round's solutions (`config.verifications` passes).
-        config: Loop sizes, sampling, memory, ablation switches and stop rules.
+        config: Loop sizes, sampling, memory, ablation switches and stop rules (`max_tokens` None: 512).
         budget: Caps on calls, tokens and seconds per problem.
 
     Raises:
@@ -131,6 +131,8 @@ class TMAS:
         if config.stop_score is not None and not scores_are_absolute(verifier):
             raise InputError(f"TMASConfig.stop_score needs a verifier whose scores compare across calls; "
                              f"{_name(verifier)}'s compare only within one call (use stop_on_agreement, or none)")
+        if config.max_tokens is None:
+            config = replace(config, max_tokens=PYTHON_MAX_TOKENS)
         self.llm, self.verifier, self.config, self.budget = llm, verifier, config, budget
 
     def run(self, problem: str, reference: str | None = None) -> LoopResult:

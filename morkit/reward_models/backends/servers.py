@@ -30,6 +30,7 @@ from morkit.runtime.http import (
     Retryable,
     RetryPolicy,
     by_index,
+    checked_headers,
     httpx_module,
     json_document,
     post_json,
@@ -119,7 +120,7 @@ class RemoteRewardModel:
         self.num_labels = num_labels if num_labels is not None else (2 if task == "step" else 1)
         self.step_token_id = step_token_id
         self.reduction = reduction
-        self.headers = headers or {}
+        self.headers = checked_headers(headers or {}, f"remote reward model {name!r}")
         self.finish = finish  # raw output -> Score, for RMs with their own output layout
         self.requests_sent = 0
         self._ssl: Any = None

@@ -1,6 +1,6 @@
 """The pipeline's config file (TOML): benchmarks and their splits, agents, pool RMs, scoring and search.
 
-`load_pipeline_config` checks what the file says, `check_config` what it names, before the first stage (docs/pipeline.md).
+`load_pipeline_config` checks what the file says, `check_config` what it names, before stage one (docs/pipeline.md).
 """
 
 from __future__ import annotations
