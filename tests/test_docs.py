@@ -256,13 +256,13 @@ def registries():
     """Every registry of the package (the public ones and the inner ones: graders, learners, backends, prompts)."""
     import morkit
     from morkit.question_pool.graders import GRADERS
-    from morkit.reward_models.handles import SCORING_BACKENDS
+    from morkit.reward_models.placement import PLACEMENTS
     from morkit.search.aggregate import AGGREGATOR_PROMPTS
     from morkit.selection.learners import LEARNERS
 
     return [morkit.REWARD_MODELS, morkit.SELECTION_METHODS, morkit.SEARCH_METHODS, morkit.LOOPS,
             morkit.LLM_BACKENDS, morkit.VERIFIERS, morkit.AGGREGATORS, morkit.DATASETS,
-            GRADERS, LEARNERS, SCORING_BACKENDS, AGGREGATOR_PROMPTS]
+            GRADERS, LEARNERS, PLACEMENTS, AGGREGATOR_PROMPTS]
 
 
 def quickstart_prints() -> list[str]:

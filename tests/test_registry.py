@@ -24,7 +24,7 @@ REGISTRIES = {
     "data set": "morkit.data.datasets:DATASETS",
     "data source": "morkit.data.sources:SOURCES",
     "aggregator prompt": "morkit.search.aggregate:AGGREGATOR_PROMPTS",
-    "scoring backend": "morkit.reward_models.handles:SCORING_BACKENDS",
+    "placement": "morkit.reward_models.placement:PLACEMENTS",
     "grader": "morkit.question_pool.graders:GRADERS",
 }
 VALUE_REGISTRIES = {  # registries of values rather than factories: name -> (registry, the type of each value)

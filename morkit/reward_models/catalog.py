@@ -1,5 +1,5 @@
 """The reward models morkit knows, in REWARD_MODELS: name -> factory, with an RMSpec saying what each is and needs.
-Listing and checking availability import no model code; `resolve_rm` places a model RM on a backend (handles).
+Listing and checking availability import no model code; `resolve_rm` gives an RM's handle where the options place it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from morkit.core.errors import MorkitError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.ctts import CTTS_BY_NAME, CTTS_MODELS
-from morkit.reward_models.handles import RMHandle, build, place
+from morkit.reward_models.handles import RMHandle, build
 from morkit.reward_models.handles import cache_key as _cache_key
 from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.placement import place
 from morkit.reward_models.spec import RMSpec
 from morkit.reward_models.weights import bf16_gib
 
@@ -158,12 +159,12 @@ def load_rm(rm: str, /, **options: Any) -> Any:
 
 
 def resolve_rm(name: str, options: ScoringOptions = ScoringOptions(), residency: Any = None) -> RMHandle:
-    """The one resolve step: registered RM `name`'s handle on the backend `options` place it on. Nothing loads
+    """The one resolve step: registered RM `name`'s handle on the placement `options` pick. Nothing loads
     yet; the handle knows the RM's kind, cache key, truncation and memory need (morkit.reward_models.handles).
 
     Args:
         name: A name registered in REWARD_MODELS.
-        options: The scoring options; `backend` (and the RM's spec) pick the backend, the rest shape loading.
+        options: The scoring options; `backend` (and the RM's spec) pick the placement, the rest shape loading.
         residency: The Residency that loads the model and decides what stays in memory (a ScoringSession shares
             one between its handles); None gives the handle its own, which keeps the model until `close`.
 

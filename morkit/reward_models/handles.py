@@ -1,20 +1,18 @@
-"""RM handles: a registered RM placed on one backend, knowing before it loads its kind, cache key, truncation and
-memory need; `load()` builds the scorer with that very truncation, so the cache's record cannot drift.
+"""RM handles: a registered RM on one placement (where it runs: morkit.reward_models.placement), knowing before it
+loads its kind, cache key, truncation and memory need; `load()` builds the scorer with that very truncation, so the cache's record cannot drift.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Sequence
 
-from morkit.core.errors import InputError, ScoreError, UnavailableError
-from morkit.core.registry import Entry, Registry
+from morkit.core.errors import InputError, UnavailableError
+from morkit.core.registry import Entry
 from morkit.reward_models.memory import MemoryNeed
 from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.residency import Residency
 from morkit.reward_models.spec import RMSpec
 from morkit.reward_models.truncation import Truncation
-
-log = logging.getLogger(__name__)
 
 
 def cache_key(name: str, spec: RMSpec) -> str:
@@ -50,7 +48,7 @@ def build(entry: Entry, **options: Any) -> Any:
 
 
 class RMHandle:
-    """A registered RM placed on one backend, before it loads. Subclasses say how it loads there.
+    """A registered RM on one placement, before it loads. Subclasses say how it loads there.
 
     `score(pairs)` loads it through its residency (by default its own: the model stays until `close`);
     a scoring session shares one Residency between its handles, so one model is in memory at a time."""
@@ -129,113 +127,3 @@ class PlainHandle(RMHandle):
         close = getattr(built, "close", None)
         if close is not None:
             close()
-
-
-class Residency:
-    """Which loaded models stay in memory: one at a time (a run), or every one (a server, `keep_all`)."""
-
-    def __init__(self, keep_all: bool = False):
-        self.keep_all = keep_all
-        self.loaded: dict[str, Any] = {}
-        self.loads: list[str] = []  # every model load, in order (what a run cost)
-
-    def hold(self, handle: RMHandle) -> Any:
-        """The loaded model of `handle`, loading it now (after releasing the one before, unless all are kept)."""
-        if handle.name in self.loaded:
-            return self.loaded[handle.name]
-        if not self.keep_all:
-            self.release_all()
-        model = load_checked(handle)
-        self.loaded[handle.name] = model
-        self.loads.append(handle.name)
-        return model
-
-    def let_go(self, handle: RMHandle) -> None:
-        """Close `handle`'s model, if loaded, and give its memory back."""
-        model = self.loaded.pop(handle.name, None)
-        if model is not None:
-            _release(model)
-            log.info("released reward model %s", handle.name)
-
-    def release_all(self) -> None:
-        for name in list(self.loaded):
-            _release(self.loaded.pop(name))
-            log.info("released reward model %s", name)
-
-
-def _release(model: Any) -> None:
-    """Close a loaded model and give its memory (host and device) back before going on."""
-    close = getattr(model, "close", None)
-    if close is not None:
-        close()
-    del model
-    from morkit.runtime.models import free_memory
-
-    free_memory()
-
-
-def load_checked(handle: RMHandle) -> Any:
-    """`handle`'s model, loaded after the fit check; refused (and released) when it would cut pairs under another
-    truncation than the one its scores are cached under. Every load goes through here: a session's, a lone
-    handle's, a Ray replica's."""
-    check_fits([handle])
-    log.info("loading reward model %s", handle.name)
-    model = handle.load()
-    made = getattr(model, "truncation", None)
-    if handle.truncation is not None and made is not None and made.signature != handle.truncation.signature:
-        _release(model)
-        raise ScoreError(f"reward model {handle.name!r} loaded cutting pairs under {made.signature}, but its "
-                         f"scores are cached under {handle.truncation.signature}")
-    return model
-
-
-SCORING_BACKENDS = Registry("scoring backend", [
-    Entry("python", PlainHandle, "plain code (rules, tables, clients given their model): built once, kept"),
-    Entry("transformers", "morkit.reward_models.backends.transformers:TransformersHandle",
-          "the RM's transformers implementation, in this process"),
-    Entry("vllm", "morkit.reward_models.backends.vllm_engine:VLLMEngineHandle",
-          "an offline vLLM engine started in this process, from the RM's EngineSpec"),
-    Entry("servers", "morkit.reward_models.backends.servers:ServerHandle",
-          "vLLM servers that serve the RM under its name, from its EngineSpec"),
-    Entry("ray", "morkit.reward_models.backends.ray:RayHandle",
-          "Ray Data actors, each loading one replica on the backend the options pick"),
-])
-
-
-def backend_of(name: str, spec: RMSpec, options: ScoringOptions) -> str:
-    """Where `options` place registered RM `name`: Ray when set, else its servers where any serve it, else the
-    chosen model backend; RMs that load no model run as plain code."""
-    if not spec.loads_model:
-        return "python"
-    if options.ray is not None:
-        return "ray"
-    return "servers" if options.servers.urls_for(name) else options.backend
-
-
-def place(entry: Entry, options: ScoringOptions, residency: Any = None) -> RMHandle:
-    """Registered RM `entry`'s handle on the backend `options` place it on (nothing loads yet)."""
-    return SCORING_BACKENDS.load(backend_of(entry.name, entry.spec, options))(entry, options, residency)
-
-
-def check_fits(handles: Sequence[RMHandle], beside: Mapping[str, MemoryNeed | None] | None = None,
-               options: ScoringOptions | None = None) -> None:
-    """Refuse (UnavailableError naming them) when these RMs cannot all be in memory at once on their devices:
-    their weights together plus the largest one's activations (one runs at a time). One RM before it loads,
-    or every RM a server keeps resident with the other models it keeps on the same device (`beside`: name ->
-    need, such as a server's embedder, None where unknown; on `options`' device when no RM places weights)."""
-    needs = {h.name: need for h in handles if h.options.check_fit and (need := h.memory_need()) is not None}
-    if options is None or options.check_fit:
-        needs.update({name: need for name, need in (beside or {}).items() if need is not None})
-    if not needs:
-        return
-    from morkit.reward_models import memory
-    from morkit.runtime.device import resolve_device
-
-    first = next((h for h in handles if h.name in needs), None)
-    if first is not None:
-        (device, dtype, _), backend = first.placement(), first.backend
-    else:  # the models beside alone (an embedder: float32, as sentence-transformers loads it)
-        device, dtype, backend = resolve_device((options or ScoringOptions()).device), "float32", "transformers"
-    total = MemoryNeed(sum(n.weights for n in needs.values()), max(n.activations for n in needs.values()),
-                       max(n.devices for n in needs.values()))
-    memory.check_fit(" + ".join(needs), total, device, dtype, backend=backend)

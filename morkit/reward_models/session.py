@@ -12,7 +12,8 @@ from morkit.core.types import Query
 from morkit.reward_models.cache import ScoreCache
 from morkit.reward_models.catalog import REWARD_MODELS, resolve_rm
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.handles import PlainHandle, Residency, RMHandle, check_fits
+from morkit.reward_models.handles import PlainHandle, RMHandle
+from morkit.reward_models.residency import Residency, check_fits
 from morkit.reward_models.rules.table import TableRewardModel, table_names
 from morkit.reward_models.scoring import fill_missing_scores, score_queries
 
@@ -104,7 +105,7 @@ class ScoringSession:
 
     def check_fit(self, names: Sequence[str], beside: Mapping[str, Any] | None = None) -> None:
         """Refuse (UnavailableError) when the RMs `names`, with the models `beside` them (name -> MemoryNeed, such
-        as a server's embedder), cannot all be in memory at once (handles.check_fits).
+        as a server's embedder), cannot all be in memory at once (residency.check_fits).
 
         Args:
             names: Registered RM names to check together.

@@ -23,7 +23,9 @@ from morkit.core.errors import (
 from morkit.core.types import Score
 from morkit.reward_models.options import RAY_ADDRESS, ScoringOptions
 from morkit.core.registry import Entry
-from morkit.reward_models.handles import RMHandle, load_checked, place
+from morkit.reward_models.handles import RMHandle
+from morkit.reward_models.placement import place
+from morkit.reward_models.residency import load_checked
 
 log = logging.getLogger(__name__)
 
