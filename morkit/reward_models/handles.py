@@ -1,5 +1,6 @@
 """RM handles: a registered RM on one placement (where it runs: morkit.reward_models.placement), knowing before it
-loads its kind, cache key, truncation and memory need; `load()` builds the scorer with that very truncation, so the cache's record cannot drift.
+loads its kind, cache key, truncation and memory need; `load()` builds the scorer with that very truncation, so the
+cache's record cannot drift.
 """
 
 from __future__ import annotations
