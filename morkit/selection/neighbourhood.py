@@ -15,10 +15,8 @@ from morkit.question_pool.index import id_filter, search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import mixed_questions
 from morkit.selection.base import Neighbours
+from morkit.selection.coverage import CHUNK  # pool rows read at a time: a memory-mapped pool is never read whole
 from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD, NEIGHBOURHOODS
-
-CHUNK = 65_536
-"""Pool rows read at a time when marking the valid questions (a memory-mapped pool is never read whole)."""
 
 _VALID: "weakref.WeakKeyDictionary[QuestionPool, tuple[np.ndarray, Any]]" = weakref.WeakKeyDictionary()
 
