@@ -5,7 +5,7 @@ Paths (all score the SmolLM2 ORM: SmolLM2-135M-Instruct's last-token state + its
   transformers         morkit's batched transformers core (length-sorted batches, padding capped)
   transformers+pfx     the same with question-prefix KV reuse
   transformers/nocap   the same batches without a padding cap (--uncapped: how it batched before the cap)
-  vllm                 morkit's vLLM backend (CPU engine), prefix caching off
+  vllm                 morkit's vLLM placement (CPU engine), prefix caching off
   vllm+pfx             the same with vLLM's prefix caching on
 Inputs: 64 real GSM8K model solutions (16 questions, 4 solutions each) and a best-of-N set (MATH problems with
 8 Qwen2.5-Math solutions each). The fp32 matmul peak is measured in the same run; FLOPs count the
@@ -95,7 +95,7 @@ def main() -> None:
         paths["transformers/nocap"] = transformers_path(False, Batching(max_batch=args.batch_size, max_padding=None))
     if not args.skip_vllm:  # engines start one at a time, after the transformers paths: an idle engine
         for label, caching in (("vllm", False), ("vllm+pfx", True)):  # still takes CPU from other paths
-            paths[label] = ScoringOptions.from_flags(backend="vllm", prefix_reuse=caching, max_model_len=2048)
+            paths[label] = ScoringOptions.from_flags(placement="vllm", prefix_reuse=caching, max_model_len=2048)
     transformers_path(False)(sets["gsm8k"][:4])  # warm-up
 
     rates: dict[tuple[str, str], float] = {}

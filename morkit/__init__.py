@@ -20,7 +20,7 @@ _EXPORTS = {
     # reward models and scoring
     "REWARD_MODELS": "morkit.reward_models.catalog", "list_rms": "morkit.reward_models.catalog",
     "load_rm": "morkit.reward_models.catalog", "RewardModel": "morkit.reward_models.base",
-    "RMSpec": "morkit.reward_models.spec", "ScoringOptions": "morkit.reward_models.options",
+    "RMCard": "morkit.reward_models.card", "ScoringOptions": "morkit.reward_models.options",
     "resolve_rm": "morkit.reward_models.catalog", "ScoringSession": "morkit.reward_models.session",
     "ScoreCache": "morkit.reward_models.cache", "score": "morkit.services.scoring",
     # question pools

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from morkit.reward_models.ctts import CTTS_MODELS
+from morkit.reward_models.ctts import CTTS_CARDS
 from morkit.reward_models.weights import bf16_gib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,8 +55,8 @@ def test_the_memory_table_is_what_morkit_computes():
     table = table_with("parameters")
     header = table[0]
     rows = {re.sub(r"`", "", r[0]): dict(zip(header, r)) for r in table[1:]}
-    assert set(rows) == {m.name for m in CTTS_MODELS}
-    for model in CTTS_MODELS:
+    assert set(rows) == {m.name for m in CTTS_CARDS}
+    for model in CTTS_CARDS:
         row = rows[model.name]
         assert row["parameters"] == f"{model.n_params / 1e9:.1f}B"
         assert row["bf16 weights"] == f"{bf16_gib(model.n_params):.1f} GiB"  # 2 bytes a parameter
@@ -64,7 +64,7 @@ def test_the_memory_table_is_what_morkit_computes():
 
 
 def test_the_weight_sums_the_guidance_states():
-    gib = {m.name: round(bf16_gib(m.n_params), 1) for m in CTTS_MODELS}
+    gib = {m.name: round(bf16_gib(m.n_params), 1) for m in CTTS_CARDS}
     text = " ".join(PAGE.read_text(encoding="utf-8").split())
     small = gib["qwen2.5-math-prm-7b"] + gib["skywork-reward-v2-llama-3.1-8b"]
     assert f"{small:.1f} GiB" in text

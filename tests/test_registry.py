@@ -48,7 +48,12 @@ def test_every_registered_target_imports_and_is_callable(what):
     assert registry.what == what and len(registry) > 0
     for entry in registry:
         target = entry.load()
-        assert callable(target), f"{what} {entry.name!r}: {entry.target_path} is not callable"
+        if what == "reward model" and entry.spec.family is not None:  # a model family builds it: the target is it
+            from morkit.reward_models.family import Family, family_of
+
+            assert isinstance(target, Family) and target is family_of(entry.spec), entry.name
+        else:
+            assert callable(target), f"{what} {entry.name!r}: {entry.target_path} is not callable"
         assert entry.summary, f"{what} {entry.name!r} has no summary"
 
 
@@ -138,19 +143,20 @@ def test_unknown_name_is_an_input_error_listing_the_known_ones():
     assert isinstance(info.value, InputError) and info.value.exit_code == 2
 
 
-def test_ctts_records_agree_with_their_adapter_classes():
+def test_ctts_cards_agree_with_their_adapter_classes():
     from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.reward_models.ctts import CTTS_MODELS
+    from morkit.reward_models.ctts import CTTS_CARDS
     from morkit.reward_models.ctts.common import CttsRM
+    from morkit.reward_models.family import family_of
 
-    for record in CTTS_MODELS:
-        entry = REWARD_MODELS.get(record.name)
-        adapter = Entry(record.name, record.adapter).load()
-        assert issubclass(adapter, CttsRM) and entry.load() == adapter.load
-        assert (adapter.name, adapter.model_id, adapter.kind, adapter.required_files) == \
-            (record.name, record.model_id, record.kind, record.required)
+    for card in CTTS_CARDS:
+        entry = REWARD_MODELS.get(card.name)
+        adapter = family_of(card).adapter_class(card)
+        assert issubclass(adapter, CttsRM) and entry.load() is family_of(card) and entry.spec is card
+        assert (adapter.name, adapter.model_id, adapter.kind, adapter.required_files, adapter.card) == \
+            (card.name, card.model_id, card.kind, card.required, card)
         assert (entry.spec.model_id, entry.spec.kind, entry.spec.required) == \
-            (record.model_id, record.kind, record.required)
+            (card.model_id, card.kind, card.required)
     ldl = Entry("ldl", "morkit.reward_models.ctts.ldl:HEAD_FILES").load()
     assert set(ldl) <= set(REWARD_MODELS.get("ldl-reward-gemma-2-27b").spec.required)
 
@@ -175,8 +181,8 @@ def test_a_reward_model_entry_is_typed():
     from morkit.reward_models.catalog import REWARD_MODELS
 
     judge = REWARD_MODELS.get("smollm2-judge")
-    assert judge.spec.kind == "judge" and judge.meta["kind"] == "judge"  # meta: a read-only view of the spec
-    with pytest.raises(InputError, match="unknown spec field 'kindd'"):
+    assert judge.spec.kind == "judge" and judge.meta["kind"] == "judge"  # meta: a read-only view of the card
+    with pytest.raises(InputError, match="unknown card field 'kindd'"):
         REWARD_MODELS.register("test-typo", "math:sqrt", "x", kindd="orm")
 
 

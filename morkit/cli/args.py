@@ -13,7 +13,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Registry
 from morkit.reward_models.base import REDUCTIONS
-from morkit.reward_models.options import BACKENDS, MAX_REQUEST_PAIRS, ScoringOptions
+from morkit.reward_models.options import MAX_REQUEST_PAIRS, PLACEMENT_CHOICES, ScoringOptions
 from morkit.reward_models.truncation import DEFAULT_POLICY, POLICY_HELP, TRUNCATION_POLICIES
 
 CONTRACT = "JSONL, one query per line: see docs/jsonl.md"
@@ -107,7 +107,7 @@ def add_scoring_options(p: argparse.ArgumentParser, *, reduction: bool = True) -
     g = add_device_options(p)
     g.add_argument("--batch-size", type=POSITIVE_INT,
                    help="transformers: max sequences per forward pass (default 16); vLLM servers (--url): pairs per "
-                        f"/pooling request (default 16, at most {MAX_REQUEST_PAIRS}); not for --backend vllm")
+                        f"/pooling request (default 16, at most {MAX_REQUEST_PAIRS}); not for --placement vllm")
     g.add_argument("--max-tokens", type=POSITIVE_INT,
                    help="max tokens per (question, answer) pair (default: the model's window; `morkit rms NAME` "
                         "shows it)")
@@ -137,8 +137,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     """Where model RMs run, and how much of the device they may take."""
     from morkit.runtime.device import DTYPES
 
-    g = p.add_argument_group("model backend (model RMs: the CTTS-MM eight, smollm2-orm, smollm2-judge)")
-    g.add_argument("--backend", choices=BACKENDS, default="transformers",
+    g = p.add_argument_group("model placement (model RMs: the CTTS-MM eight, smollm2-orm, smollm2-judge)")
+    g.add_argument("--placement", choices=PLACEMENT_CHOICES, default="transformers",
                    help="run model RMs in this process with transformers (default) or in an offline vLLM engine")
     g.add_argument("--url", action="append", default=[], type=url, metavar="[RM=]URL",
                    help="score model RMs on this vLLM server (`vllm serve DIR --runner pooling --served-model-name "
@@ -146,18 +146,18 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=("auto", *DTYPES), default=None,
                    help="model dtype (default auto: bfloat16 on GPUs, float32 on CPU)")
     g.add_argument("--tensor-parallel-size", type=POSITIVE_INT,
-                   help="offline vLLM engine (--backend vllm) only: GPUs that share one model's weights (default 1)")
+                   help="offline vLLM engine (--placement vllm) only: GPUs that share one model's weights (default 1)")
     g.add_argument("--device-map", choices=("auto", "balanced", "sequential"),
-                   help="transformers backend only: spread one model's layers over every visible GPU")
+                   help="transformers placement only: spread one model's layers over every visible GPU")
     g.add_argument("--max-model-len", type=POSITIVE_INT,
-                   help="offline vLLM engine (--backend vllm) only: its context length, which also bounds every pair "
+                   help="offline vLLM engine (--placement vllm) only: its context length, which also bounds every pair "
                         "(default: --max-tokens, else the model's window)")
     g.add_argument("--gpu-memory-utilization", type=SHARE,
-                   help="offline vLLM engine (--backend vllm) only: share of device memory it may take (default 0.9 on "
+                   help="offline vLLM engine (--placement vllm) only: share of device memory it may take (default 0.9 on "
                         "GPU, 0.2 on CPU)")
     g.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="spread each model RM's scoring over a Ray cluster (Ray Data, one RM replica per actor, "
-                        "a GPU share per replica from --backend/--tensor-parallel-size; rules and tables stay "
+                        "a GPU share per replica from --placement/--tensor-parallel-size; rules and tables stay "
                         "here); finished batches go to the score cache as they come back. ADDRESS: HOST:PORT or "
                         "ray://HOST:PORT; without it (or `auto`), $RAY_ADDRESS, else a new local Ray instance. Before an "
                         "input file, write --ray auto so the file is not read as the address")
@@ -200,7 +200,7 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     return ScoringOptions.from_flags(
         device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens, truncation=args.truncation,
         reduction=getattr(args, "reduction", "min"), chunk=args.chunk, cache=cache, progress=not args.quiet,
-        backend=args.backend, urls=tuple(args.url), dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
+        placement=args.placement, urls=tuple(args.url), dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
         device_map=args.device_map, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse, ray=args.ray,
         ray_workers=args.ray_workers)

@@ -15,8 +15,8 @@ example config (pipeline.toml):
   rms = ["smollm2-orm", "math-consensus"]
   search = ["acs"]                      # [] for none
 
-  [scoring]                             # the scoring flags: backend, device, dtype, urls, ...
-  backend = "vllm"
+  [scoring]                             # the scoring flags: placement, device, dtype, urls, ...
+  placement = "vllm"
 
   [[benchmark]]
   name = "gsm8k"

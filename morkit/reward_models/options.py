@@ -1,6 +1,6 @@
-"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value grouped by backend.
+"""ScoringOptions: how registered RMs are loaded and how a scoring run goes, as one typed value grouped by placement.
 The CLI's flat flags (`FLAGS`) build it through `from_flags` / `with_flags`, which refuse a flag that does not
-apply to the chosen backend, naming it.
+apply to the chosen placement, naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from morkit.core.settings import cache_dir
 from morkit.reward_models.base import REDUCTIONS
 from morkit.reward_models.truncation import DEFAULT_POLICY, TRUNCATION_POLICIES, Truncation
 
-BACKENDS = ("transformers", "vllm")
+PLACEMENT_CHOICES = ("transformers", "vllm")
+"""Where `placement` may put model RMs itself (vLLM servers and Ray are chosen by `servers` and `ray`)."""
 _BOUND_URL = re.compile(r"^([A-Za-z0-9_.\-]+)=(.+)$")
 RAY_ADDRESS = re.compile(r"^(?:ray://)?\[?([^\s/\]]+)\]?:(\d+)$")  # HOST:PORT or ray://HOST:PORT (Ray client)
 
@@ -60,7 +61,7 @@ def split_url(text: str) -> tuple[str | None, str]:
 
 @dataclass(frozen=True)
 class TransformersOptions:
-    """Model RMs in this process (`--backend transformers`)."""
+    """Model RMs in this process (`--placement transformers`)."""
 
     batch_size: int = 16  # sequences per forward pass
     device_map: str | None = None  # e.g. "auto" spreads a model over every visible GPU
@@ -71,7 +72,7 @@ class TransformersOptions:
 
 @dataclass(frozen=True)
 class VLLMOptions:
-    """The offline vLLM engine (`--backend vllm`), which schedules its own batches."""
+    """The offline vLLM engine (`--placement vllm`), which schedules its own batches."""
 
     tensor_parallel_size: int = 1  # GPUs per model
     max_model_len: int | None = None  # context length (default: max_tokens, else the model's window)
@@ -124,11 +125,11 @@ class RayOptions:
 
 
 _TOP = ("device", "dtype", "max_tokens", "truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "cache",
-        "progress", "backend")
+        "progress", "placement")
 FLAGS = (*_TOP, "batch_size", "urls", "device_map", "tensor_parallel_size", "max_model_len",
          "gpu_memory_utilization", "ray", "ray_workers")
 """The flat scoring option names (the CLI's flags, `-` for `_`) that `from_flags`/`with_flags` take."""
-_NOT_NULL = ("truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "progress", "backend", "batch_size",
+_NOT_NULL = ("truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "progress", "placement", "batch_size",
              "urls", "tensor_parallel_size")
 """Flags whose field cannot be None: None means "not given" (argparse's default), so it is not a choice."""
 _ENGINE_ONLY = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
@@ -138,18 +139,18 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _check_applies(given: dict[str, Any], backend: str, urls: tuple[str, ...] | Any) -> None:
-    """A flag given for a backend it does not apply to is a mistake: an InputError naming the flag."""
-    if backend != "vllm":
+def _check_applies(given: dict[str, Any], placement: str, urls: tuple[str, ...] | Any) -> None:
+    """A flag given for a placement it does not apply to is a mistake: an InputError naming the flag."""
+    if placement != "vllm":
         for name in _ENGINE_ONLY:
             value = given.get(name)
             if value is not None and not (name == "tensor_parallel_size" and value == 1):
-                raise InputError(f"{_flag(name)} applies only to the offline vLLM engine (--backend vllm)")
+                raise InputError(f"{_flag(name)} applies only to the offline vLLM engine (--placement vllm)")
     elif given.get("device_map") is not None:
-        raise InputError("--device-map applies only to the transformers backend (--backend transformers)")
+        raise InputError("--device-map applies only to the transformers placement (--placement transformers)")
     elif given.get("batch_size") is not None and not urls:
-        raise InputError("--batch-size applies to the transformers backend and to vLLM servers (--url), not to "
-                         "the offline vLLM engine (--backend vllm), which schedules its own batches")
+        raise InputError("--batch-size applies to the transformers placement and to vLLM servers (--url), not to "
+                         "the offline vLLM engine (--placement vllm), which schedules its own batches")
     if any(split_url(url)[0] is None for url in urls or ()):  # every model RM goes to the servers
         for name, neutral in (("tensor_parallel_size", 1), ("max_model_len", None), ("gpu_memory_utilization", None),
                               ("device_map", None), ("dtype", "auto")):
@@ -160,8 +161,8 @@ def _check_applies(given: dict[str, Any], backend: str, urls: tuple[str, ...] | 
 
 @dataclass(frozen=True)
 class ScoringOptions:
-    """How every model RM reads and scores a pair, the run (chunks, cache, progress), and the backend's own
-    options. Build it from the flat flags with `from_flags`; change it with `with_flags`.
+    """How every model RM reads and scores a pair, the run (chunks, cache, progress), and each placement's
+    own options. Build it from the flat flags with `from_flags`; change it with `with_flags`.
 
     Args:
         device: The torch device for model RMs; None picks cuda, else mps, else cpu.
@@ -175,8 +176,9 @@ class ScoringOptions:
         cache: The score cache file (SQLite); the default, DEFAULT_CACHE, is scores.sqlite in morkit's cache
             folder (`default_cache_path()`, as the CLI); None caches nothing.
         progress: Show progress bars.
-        backend: Where model RMs run: `transformers` or `vllm` (servers in `servers` win over it for their RMs).
-        transformers: The transformers backend's own options (batch size, device map).
+        placement: Where model RMs run: `transformers` or `vllm` (servers in `servers` win over it for their RMs,
+            and `ray` over both).
+        transformers: The transformers placement's own options (batch size, device map).
         vllm: The offline vLLM engine's own options (tensor parallelism, context length, memory share).
         servers: vLLM servers (`URL` or `RM=URL`) that score model RMs.
         ray: When set, model RMs are scored by Ray actors; None scores in this process.
@@ -185,7 +187,7 @@ class ScoringOptions:
         InputError: A field is out of range or not one of its choices, or `ray` and server URLs are both given.
     """
 
-    # how every model RM reads and scores a pair (all backends)
+    # how every model RM reads and scores a pair (every placement)
     device: str | None = None  # None: auto (cuda, mps, else cpu)
     dtype: str | None = None  # None: auto (bf16 on accelerators, fp32 on CPU)
     max_tokens: int | None = None  # None: the model's own window
@@ -197,7 +199,7 @@ class ScoringOptions:
     chunk: int = 64
     cache: str | os.PathLike | CacheDefault | None = DEFAULT_CACHE  # DEFAULT_CACHE: default_cache_path(); None: off
     progress: bool = False
-    backend: str = "transformers"  # where model RMs run: transformers or vllm
+    placement: str = "transformers"  # where model RMs run: transformers or vllm
     transformers: TransformersOptions = TransformersOptions()
     vllm: VLLMOptions = VLLMOptions()
     servers: ServerOptions = ServerOptions()
@@ -208,7 +210,7 @@ class ScoringOptions:
         checks.one_of(self.truncation, TRUNCATION_POLICIES, "truncation")
         checks.one_of(self.reduction, REDUCTIONS, "reduction")
         checks.positive_int(self.chunk, "chunk")
-        checks.one_of(self.backend, BACKENDS, "backend")
+        checks.one_of(self.placement, PLACEMENT_CHOICES, "placement")
         for name, kind in (("transformers", TransformersOptions), ("vllm", VLLMOptions), ("servers", ServerOptions)):
             if not isinstance(getattr(self, name), kind):
                 raise InputError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
@@ -235,14 +237,14 @@ class ScoringOptions:
             The default options with those flags applied.
 
         Raises:
-            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting backend.
+            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting placement.
         """
         return cls().with_flags(**flags)
 
     def with_flags(self, **flags: Any) -> "ScoringOptions":
         """These options with the flat flags given changed (`batch_size` sets the transformers and the server batch).
         None for a flag whose field cannot be None means "not given". An unknown name, or a flag that does not apply
-        to the resulting backend, is an InputError naming it.
+        to the resulting placement, is an InputError naming it.
 
         Args:
             **flags: Flat option names of `FLAGS` and their new values (`ray`: an address or None; `ray_workers`
@@ -252,7 +254,7 @@ class ScoringOptions:
             A new ScoringOptions (these same options when no flag is given).
 
         Raises:
-            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting backend.
+            InputError: A name is unknown, a value is invalid, or a flag does not apply to the resulting placement.
         """
         unknown = sorted(set(flags) - set(FLAGS))
         if unknown:
@@ -260,9 +262,9 @@ class ScoringOptions:
         given = {k: v for k, v in flags.items() if not (v is None and k in _NOT_NULL)}
         if not given:
             return self
-        backend = checks.one_of(given.get("backend", self.backend), BACKENDS, "backend")
+        placement = checks.one_of(given.get("placement", self.placement), PLACEMENT_CHOICES, "placement")
         urls = given.get("urls", self.servers.urls)
-        _check_applies(given, backend, (urls,) if isinstance(urls, str) else urls)
+        _check_applies(given, placement, (urls,) if isinstance(urls, str) else urls)
 
         def pick(names: tuple[str, ...]) -> dict[str, Any]:
             return {name: given[name] for name in names if name in given}

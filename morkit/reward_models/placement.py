@@ -8,7 +8,7 @@ from typing import Any
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.handles import PlainHandle, RMHandle
 from morkit.reward_models.options import ScoringOptions
-from morkit.reward_models.spec import RMSpec
+from morkit.reward_models.card import RMCard
 
 PLACEMENTS = Registry("placement", [
     Entry("python", PlainHandle, "plain code (rules, tables, clients given their model): built once, kept"),
@@ -19,18 +19,18 @@ PLACEMENTS = Registry("placement", [
     Entry("servers", "morkit.reward_models.backends.servers:ServerHandle",
           "vLLM servers that serve the RM under its name, from its EngineSpec"),
     Entry("ray", "morkit.reward_models.backends.ray:RayHandle",
-          "Ray Data actors, each loading one replica on the backend the options pick"),
+          "Ray Data actors, each loading one replica on the placement the options pick"),
 ])
 
 
-def placement_of(name: str, spec: RMSpec, options: ScoringOptions) -> str:
+def placement_of(name: str, card: RMCard, options: ScoringOptions) -> str:
     """Where `options` place registered RM `name`: Ray when set, else its servers where any serve it, else the
-    chosen model backend; RMs that load no model run as plain code."""
-    if not spec.loads_model:
+    chosen `placement`; RMs that load no model run as plain code."""
+    if not card.loads_model:
         return "python"
     if options.ray is not None:
         return "ray"
-    return "servers" if options.servers.urls_for(name) else options.backend
+    return "servers" if options.servers.urls_for(name) else options.placement
 
 
 def place(entry: Entry, options: ScoringOptions, residency: Any = None) -> RMHandle:

@@ -88,9 +88,9 @@ def check_fits(handles: Sequence[Any], beside: Mapping[str, MemoryNeed | None] |
 
     first = next((h for h in handles if h.name in needs), None)
     if first is not None:
-        (device, dtype, _), backend = first.placement(), first.backend
+        (device, dtype, _), placement = first.device_plan(), first.placement
     else:  # the models beside alone (an embedder: float32, as sentence-transformers loads it)
-        device, dtype, backend = resolve_device((options or ScoringOptions()).device), "float32", "transformers"
+        device, dtype, placement = resolve_device((options or ScoringOptions()).device), "float32", "transformers"
     total = MemoryNeed(sum(n.weights for n in needs.values()), max(n.activations for n in needs.values()),
                        max(n.devices for n in needs.values()))
-    memory.check_fit(" + ".join(needs), total, device, dtype, backend=backend)
+    memory.check_fit(" + ".join(needs), total, device, dtype, placement=placement)

@@ -22,7 +22,7 @@ def score(queries: Sequence[Query], rms: Sequence[str | Any] = DEFAULT_RMS, *, o
           cache: ScoreCache | str | os.PathLike | CacheDefault | None = DEFAULT_CACHE, **option_fields: Any
           ) -> list[Query]:
     """The queries with every RM's score added to each candidate's `scores` (by RM name); options as a ScoringOptions
-    or flat flags over it (`device="cpu"`, `backend="vllm"`, `ray="auto"`, ...). Model RMs run one at a time; the
+    or flat flags over it (`device="cpu"`, `placement="vllm"`, `ray="auto"`, ...). Model RMs run one at a time; the
     docs page Scoring and backends says how.
 
     Args:

@@ -63,7 +63,7 @@ def test_options_check_values_when_made():
                  lambda: TMASConfig(epsilon=2.0), lambda: TMASConfig(iterations=0), lambda: Budget(max_calls=-1),
                  lambda: PoolConfig(temperature=float("nan")), lambda: PoolConfig(max_members=0),
                  lambda: PoolConfig(temperature=10**400), lambda: Budget(max_seconds=-(10**400)),
-                 lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("nan")),
+                 lambda: ScoringOptions.from_flags(placement="vllm", gpu_memory_utilization=float("nan")),
                  lambda: LoopOptions(seed=-1), lambda: LoopOptions(gen_tokens=0), lambda: StreamMAConfig(agents=0)):
         with pytest.raises(InputError):
             make()

@@ -163,7 +163,7 @@ def test_options_reject_numbers_no_float_can_hold():
     from morkit.question_pool.pool import PoolConfig
 
     for make in (lambda: PoolConfig(temperature=10**400), lambda: TMASConfig(epsilon=float("nan")),
-                 lambda: ScoringOptions.from_flags(backend="vllm", gpu_memory_utilization=float("inf"))):
+                 lambda: ScoringOptions.from_flags(placement="vllm", gpu_memory_utilization=float("inf"))):
         with pytest.raises(InputError):
             make()
 

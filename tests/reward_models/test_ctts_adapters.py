@@ -213,7 +213,7 @@ def test_prm_steps_and_reductions(adapters, checkpoints):
     assert len(score.steps) == 4 == len(QwenMathPRM.steps(answer))
     assert score.value == min(score.steps) and all(0.0 <= s <= 1.0 for s in score.steps)
     assert score.to_json() == list(score.steps)
-    last = QwenMathPRM(rm.backbone, rm.score_head, reduction="last").score([PAIRS[5]])[0]
+    last = type(rm)(rm.backbone, rm.score_head, reduction="last").score([PAIRS[5]])[0]  # type: bound to its card
     assert last.value == pytest.approx(score.steps[-1])
     empty = rm.score([("q", "  ")])[0]
     assert empty.value == 0.0 and empty.steps == (0.0,)
@@ -221,18 +221,16 @@ def test_prm_steps_and_reductions(adapters, checkpoints):
 
 
 def test_truncation_marks_scores_and_keeps_whole_steps(adapters):
-    from morkit.reward_models.ctts.qwen_math import QwenMathPRM
-    from morkit.reward_models.ctts.skywork import SkyworkV2LlamaRM
     from morkit.reward_models.truncation import Truncation
 
     prm = adapters["qwen2.5-math-prm-7b"]
     q, a = PAIRS[5]
     full = len(prm.render(q, a))
-    cut = QwenMathPRM(prm.backbone, prm.score_head, truncation=Truncation(max_tokens=full - 12)).score([(q, a)])[0]
+    cut = type(prm)(prm.backbone, prm.score_head, truncation=Truncation(max_tokens=full - 12)).score([(q, a)])[0]
     assert cut.truncated and 1 <= len(cut.steps) < 4
     orm = adapters["skywork-reward-v2-llama-3.1-8b"]
     limit = len(orm.render(*PAIRS[1]))
-    short = SkyworkV2LlamaRM(orm.backbone, orm.score_head, truncation=Truncation(max_tokens=limit))
+    short = type(orm)(orm.backbone, orm.score_head, truncation=Truncation(max_tokens=limit))
     assert short.score([PAIRS[2]])[0].truncated and len(short.encode([PAIRS[2]])[0].ids) <= limit
     assert not short.score([PAIRS[1]])[0].truncated
 
@@ -283,7 +281,7 @@ def test_checkpoint_missing_a_head_tensor_is_an_error_naming_it(name, checkpoint
 def test_unexpected_head_tensor_is_an_error(checkpoints, tmp_path):
     from safetensors.torch import load_file
 
-    from morkit.reward_models.ctts.inform import InfOrmRM
+    from morkit.reward_models.catalog import load_rm
 
     dst = tmp_path / "ckpt"
     shutil.copytree(checkpoints["inf-orm-llama3.1-70b"]["root"], dst)
@@ -292,26 +290,25 @@ def test_unexpected_head_tensor_is_an_error(checkpoints, tmp_path):
     state["value_head.weight"] = torch.zeros(1, H)
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match="value_head.weight"):
-        InfOrmRM.load(path=dst, device="cpu")
+        load_rm("inf-orm-llama3.1-70b", path=dst, device="cpu")
     del state["value_head.weight"]
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match=r"unexpected head tensor\(s\) score.4.weight"):
-        InfOrmRM.load(path=dst, device="cpu")
+        load_rm("inf-orm-llama3.1-70b", path=dst, device="cpu")
     del state["score.4.weight"], state["model.norm.weight"]
     save_tensors(dst / "model.safetensors", state)
     with pytest.raises(UnavailableError, match="lacks backbone tensor.*norm.weight"):
-        InfOrmRM.load(path=dst, device="cpu")
+        load_rm("inf-orm-llama3.1-70b", path=dst, device="cpu")
 
 
 def test_missing_weights_name_model_and_every_place_looked(tmp_path, monkeypatch):
     from morkit.reward_models.catalog import REWARD_MODELS, load_rm, missing
-    from morkit.reward_models.ctts.qrm import QRMGemmaRM
     from morkit.reward_models.weights import locate_weights
 
     monkeypatch.setenv("MORKIT_WEIGHTS_DIR", str(tmp_path / "weights"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(UnavailableError) as info:
-        QRMGemmaRM.load(path=tmp_path / "nowhere", device="cpu")
+        load_rm("qrm-gemma-2-27b", path=tmp_path / "nowhere", device="cpu")
     text = str(info.value)
     assert "nicolinho/QRM-Gemma-2-27B" in text and str(tmp_path / "nowhere") in text
     assert str(tmp_path / "weights" / "nicolinho" / "QRM-Gemma-2-27B") in text and "Hugging Face cache" in text
@@ -356,17 +353,17 @@ def test_gemma_template_rejects_a_system_role_and_adapters_send_none(adapters):
 
 def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
     from morkit.cli import main
-    from morkit.reward_models.catalog import REWARD_MODELS, rm_info
-    from morkit.reward_models.ctts import CTTS_MODELS
+    from morkit.reward_models.catalog import REWARD_MODELS, rm_status
+    from morkit.reward_models.ctts import CTTS_CARDS
 
     monkeypatch.delenv("MORKIT_WEIGHTS_DIR", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert main(["rms"]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
-    assert len(CTTS_MODELS) == 8
-    for m in CTTS_MODELS:
+    assert len(CTTS_CARDS) == 8
+    for m in CTTS_CARDS:
         assert m.name in lines and "no: weights" in lines[m.name] and "GiB" in lines[m.name]
-        info = rm_info(REWARD_MODELS.get(m.name))
-        assert "GiB GPU memory in bf16" in info.needs and m.model_id in info.missing
-        assert info.backend == "transformers" and info.kind == m.kind and info.model_id == m.model_id
+        info = rm_status(REWARD_MODELS.get(m.name)).to_json()
+        assert "GiB GPU memory in bf16" in info["needs"] and m.model_id in info["missing"]
+        assert info["family"] == "transformers" and info["kind"] == m.kind and info["model_id"] == m.model_id

@@ -38,22 +38,25 @@ def adapters(checkpoints):
 
 def test_context_windows_come_from_the_config_capped_by_the_model_card(adapters, checkpoints):
     from morkit.reward_models.catalog import load_rm
-    from morkit.reward_models.ctts import CTTS_BY_NAME
+    from morkit.reward_models.catalog import REWARD_MODELS
+
+    def card(name):
+        return REWARD_MODELS.get(name).spec
 
     for rm in adapters.values():  # the tiny configs read 512 positions
         assert rm.truncation.limit == 512 and rm.truncation.policy == "middle"
-    assert CTTS_BY_NAME[SKYWORK_V2].context_window(131072) == 16384  # trained at 16k
-    assert CTTS_BY_NAME["inf-orm-llama3.1-70b"].context_window(131072) == 131072  # Llama-3.1's 128k
-    assert CTTS_BY_NAME["qwen2.5-math-rm-72b"].context_window(4096) == 4096
+    assert card(SKYWORK_V2).context_window(131072) == 16384  # trained at 16k
+    assert card("inf-orm-llama3.1-70b").context_window(131072) == 131072  # Llama-3.1's 128k
+    assert card("qwen2.5-math-rm-72b").context_window(4096) == 4096
     mine = load_rm(SKYWORK_V2, path=checkpoints[SKYWORK_V2]["root"], device="cpu", truncation=Truncation(64, "left"))
     assert (mine.truncation.limit, mine.truncation.policy) == (64, "left")  # --max-tokens and --truncation win
 
 
 def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(checkpoints, tmp_path, monkeypatch):
     from morkit.reward_models.backends.engine_rm import EngineRM
-    from morkit.reward_models.ctts.engine import ctts_spec
+    from morkit.reward_models.family import family_of
     from morkit.reward_models.options import ScoringOptions
-    from morkit.reward_models.catalog import resolve_rm
+    from morkit.reward_models.catalog import REWARD_MODELS, resolve_rm
 
     def truncation_of(name, options):
         return resolve_rm(name, options).truncation
@@ -67,8 +70,10 @@ def test_the_truncation_known_before_loading_is_the_one_the_loaded_rm_uses(check
                 == resolve_rm(SKYWORK_V2, options).load().truncation.signature)
     assert truncation_of(SKYWORK_V2, ScoringOptions()).signature == "middle@window"
     # vLLM: the engine's length bounds every pair; the rm is built as VLLMEngineHandle.load builds it
-    options = ScoringOptions.from_flags(backend="vllm", max_model_len=256)
-    engine_rm = EngineRM(ctts_spec(SKYWORK_V2, checkpoints[SKYWORK_V2]["root"]), None, options.truncation_for(True))
+    options = ScoringOptions.from_flags(placement="vllm", max_model_len=256)
+    card = REWARD_MODELS.get(SKYWORK_V2).spec
+    engine_rm = EngineRM(family_of(card).spec_at(card, checkpoints[SKYWORK_V2]["root"]), None,
+                         options.truncation_for(True))
     assert engine_rm.truncation.limit == 256 and engine_rm.truncation.signature == "middle@window<=256"
     assert truncation_of(SKYWORK_V2, options).signature == "middle@window<=256"
     assert truncation_of(SKYWORK_V2, ScoringOptions.from_flags(urls=("http://h:1",))).signature == "middle@window"
@@ -81,7 +86,7 @@ def test_a_model_rm_registered_by_a_user_is_keyed_by_its_truncation_too(monkeypa
     from morkit.reward_models.options import ScoringOptions
     from morkit.reward_models.catalog import resolve_rm
 
-    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", kind="orm", backend="transformers")
+    REWARD_MODELS.register("my-rm", "mypkg.rms:MyRM", "a user's transformers RM", kind="orm", runs="transformers")
     try:
         assert resolve_rm("my-rm", ScoringOptions(max_tokens=512)).truncation.signature == "middle@512"
     finally:
@@ -116,13 +121,11 @@ def test_embedded_windows_are_the_same_in_the_catalog_and_the_classes():
 def test_a_prm_cut_in_the_middle_shows_its_first_and_last_steps(adapters):
     import torch
 
-    from morkit.reward_models.ctts.qwen_math import QwenMathPRM
-
     prm = adapters["qwen2.5-math-prm-7b"]
     q, a = "x?", "\n\n".join(f"Step {i}: add two and three, then five." for i in range(4))  # 37 tokens + a tag each
     with torch.no_grad():
         whole = prm.score([(q, a)])[0]
-        cut = QwenMathPRM(prm.backbone, prm.score_head, truncation=Truncation(len(prm.render(q, a)) - 2 * 38))
+        cut = type(prm)(prm.backbone, prm.score_head, truncation=Truncation(len(prm.render(q, a)) - 2 * 38))
         (encoded,) = cut.encode([(q, a)])
         (score,) = cut.score([(q, a)])
     assert encoded.kept_steps == (0, 3) and encoded.ids[-2:] == tuple(prm.render(q, a)[-2:])  # template end kept

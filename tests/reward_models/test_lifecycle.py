@@ -26,11 +26,11 @@ BIG_TWO = ("qwen2.5-math-rm-72b", "inf-orm-llama3.1-70b")
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
-    from morkit.reward_models.ctts import CTTS_BY_NAME
+    from morkit.reward_models.catalog import REWARD_MODELS
 
     base = tmp_path_factory.mktemp("weights")
     for name in MODELS:
-        build_checkpoint(name, base / CTTS_BY_NAME[name].model_id)
+        build_checkpoint(name, base / REWARD_MODELS.get(name).spec.model_id)
     return base
 
 
@@ -98,9 +98,9 @@ def test_a_model_too_big_for_the_device_is_refused_before_loading(monkeypatch):
 
 def test_the_memory_estimate_counts_the_checkpoint(weights):
     from morkit.reward_models import memory
-    from morkit.reward_models.ctts import CTTS_BY_NAME
+    from morkit.reward_models.catalog import REWARD_MODELS
 
-    root = weights / CTTS_BY_NAME["skywork-reward-v2-llama-3.1-8b"].model_id
+    root = weights / REWARD_MODELS.get("skywork-reward-v2-llama-3.1-8b").spec.model_id
     model = __import__("transformers").LlamaForSequenceClassification.from_pretrained(root)
     assert memory.checkpoint_parameters(root) == sum(p.numel() for p in model.state_dict().values())
     need = memory.estimate(root, "bfloat16", devices=2)
@@ -115,7 +115,7 @@ def test_backend_vllm_without_vllm_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(UnavailableError, match="pip install vllm"):
-        resolve_rm("skywork-reward-v2-llama-3.1-8b", ScoringOptions(backend="vllm")).load()
+        resolve_rm("skywork-reward-v2-llama-3.1-8b", ScoringOptions(placement="vllm")).load()
 
 
 class TokenServer(FakeServer):
@@ -189,11 +189,11 @@ def test_every_scoring_verb_takes_the_backend_flags(verb):
     from morkit.cli.main import build_parser
 
     # servers bound to two RMs (an unbound URL would send every model RM there, and the engine flags would not apply)
-    flags = ["--backend", "vllm", "--url", "inf-orm-llama3.1-70b=http://127.0.0.1:9/",
+    flags = ["--placement", "vllm", "--url", "inf-orm-llama3.1-70b=http://127.0.0.1:9/",
              "--url", "qrm-gemma-2-27b=http://h:1", "--dtype", "bf16", "--tensor-parallel-size", "4", "--max-model-len", "4096",
              "--gpu-memory-utilization", "0.8", "--no-prefix-reuse"]
     options = scoring_options(build_parser().parse_args(verb + flags))
-    assert (options.backend, options.dtype, options.vllm.tensor_parallel_size, options.vllm.max_model_len,
+    assert (options.placement, options.dtype, options.vllm.tensor_parallel_size, options.vllm.max_model_len,
             options.vllm.gpu_memory_utilization, options.prefix_reuse) == ("vllm", "bf16", 4, 4096, 0.8, False)
     assert options.servers.urls_for("inf-orm-llama3.1-70b") == ["http://127.0.0.1:9"]
     assert options.servers.urls_for("qrm-gemma-2-27b") == ["http://h:1"]

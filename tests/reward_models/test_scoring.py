@@ -321,7 +321,7 @@ def test_in_process_engines_a_user_registers_are_resident_one_at_a_time():
             events.append(f"close {self.tag}")
 
     for tag in "AB":
-        REWARD_MODELS.register(f"test-engine-{tag}", lambda tag=tag: Engine(tag), "a user's engine", backend="vllm")
+        REWARD_MODELS.register(f"test-engine-{tag}", lambda tag=tag: Engine(tag), "a user's engine", runs="vllm")
     try:
         scored = morkit.score([Query("q", "2+2?", (Candidate("4"), Candidate("five")))], ["test-engine-A", "test-engine-B"])
     finally:

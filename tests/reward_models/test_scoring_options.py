@@ -27,14 +27,14 @@ HOMES = {
     "truncation": ("left", (None, "truncation")), "reduction": ("last", (None, "reduction")),
     "prefix_reuse": (False, (None, "prefix_reuse")), "check_fit": (False, (None, "check_fit")),
     "chunk": (8, (None, "chunk")), "cache": ("c.sqlite", (None, "cache")), "progress": (True, (None, "progress")),
-    "backend": ("vllm", (None, "backend")), "batch_size": (4, ("transformers", "batch_size")),
+    "placement": ("vllm", (None, "placement")), "batch_size": (4, ("transformers", "batch_size")),
     "device_map": ("auto", ("transformers", "device_map")),
     "tensor_parallel_size": (2, ("vllm", "tensor_parallel_size")), "max_model_len": (256, ("vllm", "max_model_len")),
     "gpu_memory_utilization": (0.5, ("vllm", "gpu_memory_utilization")), "urls": ((URL,), ("servers", "urls")),
     "ray": ("auto", ("ray", "address")), "ray_workers": (2, ("ray", "workers")),
 }
-NEEDS = {"tensor_parallel_size": {"backend": "vllm"}, "max_model_len": {"backend": "vllm"},
-         "gpu_memory_utilization": {"backend": "vllm"}, "ray_workers": {"ray": "auto"}}
+NEEDS = {"tensor_parallel_size": {"placement": "vllm"}, "max_model_len": {"placement": "vllm"},
+         "gpu_memory_utilization": {"placement": "vllm"}, "ray_workers": {"ray": "auto"}}
 
 
 def _at(options: ScoringOptions, home: tuple[str | None, str]):
@@ -67,17 +67,17 @@ def test_batch_size_is_each_backends_own_unit():
     # without servers the forward pass may be larger than a server request may be
     assert ScoringOptions.from_flags(batch_size=32).transformers.batch_size == 32
     # the offline engine schedules its own batches, but servers beside it take the flag
-    assert ScoringOptions.from_flags(backend="vllm", urls=[URL], batch_size=4).servers.batch_size == 4
+    assert ScoringOptions.from_flags(placement="vllm", urls=[URL], batch_size=4).servers.batch_size == 4
 
 
 def test_with_flags_changes_only_the_flags_given():
-    base = ScoringOptions.from_flags(backend="vllm", tensor_parallel_size=2, ray="auto", ray_workers=3, chunk=8)
+    base = ScoringOptions.from_flags(placement="vllm", tensor_parallel_size=2, ray="auto", ray_workers=3, chunk=8)
     changed = base.with_flags(max_model_len=512, ray="ray://head:10001")
     assert changed.vllm == VLLMOptions(tensor_parallel_size=2, max_model_len=512)
     assert changed.ray == RayOptions("ray://head:10001", 3) and changed.chunk == 8
     assert base.with_flags() is base
     # None for a flag whose field cannot be None is "not given" (argparse's default), never a choice
-    assert base.with_flags(batch_size=None, tensor_parallel_size=None, backend=None) == base
+    assert base.with_flags(batch_size=None, tensor_parallel_size=None, placement=None) == base
     assert base.with_flags(ray_workers=None).ray == RayOptions("auto", None)
     assert base.with_flags(ray=None).ray is None
     assert ScoringOptions.from_flags(device="cpu", dtype="bf16") == ScoringOptions(device="cpu", dtype="bf16")
@@ -107,12 +107,12 @@ def test_the_python_api_takes_flat_flags_through_with_flags(monkeypatch):
 
 
 INAPPLICABLE = [
-    ({"tensor_parallel_size": 2}, "--tensor-parallel-size applies only to the offline vLLM engine (--backend vllm)"),
-    ({"max_model_len": 512}, "--max-model-len applies only to the offline vLLM engine (--backend vllm)"),
+    ({"tensor_parallel_size": 2}, "--tensor-parallel-size applies only to the offline vLLM engine (--placement vllm)"),
+    ({"max_model_len": 512}, "--max-model-len applies only to the offline vLLM engine (--placement vllm)"),
     ({"gpu_memory_utilization": 0.5}, "--gpu-memory-utilization applies only to the offline vLLM engine"),
     ({"tensor_parallel_size": 2, "urls": [URL]}, "--tensor-parallel-size applies only"),
-    ({"backend": "vllm", "device_map": "auto"}, "--device-map applies only to the transformers backend"),
-    ({"backend": "vllm", "batch_size": 16}, "--batch-size applies to the transformers backend and to vLLM servers"),
+    ({"placement": "vllm", "device_map": "auto"}, "--device-map applies only to the transformers placement"),
+    ({"placement": "vllm", "batch_size": 16}, "--batch-size applies to the transformers placement and to vLLM servers"),
     ({"ray_workers": 2}, "ray_workers (--ray-workers) applies only with ray (--ray)"),
     ({"ray": "auto", "urls": [URL]}, "ray (--ray) and urls (--url, vLLM servers) are two ways to spread scoring"),
     ({"bogus": 1}, "unknown scoring option 'bogus'"),
@@ -128,13 +128,13 @@ def test_a_flag_that_does_not_apply_is_an_error_naming_it(flags, message):
 
 
 def test_applicability_is_judged_on_the_resulting_backend():
-    on_engine = ScoringOptions.from_flags(backend="vllm")
+    on_engine = ScoringOptions.from_flags(placement="vllm")
     assert on_engine.with_flags(tensor_parallel_size=4).vllm.tensor_parallel_size == 4
     assert ScoringOptions.from_flags(tensor_parallel_size=1).vllm.tensor_parallel_size == 1  # the default is no choice
     with pytest.raises(InputError, match="--batch-size"):
         on_engine.with_flags(batch_size=8)
     with pytest.raises(InputError, match="--max-model-len"):
-        on_engine.with_flags(backend="transformers", max_model_len=512)
+        on_engine.with_flags(placement="transformers", max_model_len=512)
     with pytest.raises(InputError, match="--ray-workers"):
         ScoringOptions.from_flags(ray="auto", ray_workers=2).with_flags(ray=None, ray_workers=2)
 
@@ -157,12 +157,12 @@ def test_the_remote_rm_sends_the_server_batch_size(monkeypatch):
     from morkit.reward_models.catalog import resolve_rm
 
     spec = SimpleNamespace(pooling="classify", label=0, num_labels=1, step_token_id=None, finish=None)
-    monkeypatch.setattr(servers, "engine_spec", lambda name, rm, options: spec)
+    monkeypatch.setattr(servers, "engine_spec", lambda card, options: spec)
     monkeypatch.setattr(servers, "EngineRM", lambda spec, engine, truncation: engine)
     options = ScoringOptions.from_flags(urls=[f"smollm2-orm={URL}"], batch_size=3)
     assert options.servers.urls_for("smollm2-orm") == [URL] and options.servers.urls_for("other") == []
     handle = resolve_rm("smollm2-orm", options)
-    assert handle.backend == "servers"  # the servers bound to an RM place it there
+    assert handle.placement == "servers"  # the servers bound to an RM place it there
     remote = handle.load()
     assert (remote.batch_size, remote.urls) == (3, [URL])
 
@@ -178,7 +178,7 @@ def test_nested_sub_objects_check_their_own_values():
 
 @pytest.mark.parametrize("scoring,error", [("batch_size = 8\ndevice_map = \"auto\"", None),
                                            ("max_model_len = 512", "--max-model-len applies only"),
-                                           ("backend = \"vllm\"\nmax_model_len = 512", None),
+                                           ("placement = \"vllm\"\nmax_model_len = 512", None),
                                            ("nested = 1", "unknown keys")])
 def test_the_pipeline_config_keeps_flat_keys(tmp_path, scoring, error):
     from morkit.services.pipeline.config import load_pipeline_config
@@ -193,15 +193,15 @@ def test_the_pipeline_config_keeps_flat_keys(tmp_path, scoring, error):
     if "batch_size" in scoring:
         assert (options.transformers.batch_size, options.transformers.device_map) == (8, "auto")
     else:
-        assert (options.backend, options.vllm.max_model_len) == ("vllm", 512)
+        assert (options.placement, options.vllm.max_model_len) == ("vllm", 512)
 
 
 CLI = [
     (["--tensor-parallel-size", "2"], "--tensor-parallel-size applies only to the offline vLLM engine"),
     (["--max-model-len", "512"], "--max-model-len applies only"),
     (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization applies only"),
-    (["--backend", "vllm", "--device-map", "auto"], "--device-map applies only"),
-    (["--backend", "vllm", "--batch-size", "8"], "--batch-size applies to the transformers backend"),
+    (["--placement", "vllm", "--device-map", "auto"], "--device-map applies only"),
+    (["--placement", "vllm", "--batch-size", "8"], "--batch-size applies to the transformers placement"),
     (["--url", URL, "--batch-size", "32"], "--batch-size 32: vLLM servers (--url) take at most 16"),
     (["--ray-workers", "2"], "ray_workers (--ray-workers) applies only with ray (--ray)"),
     (["--ray", "auto", "--url", URL], "are two ways to spread scoring"),
@@ -225,15 +225,15 @@ def test_cli_defaults_are_not_mistaken_for_choices():
     def parsed(*flags: str) -> ScoringOptions:
         return scoring_options(build_parser().parse_args(["score", "in.jsonl", "-o", "o", "--no-cache", *flags]))
 
-    assert parsed("--backend", "vllm").transformers.batch_size == 16  # no --batch-size given: no error
+    assert parsed("--placement", "vllm").transformers.batch_size == 16  # no --batch-size given: no error
     assert parsed("--tensor-parallel-size", "1").vllm.tensor_parallel_size == 1
     assert parsed("--batch-size", "32").transformers.batch_size == 32
     options = parsed("--url", URL, "--batch-size", "4")
     assert (options.servers.batch_size, options.transformers.batch_size) == (4, 4)
 
 
-@pytest.mark.parametrize("flag", [{"dtype": "bf16"}, {"device_map": "auto"}, {"max_model_len": 512, "backend": "vllm"},
-                                  {"tensor_parallel_size": 2, "backend": "vllm"}])
+@pytest.mark.parametrize("flag", [{"dtype": "bf16"}, {"device_map": "auto"}, {"max_model_len": 512, "placement": "vllm"},
+                                  {"tensor_parallel_size": 2, "placement": "vllm"}])
 def test_a_model_flag_with_an_unbound_server_url_is_an_error(flag):
     # an unbound URL sends every model RM to the servers, so nothing loads here for the flag to change
     with pytest.raises(InputError, match=f"--{next(iter(flag)).replace('_', '-')} does not apply with an unbound --url"):

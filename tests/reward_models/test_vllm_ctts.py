@@ -1,6 +1,6 @@
 """vLLM conformance of every model RM: the eight CTTS-MM architectures (tiny random checkpoints, width 128
 so vLLM's CPU attention runs them) and the embedded SmolLM2 ORM and judge (real weights), each through
-`--backend vllm` (the real CPU engine, morkit's plugin classes for INF-ORM, LDL, QRM and AceCode), must
+`--placement vllm` (the real CPU engine, morkit's plugin classes for INF-ORM, LDL, QRM and AceCode), must
 match the transformers adapter. Several candidates share a question, so vLLM's prefix caching is
 exercised where the model allows it. One engine at a time: the ScoringSession releases each before the next.
 """
@@ -26,11 +26,11 @@ CANDIDATES = PAIRS + [(SHARED, a) for a in ("42.", "7*6 = 42.\n\nSo 42.", "It is
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
-    from morkit.reward_models.ctts import CTTS_BY_NAME
+    from morkit.reward_models.catalog import REWARD_MODELS
 
     base = tmp_path_factory.mktemp("weights")
     for name in MODELS:
-        build_checkpoint(name, base / CTTS_BY_NAME[name].model_id, hidden=128)
+        build_checkpoint(name, base / REWARD_MODELS.get(name).spec.model_id, hidden=128)
     mp = pytest.MonkeyPatch()
     mp.setenv("MORKIT_WEIGHTS_DIR", str(base))
     yield base
@@ -42,7 +42,7 @@ def engines():
     from morkit.reward_models.options import ScoringOptions
     from morkit.reward_models.session import ScoringSession
 
-    models = ScoringSession(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.1))
+    models = ScoringSession(ScoringOptions.from_flags(placement="vllm", max_model_len=512, gpu_memory_utilization=0.1))
     yield models
     models.close()
 
@@ -75,7 +75,7 @@ def smollm2_engines(engines):
     from morkit.reward_models.session import ScoringSession
 
     engines.close()  # one engine at a time
-    models = ScoringSession(ScoringOptions.from_flags(backend="vllm", max_model_len=512, gpu_memory_utilization=0.3))
+    models = ScoringSession(ScoringOptions.from_flags(placement="vllm", max_model_len=512, gpu_memory_utilization=0.3))
     yield models
     models.close()
 

@@ -1,11 +1,10 @@
-"""A registered model RM on a vLLM engine or vLLM servers: what the model needs (`EngineSpec`: rendering, pooling
-kind, label, step tag, how an output becomes a Score, vLLM class) and the RM that scores with it (`EngineRM`).
-One spec serves the offline engine and servers, so one short name means one model on every backend.
+"""A registered model RM on a vLLM engine or vLLM servers: the recipe its family builds for one checkpoint
+(`EngineSpec`: rendering, tokenizer, label, step tag, how an output becomes a Score) and the RM that scores with it
+(`EngineRM`). One recipe serves the offline engine and servers, so one short name means one model on every placement.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,17 +23,16 @@ def empty_answers_score(value: float) -> Callable[[str], Score | None]:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """How one registered model RM runs outside transformers."""
+    """How one registered model RM runs outside transformers, with its checkpoint found: built by its family
+    (morkit.reward_models.family); its name and kind are its card's, its pooling and vLLM class its family's."""
 
-    name: str
+    card: Any  # the RM's RMCard
+    family: Any  # the Family that built this recipe
     cache_key: str
-    kind: str  # orm | prm | judge
     model_dir: Path
-    pooling: str  # classify | token_classify | step | embed
     render: Callable[[str, str], list[int]]
     tokenizer: Any
     max_context: int  # the tokens it reads by default (see morkit.reward_models.truncation)
-    architecture: str | None = None  # run the checkpoint as this vLLM class (hf_overrides)
     finish: Callable[[Any], Score] | None = None  # raw pooled output -> Score; None: pooling_io.to_score
     label: int | None = None
     num_labels: int | None = None
@@ -43,6 +41,24 @@ class EngineSpec:
     check: Callable[[list[int]], None] | None = None  # refuse a rendered prompt the model cannot read
     prefix_caching: bool = True  # vLLM's pooling runner can reuse cached prefix blocks for this model
     answer_steps: Callable[[str], list[str]] | None = None  # a PRM's step splitter: a cut drops whole steps
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+    @property
+    def kind(self) -> str:
+        return self.card.kind
+
+    @property
+    def pooling(self) -> str:
+        """classify | token_classify | step | embed (morkit.reward_models.backends.pooling_io)."""
+        return self.family.pooling
+
+    @property
+    def architecture(self) -> str | None:
+        """Run the checkpoint as this vLLM class (hf_overrides); None: vLLM's own."""
+        return self.family.architecture
 
 
 class EngineRM:
@@ -81,7 +97,7 @@ class EngineRM:
             close()
 
 
-VLLM_INSTALL = ("--backend vllm needs vLLM, which is not installed here: pip install vllm (GPU), "
+VLLM_INSTALL = ("--placement vllm needs vLLM, which is not installed here: pip install vllm (GPU), "
                 "or, on a CPU machine, pip install --no-deps -r requirements-vllm.lock from a clone (see docs/scoring.md)")
 
 
@@ -90,10 +106,11 @@ def require_vllm() -> None:
         raise UnavailableError(VLLM_INSTALL)
 
 
-def engine_spec(name: str, rm: Any, options: Any) -> EngineSpec:
-    """Registered RM `name`'s EngineSpec (how vLLM and servers run it), from its RMSpec's `engine` recipe;
-    InputError where it has none."""
-    if not rm.engine:
-        raise InputError(f"reward model {name!r} runs only on transformers; drop --backend vllm / --url for it")
-    module, attr = rm.engine.split(":")
-    return getattr(importlib.import_module(module), attr)(name, options)
+def engine_spec(card: Any, options: Any) -> EngineSpec:
+    """Registered RM `card`'s EngineSpec (how vLLM and servers run it), from its family; InputError where it has
+    no family or its family runs only in this process."""
+    if card.family is None:
+        raise InputError(f"reward model {card.name!r} runs only on transformers; drop --placement vllm / --url for it")
+    from morkit.reward_models.family import family_of
+
+    return family_of(card).engine_spec(card, options)

@@ -109,7 +109,7 @@ def replica_resources(options: ScoringOptions, cluster: dict[str, float], worker
     gpus = cluster.get("GPU", 0.0)
     cpus = max(1.0, cluster.get("CPU", 1.0))
     if gpus >= 1 and options.device != "cpu":
-        per = options.vllm.tensor_parallel_size if options.backend == "vllm" else 1
+        per = options.vllm.tensor_parallel_size if options.placement == "vllm" else 1
         if per > gpus:
             raise UnavailableError(f"a replica needs {per} GPUs (tensor_parallel_size) but the Ray cluster has "
                                    f"{gpus:g}")
@@ -153,7 +153,7 @@ def _morkit_cause(err: BaseException) -> MorkitError | None:
 
 
 def load_replica(entry: Entry, options: ScoringOptions) -> Any:
-    """Registered RM `entry` built in a Ray actor on the backend `options` (without ray) pick, after its fit
+    """Registered RM `entry` built in a Ray actor on the placement `options` (without ray) pick, after its fit
     check there."""
     return load_checked(place(entry, options))
 
@@ -165,7 +165,7 @@ def replica_options(options: ScoringOptions) -> ScoringOptions:
 
 class ReplicaHandle(RMHandle):
     """A model RM scored by replicas elsewhere (Ray Data actors, Ray Serve deployments): the driver loads nothing,
-    and the truncation and cache key are the replicas' own, so cached scores are shared with every backend."""
+    and the truncation and cache key are the replicas' own, so cached scores are shared with every placement."""
 
     resident_model = False
 
@@ -192,7 +192,7 @@ class RayHandle(ReplicaHandle):
     nothing. `score_batches(pairs, batch)` yields (pairs, scores) per finished batch, in any order; `score(pairs)`
     collects them in order."""
 
-    backend = "ray"
+    placement = "ray"
 
     def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
         super().__init__(entry, options, residency)

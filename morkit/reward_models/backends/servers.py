@@ -263,7 +263,7 @@ class RemoteRewardModel:
 class ServerHandle(RMHandle):
     """A model RM on the vLLM servers that serve it under its name (`--served-model-name NAME`)."""
 
-    backend = "servers"
+    placement = "servers"
 
     def planned_truncation(self) -> Truncation:
         return self.options.truncation_for()
@@ -272,7 +272,7 @@ class ServerHandle(RMHandle):
         return None  # the servers hold the weights
 
     def load(self) -> Any:
-        spec = engine_spec(self.name, self.spec, self.options)
+        spec = engine_spec(self.card, self.options)
         client = RemoteRewardModel(self.name, self.options.servers.urls_for(self.name), self.name, task=spec.pooling,
                                    label=spec.label, num_labels=spec.num_labels, step_token_id=spec.step_token_id,
                                    reduction=self.options.reduction, finish=spec.finish,

@@ -13,13 +13,13 @@ from morkit.reward_models.truncation import Truncation
 class TransformersHandle(RMHandle):
     """A model RM loaded by transformers in this process."""
 
-    backend = "transformers"
+    placement = "transformers"
 
     def planned_truncation(self) -> Truncation | None:
-        return self.options.truncation_for() if self.spec.backend == "transformers" else None
+        return self.options.truncation_for() if self.card.runs == "transformers" else None
 
-    def placement(self) -> tuple[str, str, int]:
-        device, dtype, _ = super().placement()
+    def device_plan(self) -> tuple[str, str, int]:
+        device, dtype, _ = super().device_plan()
         spread = 1
         if self.options.transformers.device_map and device.startswith("cuda"):
             import torch
@@ -29,7 +29,7 @@ class TransformersHandle(RMHandle):
 
     def load_options(self) -> dict[str, Any]:
         """Keyword options for the RM's transformers implementation (none for another family)."""
-        if self.spec.backend != "transformers":
+        if self.card.runs != "transformers":
             return {}
         from morkit.reward_models.backends.hf import Batching
 
@@ -37,7 +37,7 @@ class TransformersHandle(RMHandle):
                                    "prefix_reuse": self.options.prefix_reuse, "truncation": self.truncation}
         if self.options.device:
             options["device"] = self.options.device
-        if self.spec.model_id:  # the CTTS adapters take dtype and a device map too
+        if self.card.model_id:  # the chat adapters (AdapterFamily) take dtype and a device map too
             if self.options.dtype:
                 options["dtype"] = self.options.dtype
             if self.options.transformers.device_map:

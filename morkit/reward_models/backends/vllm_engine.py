@@ -1,5 +1,5 @@
 """An offline vLLM pooling engine as a reward model (`VLLMRewardModel(model_dir, kind=...)`), and the handle that
-runs a registered RM on one from its EngineSpec (`--backend vllm`). The engine is built on the first `score`, in
+runs a registered RM on one from its EngineSpec (`--placement vllm`). The engine is built on the first `score`, in
 a spawned process (score under `if __name__ == "__main__":`); CPU defaults are on the docs page Scoring and backends.
 """
 
@@ -193,13 +193,13 @@ class VLLMRewardModel:
 class VLLMEngineHandle(RMHandle):
     """A model RM on an offline vLLM engine in this process, run from its EngineSpec."""
 
-    backend = "vllm"
+    placement = "vllm"
     _engine_spec: EngineSpec | None = None
 
     def planned_truncation(self) -> Truncation:
         return self.options.truncation_for(on_vllm=True)
 
-    def placement(self) -> tuple[str, str, int]:
+    def device_plan(self) -> tuple[str, str, int]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -208,7 +208,7 @@ class VLLMEngineHandle(RMHandle):
     def engine_spec(self) -> EngineSpec:
         """How the RM runs on vLLM (its EngineSpec), read once."""
         if self._engine_spec is None:
-            self._engine_spec = engine_spec(self.name, self.spec, self.options)
+            self._engine_spec = engine_spec(self.card, self.options)
         return self._engine_spec
 
     def batch_tokens(self) -> int:

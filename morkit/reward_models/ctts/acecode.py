@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from morkit.reward_models.ctts.common import CttsRM, head_state, load_strict
+from morkit.reward_models.families.adapter import AdapterFamily
 
 
 class AceCodeRM(CttsRM):
-    name = "acecoderm-32b"
     backbone_class = "Qwen2Model"
     allowed_extra = ("lm_head", "v_head")
 
@@ -22,3 +22,7 @@ class AceCodeRM(CttsRM):
         state = head_state(root, "v_head", cls.model_id)
         return load_strict(ValueHead(config.hidden_size), state, prefix="v_head", model_id=cls.model_id,
                            source=root).to(dtype)
+
+
+ACECODE = AdapterFamily("morkit.reward_models.ctts.acecode:AceCodeRM", architecture="MorkitAceCodeRM",
+                        vllm_class="morkit.reward_models.ctts.vllm_models:AceCodeRMForVLLM")

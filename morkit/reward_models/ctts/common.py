@@ -151,11 +151,12 @@ def first_pad_pool_index(ids: Any, mask: Any, pad_id: int | None) -> Any:
 # -- the adapter base ---------------------------------------------------------------------------
 
 class CttsRM(PooledRM):
-    """A CTTS-MM reward model: chat rendering, a backbone, a custom head applied on its own device/dtype.
+    """A chat reward model: chat rendering, a backbone, a custom head applied on its own device/dtype.
 
-    A subclass sets only `name`; its model id, kind and required files come from that name's record
-    in `CTTS_MODELS`, so these facts are written once."""
+    A subclass says how its architecture is built; its family binds it to a card (AdapterFamily.adapter_class),
+    which sets `card` and, from it, the name, kind, model id and required files, so these facts are written once."""
 
+    card: Any = None  # the RMCard it is bound to
     model_id = ""
     kind = "orm"
     empty_score: float | None = None  # raw-logit scale: empty answers go through the model
@@ -165,14 +166,6 @@ class CttsRM(PooledRM):
     required_files: tuple[str, ...] = ("config.json",)
     default_attn: str | None = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        from morkit.reward_models.ctts import CTTS_BY_NAME
-
-        record = CTTS_BY_NAME.get(cls.__dict__.get("name", ""))
-        if record is not None:
-            cls.model_id, cls.kind, cls.required_files = record.model_id, record.kind, record.required
-
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
                  batching: Batching | None = None, path: Path | None = None, prefix_reuse: bool = True):
         self.path = path  # before the base class asks for the window, which reads its config
@@ -181,12 +174,9 @@ class CttsRM(PooledRM):
 
     def context_window(self) -> int:
         """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
-        from morkit.reward_models.ctts import CTTS_BY_NAME
-
-        record = CTTS_BY_NAME[self.name]
         if self.path:
-            return record.window_at(self.path)
-        return record.context_window(getattr(self.backbone.model.config, "max_position_embeddings", None))
+            return self.card.window_at(self.path)
+        return self.card.context_window(getattr(self.backbone.model.config, "max_position_embeddings", None))
 
     @classmethod
     def messages(cls, question: str, answer: str) -> list[dict[str, str]]:

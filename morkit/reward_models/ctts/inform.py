@@ -13,10 +13,10 @@ from morkit.reward_models.ctts.common import (
     head_state,
     load_strict,
 )
+from morkit.reward_models.families.adapter import AdapterFamily
 
 
 class InfOrmRM(FirstPadPooling, CttsRM):
-    name = "inf-orm-llama3.1-70b"
     backbone_class = "LlamaModel"
     allowed_extra = ("score",)
 
@@ -27,3 +27,7 @@ class InfOrmRM(FirstPadPooling, CttsRM):
         state = head_state(root, "score", cls.model_id)
         return load_strict(mlp_score(config.hidden_size, 1), state, prefix="score", model_id=cls.model_id,
                            source=root).to(dtype)
+
+
+INF_ORM = AdapterFamily("morkit.reward_models.ctts.inform:InfOrmRM", architecture="MorkitINFORMForSequenceClassification",
+                        vllm_class="morkit.reward_models.ctts.vllm_models:InfOrmForVLLM")

@@ -15,6 +15,7 @@ from morkit.reward_models.ctts.common import (
     config_value,
     load_strict,
 )
+from morkit.reward_models.families.adapter import AdapterFamily
 
 HEAD_FILES = ("regression_layer.pt", "gating_layer.pt")
 
@@ -32,7 +33,6 @@ def _load_pt(path: Path, model_id: str) -> dict[str, Any]:
 
 
 class LDLRewardRM(FirstPadPooling, CttsRM):
-    name = "ldl-reward-gemma-2-27b"
     backbone_class = "Gemma2Model"
     empty_score = EMPTY_ANSWER_SCORE  # the score is an expectation over [0, 1]
     default_attn = "eager"
@@ -68,3 +68,7 @@ class LDLRewardRM(FirstPadPooling, CttsRM):
         head = LDLHead(nets["regression_layer"], nets["gating_layer"],
                        temperature=config_value(root, "temperature", 1.0), softmax=config_value(root, "softmax", False))
         return head.to(torch.float32)
+
+
+LDL_REWARD = AdapterFamily("morkit.reward_models.ctts.ldl:LDLRewardRM", architecture="MorkitLDLRewardModel",
+                           vllm_class="morkit.reward_models.ctts.vllm_models:LDLRewardForVLLM")

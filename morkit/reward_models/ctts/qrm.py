@@ -4,6 +4,7 @@ gate-weighted mean of quantile means, with the quantiles in `Score.extra`. Detai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +17,7 @@ from morkit.reward_models.ctts.common import (
     head_state,
     load_strict,
 )
+from morkit.reward_models.families.adapter import AdapterFamily
 
 GATING_HEADER = "<end_of_turn>\n<start_of_turn>model\n"
 
@@ -35,10 +37,11 @@ def gating_position(ids: Sequence[int], pattern: Sequence[int]) -> int:
 
 
 class QRMGemmaRM(CttsRM):
-    name = "qrm-gemma-2-27b"
     backbone_class = "Gemma2Model"
     allowed_extra = ("regression_layer", "gating", "reward_transform_matrix")
     default_attn = "eager"
+    header_ids = staticmethod(header_ids)  # for its vLLM class (vllm_models), which imports no family module
+    gating_position = staticmethod(gating_position)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -88,3 +91,31 @@ class QRMGemmaRM(CttsRM):
         load_strict(head, state, prefix="", model_id=cls.model_id, source=root,
                     optional=("num_batches_tracked",))
         return head.to(torch.float32)
+
+
+@dataclass(frozen=True)
+class QRMFamily(AdapterFamily):
+    """QRM on vLLM: its row is [score, quantiles, rewards]; the gate is read at the assistant header, which must be
+    in every prompt sent, and at the whole prompt (prefix caching off)."""
+
+    def engine_fields(self, root: Path, tokenizer: Any, adapter: type) -> dict[str, Any]:
+        from morkit.reward_models.backends.pooling_io import MalformedOutput, row_of
+
+        fields = super().engine_fields(root, tokenizer, adapter)
+        q = int(config_value(root, "num_quantiles", 0))
+        pattern = header_ids(tokenizer)
+        levels = tuple((i + 1) / (q + 1) for i in range(q))
+
+        def finish(data: Any) -> Score:
+            row = row_of(data[0] if data and isinstance(data[0], list) else data, None)
+            if len(row) < 1 + q:
+                raise MalformedOutput(f"QRM row has {len(row)} values, expected at least {1 + q}")
+            return Score(row[0], extra={"quantiles": tuple(row[1:1 + q]), "quantile_levels": levels,
+                                        "rewards": tuple(row[1 + q:])})
+
+        return {**fields, "finish": finish, "check": lambda ids: gating_position(ids, pattern),
+                "prefix_caching": False}
+
+
+QRM_GEMMA = QRMFamily("morkit.reward_models.ctts.qrm:QRMGemmaRM", architecture="MorkitQRMGemma2RewardModel",
+                      vllm_class="morkit.reward_models.ctts.vllm_models:QRMGemmaForVLLM")

@@ -4,6 +4,7 @@ at each step tag) on a plain `Qwen2Model` with their `score` MLP. Format and ste
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,13 +17,13 @@ from morkit.reward_models.ctts.common import (
     head_state,
     load_strict,
 )
+from morkit.reward_models.families.adapter import AdapterFamily
 from morkit.reward_models.truncation import mark_cut
 
 STEP_TOKEN = "<extra_0>"
 
 
 class QwenMathRM(CttsRM):
-    name = "qwen2.5-math-rm-72b"
     backbone_class = "Qwen2Model"
     system_prompt = QWEN_MATH_SYSTEM
     allowed_extra = ("score",)
@@ -38,7 +39,6 @@ class QwenMathRM(CttsRM):
 
 
 class QwenMathPRM(QwenMathRM):
-    name = "qwen2.5-math-prm-7b"
     empty_score = EMPTY_ANSWER_SCORE  # step scores are probabilities in [0, 1]
     labels = 2
 
@@ -90,3 +90,23 @@ class QwenMathPRM(QwenMathRM):
                                  f"{STEP_TOKEN} positions")
             scores[i] = mark_cut(Score(reduce_steps(steps, self.reduction), steps=tuple(steps)), enc)
         return scores
+
+
+@dataclass(frozen=True)
+class StepFamily(AdapterFamily):
+    """A process RM read at each step tag: vLLM's STEP pooling at STEP_TOKEN, label 1 of 2, whole steps kept by a
+    cut; an answer with no step (or empty) scores the floor without the model."""
+
+    pooling: str = "step"
+
+    def engine_fields(self, root: Path, tokenizer: Any, adapter: type) -> dict[str, Any]:
+        floor = adapter.empty_score
+        step_id = tokenizer.convert_tokens_to_ids(STEP_TOKEN)
+        return {"step_token_id": int(step_id), "label": 1, "num_labels": 2, "prefix_caching": False,
+                "answer_steps": adapter.steps,
+                "not_shown": lambda a: Score(float(floor), steps=(float(floor),))
+                if is_empty_answer(a) or not adapter.steps(a) else None}
+
+
+QWEN_MATH_RM = AdapterFamily("morkit.reward_models.ctts.qwen_math:QwenMathRM", pooling="token_classify")
+QWEN_MATH_PRM = StepFamily("morkit.reward_models.ctts.qwen_math:QwenMathPRM")

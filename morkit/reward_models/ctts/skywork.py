@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from morkit.reward_models.ctts.common import CttsRM, head_state, load_strict
+from morkit.reward_models.families.adapter import AdapterFamily
 
 
 class _SeqClassRM(CttsRM):
@@ -23,11 +24,13 @@ class _SeqClassRM(CttsRM):
 
 
 class SkyworkGemmaRM(_SeqClassRM):
-    name = "skywork-reward-gemma-2-27b"
     backbone_class = "Gemma2Model"
     default_attn = "eager"
 
 
 class SkyworkV2LlamaRM(_SeqClassRM):
-    name = "skywork-reward-v2-llama-3.1-8b"
     backbone_class = "LlamaModel"
+
+
+SKYWORK_GEMMA = AdapterFamily("morkit.reward_models.ctts.skywork:SkyworkGemmaRM")
+SKYWORK_V2_LLAMA = AdapterFamily("morkit.reward_models.ctts.skywork:SkyworkV2LlamaRM")

@@ -1,11 +1,14 @@
 """vLLM model classes for the four CTTS-MM RMs vLLM has no class for (INF-ORM, LDL, QRM, AceCode): vLLM's backbone
-plus the adapter's own head and strict loader, so the backends cannot drift apart. Only vLLM imports this module.
+plus the adapter's own head and strict loader, so the placements cannot drift apart. The vLLM plugin registers a
+subclass per architecture with `adapter` set to the family's adapter class bound to its card (whose `build_head`
+builds the head). Only vLLM processes import this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,7 +22,6 @@ from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
-from morkit.reward_models.ctts import CTTS_BY_NAME
 
 
 @default_pooling_type(seq_pooling_type="LAST")
@@ -27,7 +29,7 @@ class _HeadOnBackbone(nn.Module):
     """A vLLM pooling model: backbone -> pooled rows -> morkit head (no activation applied by morkit)."""
 
     is_pooling_model = True
-    ctts_name = ""
+    adapter: type | None = None  # set by the plugin: the adapter class bound to the RM's card
     backbone_cls: type = LlamaModel
     mapper_from: type = LlamaForCausalLM
     bare_backbone = False  # the checkpoint's backbone tensors carry no "model." prefix
@@ -38,8 +40,7 @@ class _HeadOnBackbone(nn.Module):
         self.config = model_config.hf_config
         self.model_config = model_config
         self.model = self.backbone_cls(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
-        adapter = CTTS_BY_NAME[self.ctts_name].adapter_class()
-        self.head = adapter.build_head(Path(model_config.model), self.config, model_config.head_dtype)
+        self.head = self.adapter.build_head(Path(model_config.model), self.config, model_config.head_dtype)
         self.head = self.head.to(dtype=model_config.head_dtype).eval()
         self.pooler = DispatchPooler({"classify": pooler_for_classify(model_config.pooler_config,
                                                                       pooling=self.pooling(), classifier=self.classify)})
@@ -72,16 +73,18 @@ class _HeadOnBackbone(nn.Module):
 
 
 class InfOrmForVLLM(_HeadOnBackbone):
-    ctts_name = "inf-orm-llama3.1-70b"
+    """INF-ORM: Llama backbone, MLP score head."""
 
 
 class AceCodeRMForVLLM(_HeadOnBackbone):
-    ctts_name = "acecoderm-32b"
+    """AceCodeRM: Qwen2 backbone, value head."""
+
     backbone_cls, mapper_from = Qwen2Model, Qwen2ForCausalLM
 
 
 class LDLRewardForVLLM(_HeadOnBackbone):
-    ctts_name = "ldl-reward-gemma-2-27b"
+    """LDL-Reward: Gemma-2 backbone (tensors without a prefix), label-distribution heads."""
+
     backbone_cls, mapper_from = Gemma2Model, Gemma2ForCausalLM
     bare_backbone = True
 
@@ -89,9 +92,10 @@ class LDLRewardForVLLM(_HeadOnBackbone):
 class _RewardAndGatePool(SequencePoolingMethod):
     """Rows [last token ; last assistant-header token] per prompt, concatenated (QRM's two readings)."""
 
-    def __init__(self, pattern: list[int]):
+    def __init__(self, pattern: list[int], gating_position: Any):
         super().__init__()
         self.pattern = pattern
+        self.gating_position = gating_position  # the adapter's: where the last assistant header starts
 
     def get_supported_tasks(self):
         return {"classify"}
@@ -101,10 +105,9 @@ class _RewardAndGatePool(SequencePoolingMethod):
 
     def gate_position(self, ids: list[int]) -> int:
         from morkit.core.errors import ScoreError
-        from morkit.reward_models.ctts.qrm import gating_position
 
         try:
-            return gating_position(ids, self.pattern)
+            return self.gating_position(ids, self.pattern)
         except ScoreError:  # vLLM's warm-up prompts (all token 0); morkit checks real prompts before sending
             return len(ids) - 1
 
@@ -125,15 +128,15 @@ class _RewardAndGatePool(SequencePoolingMethod):
 
 
 class QRMGemmaForVLLM(_HeadOnBackbone):
-    ctts_name = "qrm-gemma-2-27b"
+    """QRM: Gemma-2 backbone, reward and gate rows, quantile head."""
+
     backbone_cls, mapper_from = Gemma2Model, Gemma2ForCausalLM
 
     def pooling(self) -> SequencePoolingMethod:
         from transformers import AutoTokenizer
 
-        from morkit.reward_models.ctts.qrm import header_ids
-
-        return _RewardAndGatePool(header_ids(AutoTokenizer.from_pretrained(self.model_config.tokenizer)))
+        tokenizer = AutoTokenizer.from_pretrained(self.model_config.tokenizer)
+        return _RewardAndGatePool(self.adapter.header_ids(tokenizer), self.adapter.gating_position)
 
     def classify(self, rows: torch.Tensor) -> torch.Tensor:
         return super().classify(rows.reshape(rows.shape[0], 2, -1))

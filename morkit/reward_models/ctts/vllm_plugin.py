@@ -1,16 +1,38 @@
-"""morkit's vLLM plugin (entry point `vllm.general_plugins`: `morkit`): registers the out-of-tree reward model classes
-of `vllm_models` by "module:Class" path in every vLLM process where morkit is installed.
+"""morkit's vLLM plugin (entry point `vllm.general_plugins`: `morkit`): registers, in every vLLM process where morkit
+is installed, the out-of-tree vLLM class of each registered RM whose family brings one (e.g. `vllm_models`), bound
+to that RM's adapter.
 """
 
 from __future__ import annotations
 
-ARCHITECTURES = {
-    "MorkitINFORMForSequenceClassification": "morkit.reward_models.ctts.vllm_models:InfOrmForVLLM",
-    "MorkitAceCodeRM": "morkit.reward_models.ctts.vllm_models:AceCodeRMForVLLM",
-    "MorkitLDLRewardModel": "morkit.reward_models.ctts.vllm_models:LDLRewardForVLLM",
-    "MorkitQRMGemma2RewardModel": "morkit.reward_models.ctts.vllm_models:QRMGemmaForVLLM",
-}
-"""vLLM architecture name -> class; a checkpoint runs as one through `hf_overrides={"architectures": [name]}`."""
+
+def architectures() -> dict[str, str]:
+    """vLLM architecture name -> "module:Class", from the families of the registered cards; a checkpoint runs as
+    one through `hf_overrides={"architectures": [name]}`."""
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.family import vllm_architectures
+
+    return vllm_architectures(entry.spec for entry in REWARD_MODELS)
+
+
+def bound_classes() -> dict[str, type]:
+    """vLLM architecture name -> its class (imported now), as a subclass whose `adapter` is the family's adapter
+    class bound to the first registered card of that family, so the class builds that RM's head."""
+    import importlib
+
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.family import card_for_architecture, family_of
+
+    cards = [entry.spec for entry in REWARD_MODELS]
+    found: dict[str, type] = {}
+    for name, target in architectures().items():
+        module, _, attr = target.partition(":")
+        base = getattr(importlib.import_module(module), attr)
+        card = card_for_architecture(name, cards)
+        adapter = family_of(card).adapter_class(card)
+        found[name] = type(base.__name__, (base,), {"adapter": adapter, "__module__": base.__module__,
+                                                     "__qualname__": base.__qualname__})
+    return found
 
 
 def register() -> None:
@@ -18,6 +40,6 @@ def register() -> None:
     from vllm import ModelRegistry
 
     known = set(ModelRegistry.get_supported_archs())
-    for name, target in ARCHITECTURES.items():
+    for name, cls in bound_classes().items():
         if name not in known:
-            ModelRegistry.register_model(name, target)
+            ModelRegistry.register_model(name, cls)

@@ -150,40 +150,80 @@ __all__ = [
 ]
 
 
-def engine_spec(name: str, options: Any = None) -> Any:
-    """The EngineSpec of `smollm2-orm` or `smollm2-judge` on vLLM: the checkpoint as a raw last-token
-    embedder, with morkit's head (the trained probe, or the yes/no rows of the tied embeddings) on top."""
-    from transformers import AutoTokenizer
+class _Embedded:
+    """A family of the embedded models: their factory in this process; no vLLM class of morkit's."""
 
-    from morkit.core.types import Score
-    from morkit.reward_models.ctts.common import read_tensors
-    from morkit.reward_models.backends.engine_rm import EngineSpec, empty_answers_score
-    from morkit.reward_models.backends.pooling_io import row_of
-    from morkit.runtime import assets
+    architecture: str | None = None
+    vllm_class: str | None = None
+    pooling = "embed"  # vLLM reads the raw last-token state; morkit's head runs on it
 
-    root = assets.smollm2_checkpoint()
-    tokenizer = AutoTokenizer.from_pretrained(root)
-    if name == "smollm2-orm":
-        head = load_packaged_head("smollm2-orm")
+    def __init__(self, factory: Any):
+        self.factory = factory
+
+    def load(self, card: Any, **options: Any) -> Any:
+        return self.factory(**options)
+
+    def engine_spec(self, card: Any, options: Any) -> Any:
+        from morkit.core.errors import InputError
+
+        raise InputError(f"reward model {card.name!r} runs only on transformers; drop --placement vllm / --url for it")
+
+
+class _SmolLM2ORMFamily(_Embedded):
+    """SmolLM2's ORM; on vLLM: the checkpoint as a raw last-token embedder, with the trained probe on top."""
+
+    def engine_spec(self, card: Any, options: Any = None) -> Any:
+        from transformers import AutoTokenizer
+
+        from morkit.core.types import Score
+        from morkit.reward_models.backends.engine_rm import EngineSpec, empty_answers_score
+        from morkit.reward_models.backends.pooling_io import row_of
+        from morkit.runtime import assets
+
+        name = card.name
+        root = assets.smollm2_checkpoint()
+        tokenizer = AutoTokenizer.from_pretrained(root)
+        head = load_packaged_head(card.head)
 
         def finish(data: Any) -> Score:
             return Score(float(head.probabilities(np.asarray([row_of(data, None)]))[0]))
 
-        return EngineSpec(name=name, cache_key=head_cache_key(name, head), kind="orm",
-                          model_dir=root, pooling="embed", render=lambda q, a: chat_ids(tokenizer, q, a),
+        return EngineSpec(card=card, family=self, cache_key=head_cache_key(name, head),
+                          model_dir=root, render=lambda q, a: chat_ids(tokenizer, q, a),
                           tokenizer=tokenizer, max_context=SmolLM2ORM.window, finish=finish,
                           not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
-    judge = SmolLM2Judge(Backbone(None, tokenizer, "cpu"))  # its rendering and answer ids need no model
-    yes, no = judge._answer_ids["yes"], judge._answer_ids["no"]
-    embeddings = read_tensors(root, ["model.embed_tokens.weight"])["model.embed_tokens.weight"]
-    rows = embeddings[yes + no].double().numpy()
 
-    def judge_finish(data: Any) -> Score:
-        logits = rows @ np.asarray(row_of(data, None), dtype=np.float64)
-        probs = np.exp(logits - logits.max())
-        return Score(float(probs[: len(yes)].sum() / probs.sum()))
 
-    return EngineSpec(name=name, cache_key=SmolLM2Judge.cache_key, kind="judge", model_dir=root, pooling="embed",
-                      render=judge.render, tokenizer=tokenizer, max_context=SmolLM2Judge.window,
-                      finish=judge_finish,
-                      not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
+class _SmolLM2JudgeFamily(_Embedded):
+    """SmolLM2's yes/no judge; on vLLM: the raw last-token state against the yes/no rows of the tied embeddings."""
+
+    def engine_spec(self, card: Any, options: Any = None) -> Any:
+        from transformers import AutoTokenizer
+
+        from morkit.core.types import Score
+        from morkit.reward_models.backends.engine_rm import EngineSpec, empty_answers_score
+        from morkit.reward_models.backends.pooling_io import row_of
+        from morkit.reward_models.ctts.common import read_tensors
+        from morkit.runtime import assets
+
+        root = assets.smollm2_checkpoint()
+        tokenizer = AutoTokenizer.from_pretrained(root)
+        judge = SmolLM2Judge(Backbone(None, tokenizer, "cpu"))  # its rendering and answer ids need no model
+        yes, no = judge._answer_ids["yes"], judge._answer_ids["no"]
+        embeddings = read_tensors(root, ["model.embed_tokens.weight"])["model.embed_tokens.weight"]
+        rows = embeddings[yes + no].double().numpy()
+
+        def judge_finish(data: Any) -> Score:
+            logits = rows @ np.asarray(row_of(data, None), dtype=np.float64)
+            probs = np.exp(logits - logits.max())
+            return Score(float(probs[: len(yes)].sum() / probs.sum()))
+
+        return EngineSpec(card=card, family=self, cache_key=SmolLM2Judge.cache_key, model_dir=root,
+                          render=judge.render, tokenizer=tokenizer, max_context=SmolLM2Judge.window,
+                          finish=judge_finish,
+                          not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
+
+
+SMOLLM2_ORM = _SmolLM2ORMFamily(smollm2_orm)
+MINILM_PROBE = _Embedded(minilm_probe)
+SMOLLM2_JUDGE = _SmolLM2JudgeFamily(smollm2_judge)

@@ -52,7 +52,7 @@ class RayServeOptions:
 
 
 class RMReplica:
-    """One replica of a model RM: loaded once (after its fit check) on the backend the options pick there."""
+    """One replica of a model RM: loaded once (after its fit check) on the placement the options pick there."""
 
     def __init__(self, entry: Any, options: ScoringOptions):
         self.rm = load_replica(entry, options)
@@ -68,7 +68,7 @@ class ServeRMHandle(ReplicaHandle):
     """A model RM served by a Ray Serve deployment: `score(pairs)` calls it through its DeploymentHandle,
     within the caller's deadline (`core.budget`, else `timeout_s`)."""
 
-    backend = "ray-serve"
+    placement = "ray-serve"
 
     def __init__(self, entry: Any, options: ScoringOptions, deployment: Any, timeout_s: float = 120.0):
         super().__init__(entry, options)

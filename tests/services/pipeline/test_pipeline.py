@@ -232,7 +232,7 @@ def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, se
 
 # A value per scoring flag (reward_models.options.FLAGS) that can change a score, away from its default; SCORE_NEUTRAL
 # holds the rest.
-SCORING_CHANGES = {"device": "cpu", "max_tokens": 512, "truncation": "right", "reduction": "last", "backend": "vllm",
+SCORING_CHANGES = {"device": "cpu", "max_tokens": 512, "truncation": "right", "reduction": "last", "placement": "vllm",
                    "urls": ("http://127.0.0.1:1",), "dtype": "bf16", "tensor_parallel_size": 2, "device_map": "auto",
                    "max_model_len": 512, "gpu_memory_utilization": 0.5, "prefix_reuse": False, "ray": "auto"}
 ENGINE_FLAGS = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
@@ -247,7 +247,7 @@ def test_the_scoring_key_covers_every_scoring_option_but_the_documented_neutral_
         "a new scoring flag: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
         "or to pipeline.keys.SCORE_NEUTRAL, saying why it cannot")
     base = ScoringOptions.from_flags(ray="auto")  # so that ray_workers may be set
-    on_engine = base.with_flags(backend="vllm")  # the offline vLLM engine's own flags apply only there
+    on_engine = base.with_flags(placement="vllm")  # the offline vLLM engine's own flags apply only there
     for name, value in SCORING_CHANGES.items():
         start = ScoringOptions() if name in ("urls", "ray") else on_engine if name in ENGINE_FLAGS else base
         assert scoring_key(start.with_flags(**{name: value})) != scoring_key(start), name
@@ -366,7 +366,7 @@ def test_a_local_embedder_changed_in_place_rebuilds_the_pool_and_asks_nothing(tm
     ('search = ["nope"]\n[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\n', "unknown method 'nope'"),
     ('[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\nvalidation = 0\n', "validation must be a whole number >= 1"),
     ('[[benchmark]]\nname = "x"\ndata = "gsm8k_test:3"\nvalidation = 2\ntest = 2\n', "but gsm8k_test:3 has 3"),
-    ('[scoring]\nbackend = "tpu"\n[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\n', "backend"),
+    ('[scoring]\nplacement = "tpu"\n[[benchmark]]\nname = "x"\ndata = "gsm8k_test"\n', "placement"),
     ("workdir = [\n", "invalid TOML"),
 ])
 def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text, message):
