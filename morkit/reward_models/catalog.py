@@ -151,7 +151,7 @@ def load_rm(rm: str, /, **options: Any) -> Any:
 
     Args:
         rm: A name registered in REWARD_MODELS.
-        **options: Keyword arguments passed to the RM's factory; those its spec lists in `options` are required.
+        **options: Keyword arguments passed to the RM's factory; those its card lists in `options` are required.
 
     Returns:
         The loaded RM: an object with `score(pairs)` (the RewardModel protocol).
