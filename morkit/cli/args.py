@@ -153,8 +153,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="offline vLLM engine (--placement vllm) only: its context length, which also bounds every pair "
                         "(default: --max-tokens, else the model's window)")
     g.add_argument("--gpu-memory-utilization", type=SHARE,
-                   help="offline vLLM engine (--placement vllm) only: share of device memory it may take (default 0.9 on "
-                        "GPU, 0.2 on CPU)")
+                   help="offline vLLM engine (--placement vllm) only: share of device memory it may take "
+                        "(default 0.9 on GPU, 0.2 on CPU)")
     g.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="spread each model RM's scoring over a Ray cluster (Ray Data, one RM replica per actor, "
                         "a GPU share per replica from --placement/--tensor-parallel-size; rules and tables stay "
@@ -200,8 +200,8 @@ def scoring_options(args: argparse.Namespace) -> ScoringOptions:
     return ScoringOptions.from_flags(
         device=args.device, batch_size=args.batch_size, max_tokens=args.max_tokens, truncation=args.truncation,
         reduction=getattr(args, "reduction", "min"), chunk=args.chunk, cache=cache, progress=not args.quiet,
-        placement=args.placement, urls=tuple(args.url), dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
-        device_map=args.device_map, max_model_len=args.max_model_len,
+        placement=args.placement, urls=tuple(args.url), dtype=args.dtype,
+        tensor_parallel_size=args.tensor_parallel_size, device_map=args.device_map, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, prefix_reuse=not args.no_prefix_reuse, ray=args.ray,
         ray_workers=args.ray_workers)
 

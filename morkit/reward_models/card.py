@@ -140,18 +140,39 @@ class RMCard:
     def context_window(self, max_positions: int | None) -> int:
         """The tokens it reads by default: its declared `window`, else the checkpoint's `max_position_embeddings`
         capped by the length its model card says it was trained on (a longer input is beyond what the score was
-        fitted for)."""
+        fitted for).
+
+        Args:
+            max_positions: The checkpoint config's `max_position_embeddings`; None where unknown.
+
+        Returns:
+            The window in tokens.
+        """
         if self.window:
             return self.window
         limits = [n for n in (max_positions, self.trained_context) if n]
         return min(limits) if limits else UNKNOWN_CONTEXT
 
     def window_at(self, root: Path) -> int:
-        """Its window with its checkpoint in folder `root`."""
+        """Its window with its checkpoint in folder `root`.
+
+        Args:
+            root: The checkpoint folder (its config.json is read).
+
+        Returns:
+            The window in tokens.
+        """
         return self.window or self.context_window(max_positions(root))
 
     def describe_context(self, max_positions: int | None) -> str:
-        """How its window is set, for `morkit rms NAME`; `max_positions` is None where no config was found."""
+        """How its window is set, for `morkit rms NAME`.
+
+        Args:
+            max_positions: The checkpoint config's `max_position_embeddings`; None where no config was found.
+
+        Returns:
+            One line: the window and where it comes from.
+        """
         if self.window:
             return f"{self.window:,} tokens (--max-tokens overrides)"
         cap = self.trained_context

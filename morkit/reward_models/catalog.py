@@ -106,7 +106,8 @@ class RMStatus:
         return {"name": self.name, "kind": card.kind, "family": card.runs, "summary": self.entry.summary,
                 "needs": card.needs, "target": self.entry.target_path, "available": self.available,
                 "missing": self.missing, "required_options": list(card.options), "gpu_gib": self.gpu_gib,
-                "model_id": card.model_id, "applies_to": card.applies.describe(), "applies": dict(card.applies.to_json()),
+                "model_id": card.model_id, "applies_to": card.applies.describe(),
+                "applies": dict(card.applies.to_json()),
                 "context": self.context, "context_tokens": self.context_tokens}
 
 

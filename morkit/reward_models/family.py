@@ -1,8 +1,6 @@
-"""Model families: the code that builds one architecture of reward model on every placement. A card names its
-family ("module:attr", resolved on first use, so listing RMs imports no torch or vLLM); the family builds the
-in-process RM (`load`), the recipe vLLM engines, vLLM servers and Ray replicas run it by (`engine_spec`), and names
-the vLLM class morkit registers for it, if vLLM has none.
-"""
+"""Model families: the code that builds one architecture of reward model on every placement (in this process, its
+vLLM/servers/Ray recipe, its vLLM class). A card names its family ("module:attr", resolved on first use, so listing
+RMs imports no torch or vLLM)."""
 
 from __future__ import annotations
 
@@ -28,12 +26,27 @@ class Family(Protocol):
     vllm_class: str | None
 
     def load(self, card: RMCard, **options: Any) -> Any:
-        """The RM of `card` in this process (its transformers implementation), built with the load options."""
+        """The RM of `card` in this process (its transformers implementation), built with the load options.
+
+        Args:
+            card: The RM's card.
+            **options: morkit's load options (device, dtype, batching, prefix_reuse, truncation, path, ...).
+
+        Returns:
+            The RM: an object with `score(pairs)`.
+        """
         ...
 
     def engine_spec(self, card: RMCard, options: Any) -> Any:
-        """How `card`'s RM runs on a vLLM engine or vLLM servers (an EngineSpec), under ScoringOptions
-        `options`."""
+        """How `card`'s RM runs on a vLLM engine or vLLM servers; an InputError where it runs only in this process.
+
+        Args:
+            card: The RM's card.
+            options: The ScoringOptions (servers need only the checkpoint's config and tokenizer here).
+
+        Returns:
+            Its EngineSpec.
+        """
         ...
 
 

@@ -1,8 +1,6 @@
 """vLLM model classes for the four CTTS-MM RMs vLLM has no class for (INF-ORM, LDL, QRM, AceCode): vLLM's backbone
-plus the adapter's own head and strict loader, so the placements cannot drift apart. The vLLM plugin registers a
-subclass per architecture with `adapter` set to the family's adapter class bound to its card (whose `build_head`
-builds the head). Only vLLM processes import this module.
-"""
+plus the head of `adapter` (set by the vLLM plugin: the family's adapter bound to its card) and its strict loader,
+so the placements cannot drift apart. Only vLLM processes import this module."""
 
 from __future__ import annotations
 
