@@ -16,8 +16,8 @@ def architectures() -> dict[str, str]:
 
 
 def bound_classes() -> dict[str, type]:
-    """vLLM architecture name -> its class (imported now), as a subclass whose `adapter` is the family's adapter
-    class bound to the first registered card of that family, so the class builds that RM's head."""
+    """vLLM architecture name -> its class (imported now); for a family with an adapter class (AdapterFamily), a
+    subclass whose `adapter` is that class bound to the first registered card of the family, whose head it builds."""
     import importlib
 
     from morkit.reward_models.catalog import REWARD_MODELS
@@ -29,9 +29,9 @@ def bound_classes() -> dict[str, type]:
         module, _, attr = target.partition(":")
         base = getattr(importlib.import_module(module), attr)
         card = card_for_architecture(name, cards)
-        adapter = family_of(card).adapter_class(card)
-        found[name] = type(base.__name__, (base,), {"adapter": adapter, "__module__": base.__module__,
-                                                     "__qualname__": base.__qualname__})
+        bind = getattr(family_of(card), "adapter_class", None)  # an AdapterFamily's; another family's class is whole
+        found[name] = base if bind is None else type(base.__name__, (base,), {
+            "adapter": bind(card), "__module__": base.__module__, "__qualname__": base.__qualname__})
     return found
 
 
