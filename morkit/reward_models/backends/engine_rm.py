@@ -27,7 +27,6 @@ class EngineSpec:
     """How one registered model RM runs outside transformers."""
 
     name: str
-    cache_key: str
     kind: str  # orm | prm | judge
     model_dir: Path
     pooling: str  # classify | token_classify | step | embed
@@ -53,7 +52,6 @@ class EngineRM:
         self.engine = engine
         self.name = spec.name
         self.kind = spec.kind
-        self.cache_key = spec.cache_key
         self.truncation = truncation.within(spec.max_context)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:

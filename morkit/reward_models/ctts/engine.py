@@ -40,7 +40,7 @@ def ctts_spec(name: str, root: Path) -> EngineSpec:
         fields["prefix_caching"] = False  # token pooling never reads vLLM's prefix cache
     if name == "qrm-gemma-2-27b":
         fields.update(_qrm_fields(root, tokenizer))
-    return EngineSpec(name=name, cache_key=name, kind=record.kind, model_dir=root, pooling=record.pooling,
+    return EngineSpec(name=name, kind=record.kind, model_dir=root, pooling=record.pooling,
                       render=render, tokenizer=tokenizer,
                       max_context=record.window_at(root),
                       architecture=record.vllm_class, **fields)
