@@ -1,7 +1,6 @@
-"""The one identity a reward model's scores are cached under: what the RM is (its name, its declared version, its
-packaged head's hash, its weights' version) and every scoring option that changes what it computes for a pair (the
-truncation, the resolved dtype, the engine, the device map). Options that cannot change a score never enter it;
-options.SCORE_NEUTRAL names them for this key and the pipeline's stage keys alike.
+"""The one key a reward model's scores are cached under: what the RM is (name, version, head hash, weights' version)
+and every scoring option that changes what it computes (truncation, resolved dtype, engine, device map); the options
+that cannot (options.SCORE_NEUTRAL, which the pipeline's keys leave out too) never enter it.
 """
 
 from __future__ import annotations
@@ -16,16 +15,14 @@ FACTS = ("engine", "dtype", "device_map", "truncation")
 
 def cache_key(name: str, card: Any = None, *, engine: str | None = None, dtype: str | None = None,
               device_map: str | None = None, truncation: str | None = None) -> str:
-    """The key RM `name`'s scores are cached under, known without loading it.
-
-    Its parts, `;`-separated after the name: `@version` (the card's), `head=` the packaged head's hash, `weights=`
-    the version of the weights found here (`weights_version`), then the scoring facts given. Batch sizes, chunks,
-    progress, the cache's path, Ray's worker count and the memory check (options.SCORE_NEUTRAL) have no parameter.
+    """The key RM `name`'s scores are cached under, known without loading it: `name@version`, then `head=` the
+    packaged head's hash, `weights=` the version of its weights here (`weights_version`), then the facts given.
+    The SCORE_NEUTRAL options (batch size, chunk, progress, cache path, Ray workers, memory check) have no parameter.
 
     Args:
         name: The RM's name.
         card: Its registered spec (read: `version`, `head`, `model_id`, `required`); None for an RM not registered.
-        engine: What computes the score: `transformers`, `vllm` (an offline engine or vLLM servers), `python`.
+        engine: What computes the score: `transformers` or `vllm` (an offline engine or vLLM servers).
         dtype: The dtype the model runs in, resolved (`float32`, `bfloat16`, ...); `served` on vLLM servers.
         device_map: The transformers device map a model is spread with, where one is given.
         truncation: How pairs are cut (`Truncation.signature`, `policy@limit`); None for an RM that never cuts.

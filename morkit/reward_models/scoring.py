@@ -51,14 +51,12 @@ class RMRun:
 
     Args:
         rm: The RM (a handle, a built rule, any object with `score(pairs)` or `score_query(query)`).
-        queries: The queries.
-        reasons: Per query, why the RM skips it, or None where it applies.
+        reasons: Per query of the run, why the RM skips it, or None where it applies.
         cache: The score cache, or None.
     """
 
-    def __init__(self, rm: Any, queries: Sequence[Query], reasons: Sequence[str | None],
-                 cache: ScoreCache | None):
-        self.rm, self.name, self.queries, self.reasons = rm, rm.name, queries, list(reasons)
+    def __init__(self, rm: Any, reasons: Sequence[str | None], cache: ScoreCache | None):
+        self.rm, self.name, self.reasons = rm, rm.name, list(reasons)
         self.key = identity_of(rm)
         self.cache = cache
 
@@ -66,7 +64,7 @@ class RMRun:
     def planned(cls, rm: Any, queries: Sequence[Query], cache: ScoreCache | None) -> "RMRun":
         """The run of `rm` over `queries`, each query's applicability checked now (a data error is an InputError)."""
         rule = applicability_of(rm)
-        return cls(rm, queries, [rule.check(q, rm.name) for q in queries], cache)
+        return cls(rm, [rule.check(q, rm.name) for q in queries], cache)
 
     def _checked(self, scores: Sequence[Score], qids: Sequence[str]) -> list[Score]:
         """The scores, each finite (else a ScoreError naming the RM and the query)."""
@@ -76,11 +74,11 @@ class RMRun:
                                  f"{qid!r}")
         return list(scores)
 
-    def scores(self, chunk: int, progress: bool) -> list[list[Score] | None]:
+    def scores(self, queries: Sequence[Query], chunk: int, progress: bool) -> list[list[Score] | None]:
         """Per query, every candidate's score (None where the RM does not apply): cache first, then the RM, each
         chunk (or query) cached as soon as it is scored, what a PartialScoreError kept cached before it leaves;
         no chunk starts past the caller's deadline (core.budget)."""
-        todo = [q for q, why in zip(self.queries, self.reasons) if why is None]
+        todo = [q for q, why in zip(queries, self.reasons) if why is None]
         cache, rm = self.cache, self.rm
         if hasattr(rm, "score_query"):  # the whole query decides (tests, siblings): keyed by its cache_context
             done = []
@@ -151,7 +149,7 @@ def _scored(queries: Sequence[Query], runs: Sequence[RMRun], chunk: int, progres
     """The queries with every run's scores and skip records on them, after each run's log lines."""
     per_rm: dict[str, list[list[Score] | None]] = {}
     for run in runs:
-        per_rm[run.name] = run.scores(chunk, progress)
+        per_rm[run.name] = run.scores(queries, chunk, progress)
         _log_skips(run.name, queries, run.reasons)
     plan = {run.name: run.reasons for run in runs}
     for name, table in per_rm.items():
@@ -229,14 +227,14 @@ def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]
     rules: dict[str, Any] = {}
     for i, (query, names) in enumerate(zip(queries, wanted)):
         for name in names:
-            rule = rules.setdefault(name, applicability_of(name))
+            if name not in rules:
+                rules[name] = applicability_of(name)
+            rule = rules[name]
             if any(name not in c.scores for c in query.candidates) and rule.check(query, name) is None:
                 rows.setdefault(name, []).append(i)
-    runs = {name: RMRun(rms[name], [queries[i] for i in rows[name]], [None] * len(rows[name]), cache)
-            for name in rows}  # every RM built before the first one runs
+    runs = {name: RMRun(rms[name], [None] * len(rows[name]), cache) for name in rows}  # all built before any runs
     out = list(queries)
     for name, run in runs.items():
-        run.queries = [out[i] for i in rows[name]]  # with the scores of the RMs before it
-        for i, query in zip(rows[name], _scored(run.queries, [run], chunk, progress)):
+        for i, query in zip(rows[name], _scored([out[i] for i in rows[name]], [run], chunk, progress)):
             out[i] = query
     return out
