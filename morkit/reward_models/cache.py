@@ -1,5 +1,6 @@
-"""A persistent score cache keyed by (RM, question hash, answer hash), so no pair is scored twice. SQLite in WAL
-mode, each batch committed as it is scored; each model RM's score keeps the truncation it was made under.
+"""A persistent score cache keyed by (RM identity, question hash, answer hash), so no pair is scored twice. SQLite in
+WAL mode, each batch committed as it is scored. The RM identity (morkit.reward_models.identity) holds everything
+that changes a score, the truncation included, so a row holds under its key alone.
 """
 
 from __future__ import annotations
@@ -22,21 +23,10 @@ def text_hash(text: str) -> str:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-COLUMNS = ("rm", "q", "a", "value", "steps", "truncated", "fit")
-
-
-def fit_holds(truncated: bool, made: str | None, wanted: str | None) -> bool:
-    """Whether a score cached under truncation `made` (a `Truncation.signature`; None: from before signatures) holds
-    under `wanted` (None: the RM never cuts). A cut score holds only under the same signature; a whole one under
-    the same limit or a larger number; an old one only if whole and wanted under the model's own window."""
-    if wanted is None:
-        return True
-    if made is None:
-        return not truncated and wanted.rpartition("@")[2] == "window"
-    if truncated:
-        return made == wanted
-    then, now = made.rpartition("@")[2], wanted.rpartition("@")[2]
-    return then == now or (then.isdigit() and now.isdigit() and int(then) <= int(now))
+COLUMNS = ("rm", "q", "a", "value", "steps", "truncated")
+FIT_COLUMNS = (*COLUMNS, "fit")
+"""The columns of the caches written while the truncation was kept beside each score rather than in the RM's key:
+such a file is read and written as it is (its `fit` left empty); its rows, under the keys of then, simply miss."""
 
 
 LOCK_WAIT_S = 30.0
@@ -106,7 +96,7 @@ class ScoreCache:
             use_wal(self._db)
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER,"
-                " fit TEXT, PRIMARY KEY (rm, q, a))"
+                " PRIMARY KEY (rm, q, a))"
             )
             columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(scores)"))
             self._db.commit()
@@ -116,25 +106,19 @@ class ScoreCache:
                 raise MorkitError(f"{self.path}: the score cache stayed locked by another process for 30 s; "
                                   "try again") from exc
             raise InputError(f"unusable score cache: {exc}", path=str(self.path)) from exc
-        if columns == COLUMNS[:-1]:  # scores cached before they kept their truncation
-            self._db.close()
-            raise InputError("written by an older morkit (no fit column): delete it or pass --cache PATH",
-                             path=str(self.path))
-        if columns != COLUMNS:
+        if columns not in (COLUMNS, FIT_COLUMNS):
             self._db.close()
             raise InputError(f"its 'scores' table has columns {', '.join(columns)}, not a morkit score cache's "
                              f"({', '.join(COLUMNS)})", path=str(self.path))
         self.hits = 0
         self.misses = 0
 
-    def get_many(self, rm: str, pairs: Sequence[tuple[str, str]], fit: str | None = None) -> list[Score | None]:
-        """The cached scores of `pairs` (None where absent, or made under a truncation that does not hold for `fit`).
+    def get_many(self, rm: str, pairs: Sequence[tuple[str, str]]) -> list[Score | None]:
+        """The cached scores of `pairs` (None where absent).
 
         Args:
-            rm: The RM's cache key.
+            rm: The RM's cache key (catalog.identity_of).
             pairs: The (question, answer) texts to look up.
-            fit: The truncation the scores are wanted under (a `Truncation.signature`, `policy@limit`); None for
-                an RM that never cuts, which takes any cached score.
 
         Returns:
             One entry per pair, in order: its cached Score, or None.
@@ -146,34 +130,32 @@ class ScoreCache:
                 chunk = keys[start : start + 400]
                 where = " OR ".join("(q=? AND a=?)" for _ in chunk)
                 args = [rm] + [x for k in chunk for x in k]
-                for q, a, value, steps, truncated, made in self._db.execute(
-                    f"SELECT q, a, value, steps, truncated, fit FROM scores WHERE rm=? AND ({where})", args
+                for q, a, value, steps, truncated in self._db.execute(
+                    f"SELECT q, a, value, steps, truncated FROM scores WHERE rm=? AND ({where})", args
                 ):
-                    if fit_holds(bool(truncated), made, fit):
-                        found[(q, a)] = Score(value, tuple(json.loads(steps)) if steps else None, bool(truncated))
+                    found[(q, a)] = Score(value, tuple(json.loads(steps)) if steps else None, bool(truncated))
         out = [found.get(k) for k in keys]
         hit = sum(s is not None for s in out)
         self.hits += hit
         self.misses += len(out) - hit
         return out
 
-    def put_many(self, rm: str, pairs: Iterable[tuple[str, str]], scores: Iterable[Score],
-                 fit: str | None = None) -> None:
-        """Store scores made under truncation `fit` (`policy@limit`; None for an RM that does not truncate).
+    def put_many(self, rm: str, pairs: Iterable[tuple[str, str]], scores: Iterable[Score]) -> None:
+        """Store scores under the RM's key.
 
         Args:
-            rm: The RM's cache key.
+            rm: The RM's cache key (catalog.identity_of).
             pairs: The (question, answer) texts scored.
             scores: Their scores, aligned with `pairs`; a pair already cached for `rm` is replaced.
-            fit: The truncation the scores were made under, or None.
         """
         rows = [
             (rm, text_hash(q), text_hash(a), s.value, json.dumps(list(s.steps)) if s.steps is not None else None,
-             int(s.truncated), fit)
+             int(s.truncated))
             for (q, a), s in zip(pairs, scores)
         ]
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany(f"INSERT OR REPLACE INTO scores ({', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                                 rows)
             self._db.commit()
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.card import RMCard
 from morkit.reward_models.ctts import CTTS_CARDS
 from morkit.reward_models.handles import RMHandle, build
-from morkit.reward_models.handles import cache_key as _cache_key
+from morkit.reward_models.identity import cache_key as _cache_key
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.placement import place
 from morkit.reward_models.weights import bf16_gib
@@ -46,6 +46,7 @@ REWARD_MODELS = Registry("reward model", spec_type=RMCard, entries=[
            "share of the query's candidates whose final answer is equivalent to this one",
            "morkit.reward_models.rules.consensus:MathConsensus"),
     _entry(RMCard(name="code-tests", kind="rule", runs="sandbox",
+                  version="5",  # the grader's; why each version came is on the docs page Reward models
                   needs="the query's `tests`; a POSIX OS for the sandbox",
                   applies=Applicability(frozenset({"code"}), ("tests", "stdio_tests"))),
            "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
@@ -208,6 +209,14 @@ def relative_scores(name: str) -> bool:
         return False
 
 
-def cache_key(name: str) -> str:
-    """The key registered RM `name`'s scores are cached under, known without loading it."""
-    return _cache_key(name, REWARD_MODELS.get(name).spec)
+def identity_of(rm: str | Any) -> str:
+    """The key an RM's scores are cached under (morkit.reward_models.identity), the one accessor scoring and the
+    pipeline use: a handle's own (its placement's scoring facts), else for a registered name or a built RM its
+    registered card's version and, where the object cuts pairs, its truncation; an RM not registered is its name."""
+    own = None if isinstance(rm, str) else getattr(rm, "cache_key", None)
+    if own is not None:
+        return str(own)
+    name = rm if isinstance(rm, str) else rm.name
+    card = REWARD_MODELS.get(name).spec if name in REWARD_MODELS else None
+    truncation = getattr(rm, "truncation", None)
+    return _cache_key(name, card, truncation=truncation.signature if truncation is not None else None)

@@ -1,29 +1,21 @@
 """RM handles: a registered RM on one placement (where it runs: morkit.reward_models.placement), knowing before it
-loads its kind, cache key, truncation and memory need; `load()` builds the scorer with that very truncation, so the
-cache's record cannot drift.
+loads its kind, cache key, truncation and memory need; `load()` builds the scorer with that very truncation, dtype
+and engine, so the cache key cannot drift from how a score is made.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, ClassVar, Sequence
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.registry import Entry
+from morkit.reward_models.identity import cache_key
 from morkit.reward_models.memory import MemoryNeed
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.residency import Residency
 from morkit.reward_models.card import RMCard
 from morkit.reward_models.truncation import Truncation
-
-
-def cache_key(name: str, spec: RMCard) -> str:
-    """The key registered RM `name`'s scores are cached under, known without loading it: its packaged head's
-    hash, or its declared version, else its name."""
-    if spec.head:
-        from morkit.reward_models.heads import head_cache_key, load_packaged_head
-
-        return head_cache_key(name, load_packaged_head(spec.head))
-    return f"{name}@{spec.version}" if spec.version else name
 
 
 def dtype_name(options: ScoringOptions, device: str) -> str:
@@ -68,9 +60,19 @@ class RMHandle:
         self.card: RMCard = entry.spec
         self.options = options
         self.kind = self.card.kind
-        self.cache_key = cache_key(self.name, self.card)
         self.truncation = self.planned_truncation()
         self.residency = residency if residency is not None else Residency()
+
+    @cached_property
+    def cache_key(self) -> str:
+        """The key its scores are cached under (morkit.reward_models.identity): its card and what of this placement
+        changes a score (`score_facts`); worked out when first asked, without loading the model."""
+        return cache_key(self.name, self.card, **self.score_facts())
+
+    def score_facts(self) -> dict[str, str | None]:
+        """What of this placement changes its scores (identity.cache_key's engine, dtype, device map and truncation):
+        nothing for plain code, whose score is its version's."""
+        return {}
 
     def planned_truncation(self) -> Truncation | None:
         """The truncation this RM cuts pairs under here (its signature keys the score cache); None: sent whole."""

@@ -65,7 +65,3 @@ def load_packaged_head(name: str, override: str | Path | None = None) -> Logisti
         raise UnavailableError(f"trained head for {name!r} not found at {path}; run `morkit train-head {name}`")
     return LogisticHead.load(path)
 
-
-def head_cache_key(name: str, head: LogisticHead | None) -> str:
-    """The cache key of an RM whose scores come from a trained head: its name and the head's hash."""
-    return f"{name}@{(head.info if head else {}).get('sha256', 'untracked')}"

@@ -135,6 +135,16 @@ _NOT_NULL = ("truncation", "reduction", "prefix_reuse", "check_fit", "chunk", "p
 _ENGINE_ONLY = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization")
 
 
+SCORE_NEUTRAL = ("progress", "cache", "chunk", "batch_size", "ray_workers", "check_fit")
+"""Scoring flags (`FLAGS`) that cannot change a score: the progress bar, where scores are cached, how many pairs go
+per call, per forward pass or per server request (a pair scores the same in any batch), how many Ray replicas share
+the work, and the memory check made before a model loads. The one list of them: none enters an RM's cache key
+(morkit.reward_models.identity) and every other flag enters the pipeline's scoring key."""
+NEUTRAL_FIELDS = frozenset(("progress", "cache", "chunk", "check_fit", "transformers.batch_size", "servers.batch_size",
+                            "ray.workers"))
+"""The ScoringOptions fields (nested ones as `part.field`) of the SCORE_NEUTRAL flags."""
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -16,26 +16,9 @@ from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
 from morkit.reward_models.applicability import SKIPPED_KEY, recorded_skips
 from morkit.reward_models.cache import ScoreCache
-from morkit.reward_models.catalog import applicability_of
+from morkit.reward_models.catalog import applicability_of, identity_of
 
 log = logging.getLogger(__name__)
-
-
-def _rm_key(rm: Any) -> str:
-    return getattr(rm, "cache_key", rm.name)
-
-
-def _fit(rm: Any) -> str | None:
-    """The truncation an RM's scores are made under (`policy@limit`), which the cache keeps beside them."""
-    truncation = getattr(rm, "truncation", None)
-    return truncation.signature if truncation is not None else None
-
-
-def _check(rm: Any, score: Score, qid: str) -> Score:
-    values = [score.value] + list(score.steps or ())
-    if not all(math.isfinite(v) for v in values):
-        raise ScoreError(f"reward model {rm.name!r} returned a non-finite score {score.value!r} for query {qid!r}")
-    return score
 
 
 def _bar(enabled: bool, desc: str, **kwargs: Any) -> Any:
@@ -62,71 +45,95 @@ def _batches(rm: Any, todo: list[tuple[str, str]], chunk: int) -> Iterator[tuple
         yield part, raw
 
 
-def _score_pairs(rm: Any, queries: Sequence[Query], cache: ScoreCache | None, chunk: int,
-                 progress: bool) -> dict[tuple[str, str], Score]:
-    owner: dict[tuple[str, str], str] = {}
-    for query in queries:
-        for i, candidate in enumerate(query.candidates):
-            if candidate.text is None:
-                raise InputError(f"query {query.id!r} candidate {i} has no text, which {rm.name!r} needs")
-            owner.setdefault((query.question, candidate.text), query.id)
-    pairs = list(owner)
-    known: dict[tuple[str, str], Score] = {}
-    fit = _fit(rm)
-    if cache is not None:
-        for pair, hit in zip(pairs, cache.get_many(_rm_key(rm), pairs, fit)):
-            if hit is not None:
-                known[pair] = hit
-    # A question's candidates stay together (in one chunk where they fit), so the RM can compute their
-    # shared prompt prefix once; the RM sorts each chunk by length for its own batches.
-    todo = sorted((p for p in pairs if p not in known), key=lambda p: (p[0], len(p[1])))
-    with _bar(progress, rm.name, total=len(pairs), unit="pair") as bar:
-        bar.update(len(known))
-        try:
-            with closing(_batches(rm, todo, chunk)) as stream:  # closed at once on failure: stops a Ray run
-                for part, raw in stream:
-                    if len(raw) != len(part):
-                        raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for "
-                                         f"{len(part)} pairs")
-                    scores = [_check(rm, s, owner[p]) for p, s in zip(part, raw)]
-                    if cache is not None:
-                        cache.put_many(_rm_key(rm), part, scores, fit)
-                    known.update(zip(part, scores))
-                    bar.update(len(part))
-                    budget.current().check()  # a caller's deadline (the server's engine): no chunk past it
-        except PartialScoreError as err:  # keep what was scored before failing the run
-            done = [(p, s) for p, s in zip(getattr(err, "pairs", ()), err.scores) if s is not None]
-            if cache is not None and done:
-                cache.put_many(_rm_key(rm), [p for p, _ in done], [_check(rm, s, owner[p]) for p, s in done], fit)
-            raise
-    return known
+class RMRun:
+    """One RM over a list of queries: which of them it applies to (settled before any RM runs), the key its scores
+    are cached under (catalog.identity_of), and the one place it reads and writes the score cache.
 
+    Args:
+        rm: The RM (a handle, a built rule, any object with `score(pairs)` or `score_query(query)`).
+        reasons: Per query of the run, why the RM skips it, or None where it applies.
+        cache: The score cache, or None.
+    """
 
-def _score_query_rm(rm: Any, query: Query, cache: ScoreCache | None) -> list[Score]:
-    context = rm.cache_context(query) if cache is not None else None
-    texts = [c.text or "" for c in query.candidates]
-    if context is not None:
-        hits = cache.get_many(_rm_key(rm), [(context, t) for t in texts])
-        if all(h is not None for h in hits):
-            return hits  # type: ignore[return-value]
-    raw = rm.score_query(query)
-    if len(raw) != len(texts):
-        raise ScoreError(f"reward model {rm.name!r} returned {len(raw)} scores for query {query.id!r} "
-                         f"with {len(texts)} candidates")
-    scores = [_check(rm, s, query.id) for s in raw]
-    if context is not None:
-        cache.put_many(_rm_key(rm), [(context, t) for t in texts], scores)
-    return scores
+    def __init__(self, rm: Any, reasons: Sequence[str | None], cache: ScoreCache | None):
+        self.rm, self.name, self.reasons = rm, rm.name, list(reasons)
+        self.key = identity_of(rm)
+        self.cache = cache
 
-
-def skip_plan(rms: Sequence[Any], queries: Sequence[Query]) -> dict[str, list[str | None]]:
-    """RM name -> per query, why the RM does not apply to it (None: it does); a query with a data error for
-    some RM (a code query without tests under code-tests) raises an InputError naming it."""
-    plan = {}
-    for rm in rms:
+    @classmethod
+    def planned(cls, rm: Any, queries: Sequence[Query], cache: ScoreCache | None) -> "RMRun":
+        """The run of `rm` over `queries`, each query's applicability checked now (a data error is an InputError)."""
         rule = applicability_of(rm)
-        plan[rm.name] = [rule.check(q, rm.name) for q in queries]
-    return plan
+        return cls(rm, [rule.check(q, rm.name) for q in queries], cache)
+
+    def _checked(self, scores: Sequence[Score], qids: Sequence[str]) -> list[Score]:
+        """The scores, each finite (else a ScoreError naming the RM and the query)."""
+        for score, qid in zip(scores, qids):
+            if not all(math.isfinite(v) for v in (score.value, *(score.steps or ()))):
+                raise ScoreError(f"reward model {self.name!r} returned a non-finite score {score.value!r} for query "
+                                 f"{qid!r}")
+        return list(scores)
+
+    def scores(self, queries: Sequence[Query], chunk: int, progress: bool) -> list[list[Score] | None]:
+        """Per query, every candidate's score (None where the RM does not apply): cache first, then the RM, each
+        chunk (or query) cached as soon as it is scored, what a PartialScoreError kept cached before it leaves;
+        no chunk starts past the caller's deadline (core.budget)."""
+        todo = [q for q, why in zip(queries, self.reasons) if why is None]
+        cache, rm = self.cache, self.rm
+        if hasattr(rm, "score_query"):  # the whole query decides (tests, siblings): keyed by its cache_context
+            done = []
+            for query in _bar(progress, self.name, iterable=todo, unit="query"):
+                context = rm.cache_context(query) if cache is not None else None
+                pairs = [(context, c.text or "") for c in query.candidates]
+                hits = cache.get_many(self.key, pairs) if context is not None else [None]
+                if any(h is None for h in hits):
+                    hits = rm.score_query(query)
+                    if len(hits) != len(pairs):
+                        raise ScoreError(f"reward model {self.name!r} returned {len(hits)} scores for query "
+                                         f"{query.id!r} with {len(pairs)} candidates")
+                    hits = self._checked(hits, [query.id] * len(pairs))
+                    if context is not None:
+                        cache.put_many(self.key, pairs, hits)
+                done.append(hits)
+        else:
+            known = self._pairs(todo, chunk, progress)
+            done = [[known[(q.question, c.text)] for c in q.candidates] for q in todo]
+        rows = iter(done)
+        return [next(rows) if why is None else None for why in self.reasons]
+
+    def _pairs(self, queries: Sequence[Query], chunk: int, progress: bool) -> dict[tuple[str, str], Score]:
+        """Each distinct (question, answer) of the queries scored once: cache first, then the RM in chunks that keep
+        a question's candidates together (the RM computes their shared prefix once)."""
+        owner: dict[tuple[str, str], str] = {}
+        for query in queries:
+            for i, candidate in enumerate(query.candidates):
+                if candidate.text is None:
+                    raise InputError(f"query {query.id!r} candidate {i} has no text, which {self.name!r} needs")
+                owner.setdefault((query.question, candidate.text), query.id)
+        pairs, cache = list(owner), self.cache
+        hits = cache.get_many(self.key, pairs) if cache is not None else [None] * len(pairs)
+        known = {p: h for p, h in zip(pairs, hits) if h is not None}
+        todo = sorted((p for p in pairs if p not in known), key=lambda p: (p[0], len(p[1])))
+        with _bar(progress, self.name, total=len(pairs), unit="pair") as bar:
+            bar.update(len(known))
+            try:
+                with closing(_batches(self.rm, todo, chunk)) as stream:  # closed at once on failure: stops a Ray run
+                    for part, raw in stream:
+                        if len(raw) != len(part):
+                            raise ScoreError(f"reward model {self.name!r} returned {len(raw)} scores for "
+                                             f"{len(part)} pairs")
+                        known.update(zip(part, self._checked(raw, [owner[p] for p in part])))
+                        if cache is not None:
+                            cache.put_many(self.key, part, [known[p] for p in part])
+                        bar.update(len(part))
+                        budget.current().check()  # a caller's deadline (the server's engine): no chunk past it
+            except PartialScoreError as err:  # keep what was scored before failing the run
+                done = [(p, s) for p, s in zip(getattr(err, "pairs", ()), err.scores) if s is not None]
+                if cache is not None and done:
+                    cache.put_many(self.key, [p for p, _ in done],
+                                   self._checked([s for _, s in done], [owner[p] for p, _ in done]))
+                raise
+        return known
 
 
 def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreCache | None = None,
@@ -134,17 +141,17 @@ def score_queries(queries: Sequence[Query], rms: Sequence[Any], *, cache: ScoreC
     """Return the queries with each RM's score added to every candidate's `scores` (by RM name). An RM that does not
     apply to a query leaves its score missing (a stale one removed) and the reason under `skipped_rms`; a cut answer
     is listed under the candidate's `truncated` key."""
-    plan = skip_plan(rms, queries)
+    runs = [RMRun.planned(rm, queries, cache) for rm in rms]  # every data error before the first RM runs
+    return _scored(queries, runs, chunk, progress)
+
+
+def _scored(queries: Sequence[Query], runs: Sequence[RMRun], chunk: int, progress: bool) -> list[Query]:
+    """The queries with every run's scores and skip records on them, after each run's log lines."""
     per_rm: dict[str, list[list[Score] | None]] = {}
-    for rm in rms:
-        todo = [q for q, why in zip(queries, plan[rm.name]) if why is None]
-        if hasattr(rm, "score_query"):
-            done = iter([_score_query_rm(rm, q, cache) for q in _bar(progress, rm.name, iterable=todo, unit="query")])
-        else:
-            known = _score_pairs(rm, todo, cache, chunk, progress)
-            done = iter([[known[(q.question, c.text)] for c in q.candidates] for q in todo])
-        per_rm[rm.name] = [next(done) if why is None else None for why in plan[rm.name]]
-        _log_skips(rm.name, queries, plan[rm.name])
+    for run in runs:
+        per_rm[run.name] = run.scores(queries, chunk, progress)
+        _log_skips(run.name, queries, run.reasons)
+    plan = {run.name: run.reasons for run in runs}
     for name, table in per_rm.items():
         cut = sum(s.truncated for row in table if row is not None for s in row)
         questions = sum(bool((s.extra or {}).get("question_cut")) for row in table if row is not None for s in row)
@@ -214,17 +221,20 @@ def fill_missing_scores(queries: Sequence[Query], wanted: Sequence[Iterable[str]
                         cache: ScoreCache | None = None, chunk: int = 64, progress: bool = False) -> list[Query]:
     """Run each wanted RM on the queries that want it and lack its scores; other queries are left as they are.
 
-    `wanted[i]` names the RMs query i needs; `rms[name]` gives the built RM (e.g. a ScoringSession)."""
-    out = list(queries)
+    `wanted[i]` names the RMs query i needs; `rms[name]` gives the built RM (e.g. a ScoringSession). Each RM's
+    applicability is read once, and every data error is raised before the first RM runs."""
     rows: dict[str, list[int]] = {}
+    rules: dict[str, Any] = {}
     for i, (query, names) in enumerate(zip(queries, wanted)):
         for name in names:
-            if lacks_scores(query, name):
+            if name not in rules:
+                rules[name] = applicability_of(name)
+            rule = rules[name]
+            if any(name not in c.scores for c in query.candidates) and rule.check(query, name) is None:
                 rows.setdefault(name, []).append(i)
-    for name, indices in rows.items():  # every data error before the first RM runs
-        skip_plan([rms[name]], [queries[i] for i in indices])
-    for name, indices in rows.items():
-        scored = score_queries([out[i] for i in indices], [rms[name]], cache=cache, chunk=chunk, progress=progress)
-        for i, query in zip(indices, scored):
+    runs = {name: RMRun(rms[name], [None] * len(rows[name]), cache) for name in rows}  # all built before any runs
+    out = list(queries)
+    for name, run in runs.items():
+        for i, query in zip(rows[name], _scored([out[i] for i in rows[name]], [run], chunk, progress)):
             out[i] = query
     return out

@@ -194,6 +194,8 @@ def test_stdin_stdout_tests_stop_at_the_first_failure_and_keep_limits_per_test()
 
 
 def test_code_tests_cache_context_holds_the_test_code_and_the_stdio_tests():
+    from morkit.reward_models.catalog import identity_of
+
     rm = CodeTests()
     code_only = Query("c", "add", (), tests="assert add(1, 2) == 3")
     both = Query("c", "add", (), tests="assert add(1, 2) == 3", extra={"stdio_tests": [{"input": "1", "output": "2"}]})
@@ -204,7 +206,7 @@ def test_code_tests_cache_context_holds_the_test_code_and_the_stdio_tests():
     for other in (Query("c", "add two numbers", (), tests=code_only.tests),
                   Query("c", "add", (), tests=code_only.tests, extra={"entry_point": "add"})):
         assert rm.cache_context(other) != rm.cache_context(code_only)  # the question text, the entry point
-    assert rm.cache_key == "code-tests@5"  # the tests run as __main__ and pass only with a check run
+    assert identity_of(rm) == "code-tests@5"  # the tests run as __main__ and pass only with a check run
     for bad in ([], [{"input": 1, "output": "2"}], "1 -> 2", [{"input": "1"}]):
         with pytest.raises(InputError, match="'c': 'stdio_tests' must be"):
             rm.cache_context(Query("c", "add", (), extra={"stdio_tests": bad}))

@@ -112,22 +112,24 @@ def test_a_path_that_cannot_hold_the_cache_is_an_input_error(tmp_path):
         assert cache.get_many("rm", [("q", "a")]) == [Score(0.5)]
 
 
-def test_a_cache_of_an_older_morkit_says_to_delete_it_or_pass_another(tmp_path):
+@pytest.mark.parametrize("fit", [False, True])
+def test_a_cache_of_an_older_morkit_opens_and_its_rows_under_older_keys_simply_miss(tmp_path, fit):
     import sqlite3
 
-    from morkit.core.errors import InputError
-
     path = tmp_path / "scores.sqlite"
-    with sqlite3.connect(path) as db:  # the columns before scores kept their truncation
+    with sqlite3.connect(path) as db:  # before scores kept their truncation; then beside them, in a `fit` column
         db.execute("CREATE TABLE scores (rm TEXT, q TEXT, a TEXT, value REAL, steps TEXT, truncated INTEGER, "
-                   "PRIMARY KEY (rm, q, a))")
+                   + ("fit TEXT, " if fit else "") + "PRIMARY KEY (rm, q, a))")
+        db.execute("INSERT INTO scores (rm, q, a, value, truncated) VALUES (?, ?, ?, 0.7, 0)",
+                   ("smollm2-orm@oldhead", text_hash("q"), text_hash("a")))
     db.close()
-    with pytest.raises(InputError) as err:
-        ScoreCache(path)
-    assert str(err.value) == (f"{path}: written by an older morkit (no fit column): delete it or pass "
-                              "--cache PATH")
-    with sqlite3.connect(path) as db:  # left as it was
-        assert [row[1] for row in db.execute("PRAGMA table_info(scores)")][-1] == "truncated"
+    with ScoreCache(path) as cache:
+        assert cache.get_many("smollm2-orm;head=new;engine=transformers", [("q", "a")]) == [None]
+        assert cache.get_many("smollm2-orm@oldhead", [("q", "a")]) == [Score(0.7)]
+        cache.put_many("rm", [("q", "a")], [Score(0.5, truncated=True)])
+        assert cache.get_many("rm", [("q", "a")]) == [Score(0.5, truncated=True)]
+    with sqlite3.connect(path) as db:  # its layout is kept
+        assert [row[1] for row in db.execute("PRAGMA table_info(scores)")][-1] == ("fit" if fit else "truncated")
     db.close()
 
 
@@ -170,38 +172,6 @@ def test_several_writer_processes_lose_nothing(tmp_path):
             pairs = [(f"q{w}-{b}", f"a{i}") for b in range(20) for i in range(25)]
             assert cache.get_many("rm", pairs) == [Score(w + i / 100) for _ in range(20) for i in range(25)]
         assert cache.get_many("rm", [("shared", f"a{b}") for b in range(20)]) == [Score(float(b)) for b in range(20)]
-
-
-@pytest.mark.parametrize("truncated, made, wanted, holds", [
-    (True, "right@256", "right@256", True),
-    (True, "right@256", "middle@256", False),
-    (True, "middle@256", "middle@512", False),
-    (True, None, "middle@256", False),  # cut before truncations were recorded: under which policy is unknown
-    (False, "right@256", "middle@512", True),  # whole at 256 tokens is whole at 512
-    (False, "right@512", "right@256", False),
-    (False, None, "middle@256", False),  # made before limits were kept: which limit is unknown
-    (False, None, "middle@window", True),  # ... but no window today is smaller than the defaults of then
-    (False, None, "middle@window<=1024", False),
-    (True, "middle@window", "middle@window", True),
-    (True, "middle@window", "middle@window<=2048", False),  # a vLLM engine of 2048 tokens cuts differently
-    (False, "middle@window", "left@window", True),
-    (False, "middle@window", "middle@4096", False),  # the window's size is not known here
-    (False, "middle@512", "middle@window", False),
-    (True, "middle@256", None, True),  # an RM that does not truncate takes what is there
-])
-def test_fit_holds(truncated, made, wanted, holds):
-    from morkit.reward_models.cache import fit_holds
-
-    assert fit_holds(truncated, made, wanted) is holds
-
-
-def test_a_score_holds_only_under_the_truncation_it_was_made_under(cache):
-    pairs = [("q", "cut"), ("q", "whole")]
-    scores = [Score(0.2, truncated=True), Score(0.3)]
-    cache.put_many("rm", pairs, scores, "right@256")
-    assert cache.get_many("rm", pairs, "right@256") == scores
-    assert cache.get_many("rm", pairs, "middle@256") == [None, Score(0.3)]
-    assert cache.get_many("rm", pairs, "right@128") == [None, None]
 
 
 class CountingRM:

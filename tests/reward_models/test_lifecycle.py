@@ -134,7 +134,8 @@ class TokenServer(FakeServer):
 @pytest.mark.slow
 def test_servers_by_name_get_the_adapters_own_prompts_and_failures_keep_successes(tmp_path):
     import morkit
-    from morkit.reward_models.catalog import load_rm
+    from morkit.reward_models.catalog import load_rm, resolve_rm
+    from morkit.reward_models.options import ScoringOptions
 
     name = "skywork-reward-v2-llama-3.1-8b"
     adapter = load_rm(name, device="cpu")
@@ -152,7 +153,9 @@ def test_servers_by_name_get_the_adapters_own_prompts_and_failures_keep_successe
             morkit.score(queries(), [name], urls=(server.url,), cache=cache, batch_size=1)
         assert server.url in str(err.value)
         pairs = [(q.question, c.text) for q in queries() for c in q.candidates]
-        kept = [s for s in morkit.ScoreCache(cache).get_many(name, pairs) if s is not None]
+        key = resolve_rm(name, ScoringOptions.from_flags(urls=(server.url,))).cache_key
+        assert key.startswith(f"{name};") and ";engine=vllm;dtype=served;" in key  # what the servers compute
+        kept = [s for s in morkit.ScoreCache(cache).get_many(key, pairs) if s is not None]
         assert 0 < len(kept) < len(pairs)  # the successes were cached before the run failed
     finally:
         server.close()

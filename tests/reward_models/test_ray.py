@@ -95,9 +95,9 @@ class CountingCache(ScoreCache):
         super().__init__(path)
         self.written, self.batches, self.die_after = [], 0, die_after
 
-    def put_many(self, rm, pairs, scores, fit=None):
+    def put_many(self, rm, pairs, scores):
         pairs = list(pairs)
-        super().put_many(rm, pairs, scores, fit)
+        super().put_many(rm, pairs, scores)
         self.written.extend(pairs)
         self.batches += 1
         if self.batches == self.die_after:
@@ -107,7 +107,8 @@ class CountingCache(ScoreCache):
 def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_scores, tmp_path):
     import morkit
     from morkit.cli.main import main
-    from morkit.reward_models.catalog import cache_key
+    from morkit.reward_models.catalog import resolve_rm
+    from morkit.reward_models.options import ScoringOptions
 
     assert _values(morkit.score(queries, [RM], ray="auto", chunk=CHUNK)) == local_scores
 
@@ -122,7 +123,7 @@ def test_api_and_cli_on_ray_equal_single_process(ray_local, queries, local_score
     pairs = _pairs(queries)
     by_pair = dict(zip(((q.question, c.text) for q in queries for c in q.candidates), local_scores))
     with ScoreCache(tmp_path / "pool.sqlite") as cache:
-        cached = cache.get_many(cache_key(RM), pairs)
+        cached = cache.get_many(resolve_rm(RM, ScoringOptions()).cache_key, pairs)
     assert same_scores([s.value for s in cached], [by_pair[p] for p in pairs])
 
 

@@ -167,4 +167,6 @@ def test_the_prompts_code_is_read_in_every_form_and_its_function_under_test_left
 
 
 def test_code_tests_cache_key_names_the_grading_that_counts_checks():
-    assert CodeTests().cache_key == "code-tests@5"
+    from morkit.reward_models.catalog import identity_of
+
+    assert identity_of(CodeTests()) == identity_of("code-tests") == "code-tests@5"  # its registered version

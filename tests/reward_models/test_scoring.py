@@ -276,7 +276,7 @@ def test_empty_inputs():
     assert math.isfinite(score_queries(sample(), [FakeRM()])[0].candidates[0].scores["fake"])
 
 
-def test_a_cut_score_is_not_served_under_another_truncation(tmp_path):
+def test_a_score_is_served_only_under_the_truncation_it_was_made_under(tmp_path):
     from morkit.reward_models.truncation import Truncation
 
     path = tmp_path / "c.sqlite"
@@ -291,12 +291,12 @@ def test_a_cut_score_is_not_served_under_another_truncation(tmp_path):
         middle = FakeRM(truncate_over=5)
         middle.truncation = Truncation(256, "middle")
         score_queries(sample(), [middle], cache=cache)
-        # only the cut answers are scored again; whole ones hold under any policy
-        assert sorted(a for _, a in middle.pairs_seen) == ["It is 2.", "blue-green", "three!"]
+        # the truncation is part of the RM's cache key: every pair is scored again under another policy
+        assert len(middle.pairs_seen) == 7
         shorter = FakeRM(truncate_over=5)
         shorter.truncation = Truncation(128, "middle")
         score_queries(sample(), [shorter], cache=cache)
-        assert len(shorter.pairs_seen) == 7  # a whole score at 256 tokens says nothing about 128
+        assert len(shorter.pairs_seen) == 7  # nor under another limit
 
 
 def test_in_process_engines_a_user_registers_are_resident_one_at_a_time():

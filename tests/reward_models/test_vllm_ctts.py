@@ -82,12 +82,15 @@ def smollm2_engines(engines):
 
 @pytest.mark.parametrize("name", ["smollm2-orm", "smollm2-judge"])
 def test_embedded_rms_score_the_same_on_vllm(name, smollm2_engines):
-    from morkit.reward_models.catalog import load_rm
+    from morkit.reward_models.catalog import identity_of, load_rm, resolve_rm
+    from morkit.reward_models.options import ScoringOptions
 
     engines = smollm2_engines
     pairs = [("What is 2+3?", "2+3 = 5. The answer is 5."), ("What is 2+3?", "It is 6."),
              ("Name a prime above 10.", "11 is prime."), ("What is 2+3?", "")]
     want = load_rm(name, device="cpu").score(pairs)
     got = engines[name].score(pairs)
-    assert engines[name].cache_key == load_rm(name, device="cpu").cache_key  # one cache for both backends
+    here = resolve_rm(name, ScoringOptions(device="cpu")).cache_key
+    assert engines[name].cache_key != here  # another engine computes it: its scores are cached apart
+    assert engines[name].cache_key.startswith(identity_of(name) + ";") and here.startswith(identity_of(name) + ";")
     assert max(abs(w.value - g.value) for w, g in zip(want, got)) <= 1e-3

@@ -28,7 +28,6 @@ class EngineSpec:
 
     card: Any  # the RM's RMCard
     family: Any  # the Family that built this recipe
-    cache_key: str
     model_dir: Path
     render: Callable[[str, str], list[int]]
     tokenizer: Any
@@ -69,7 +68,6 @@ class EngineRM:
         self.engine = engine
         self.name = spec.name
         self.kind = spec.kind
-        self.cache_key = spec.cache_key
         self.truncation = truncation.within(spec.max_context)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:

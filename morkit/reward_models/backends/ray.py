@@ -177,6 +177,12 @@ class ReplicaHandle(RMHandle):
     def planned_truncation(self) -> Any:
         return self.replica.truncation  # what the replicas cut pairs under (the score cache keys on it)
 
+    @property
+    def cache_key(self) -> str:  # type: ignore[override]
+        """The replicas' own key: they compute on the engine, dtype and truncation the options pick without Ray,
+        so their scores are shared with a run of that backend in this process."""
+        return self.replica.cache_key
+
     def memory_need(self) -> None:
         return None  # each replica checks its own fit before loading
 

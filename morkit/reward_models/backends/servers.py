@@ -104,7 +104,6 @@ class RemoteRewardModel:
         checks.non_negative_int(retries, "retries")
         checks.positive(timeout_s, "timeout_s")
         self.name = name
-        self.cache_key = name
         self.task = check_kind(task)
         self.kind = "prm" if task == "step" else "orm"
         self.urls = [u.rstrip("/") for u in urls]
@@ -270,6 +269,11 @@ class ServerHandle(RMHandle):
 
     def memory_need(self) -> None:
         return None  # the servers hold the weights
+
+    def score_facts(self) -> dict[str, str | None]:
+        """Engine `vllm` (what the servers run), dtype `served` (the one each server was started with, unknown
+        here: its scores are not shared with an engine in this process), the truncation."""
+        return {"engine": "vllm", "dtype": "served", "truncation": self.truncation.signature}
 
     def load(self) -> Any:
         spec = engine_spec(self.card, self.options)

@@ -18,6 +18,20 @@ class TransformersHandle(RMHandle):
     def planned_truncation(self) -> Truncation | None:
         return self.options.truncation_for() if self.card.runs == "transformers" else None
 
+    def score_facts(self) -> dict[str, str | None]:
+        """Engine `transformers`, the dtype the model runs in and its device map (a CTTS-MM adapter takes the options';
+        an embedded model shares the process's resident backbone, in its default dtype), the truncation."""
+        if self.card.runs != "transformers":
+            return {"engine": self.card.runs}  # a client built as registered, given no load options
+        from morkit.runtime.device import resolve_device, resolve_dtype
+
+        device = resolve_device(self.options.device)
+        passed = bool(self.card.model_id)  # what load_options hands on
+        dtype = resolve_dtype(device, self.options.dtype if passed else None)
+        return {"engine": "transformers", "dtype": str(dtype).removeprefix("torch."),
+                "device_map": self.options.transformers.device_map if passed else None,
+                "truncation": self.truncation.signature}
+
     def device_plan(self) -> tuple[str, str, int]:
         device, dtype, _ = super().device_plan()
         spread = 1

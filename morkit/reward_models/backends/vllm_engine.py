@@ -86,7 +86,6 @@ class VLLMRewardModel:
         self.pooling_kind = check_kind(kind)
         self.kind = "prm" if kind == "step" else "orm"
         self.name = name or f"vllm:{self.model_dir}"
-        self.cache_key = self.name
         self._render = render
         self.step_token_id = step_token_id
         self.returned_token_ids = list(returned_token_ids) if returned_token_ids is not None else None
@@ -204,6 +203,14 @@ class VLLMEngineHandle(RMHandle):
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         return device, dtype_name(self.options, device), self.options.vllm.tensor_parallel_size
+
+    def score_facts(self) -> dict[str, str | None]:
+        """Engine `vllm`; the dtype `load` gives it, else vLLM's own (float32 on CPU, CPU_DEFAULTS; on a GPU `auto`,
+        from the checkpoint's config, which the weights' version covers); the truncation (capped by max_model_len)."""
+        device = self.device_plan()[0]
+        given = self.options.dtype and self.options.dtype != "auto"
+        dtype = dtype_name(self.options, "cuda") if given else "auto" if device == "cuda" else CPU_DEFAULTS["dtype"]
+        return {"engine": "vllm", "dtype": dtype, "truncation": self.truncation.signature}
 
     def engine_spec(self) -> EngineSpec:
         """How the RM runs on vLLM (its EngineSpec), read once."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from morkit.core.errors import UnavailableError
 from morkit.reward_models.base import EMPTY_ANSWER_SCORE
-from morkit.reward_models.heads import LogisticHead, head_cache_key, load_packaged_head
+from morkit.reward_models.heads import LogisticHead, load_packaged_head
 from morkit.reward_models.backends.hf import Batching
 from morkit.reward_models.backends.pooled import Backbone, PooledRM
 from morkit.reward_models.truncation import Truncation
@@ -63,10 +63,6 @@ class FeatureHeadRM(PooledRM):
         features = np.stack([row.numpy() for row in pooled]).astype(np.float64)
         return self.trained_head.probabilities(features).tolist()
 
-    @property
-    def cache_key(self) -> str:
-        return head_cache_key(self.name, self.trained_head)
-
 
 class SmolLM2ORM(FeatureHeadRM):
     """Sequence-classification ORM: SmolLM2's final hidden state at the last token, then a trained head."""
@@ -105,7 +101,6 @@ class SmolLM2Judge(PooledRM):
 
     name = "smollm2-judge"
     kind = "judge"
-    cache_key = "smollm2-judge@1"
 
     def __init__(self, backbone: Backbone, **kwargs: Any):
         super().__init__(backbone, **kwargs)
@@ -188,8 +183,7 @@ class _SmolLM2ORMFamily(_Embedded):
         def finish(data: Any) -> Score:
             return Score(float(head.probabilities(np.asarray([row_of(data, None)]))[0]))
 
-        return EngineSpec(card=card, family=self, cache_key=head_cache_key(name, head),
-                          model_dir=root, render=lambda q, a: chat_ids(tokenizer, q, a),
+        return EngineSpec(card=card, family=self, model_dir=root, render=lambda q, a: chat_ids(tokenizer, q, a),
                           tokenizer=tokenizer, max_context=SmolLM2ORM.window, finish=finish,
                           not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))
 
@@ -218,7 +212,7 @@ class _SmolLM2JudgeFamily(_Embedded):
             probs = np.exp(logits - logits.max())
             return Score(float(probs[: len(yes)].sum() / probs.sum()))
 
-        return EngineSpec(card=card, family=self, cache_key=SmolLM2Judge.cache_key, model_dir=root,
+        return EngineSpec(card=card, family=self, model_dir=root,
                           render=judge.render, tokenizer=tokenizer, max_context=SmolLM2Judge.window,
                           finish=judge_finish,
                           not_shown=empty_answers_score(EMPTY_ANSWER_SCORE))

@@ -68,7 +68,7 @@ class AdapterFamily:
         def render(question: str, answer: str) -> list[int]:
             return render_chat(tokenizer, adapter.messages(question, answer))
 
-        return EngineSpec(card=card, family=self, cache_key=name, model_dir=root, render=render,
+        return EngineSpec(card=card, family=self, model_dir=root, render=render,
                           tokenizer=tokenizer, max_context=card.window_at(root),
                           **self.engine_fields(root, tokenizer, adapter))
 

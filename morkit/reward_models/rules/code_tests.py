@@ -112,14 +112,6 @@ class CodeTests:
             results[i] = result
         return results
 
-    @property
-    def cache_key(self) -> str:
-        """Version 5: tests run as `__main__`, pass only with a check run, and the function under test is always the
-        candidate's; 4: test code runs in its own process against the candidate imported as `solution`; 3: the last
-        fenced code block is the program; 2: a run counts only if its tests ran to their end. The versions' reasons
-        are on the docs page Reward models."""
-        return f"{self.name}@5"
-
     def score_query(self, query: Query) -> list[Score]:
         results = self.run_tests(query)
         return [Score(EMPTY_ANSWER_SCORE if is_empty_answer(c.text) else float(r.passed))

@@ -11,21 +11,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.options import NEUTRAL_FIELDS, ScoringOptions
 
 SCHEME = 2
 """The key scheme, part of every key. Keys made under an older scheme (whose generate stage reused answers by
 question id whatever the question said, and whose score stage left options out) cannot vouch for their
 outputs, so a run.json from before differs everywhere and every stage reruns once."""
-
-SCORE_NEUTRAL = ("progress", "cache", "chunk", "batch_size", "ray_workers", "check_fit")
-"""Scoring flags (`reward_models.options.FLAGS`) that cannot change a score: the progress bar, where scores are
-cached, how many pairs go per call, per forward pass or per server request (a pair scores the same in any batch),
-how many Ray replicas share the work, and the memory check made before a model loads. Every other flag is in the
-scoring key."""
-_NEUTRAL_FIELDS = {"batch_size": ("transformers.batch_size", "servers.batch_size"), "ray_workers": ("ray.workers",)}
-"""Where the SCORE_NEUTRAL flags that are not top-level fields live in ScoringOptions."""
-
 
 def digest(*parts: Any) -> str:
     """A short hash of JSON-able parts (paths and other objects by their text), under the current SCHEME."""
@@ -44,30 +35,22 @@ def settings(options: Any, neutral: tuple[str, ...] = ()) -> dict[str, Any]:
 
 def scoring_key(scoring: ScoringOptions) -> dict[str, Any]:
     """What in the scoring options can change a score: every field, nested ones as `part.field`, but those of
-    SCORE_NEUTRAL."""
-    neutral = {field for flag in SCORE_NEUTRAL for field in _NEUTRAL_FIELDS.get(flag, (flag,))}
+    options.SCORE_NEUTRAL (NEUTRAL_FIELDS), the one list the RMs' cache keys leave out too."""
     key: dict[str, Any] = {}
     for name, value in asdict(scoring).items():
         parts = value.items() if isinstance(value, dict) else ()
         key.update({f"{name}.{k}": v for k, v in parts} if parts else {name: value})
-    return {name: value for name, value in key.items() if name not in neutral}
+    return {name: value for name, value in key.items() if name not in NEUTRAL_FIELDS}
 
 
 def rm_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """Each named RM's cache key, which carries its version (a rule's own, a packaged head's hash, a declared
-    version), known without loading a model: a new version of an RM rescores, of `code-tests` relabels."""
-    from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.reward_models.catalog import cache_key
+    """Each named RM's identity without the scoring options (which `scoring_key` holds): its declared version, its
+    packaged head's hash, its weights' version (morkit.reward_models.identity), read from its registered spec with
+    nothing built or loaded: a new version of an RM rescores, of `code-tests` relabels. A name not registered (scores
+    given in the input) is itself."""
+    from morkit.reward_models.catalog import identity_of
 
-    versions = {}
-    for name in names:
-        if name not in REWARD_MODELS:  # scores given in the input (a table RM)
-            versions[name] = name
-        elif REWARD_MODELS.get(name).spec.kind == "rule":
-            versions[name] = getattr(REWARD_MODELS.load(name)(), "cache_key", name)
-        else:
-            versions[name] = cache_key(name)
-    return versions
+    return {name: identity_of(name) for name in names}
 
 
 def embedder_version(name: str | None) -> str | None:

@@ -21,7 +21,8 @@ from morkit.llm.base import SamplingParams
 from morkit.reward_models.options import FLAGS, ScoringOptions
 from morkit.search.aggregate import MOA_SYSTEM
 from morkit.services.generating import ANSWER_NEUTRAL, answer_key
-from morkit.services.pipeline.keys import SCORE_NEUTRAL, scoring_key
+from morkit.reward_models.options import SCORE_NEUTRAL
+from morkit.services.pipeline.keys import scoring_key
 
 BENCHMARKS = ('[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 3\n'
               '[[benchmark]]\nname = "humaneval"\ndata = "humaneval:40"\nvalidation = 3\ntest = 2\n')
@@ -213,15 +214,20 @@ def test_a_changed_scoring_option_rescores_and_rebuilds_the_pool_but_asks_nothin
 
 @pytest.mark.slow
 def test_a_new_version_of_an_rm_rescores_and_of_code_tests_relabels(tmp_path, server, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from morkit.reward_models.catalog import REWARD_MODELS, identity_of
     from morkit.reward_models.rules.code_tests import CodeTests
     from morkit.services.pipeline.keys import rm_versions
 
     assert rm_versions(["code-tests", "math-consensus", "given"]) == {
-        "code-tests": CodeTests().cache_key, "math-consensus": "math-consensus", "given": "given"}
+        "code-tests": identity_of(CodeTests()), "math-consensus": "math-consensus", "given": "given"}
     config = _config(tmp_path, server, rms='["math-consensus"]', search="[]",
                      benchmarks='[[benchmark]]\nname = "gsm8k"\ndata = "gsm8k_test:40"\nvalidation = 4\ntest = 2\n')
     assert main(["pipeline", str(config), "-q"]) == 0
-    monkeypatch.setattr(CodeTests, "cache_key", property(lambda self: "code-tests@999"))
+    entry = REWARD_MODELS.get("code-tests")
+    monkeypatch.setitem(REWARD_MODELS._entries, "code-tests", replace(entry, spec=replace(entry.spec, version="999")))
+    assert rm_versions(["code-tests"]) == {"code-tests": "code-tests@999"}
     capsys.readouterr()
     assert main(["pipeline", str(config)]) == 0
     err = capsys.readouterr().err
@@ -245,7 +251,7 @@ def test_the_scoring_key_covers_every_scoring_option_but_the_documented_neutral_
     assert set(NEUTRAL_CHANGES) == set(SCORE_NEUTRAL)
     assert set(SCORING_CHANGES) == names - set(SCORE_NEUTRAL), (
         "a new scoring flag: add it to SCORING_CHANGES (it changes a score, so the score stages rerun), "
-        "or to pipeline.keys.SCORE_NEUTRAL, saying why it cannot")
+        "or to reward_models.options.SCORE_NEUTRAL, saying why it cannot")
     base = ScoringOptions.from_flags(ray="auto")  # so that ray_workers may be set
     on_engine = base.with_flags(placement="vllm")  # the offline vLLM engine's own flags apply only there
     for name, value in SCORING_CHANGES.items():
