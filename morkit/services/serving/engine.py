@@ -48,10 +48,7 @@ def _parts(rows: Iterable[int], queries: Sequence[Query | None]) -> Iterator[lis
 class RoutingEngine:
     """A Router's select, fill and rank over micro-batches of jobs, with resident RMs and one shared score cache:
     each job within its deadline, a failure failing its job alone, math answers compared in a process that can be
-    ended. `handles`: RMs placed elsewhere (name -> an RMHandle whose `score(pairs)` calls them), used instead of
-    loading them here.
-
-    Building one checks that the RMs fit in memory, then loads the pool's embedder and every runnable RM.
+    ended. Building one checks that the RMs fit in memory, then loads the pool's embedder and every runnable RM.
 
     Args:
         pool: The question pool that routes queries.
@@ -59,7 +56,8 @@ class RoutingEngine:
             and only they load); with `allow_run`, the registered pool RMs that can run here are loaded.
         scoring: How the RMs load and run (progress bars are off); its `cache` is the shared score cache.
         embedder: The embedder for questions (it must be the pool's); None loads the pool's own.
-        handles: RM name -> a handle placed elsewhere, used instead of loading that RM here.
+        handles: RM name -> a handle placed elsewhere (an RMHandle whose `score(pairs)` calls it, e.g. a Ray Serve
+            deployment's), used instead of loading that RM here.
 
     Raises:
         InputError: The pool is empty, `embedder` is not the pool's, or `select.rms` is not an ensemble of the pool.
