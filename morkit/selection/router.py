@@ -14,13 +14,13 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
-from morkit.selection.base import Choice, SelectionMethod, method_label
+from morkit.selection.base import SelectionMethod, method_label
 from morkit.selection.calibration import leave_one_out_calibrator, pick_confidence
 from morkit.selection.chooser import EnsembleChooser, Selection
 from morkit.selection.confidence import Calibrator
 from morkit.selection.coverage import domain_rm_sets
 from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, SelectOptions, check_method
-from morkit.selection.mor import choice_scores, member_matrix, pick_best
+from morkit.selection.mor import pick_best, ranked_candidates
 
 
 class Filler(Protocol):
@@ -178,7 +178,9 @@ class Router:
                 does not fill.
         """
         selections = self.select_many(queries)
-        return [self.rank(q, s) for q, s in zip(self.fill(queries, selections), selections)]
+        if self.session is not None:
+            queries = self.session.fill(queries, [s.choice.ensemble.members for s in selections])
+        return [self.rank(q, s) for q, s in zip(queries, selections)]
 
     def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
         """The chosen ensemble of each query, with its evidence; one embedding and neighbour search for the batch.
@@ -190,7 +192,7 @@ class Router:
         Returns:
             One Selection per query, in order.
         """
-        return self.chooser.select_many(queries, vectors=vectors)
+        return self.chooser.choose_many(queries, vectors=vectors)
 
     def select(self, query: Query) -> Selection:
         """The RM ensemble chosen for one query (`.choice.ensemble`), with its neighbours and evidence.
@@ -202,20 +204,6 @@ class Router:
             The query's Selection.
         """
         return self.select_many([query])[0]
-
-    def fill(self, queries: Sequence[Query], selections: Sequence[Selection]) -> list[Query]:
-        """The queries with their chosen members' missing scores filled in the session (none: as they are).
-
-        Args:
-            queries: The queries.
-            selections: Their selections, in order.
-
-        Returns:
-            The queries in order, scored where they lacked a member's scores.
-        """
-        if self.session is None:
-            return list(queries)
-        return self.session.fill(queries, [s.choice.ensemble.members for s in selections])
 
     def rank(self, query: Query, selection: Selection) -> Ranking:
         """MoR scores of the query's candidates under a selection, the pick (ties broken by a seeded shuffle) and
@@ -232,49 +220,17 @@ class Router:
             InputError: A candidate lacks a member's score, or a member score cannot be standardised.
         """
         undecided = None if self.abstain_below is None else True
+        choice, pool = selection.choice, self.pool
         if not query.candidates:
             return Ranking(selection, (), None, (), float("nan"), undecided)
-        if not selection.choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
+        if not choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
             picked = pick_best(query.id, np.zeros(len(query.candidates)))
             return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"), undecided)
-        raw = member_matrix(query, self.pool.rm_names, self.pool.config.reduction)  # read once, used twice
-        scores = self.candidate_scores(query, selection.choice, raw)
-        picked = pick_best(query.id, scores)
-        confidence = self.confidence(query, selection.choice, scores, raw)
+        picked, members = ranked_candidates(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names,
+                                            pool.step_rms)
+        confidence = pick_confidence(choice.calibrator or self.calibrator(), np.asarray(picked.scores), members)
         abstain = None if self.abstain_below is None else bool(confidence < self.abstain_below)
         return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain)
-
-    def candidate_scores(self, query: Query, choice: Choice, raw: np.ndarray | None = None) -> np.ndarray:
-        """The choice's score for each of the query's candidates. Member scores the pool's normaliser cannot
-        standardise are refused whatever the method (the pool refuses to hold them too).
-
-        Args:
-            query: The query; its candidates must carry the scores of the choice's members.
-            choice: A method's pick (an ensemble and the transform its weights apply to).
-            raw: The query's member score matrix over the pool's RMs, if already read.
-
-        Returns:
-            One score per candidate, in order.
-
-        Raises:
-            InputError: A candidate lacks a member's score, or a member score cannot be standardised.
-        """
-        lacking = [m for m in choice.ensemble.members if any(m not in c.scores for c in query.candidates)]
-        if lacking:
-            raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
-                             "score them first (morkit score) or let rank run the registered RMs")
-        pool = self.pool
-        raw = member_matrix(query, pool.rm_names, pool.config.reduction) if raw is None else raw
-        scores = choice_scores(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names, pool.step_rms,
-                               raw)
-        members = list(choice.ensemble.members)
-        with np.errstate(all="ignore"):
-            standardised = pool.normalizer.apply(members, raw[:, [pool.rm_names.index(m) for m in members]])
-        if not np.isfinite(scores).all() or np.isinf(standardised).any():
-            raise InputError(f"query {query.id!r}: the ensemble {', '.join(members)} gives "
-                             "non-finite scores; its candidates' scores of these RMs are too large for the pool's "
-                             "normaliser")
-        return scores
 
     # ------------------------------------------------------------------------------------------ confidence
     def calibrator(self) -> Calibrator:
@@ -288,22 +244,3 @@ class Router:
             self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k,
                                                         neighbourhood=self.neighbourhood)
         return self._calibrator
-
-    def confidence(self, query: Query, choice: Choice, scores: np.ndarray, raw: np.ndarray | None = None) -> float:
-        """The calibrated probability that the query's top-scored candidate is correct.
-
-        Args:
-            query: The query.
-            choice: The pick its candidates were scored under; its own calibrator is used when it has one.
-            scores: The candidates' scores under `choice` (`candidate_scores`).
-            raw: The query's member score matrix over the pool's RMs, if already read.
-
-        Returns:
-            A probability in [0, 1].
-        """
-        members = choice.ensemble.members
-        if raw is None:
-            members_raw = member_matrix(query, members, self.pool.config.reduction)
-        else:
-            members_raw = raw[:, [self.pool.rm_names.index(m) for m in members]]
-        return pick_confidence(choice.calibrator or self.calibrator(), scores, members_raw)

@@ -224,7 +224,7 @@ def test_the_router_selects_with_its_chooser_fills_in_its_session_and_ranks(hash
     assert isinstance(router.chooser, EnsembleChooser) and router.session is None
     assert router.runnable == {"good"} and router.k == 5 and router.pool is pool
     query = _pool_queries(1)[0]
-    selection = router.chooser.select_many([query])[0]
+    selection = router.chooser.choose_many([query])[0]
     assert router.rank(query, selection).to_json() == router.route([query])[0].to_json()
 
     class Session:  # the Filler role: what route asks of a ScoringSession
