@@ -109,7 +109,7 @@ def main() -> int:
     from morkit.search.methods import SearchOptions
     from morkit.search.run import SearchRunner
     from morkit.selection.methods import SelectOptions
-    from morkit.services.routing import make_selector
+    from morkit.selection.router import Router
     from morkit.reward_models.options import default_cache_path
 
     work = Path(args.work)
@@ -127,14 +127,14 @@ def main() -> int:
           f"{config.aggregator.params.temperature}, seed {args.seed}", file=sys.stderr)
     answers, answer_s, answer_calls = agent_answers(config, queries, llms, work, args.max_tokens)
 
-    selector = make_selector(pool, SelectOptions(method=args.selection))
+    router = Router.from_options(pool, SelectOptions(method=args.selection))
     limit = {} if args.max_steps is None else {"max_steps": args.max_steps or None}
     runs = [(f"acs ({step})", "acs", SearchOptions(acs_step=step, **limit)) for step in args.acs_steps]
     runs += [(m, m, SearchOptions()) for m in BASELINES]
     totals = {name: {"correct": 0, "llm": 0, "agg": 0, "rm": 0, "hits": 0, "seconds": 0.0} for name, _, _ in runs}
     agent_correct = {a.name: 0 for a in config.agents}
     with ScoringSession(cache=default_cache_path()) as session:
-        runner = SearchRunner(selector, config, session, session.cache)
+        runner = SearchRunner(router, config, session, session.cache)
         for number, query in enumerate(queries, start=1):
             given = [AgentAnswer(a.name, answers[f"{a.name}|{query.id}"]) for a in config.agents]
             for a in given:

@@ -22,7 +22,7 @@ with the default 2 folds every question is evaluated once, half of them with eac
 
 Per data set, member scores are computed once for every candidate (morkit.services.scoring.score,
 through the score cache; time shown), the pool is built with morkit.services.pools.build_pool, each
-evaluated question gets its ensemble (or learned ranker) from Selector(pool, --selection; by default
+evaluated question gets its ensemble (or learned ranker) from Router(pool, --selection; by default
 morkit's default method) and its verifier from morkit.verify.mor.mor_verifier. The verifier's pair
 members answer from the scores computed before (a text never seen, i.e. an LLM aggregate, goes to the
 real model); rule members (math-consensus) rerun on each verify call's answer set. Methods (all
@@ -230,7 +230,7 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
     from morkit.reward_models.options import ScoringOptions
     from morkit.search.methods import SEARCH_METHODS, SearchOptions, SearchSetup
     from morkit.search.voting import VoteAggregator
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
     from morkit.services.pipeline.evaluate import grade_text, majority_pick
     from morkit.services.pools import build_pool
     from morkit.verify.mor import mor_verifier
@@ -239,7 +239,7 @@ def evaluate(data: Prepared, args, llm_aggregator, models) -> tuple[dict[str, Ta
     work = []
     for pool_part, part in data.folds:
         pool = build_pool(pool_part, list(data.rms), options=ScoringOptions(cache=None))  # timed: no embedding cache
-        work += [(q, pool, selection) for q, selection in zip(part, Selector(pool, args.selection, k=args.k)
+        work += [(q, pool, selection) for q, selection in zip(part, Router(pool, args.selection, k=args.k)
                                                                .select_many(part))]
     select_seconds = time.perf_counter() - started
     agents = AgentsConfig((AgentSpec("candidates"),), AgentSpec("aggregator"))
@@ -328,7 +328,7 @@ def report(data: Prepared, tallies: dict[str, Tally], select_seconds: float, pic
           f"RMs {', '.join(data.rms)}")
     for note in data.notes:
         print(f"  {note}")
-    print(f"  pool builds + Selector(pool, {args.selection!r}, k={args.k}) for all {n} questions: "
+    print(f"  pool builds + Router(pool, {args.selection!r}, k={args.k}) for all {n} questions: "
           f"{select_seconds:.1f}s (embedding and the selector's fit included); most chosen: {picks}")
     print(f"\n{'method':<38} {'accuracy':>14} {'LLM calls/q':>12} {'aggregations/q':>15} {'RM calls/q':>11} "
           f"{'ms/q':>8}")

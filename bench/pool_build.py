@@ -36,7 +36,7 @@ sample, extrapolated to the same size; both are measured in this run and the sam
            each phase with its peak RSS, the build's peak against the 4 GB target
 Then a FRESH process opens the saved pool (memory-mapped) and selects for `--queries` new query vectors
 from the same distribution, one at a time, with the learned selector (the default method) and PRES (the
-neighbours' PRR computed from member scores per query): p50 and p99 of `Selector.select_many` given
+neighbours' PRR computed from member scores per query): p50 and p99 of `Router.select_many` given
 the query's vector (neighbour search + choice), its RSS after opening and its peak RSS, measured with
 the MiniLM query embedding (p50 of one real question at a time) timed separately at the end.
 """
@@ -340,7 +340,7 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
 
     from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.pool import load_pool
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
 
     before = rss_gib()
     pool, open_s = timed(load_pool, path)
@@ -349,12 +349,12 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
     vectors = clustered_vectors(queries, 384, seed=2)
     out = {"open_s": open_s, "rss_before_open_gib": before, "rss_after_open_gib": opened, "methods": {}}
     for method in ("learned", "pres"):
-        selector = Selector(pool, method, embedder=Vectors(vectors), k=k)
-        selector.select_many([base[0]], vectors=vectors[:1])  # warm-up: the method's tables
+        router = Router(pool, method, embedder=Vectors(vectors), k=k)
+        router.select_many([base[0]], vectors=vectors[:1])  # warm-up: the method's tables
         times = []
         for i in range(queries):
             started = time.perf_counter()
-            selector.select_many([base[i % len(base)]], vectors=vectors[i : i + 1])
+            router.select_many([base[i % len(base)]], vectors=vectors[i : i + 1])
             times.append(time.perf_counter() - started)
         ms = np.array(times) * 1000
         out["methods"][method] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),

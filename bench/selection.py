@@ -8,12 +8,12 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
      - every single RM (the same on every fold),
      - "best single (chosen on train)": the single RM with the highest mean best-of-n on the fold's pool,
      - "PRES singles" / "PRES (paper, with combinations)" / "PRES top-1 criterion":
-       Selector(pool, "pres", singles_only=True) / Selector(pool, "pres") / Selector(pool, "pres-top1"),
+       Router(pool, "pres", singles_only=True) / Router(pool, "pres") / Router(pool, "pres-top1"),
        with --k neighbours, on a z-score pool (morkit's default) and on a raw pool (the paper's setting),
        under each --pres-neighbours reading of the paper's "top-k questions" ("all": the k nearest pool
        questions; "valid": the k nearest with a correct and a wrong answer; a reading other than the default
        is named in the row's label), with each pair of readings compared per question (paired SE),
-     - "morkit default": Selector(pool), the learned selector (morkit.selection.learned: its inner CV on the
+     - "morkit default": Router(pool), the learned selector (morkit.selection.learned: its inner CV on the
        fold's pool, repeated over three fold deals, picks among its settings, their blend, PRES and every single
        RM), and "stacker": the previous default,
      - "learned: <learner> [<features>]": the learned selector restricted to one learner and feature set
@@ -23,7 +23,7 @@ A. Accuracy. Each data set's questions are split into `--folds` folds by a seede
    --pres-only leaves out the learned rows (the default, the stacker, the learner restrictions).
    A method's hit on a question is its EXPECTED best-of-n correctness: the share of correct answers
    among the candidates tied for its top score (never the first by position). Scores come from
-   Selector.select_many + Selector.rank_selected (Ranking.scores). Reported: mean over all questions
+   Router.select_many + Router.rank (Ranking.scores). Reported: mean over all questions
    and deals (each question is held out once per deal), the sd of the per-fold means over folds x deals and
    of the deals' means, the SE of the mean (over the questions' means across deals), the same mean over "mixed"
    questions
@@ -102,7 +102,7 @@ BEST_TRAIN = "best single (chosen on train)"
 ORACLE = "per-query oracle (best single per question)"
 RANDOM = "random pick (expected)"
 PER_DOMAIN = "best single per domain (chosen on train)"
-PRES_METHODS = (  # (label, selector method, singles_only)
+PRES_METHODS = (  # (label, selection method, singles_only)
     ("PRES singles", "pres", True),
     ("PRES (paper, with combinations)", "pres", False),
     ("PRES top-1 criterion", "pres-top1", False),
@@ -145,14 +145,14 @@ def single_hits(queries, rm_names, reduction: str = "min"):
 def learner_rows(pool, test, tvec, k) -> dict:
     """Expected best-of-n of each LEARNER_ROWS restriction of the learned selector on the fold's test questions:
     fitted on the fold's pool with its own inner CV over the learner's parameters and nothing else (no single-RM
-    baselines, no PRES, no margin rule), routed like the default (Selector, so "local" features read each test
+    baselines, no PRES, no margin rule), routed like the default (Router, so "local" features read each test
     query's neighbours); and the blend of all of them."""
     from dataclasses import replace
 
     import numpy as np
 
     from morkit.selection.learned import SETTINGS, TooFewMixed, blended, fit_learned
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
 
     width = max(len(q.candidates) for q in test)
     valid = np.array([[i < len(q.candidates) for i in range(width)] for q in test])
@@ -172,9 +172,9 @@ def learner_rows(pool, test, tvec, k) -> dict:
             fit = fit_learned(pool, settings=grid, baselines=False)
         except TooFewMixed:
             continue
-        selector = Selector(replace(pool, meta={**pool.meta, "learned": fit.to_json()}), k=k)
-        scores = padded(selector.rank_selected(q, sel).scores for q, sel in
-                        zip(test, selector.select_many(test, vectors=tvec)))
+        router = Router(replace(pool, meta={**pool.meta, "learned": fit.to_json()}), k=k)
+        scores = padded(router.rank(q, sel).scores for q, sel in
+                        zip(test, router.select_many(test, vectors=tvec)))
         out[label] = expected(scores)
         parts.append(scores)
     if len(parts) == len(LEARNER_ROWS):
@@ -189,7 +189,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
     from morkit.question_pool.pool import PoolConfig, build_pool
     from morkit.selection import confidence as conf
     from morkit.selection.learned import MIN_MIXED
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
 
     queries, rms = ds.queries, ds.rm_names
     n = len(queries)
@@ -254,21 +254,21 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
                             hits[PER_DOMAIN][s, where] = singles[where, pick]
                         per_domain_picks.append(picks)
                 methods = [(pres_label(label, norm, neighbourhood),
-                             Selector(pool, method, k=args.k, singles_only=singles_only, neighbourhood=neighbourhood))
+                             Router(pool, method, k=args.k, singles_only=singles_only, neighbourhood=neighbourhood))
                            for label, method, singles_only in PRES_METHODS for neighbourhood in neighbourhoods]
                 if norm == "zscore" and not args.pres_only:
-                    methods.append((DEFAULT_LABEL, Selector(pool, k=args.k)))
-                    methods.append(("stacker (previous default) [zscore]", Selector(pool, "stacker", k=args.k)))
+                    methods.append((DEFAULT_LABEL, Router(pool, k=args.k)))
+                    methods.append(("stacker (previous default) [zscore]", Router(pool, "stacker", k=args.k)))
                     t0 = time.perf_counter()
                     if len(domains) == 1 and not args.no_learner_rows:
                         for label, values in learner_rows(pool, test, tvec, args.k).items():
                             hits[label][s, test_rows] = values
                     timing["select"] += time.perf_counter() - t0
-                for label, selector in methods:
+                for label, router in methods:
                     t0 = time.perf_counter()
-                    selections = selector.select_many(test, vectors=tvec)
+                    selections = router.select_many(test, vectors=tvec)
                     for row, query, selection in zip(test_rows, test, selections):
-                        ranking = selector.rank_selected(query, selection)
+                        ranking = router.rank(query, selection)
                         hits[label][s, row] = expected_hit(ranking.scores, correct[row])
                         pres_picks[label].append(selection.choice.ensemble.name)
                         if label == DEFAULT_LABEL:
@@ -276,7 +276,7 @@ def run_accuracy(ds: Dataset, args, embedder) -> dict:
                     timing["select"] += time.perf_counter() - t0
                     if label != DEFAULT_LABEL:
                         continue
-                    fit = selector.method.fit_for(frozenset(rms)) if len(domains) == 1 else None
+                    fit = router.method.fit_for(frozenset(rms)) if len(domains) == 1 else None
                     if fit is not None and fit.report.get("reliability"):
                         inner.append(fit.report["reliability"])
                     for query, selection in zip(test, selections):  # which fit (or fallback) each query got

@@ -7,8 +7,8 @@ first N of them (`morkit.question_pool.pool.build_pool`, z-score normaliser; siz
 so a step along the curve adds questions rather than swapping them). "all" is every other-fold question,
 built once per fold (its spread is over folds only); a size larger than the training part is skipped.
 The fold's held-out questions are answered by:
-  - default: Selector(pool), the learned selector (PRES when the pool has too few mixed questions),
-  - PRES: Selector(pool, "pres", k=--k), the CTTS-MM paper's rule with combinations,
+  - default: Router(pool), the learned selector (PRES when the pool has too few mixed questions),
+  - PRES: Router(pool, "pres", k=--k), the CTTS-MM paper's rule with combinations,
   - best single: the single RM with the highest mean expected best-of-n on the pool's N questions
     (what a user with N labels would pick by hand; an RM with no score on a question picks at random there).
 A hit is the EXPECTED best-of-n correctness (bench/selection.py's expected_hit on Ranking.scores: the share
@@ -69,7 +69,7 @@ def run_dataset(ds: Dataset, args, embedder) -> dict:
     import numpy as np
 
     from morkit.question_pool.pool import PoolConfig, build_pool
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
 
     queries, rms = ds.queries, ds.rm_names
     n = len(queries)
@@ -99,14 +99,14 @@ def run_dataset(ds: Dataset, args, embedder) -> dict:
                 out = runs[size]
                 out["pool"].append(len(pool))
                 out["single"].append(float(singles[test_rows, int(np.argmax(singles[rows].mean(axis=0)))].mean()))
-                methods = (("default", Selector(pool, k=args.k)), ("pres", Selector(pool, "pres", k=args.k)))
-                for key, selector in methods:
-                    selections = selector.select_many(test, vectors=qvec[test_rows])
+                methods = (("default", Router(pool, k=args.k)), ("pres", Router(pool, "pres", k=args.k)))
+                for key, router in methods:
+                    selections = router.select_many(test, vectors=qvec[test_rows])
                     out[key].append(float(np.mean([
-                        expected_hit(selector.rank_selected(query, selection).scores, correct[row])
+                        expected_hit(router.rank(query, selection).scores, correct[row])
                         for row, query, selection in zip(test_rows, test, selections)])))
                     if key == "default" and one_domain:
-                        fit = selector.method.fit_for(frozenset(rms))
+                        fit = router.method.fit_for(frozenset(rms))
                         out["picks"][FALLBACK if fit is None else fit.label] += 1
                     elif key == "default":  # a fit per RM set: count what each query got
                         out["picks"].update(FALLBACK if "fallback" in s.choice.details

@@ -50,7 +50,7 @@ def run_speed(args, embedder) -> None:
     from morkit.data.datasets import rewardmath_rm_scores
     from morkit.question_pool.pool import build_pool
     from morkit.selection.learned import LEARN_SAMPLE
-    from morkit.selection.selector import Selector
+    from morkit.selection.router import Router
 
     queries = rewardmath_rm_scores(settings.data_dir(args.data_dir))
     print(f"\n=== speed: select() per query at {args.speed_questions} questions x {args.speed_ensembles} "
@@ -99,8 +99,8 @@ def run_speed(args, embedder) -> None:
     import faiss
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    pres = Selector(pool, "pres", k=args.k)
-    default = Selector(pool, k=args.k)
+    pres = Router(pool, "pres", k=args.k)
+    default = Router(pool, k=args.k)
     t0 = time.perf_counter()
     fit = default.method.fit_for(frozenset(pool.rm_names))
     fit_s = time.perf_counter() - t0
@@ -111,7 +111,7 @@ def run_speed(args, embedder) -> None:
         limit = threadpool_limits(limits=threads) if threads else None
         try:
             pres_t, pres_sel = timed_loop(lambda i: pres.select_many([tq[i]], vectors=vec[i : i + 1])[0])
-            search_t, _ = timed_loop(lambda i: pres.neighbours(vec[i : i + 1]))
+            search_t, _ = timed_loop(lambda i: pres.chooser.neighbours(vec[i : i + 1]))
             np_t, np_out = timed_loop(lambda i: numpy_pres(vec[i]))
             st_t, _ = timed_loop(lambda i: default.select_many([tq[i]], vectors=vec[i : i + 1]))
         finally:
@@ -123,10 +123,10 @@ def run_speed(args, embedder) -> None:
         same = len(tq) - len(gaps)
         where = f"{threads} thread" + ("s" if threads != 1 else "") if threads else "library default threads"
         print(f"\n{'path (per query, ms), ' + where:<60} {'p50':>8} {'p99':>8} {'mean':>8}")
-        print(f"{'morkit PRES: Selector(pool, pres).select_many([q], vectors=v)':<60} {_pct(pres_t)}")
-        print(f"{'  of which kNN search (Selector.neighbours, FAISS flat)':<60} {_pct(search_t)}")
+        print(f"{'morkit PRES: Router(pool, pres).select_many([q], vectors=v)':<60} {_pct(pres_t)}")
+        print(f"{'  of which kNN search (Router.chooser.neighbours, FAISS flat)':<60} {_pct(search_t)}")
         print(f"{'plain numpy PRES (emb @ v, argpartition, nansum, argmax)':<60} {_pct(np_t)}")
-        print(f"{'morkit default learned: Selector(pool).select_many, fitted':<60} {_pct(st_t)}")
+        print(f"{'morkit default learned: Router(pool).select_many, fitted':<60} {_pct(st_t)}")
         print(f"ratio morkit PRES / numpy PRES: p50 {np.percentile(pres_t, 50) / np.percentile(np_t, 50):.2f}x, "
               f"p99 {np.percentile(pres_t, 99) / np.percentile(np_t, 99):.2f}x")
         print(f"PRES pick equals the numpy pick on {same} of {len(tq)} timed queries"

@@ -28,7 +28,7 @@ _EXPORTS = {
     "load_pool": "morkit.question_pool.pool", "build_pool": "morkit.services.pools",
     "add_to_pool": "morkit.services.pools", "add_to_saved_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
-    "Selector": "morkit.selection.selector", "SELECTION_METHODS": "morkit.selection.methods",
+    "Router": "morkit.selection.router", "SELECTION_METHODS": "morkit.selection.methods",
     "SelectOptions": "morkit.selection.methods", "select": "morkit.services.routing", "rank": "morkit.services.routing",
     # verifiers
     "Verifier": "morkit.verify.base", "MoRVerifier": "morkit.verify.mor", "mor_verifier": "morkit.verify.mor",

@@ -64,8 +64,8 @@ def run_demo(options: DemoOptions = DemoOptions()) -> int:
 def routing_demo(options: DemoOptions) -> None:
     from morkit.reward_models.options import ScoringOptions
     from morkit.selection.chooser import method_summary
+    from morkit.selection.router import Router
     from morkit.services.pools import build_pool
-    from morkit.services.routing import make_selector
 
     out = options.out
     queries = load_queries(sample_path("rewardmath.jsonl.gz"))
@@ -78,9 +78,8 @@ def routing_demo(options: DemoOptions) -> None:
     pool = build_pool(pool_queries, options=ScoringOptions(device=options.device))
     singles = pool.ensemble_table()[: len(pool.rm_names)]
     best = max(singles, key=lambda r: r["best_of_n"])["ensemble"].members[0]
-    selector = make_selector(pool, device=options.device)
-    selections = selector.select_many(held)
-    rankings = [selector.rank_selected(q, s) for q, s in zip(held, selections)]
+    rankings = Router.from_options(pool, device=options.device).route(held)  # the candidates carry their scores
+    selections = [r.selection for r in rankings]
     morkit_hits = [best_of_n_hit(r.scores, _labels(q)) for q, r in zip(held, rankings)]
     single_hits = [best_of_n_hit(_member_scores(q, best), _labels(q)) for q in held]
     oracle_hits = [max(best_of_n_hit(_member_scores(q, n), _labels(q)) for n in pool.rm_names) for q in held]

@@ -231,10 +231,19 @@ def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> No
                         f"{DEFAULT_NEIGHBOURHOOD}; 'valid' applies to pres and pres-top1 only")
 
 
+def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
+    """`--rm NAME` (repeatable): the `fixed` selection method's ensemble instead of routing per query."""
+    p.add_argument("--rm", action="append", default=[], metavar="NAME",
+                   help=f"{verb} with this fixed pool RM instead of routing per query; repeat for a fixed ensemble "
+                        "(the pool's best-weighted ensemble of exactly these RMs: the 'fixed' method)")
+
+
 def select_options(args: argparse.Namespace) -> Any:
+    """The SelectOptions of the flags; `--rm` (add_fixed_option) selects the `fixed` method with its RMs."""
     from morkit.selection.methods import SelectOptions
 
-    return SelectOptions(method=args.selection, k=args.k, neighbourhood=args.neighbourhood,
+    rms = tuple(getattr(args, "rm", None) or ())
+    return SelectOptions(method="fixed" if rms else args.selection, k=args.k, neighbourhood=args.neighbourhood,
                          singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False),
-                         abstain_below=getattr(args, "abstain_below", None))
+                         abstain_below=getattr(args, "abstain_below", None), rms=rms)

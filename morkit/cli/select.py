@@ -11,6 +11,7 @@ from morkit.cli.args import (
     CONTRACT,
     PROBABILITY,
     add_device_options,
+    add_fixed_option,
     add_scoring_options,
     add_select_options,
     output_file,
@@ -61,6 +62,7 @@ def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
     add_select_options(p)
+    add_fixed_option(p, "rank" if scoring else "select")
     p.add_argument("--singles-only", action="store_true", help="PRES over single RMs only (no combinations)")
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")

@@ -11,6 +11,7 @@ from morkit.cli.args import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,
+    add_fixed_option,
     add_scoring_options,
     add_select_options,
     checked,
@@ -51,7 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)  # a bad host or a port in use: exit 2 now, before any model loads
     try:
         pool = load_pool(args.pool)
-        engine = RoutingEngine(pool, select_options(args), scoring_options(args), rms=args.rm)  # refuses a misfit
+        engine = RoutingEngine(pool, select_options(args), scoring_options(args))  # refuses a misfit
     except BaseException:
         sock.close()
         raise
@@ -83,13 +84,13 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
     from morkit.question_pool.pool import load_pool
     from morkit.reward_models.backends.ray import connect
     from morkit.services.serving import ray_serve
-    from morkit.services.serving.engine import FixedEnsemble
+    from morkit.selection.fixed import FixedEnsemble
 
     pool = load_pool(args.pool)  # a bad pool or --rm fails here, before Ray starts
-    if args.rm:
-        FixedEnsemble(pool, args.rm)
-    scoring = replace(scoring_options(args), ray=None)
     select = select_options(args)
+    if select.rms:
+        FixedEnsemble(pool, select.rms)
+    scoring = replace(scoring_options(args), ray=None)
     ray = connect(args.ray)
     stop = threading.Event()  # over Ray's own handler (which aborts the driver), before the deployments start
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -99,9 +100,8 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
         gpus = 1.0 if scoring.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
     placement = ray_serve.RayServeOptions(rm_replicas=args.ray_workers or 1, max_rm_replicas=args.ray_max_replicas,
                                           rm_gpus=gpus, host=args.host, port=args.port)
-    names = ray_serve.model_rms(pool, select, args.rm)
-    app = ray_serve.build_app(str(args.pool), select, scoring, limits, fixed=args.rm, api_key=api_key,
-                              placement=placement)
+    names = ray_serve.model_rms(pool, select)
+    app = ray_serve.build_app(str(args.pool), select, scoring, limits, api_key=api_key, placement=placement)
     try:
         url = ray_serve.deploy(app, placement, address=args.ray)
     except BaseException:
@@ -137,9 +137,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "ingress deployment, each model RM as its own deployment (--ray-workers replicas, --ray-gpus "
                     "each); the pool directory must be readable where the ingress runs.")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
-    p.add_argument("--rm", action="append", default=[], metavar="NAME",
-                   help="score with this fixed pool RM instead of routing per query; repeat for a fixed ensemble "
-                        "(the pool's best-weighted ensemble of exactly these RMs)")
+    add_fixed_option(p)
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (no model is loaded)")
     add_select_options(p)

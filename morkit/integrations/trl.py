@@ -23,9 +23,9 @@ class RoutedReward:
         pool: A QuestionPool or a pool directory, scored in this process by a RoutingEngine built on first call.
         url: A `morkit serve` server's base URL, asked at `/get_reward`.
         engine: An already built RoutingEngine (or anything with its `rewards`).
-        select: In process: the SelectOptions; None is the defaults.
+        select: In process: the SelectOptions (`SelectOptions(method="fixed", rms=...)`: a fixed ensemble of pool
+            RMs instead of routing); None is the defaults.
         scoring: In process: the ScoringOptions; None is the defaults.
-        rms: In process: a fixed ensemble of pool RMs instead of routing.
         reference_column: A data set column passed as each completion's reference answer; None passes none.
         timeout_s: Seconds a server call may take in all, retries included.
         retries: Retries of a server request answered 503 or 504, or that fails with an httpx error.
@@ -40,7 +40,7 @@ class RoutedReward:
     """
 
     def __init__(self, *, pool: Any = None, url: str | None = None, engine: Any = None,
-                 select: Any = None, scoring: Any = None, rms: Sequence[str] = (),
+                 select: Any = None, scoring: Any = None,
                  reference_column: str | None = None, timeout_s: float = 300.0, retries: int = 3,
                  api_key: str | None = None, max_request_items: int = 1024, name: str = "morkit_routed_reward"):
         if sum(x is not None for x in (pool, url, engine)) != 1:
@@ -55,7 +55,7 @@ class RoutedReward:
             self._api_key = None if url is None else checked_api_key(settings.api_key(), "$MORKIT_API_KEY")
         self._pool, self._engine, self._client = pool, engine, None
         self.url = url.rstrip("/") if url else None
-        self._select, self._scoring, self._rms = select, scoring, tuple(rms)
+        self._select, self._scoring = select, scoring
         self.reference_column = reference_column
         self.timeout_s = checks.positive(timeout_s, "timeout_s")
         self.retries = checks.non_negative_int(retries, "retries")
@@ -86,8 +86,7 @@ class RoutedReward:
             from morkit.services.serving.engine import RoutingEngine
 
             pool = self._pool if isinstance(self._pool, QuestionPool) else load_pool(self._pool)
-            self._engine = RoutingEngine(pool, self._select or SelectOptions(), self._scoring or ScoringOptions(),
-                                         rms=self._rms)
+            self._engine = RoutingEngine(pool, self._select or SelectOptions(), self._scoring or ScoringOptions())
         return self._engine
 
     def _remote(self, questions: list[str], answers: list[str], references: list[str | None] | None) -> dict:

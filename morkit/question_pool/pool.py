@@ -269,7 +269,7 @@ class QuestionPool:
             progress: bool = False) -> "QuestionPool":
         """A new revision with labelled queries appended; their candidates must carry every pool RM's scores.
 
-        Normaliser, ensembles and weights stay as built. Stored learned fits are dropped as stale (a Selector
+        Normaliser, ensembles and weights stay as built. Stored learned fits are dropped as stale (a Router
         refits them when asked); `morkit.add_to_pool` also labels, scores and refits.
 
         Args:

@@ -35,12 +35,16 @@ class ScoringSession:
         cache: An open ScoreCache to share (left open on close), or a cache file path to open (closed on close);
             None uses `options.cache`.
         keep_all: Keep every loaded model resident (a server) instead of one at a time.
+        placed: RM name -> a handle placed by the caller (e.g. a Ray Serve deployment's), used instead of
+            resolving that RM here; left open on close (the caller placed it).
     """
 
     def __init__(self, options: ScoringOptions = ScoringOptions(), *,
-                 cache: ScoreCache | str | os.PathLike | None = None, keep_all: bool = False):
+                 cache: ScoreCache | str | os.PathLike | None = None, keep_all: bool = False,
+                 placed: Mapping[str, RMHandle] | None = None):
         self.options = options
         self.residency = Residency(keep_all)
+        self.placed = dict(placed or {})
         self._handles: dict[str, RMHandle] = {}
         self._owns_cache = not isinstance(cache, ScoreCache)
         if isinstance(cache, ScoreCache):
@@ -56,11 +60,13 @@ class ScoringSession:
             name: A name registered in REWARD_MODELS.
 
         Returns:
-            The handle, placed on the session's backend and residency; nothing loads yet.
+            The caller's placed handle, else one placed on the session's backend and residency; nothing loads yet.
 
         Raises:
             UnknownName: `name` is not registered.
         """
+        if name in self.placed:
+            return self.placed[name]
         if name not in self._handles:
             self._handles[name] = resolve_rm(name, self.options, self.residency)
         return self._handles[name]

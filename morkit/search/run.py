@@ -27,9 +27,10 @@ from morkit.verify.mor import query_verifier
 
 @dataclass
 class SearchRunner:
-    """Holds what is shared across queries: selector, member RMs (built on demand), cache, agents, their LLMs."""
+    """Holds what is shared across queries: the pool's router, member RMs (built on demand), cache, agents and
+    their LLMs."""
 
-    selector: Any
+    router: Any  # morkit.selection.router.Router over the pool
     config: AgentsConfig
     rms: Any  # name -> built RM, e.g. a ScoringSession
     cache: Any = None
@@ -47,7 +48,7 @@ class SearchRunner:
     def run(self, query: Query, methods: Sequence[str]) -> "QueryRun":
         answers, failures, agent_calls = self.answers(query)
         probe = replace(query, candidates=tuple(Candidate(text=a.text, agent=a.agent) for a in answers))
-        selection, verifier = query_verifier(self.selector, probe, self.rms, self.cache)
+        selection, verifier = query_verifier(self.router, probe, self.rms, self.cache)
         spec = self.config.aggregator
         aggregator = Aggregator(self.llms.llm(spec), spec.params, **({"system": spec.system} if spec.system else {}),
                                 shown_question=question_asked(query), prompt=self.options.aggregator_prompt)

@@ -32,7 +32,7 @@ class Choice:
     alternatives: tuple[tuple[str, float], ...] = ()  # runner-ups: (name, criterion)
     details: Mapping[str, Any] = field(default_factory=dict)
     scorer: CandidateScorer | None = None
-    calibrator: Any = None  # morkit.selection.confidence.Calibrator; None: the Selector calibrates the method
+    calibrator: Any = None  # morkit.selection.confidence.Calibrator; None: the Router calibrates the method
 
 
 def chosen_in_place(method: str, reason: str) -> dict[str, str]:

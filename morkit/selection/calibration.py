@@ -6,48 +6,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, SelectionMethod
+from morkit.selection.base import SelectionMethod
 from morkit.selection.confidence import SIGNALS, Calibrator, signals
 from morkit.selection.coverage import like_neighbours
 from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
-from morkit.selection.mor import member_matrix, scores_under
+from morkit.selection.mor import scores_under
 from morkit.selection.neighbourhood import NeighbourSearch
 
 LOO_SAMPLE = 1000
 """Pool questions whose leave-one-out picks calibrate a method that has no cross-validation of its own."""
 
 
-class PickCalibrator:
-    """The calibrated confidence of a method's picks against one pool."""
+def pick_confidence(calibrator: Calibrator, scores: np.ndarray, members: np.ndarray) -> float:
+    """The calibrated probability that the top-scored of one query's candidates is correct.
 
-    def __init__(self, pool: QuestionPool, method: SelectionMethod, k: int,
-                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD):
-        self.pool = pool
-        self.method = method
-        self.k = k
-        self.neighbourhood = neighbourhood
-        self._calibrator: Calibrator | None = None
+    Args:
+        calibrator: The pick's calibrator (its method's own, or the leave-one-out one).
+        scores: (N,) the candidates' scores under the pick.
+        members: (N, M) the candidates' raw scores of the pick's members.
 
-    def calibrator(self) -> Calibrator:
-        """For methods without their own: the leave-one-out calibrator, fitted when first needed."""
-        if self._calibrator is None:
-            self._calibrator = leave_one_out_calibrator(self.pool, self.method, self.k,
-                                                        neighbourhood=self.neighbourhood)
-        return self._calibrator
-
-    def confidence(self, query: Query, choice: Choice, scores: np.ndarray, raw: np.ndarray | None = None) -> float:
-        """The calibrated probability that the top-scored candidate is correct; `raw`: the query's member_matrix
-        over the pool's RMs, if already read."""
-        calibrator = choice.calibrator or self.calibrator()
-        members = choice.ensemble.members
-        if raw is None:
-            members_raw = member_matrix(query, members, self.pool.config.reduction)
-        else:
-            members_raw = raw[:, [self.pool.rm_names.index(m) for m in members]]
-        valid = np.ones((1, len(scores)), dtype=bool)
-        return float(calibrator.predict(signals(np.asarray(scores)[None], members_raw[None], valid))[0])
+    Returns:
+        A probability in [0, 1].
+    """
+    valid = np.ones((1, len(scores)), dtype=bool)
+    return float(calibrator.predict(signals(np.asarray(scores)[None], members[None], valid))[0])
 
 
 def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1,

@@ -159,7 +159,9 @@ class EnsembleChooser:
         """The pool RMs not in `skipped`, in pool order."""
         return [n for n in self.pool.rm_names if n not in skipped]
 
-    def select_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
+    def choose_many(self, queries: Sequence[Query], *, vectors: np.ndarray | None = None) -> list[Selection]:
+        """Each query's Selection: its neighbours, the RMs it can use and the method's pick among them (or PRES's,
+        for a lone answer a ranker cannot score alone); `vectors`: the questions' embeddings, None embeds them."""
         if vectors is None:
             vectors = self.embedder.encode([q.question for q in queries])
         out = []

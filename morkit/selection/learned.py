@@ -38,7 +38,7 @@ CV_SAMPLE = 3_000
 LOCAL_K = 20
 """Nearest pool questions whose evidence the "local" features read."""
 PRES_K = 100
-"""Neighbours PRES reads in the cross-validation, as the Selector's default k."""
+"""Neighbours PRES reads in the cross-validation, as the Router's default k."""
 PRES_LABEL = "PRES (paper, with combinations)"
 
 

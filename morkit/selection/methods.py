@@ -1,10 +1,11 @@
 """The per-query selection methods, in SELECTION_METHODS: name -> factory(pool, **options) -> SelectionMethod
-(`choose(neighbours, available) -> Choice`); metadata `singles_only` and `neighbourhoods` (the NEIGHBOURHOODS it
-reads). Adding one: docs/selection.md."""
+(`choose(neighbours, available) -> Choice`); metadata `singles_only`, `neighbourhoods` (the NEIGHBOURHOODS it
+reads) and `rms` (it takes the RMs of its ensemble: `fixed`). Adding one: docs/selection.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from morkit.core import checks
 from morkit.core.errors import InputError
@@ -20,9 +21,16 @@ WHOLE_POOL = ("all",)
 """The learned selector's: its local features were fitted on each question's nearest pool questions of all."""
 
 
-def check_method(method: str, singles_only: bool = False, neighbourhood: str = DEFAULT_NEIGHBOURHOOD) -> Entry:
-    """The registered method; `singles_only` and the `neighbourhood` must be options it has."""
+def check_method(method: str, singles_only: bool = False, neighbourhood: str = DEFAULT_NEIGHBOURHOOD,
+                 rms: Sequence[str] = ()) -> Entry:
+    """The registered method; `singles_only`, the `neighbourhood` and `rms` must be options it has, and a method
+    that takes RMs (`fixed`) must be given some."""
     entry = SELECTION_METHODS.get(method)
+    if bool(rms) != bool(entry.meta.get("rms")):
+        takers = ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("rms"))
+        raise InputError(f"the {method!r} method needs the RMs of its ensemble (--rm NAME)" if not rms else
+                         f"--rm (the RMs of a fixed ensemble) does not apply to {method!r}; it is an option of "
+                         f"{takers}")
     if singles_only and not entry.meta.get("singles_only"):
         raise InputError(f"singles-only does not apply to {method!r}; it is an option of "
                          + ", ".join(e.name for e in SELECTION_METHODS if e.meta.get("singles_only")))
@@ -49,15 +57,19 @@ SELECTION_METHODS = Registry("selection method", [
     Entry("pres-top1", "morkit.selection.pres:pres_top1",
           "the PRES rule on each neighbour's best-of-n hit instead of PRR",
           {"singles_only": True, "neighbourhoods": NEIGHBOURHOODS}),
+    Entry("fixed", "morkit.selection.fixed:FixedEnsemble",
+          "one ensemble for every query: the pool's best-weighted ensemble of exactly the RMs given (--rm)",
+          {"singles_only": False, "neighbourhoods": NEIGHBOURHOODS, "rms": True}),
 ])
-"""Per-query selection methods by name (the learned selector, PRES, ...); `Selector(pool, name)` builds one."""
+"""Per-query selection methods by name (the learned selector, PRES, a fixed ensemble, ...); `Router(pool, name)`
+builds one."""
 
 
 @dataclass(frozen=True)
 class SelectOptions:
     """How ensembles are chosen: the method, neighbours per query and which ones, PRES over single RMs only,
-    whether registered pool RMs may run on candidates that have text but no cached scores, and the confidence
-    below which a ranking is marked `abstain` (None: no mark).
+    whether registered pool RMs may run on candidates that have text but no cached scores, the confidence
+    below which a ranking is marked `abstain` (None: no mark), and the RMs of the `fixed` method's ensemble.
 
     Args:
         method: A name registered in SELECTION_METHODS.
@@ -67,10 +79,11 @@ class SelectOptions:
         singles_only: Choose among single RMs only (an option of PRES methods).
         allow_run: Registered pool RMs may run on candidates that have text but no cached scores.
         abstain_below: A confidence in [0, 1] below which a ranking is marked `abstain`; None marks nothing.
+        rms: The pool RMs of the ensemble the `fixed` method gives every query (`--rm`); empty for the others.
 
     Raises:
-        InputError: The method is unknown or lacks `singles_only` or the `neighbourhood`, `k` is not
-            positive, or `abstain_below` is outside [0, 1].
+        InputError: The method is unknown or lacks `singles_only`, the `neighbourhood` or `rms`, `fixed` has no
+            `rms`, `k` is not positive, or `abstain_below` is outside [0, 1].
     """
 
     method: str = DEFAULT_METHOD
@@ -79,9 +92,11 @@ class SelectOptions:
     singles_only: bool = False
     allow_run: bool = True
     abstain_below: float | None = None
+    rms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        check_method(self.method, self.singles_only, self.neighbourhood)  # an unknown method names the known ones
+        object.__setattr__(self, "rms", tuple(self.rms))
+        check_method(self.method, self.singles_only, self.neighbourhood, self.rms)  # an unknown one names the known
         checks.positive_int(self.k, "k")
         if self.abstain_below is not None and not 0.0 <= self.abstain_below <= 1.0:
             raise InputError(f"abstain_below must be a probability in [0, 1], not {self.abstain_below!r}")

@@ -98,6 +98,42 @@ def choice_scores(query: Query, choice: Any, normalizer: Normalizer, reduction: 
     return scores_under(choice, raw[None], steps, valid, normalizer, rm_names, step_rms)[0]
 
 
+def ranked_candidates(query: Query, choice: Any, normalizer: Normalizer, reduction: str, rm_names: Sequence[str],
+                      step_rms: Sequence[str]) -> tuple[ScoredQuery, np.ndarray]:
+    """The choice's checked score of each of the query's candidates and the pick (`pick_best`), with the
+    candidates' raw member scores (N, M) that calibrate it. Member scores the normaliser cannot standardise are
+    refused whatever the method (a pool refuses to hold them too).
+
+    Args:
+        query: The query; its candidates must carry the scores of the choice's members.
+        choice: A selection method's pick (its ensemble, transform and scorer).
+        normalizer: The pool's normaliser.
+        reduction: How PRM step scores become one score.
+        rm_names: The pool's RMs, in its order (what a learned scorer reads).
+        step_rms: The pool's step RMs.
+
+    Returns:
+        (the scored pick, the members' raw scores in the ensemble's order).
+
+    Raises:
+        InputError: A candidate lacks a member's score, or a member score cannot be standardised.
+    """
+    members = list(choice.ensemble.members)
+    lacking = [m for m in members if any(m not in c.scores for c in query.candidates)]
+    if lacking:
+        raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "
+                         "score them first (morkit score) or let rank run the registered RMs")
+    raw = member_matrix(query, rm_names, reduction)
+    scores = choice_scores(query, choice, normalizer, reduction, rm_names, step_rms, raw)
+    member_raw = raw[:, [list(rm_names).index(m) for m in members]]
+    with np.errstate(all="ignore"):
+        standardised = normalizer.apply(members, member_raw)
+    if not np.isfinite(scores).all() or np.isinf(standardised).any():
+        raise InputError(f"query {query.id!r}: the ensemble {', '.join(members)} gives non-finite scores; its "
+                         "candidates' scores of these RMs are too large for the pool's normaliser")
+    return pick_best(query.id, scores), member_raw
+
+
 def pick_best(query_id: str, scores: np.ndarray) -> ScoredQuery:
     """The top candidate; a tie is broken by a seeded shuffle keyed on the query id, never by position."""
     import hashlib

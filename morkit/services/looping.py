@@ -14,7 +14,7 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
 from morkit.selection.methods import SelectOptions
-from morkit.services.routing import make_selector
+from morkit.selection.router import Router
 from morkit.services.searching import agents_config
 from morkit.verify.base import Verifier
 from morkit.verify.kinds import VERIFIERS, VerifierSetup
@@ -27,8 +27,8 @@ def verifiers_for(kind: str, pool: QuestionPool | None, critic: Verifier, select
     needs_pool = bool(entry.meta.get("needs_pool"))
     if needs_pool and pool is None:
         raise InputError(f"verifier {kind!r} needs a pool (--pool; the MoR ensemble comes from a pool)")
-    selector = make_selector(pool, selection, session.options.device) if needs_pool else None
-    return entry.load()(VerifierSetup(critic, selector, session, session.cache))
+    router = Router.from_options(pool, selection, device=session.options.device) if needs_pool else None
+    return entry.load()(VerifierSetup(critic, router, session, session.cache))
 
 
 def run_loop(loop: str, queries: Sequence[Query], *, agents: AgentsConfig | str | os.PathLike | None = None,

@@ -1,57 +1,17 @@
-"""Per-query routing as a service: `select` each query's RM ensemble from a pool, and `rank` with it.
-
-`Routing` is the one select -> fill -> rank path, shared by `rank` and the server's micro-batches."""
+"""Per-query routing as a service: `select` each query's RM ensemble from a pool, and `rank` with it (a
+`selection.router.Router` over a scoring session)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
-from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
 from morkit.selection.chooser import Selection
 from morkit.selection.methods import SelectOptions
-from morkit.selection.ranker import Ranking
-from morkit.selection.selector import Selector
-
-
-def runnable_rms(pool: QuestionPool) -> list[str]:
-    """Pool RMs that are registered and can run here (packages, heads and weights present)."""
-    return [n for n in pool.rm_names if n in REWARD_MODELS and missing(REWARD_MODELS.get(n)) is None]
-
-
-def make_selector(pool: QuestionPool, options: SelectOptions = SelectOptions(), device: str | None = None,
-                  embedder: Any = None) -> Selector:
-    """A Selector over `pool` that embeds with the pool's own embedder on `device`, loaded when it first embeds
-    (or with a caller's embedder, which must be the pool's)."""
-    return Selector(pool, options.method, embedder=embedder, device=device, k=options.k,
-                    neighbourhood=options.neighbourhood, singles_only=options.singles_only,
-                    runnable=runnable_rms(pool) if options.allow_run else ())
-
-
-@dataclass
-class Routing:
-    """Select each query's ensemble, fill its members' missing scores in the session, rank the candidates."""
-
-    selector: Selector
-    session: ScoringSession
-    abstain_below: float | None = None
-
-    def select(self, queries: Sequence[Query], vectors: Any = None) -> list[Selection]:
-        return self.selector.select_many(queries, vectors=vectors)
-
-    def fill(self, queries: Sequence[Query], selections: Sequence[Selection]) -> list[Query]:
-        return self.session.fill(queries, [s.choice.ensemble.members for s in selections])
-
-    def rank(self, query: Query, selection: Selection) -> Ranking:
-        return self.selector.rank_selected(query, selection, self.abstain_below)
-
-    def __call__(self, queries: Sequence[Query]) -> list[Ranking]:
-        selections = self.select(queries)
-        return [self.rank(q, s) for q, s in zip(self.fill(queries, selections), selections)]
+from morkit.selection.router import Ranking, Router
 
 
 def select(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = SelectOptions(),
@@ -70,7 +30,7 @@ def select(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions 
     Raises:
         InputError: The pool is empty.
     """
-    return make_selector(pool, options, device).select_many(queries)
+    return Router.from_options(pool, options, device=device).select_many(queries)
 
 
 def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = SelectOptions(),
@@ -92,8 +52,9 @@ def rank(queries: Sequence[Query], pool: QuestionPool, options: SelectOptions = 
         InputError: The pool is empty, or a candidate lacks a chosen member's score that no RM here can fill.
         UnavailableError: A chosen RM that must run cannot run here.
     """
-    selector = make_selector(pool, options, scoring.device)
+    router = Router.from_options(pool, options, device=scoring.device, session=session)  # bad input: no session
     if session is not None:
-        return Routing(selector, session, options.abstain_below)(queries)
+        return router.route(queries)
     with ScoringSession(scoring) as own:
-        return Routing(selector, own, options.abstain_below)(queries)
+        router.session = own
+        return router.route(queries)

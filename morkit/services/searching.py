@@ -17,7 +17,7 @@ from morkit.reward_models.session import ScoringSession
 from morkit.search.methods import DEFAULT_SEARCH, SEARCH_METHODS, SearchOptions
 from morkit.search.run import SearchRunner, run_all
 from morkit.selection.methods import SelectOptions
-from morkit.services.routing import make_selector
+from morkit.selection.router import Router
 
 
 def agents_config(agents: AgentsConfig | str | os.PathLike | None) -> AgentsConfig:
@@ -61,13 +61,13 @@ def run_search(queries: Sequence[Query], pool: QuestionPool, *, agents: AgentsCo
     if options.sc_agent is not None and options.sc_agent not in names:
         raise InputError(f"self-consistency agent {options.sc_agent!r} is not in {config.source}; agents: "
                          + ", ".join(names))
-    selector = make_selector(pool, selection, scoring.device)
+    router = Router.from_options(pool, selection, device=scoring.device)
 
     def bar(items: Any) -> Any:
         return tqdm(items, desc="search", unit="query", disable=not scoring.progress)
 
     with ScoringSession(scoring) as session:
-        runner = SearchRunner(selector, config, session, session.cache, options)
+        runner = SearchRunner(router, config, session, session.cache, options)
         if output is not None:
             return run_all(runner, queries, methods, output, progress=bar)
         return [runner.run(query, methods).to_json() for query in bar(queries)]

@@ -16,10 +16,10 @@ VerifierFor = Callable[[Query], Verifier]
 @dataclass(frozen=True)
 class VerifierSetup:
     """What verifier factories may use: the LLM critic (the loop's: morkit.loops.registry.loop_critic), and with a
-    pool its selector, member RMs and cache."""
+    pool its router, member RMs and cache."""
 
     critic: Verifier
-    selector: Any = None  # morkit.selection.selector.Selector over the pool
+    router: Any = None  # morkit.selection.router.Router over the pool
     rms: Any = None  # name -> built RM (a ScoringSession)
     cache: Any = None  # a ScoreCache, or None
 
@@ -31,7 +31,7 @@ def critic(setup: VerifierSetup) -> VerifierFor:
 def mor(setup: VerifierSetup) -> VerifierFor:
     from morkit.verify.mor import query_verifier
 
-    return lambda query: query_verifier(setup.selector, query, setup.rms, setup.cache)[1]
+    return lambda query: query_verifier(setup.router, query, setup.rms, setup.cache)[1]
 
 
 def mor_and_critic(setup: VerifierSetup) -> VerifierFor:

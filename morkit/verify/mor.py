@@ -1,4 +1,4 @@
-"""MoRVerifier: the ensemble a Selector chose for a query as a verifier, scoring answers with its member RMs
+"""MoRVerifier: the ensemble a Router chose for a query as a verifier, scoring answers with its member RMs
 (through the score cache) and combining them exactly as the pool did."""
 
 from __future__ import annotations
@@ -125,10 +125,10 @@ def _value(score: float | tuple[float, ...], reduction: str) -> float:
 
 
 def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None) -> MoRVerifier:
-    """The verifier for one query's Selection (see morkit.selection.selector).
+    """The verifier for one query's Selection (see morkit.selection.router).
 
     Args:
-        selection: The query's Selection (`Selector.select`).
+        selection: The query's Selection (`Router.select`).
         pool: The pool it was selected from (its normaliser, reduction and RM order are used).
         rms: Member RM name -> built RM, for every member of the chosen ensemble.
         cache: A ScoreCache member scores go through; None scores every pair.
@@ -141,8 +141,9 @@ def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any =
                        choice.scorer, pool.rm_names, pool.step_rms)
 
 
-def query_verifier(selector: Any, query: Query, rms: Any, cache: Any = None) -> tuple[Any, MoRVerifier]:
-    """The query's Selection from `selector` and the MoR verifier of its ensemble (member RMs from `rms`)."""
-    selection = selector.select(query)
+def query_verifier(router: Any, query: Query, rms: Any, cache: Any = None) -> tuple[Any, MoRVerifier]:
+    """The query's Selection from `router` (a morkit.selection.router.Router) and the MoR verifier of its ensemble
+    (member RMs from `rms`)."""
+    selection = router.select(query)
     members = {name: rms[name] for name in selection.choice.ensemble.members}
-    return selection, mor_verifier(selection, selector.pool, members, cache)
+    return selection, mor_verifier(selection, router.pool, members, cache)

@@ -24,7 +24,7 @@ from morkit.question_pool.neighbour_prr import (
 from morkit.question_pool.pool import PoolConfig, build_pool, load_pool
 from morkit.selection.base import Neighbours
 from morkit.selection.pres import PRES, pres_top1
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 
 def _tied_queries(n=60, seed=0):
@@ -91,9 +91,9 @@ def test_on_the_fly_pres_picks_what_the_dense_table_picks(rewardmath, hash_embed
     for method in (PRES, pres_top1):
         a, b = method(dense), method(fly)
         everything = frozenset(dense.rm_names)
-        selector = Selector(dense, "pres", embedder=hash_embedder, k=20)
+        router = Router(dense, "pres", embedder=hash_embedder, k=20)
         for row in range(0, len(dense), 9):
-            neighbours = selector.neighbours(dense.embeddings[[row]])[0]
+            neighbours = router.chooser.neighbours(dense.embeddings[[row]])[0]
             evidence_a, evidence_b = a.scores(neighbours), b.scores(neighbours)
             np.testing.assert_allclose(evidence_a, evidence_b, rtol=1e-5, atol=1e-5)
             top_two = np.sort(evidence_a)[-2:]
@@ -116,8 +116,8 @@ def test_on_the_fly_pool_saves_as_version_2_and_opens_memory_mapped(rewardmath, 
         [r["mean_prr"] for r in fly.ensemble_table()], nan_ok=True)
     query = replace(rewardmath[3], id="new")
     for method in ("pres", "stacker"):
-        want = Selector(fly, method, embedder=hash_embedder, k=10).rank(query).to_json()
-        assert Selector(loaded, method, embedder=hash_embedder, k=10).rank(query).to_json() == want
+        want = Router(fly, method, embedder=hash_embedder, k=10).route([query])[0].to_json()
+        assert Router(loaded, method, embedder=hash_embedder, k=10).route([query])[0].to_json() == want
     grown = loaded.add([replace(q, id=q.id + "+") for q in rewardmath[:4]], embedder=hash_embedder)
     assert len(grown) == len(loaded) + 4 and not grown.dense
     (tmp_path / "pool" / "pool.json").write_text(json.dumps({**header, "statistics": {"sample": 3}}))
@@ -152,8 +152,8 @@ def test_ivf_pool_round_trip_and_a_corrupt_ivf_index(rewardmath, hash_embedder, 
     loaded = load_pool(tmp_path / "pool")
     assert isinstance(faiss_index(loaded.index), getattr(faiss, kind)) and loaded.index.nprobe == IndexConfig().nprobe
     query = replace(rewardmath[0], id="new")
-    assert Selector(loaded, "pres", embedder=hash_embedder).select(query).to_json() == \
-        Selector(pool, "pres", embedder=hash_embedder).select(query).to_json()
+    assert Router(loaded, "pres", embedder=hash_embedder).select(query).to_json() == \
+        Router(pool, "pres", embedder=hash_embedder).select(query).to_json()
     broken = faiss.clone_index(faiss_index(pool.index))
     broken.invlists.resize(0, 0)  # a list emptied: the lists no longer hold every vector
     faiss.write_index(broken, str(tmp_path / "broken.faiss"))  # replaced, not rewritten in place: `loaded` maps it

@@ -11,7 +11,7 @@ import pytest
 from morkit.question_pool.pool import PoolConfig, pool_from_rows
 from morkit.question_pool.rows import PoolQuestion, pool_rows
 from morkit.selection.pres import PRES
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 SIZE = 20_000
 
@@ -61,7 +61,7 @@ def test_on_the_fly_pres_picks_exactly_what_the_dense_tables_pick_at_20000_quest
     a, b = PRES(dense), PRES(fly)
     everything = frozenset(dense.rm_names)
     queries = np.random.default_rng(1).choice(SIZE, 150, replace=False)
-    neighbours = Selector(dense, "pres", embedder=vectors, k=100).neighbours(vectors.vectors[queries])
+    neighbours = Router(dense, "pres", embedder=vectors, k=100).chooser.neighbours(vectors.vectors[queries])
     for found in neighbours:
         assert np.array_equal(a.scores(found), b.scores(found))  # the same float32 sums, not merely close
         picked, flown = a.choose(found, everything), b.choose(found, everything)

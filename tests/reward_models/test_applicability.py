@@ -22,7 +22,7 @@ from morkit.reward_models.rules.code_tests import CodeTests
 from morkit.reward_models.scoring import fill_missing_scores, score_queries, skip_counts
 from morkit.selection.coverage import covered_rows
 from morkit.selection.learned_method import stored_fits, with_stored_learned
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 CODE = Applicability(frozenset({"code"}), ("tests", "stdio_tests"))
 
@@ -182,7 +182,7 @@ def test_a_mixed_pool_leaves_out_what_does_not_apply(mixed_pool):
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["learned", "pres", "stacker"])
 def test_selection_routes_each_domain_to_the_rms_that_apply(mixed_pool, method):
-    selector = Selector(mixed_pool, method, k=20, embedder=_embedder())
+    router = Router(mixed_pool, method, k=20, embedder=_embedder())
     texts = tuple(f"new answer {i}" for i in range(4))
     math = Query("new-math", "arithmetic word problem 99", tuple(
         Candidate(t, scores={"math-consensus": s, "probe": p}) for t, s, p in
@@ -190,7 +190,7 @@ def test_selection_routes_each_domain_to_the_rms_that_apply(mixed_pool, method):
     code = Query("new-code", "write a python function 99", tuple(
         Candidate(t, scores={"code-tests": s, "probe": p}) for t, s, p in
         zip(texts, [0.0, 1.0, 0.0, 0.0], [0.9, 0.1, 0.2, 0.3])), domain="code", tests="assert True")
-    rank_math, rank_code = selector.rank(math), selector.rank(code)
+    rank_math, rank_code = router.route([math])[0], router.route([code])[0]
     assert "code-tests" not in rank_math.selection.choice.ensemble.members and rank_math.best_index == 2
     assert "math-consensus" not in rank_code.selection.choice.ensemble.members and rank_code.best_index == 1
     out = rank_code.selection.to_json()["skipped"]
@@ -205,9 +205,9 @@ def test_a_query_no_pool_rm_applies_to_ties_instead_of_failing_the_run(mixed_poo
     from fakes.embedder import HashEmbedder
 
     pool = build_pool(_mixed_pool_queries(), HashEmbedder(), rm_names=("math-consensus", "code-tests"))
-    selector = Selector(pool, k=10, embedder=HashEmbedder())
+    router = Router(pool, k=10, embedder=HashEmbedder(), abstain_below=0.5)
     prose = Query("essay", "write a poem", tuple(Candidate(f"poem {i}") for i in range(3)), domain="instruction")
-    ranking = selector.rank_selected(prose, selector.select(prose), abstain_below=0.5)
+    ranking = router.rank(prose, router.select(prose))
     out = ranking.to_json()
     assert out["ensemble"]["members"] == [] and out["tied"] == [0, 1, 2] and out["abstain"] is True
     assert out["confidence"] is None and out["fallback"].startswith("no pool RM applies")
@@ -217,7 +217,7 @@ def test_a_query_no_pool_rm_applies_to_ties_instead_of_failing_the_run(mixed_poo
     # a gap that running or scoring would fill is still an error, not a tie
     unscored = Query("m", "arithmetic", (Candidate(None, scores={"other": 1.0}),) * 2, domain="math")
     with pytest.raises(InputError, match="math-consensus: no score on every candidate"):
-        selector.select(unscored)
+        router.select(unscored)
 
 
 def _embedder():
@@ -282,7 +282,7 @@ def test_one_source_decides_which_rms_apply_for_scoring_pools_and_routing(caplog
     # an RM not registered here: the rule the pool stored; a table with no stored rule: every query
     assert rules["gone-rm"] == applicability_of("gone-rm", stored["gone-rm"]) == Applicability(frozenset({"code"}))
     assert rules["table"] == ALL
-    # scoring's skip plan reads the same rule as the pool rows and the selector
+    # scoring's skip plan reads the same rule as the pool rows and the router
     query = _q("m", "math")
     assert (rules["math-consensus"].skip_reason(query, "math-consensus") is None
             and score_queries([query], [MathConsensus()])[0].candidates[0].scores["math-consensus"] is not None)

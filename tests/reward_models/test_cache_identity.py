@@ -88,7 +88,7 @@ def test_every_placement_keys_the_engine_dtype_device_map_and_truncation():
     assert _key(CTTS, device="cpu", dtype="bf16") == here.replace("float32", "bfloat16")
     assert _key(CTTS, device="cpu", device_map="auto") == here.replace(";truncation", ";device_map=auto;truncation")
     assert _key(CTTS, device="cpu", max_tokens=512, truncation="left") == here.replace("middle@window", "left@512")
-    engine = _key(CTTS, backend="vllm", max_model_len=1024)
+    engine = _key(CTTS, placement="vllm", max_model_len=1024)
     assert "engine=vllm;" in engine and engine.endswith("truncation=middle@window<=1024")
     assert _key(CTTS, urls=("http://127.0.0.1:1",)) == (
         f"{identity_of(CTTS)};engine=vllm;dtype=served;truncation=middle@window")  # the servers' own dtype
@@ -99,19 +99,19 @@ def test_every_placement_keys_the_engine_dtype_device_map_and_truncation():
 
 
 @pytest.mark.parametrize("name", [RM, CTTS, "code-tests"])
-@pytest.mark.parametrize("start", [{"device": "cpu"}, {"device": "cpu", "backend": "vllm"},
+@pytest.mark.parametrize("start", [{"device": "cpu"}, {"device": "cpu", "placement": "vllm"},
                                    {"urls": ("http://127.0.0.1:1",)}, {"device": "cpu", "ray": "auto"}])
 def test_no_score_neutral_option_enters_any_placements_key(name, start):
     assert set(NEUTRAL) == set(SCORE_NEUTRAL)
     base = _key(name, **start)
     for flag, value in NEUTRAL.items():
-        if flag == "ray_workers" and "ray" not in start or flag == "batch_size" and start.get("backend") == "vllm":
+        if flag == "ray_workers" and "ray" not in start or flag == "batch_size" and start.get("placement") == "vllm":
             continue  # the flag does not apply there
         assert _key(name, **start, **{flag: value}) == base, flag
 
 
 def test_the_options_that_enter_a_key_are_the_scoring_flags_that_are_not_neutral():
-    changing = {"truncation": "right", "max_tokens": 512, "dtype": "bf16", "device_map": "auto", "backend": "vllm"}
+    changing = {"truncation": "right", "max_tokens": 512, "dtype": "bf16", "device_map": "auto", "placement": "vllm"}
     assert set(changing) <= set(FLAGS) - set(SCORE_NEUTRAL)
     for flag, value in changing.items():
         assert _key(CTTS, device="cpu", **{flag: value}) != _key(CTTS, device="cpu"), flag

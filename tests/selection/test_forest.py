@@ -21,7 +21,7 @@ from morkit.question_pool.pool import build_pool, load_pool
 from morkit.selection.forest import Forest, ForestError
 from morkit.selection.learned import BAG, Setting, fit_learned
 from morkit.selection.learners import LambdaRank
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 LAMBDARANK = Setting("lambdarank", "full", {"rounds": 100, "learning_rate": 0.05, "leaves": 7, "bag": BAG})
 """A setting of the learned selector's grid, so that a pool storing its fit is read, not refitted."""
@@ -255,7 +255,7 @@ def test_a_tampered_pool_fails_in_one_line_naming_pool_json_and_the_field(lambda
     replace(lambdarank_pool, meta={**lambdarank_pool.meta, "learned": tamper(stored_fit)}).save(tmp_path / "pool")
     pool = load_pool(tmp_path / "pool")
     with pytest.raises(InputError) as caught:
-        Selector(pool, embedder=HashEmbedder()).rank(_queries(1, seed=9)[0])
+        Router(pool, embedder=HashEmbedder()).route([_queries(1, seed=9)[0]])[0]
     message = str(caught.value)
     assert caught.value.path == str(tmp_path / "pool" / "pool.json") and "\n" not in message
     assert "malformed learned selector learned: " in message and field in message, message
@@ -263,7 +263,7 @@ def test_a_tampered_pool_fails_in_one_line_naming_pool_json_and_the_field(lambda
 
 def test_an_untouched_stored_fit_is_used_as_stored(lambdarank_pool, stored_fit, tmp_path):
     replace(lambdarank_pool, meta={**lambdarank_pool.meta, "learned": stored_fit}).save(tmp_path / "pool")
-    ranking = Selector(load_pool(tmp_path / "pool"), embedder=HashEmbedder()).rank(_queries(1, seed=9)[0])
+    ranking = Router(load_pool(tmp_path / "pool"), embedder=HashEmbedder()).route([_queries(1, seed=9)[0]])[0]
     assert ranking.selection.choice.details["learner"].startswith("lambdarank [full]")
 
 

@@ -26,7 +26,7 @@ from morkit.selection.learned import (
 )
 from morkit.selection.learned_method import with_stored_learned
 from morkit.selection.learners import ConditionalLogit, LambdaRank
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 
 def _candidate(correct, **scores):
@@ -176,13 +176,13 @@ def test_bad_abstain_value_is_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_partial_availability_refits_and_says_so(step_pool):
     pool = with_stored_learned(step_pool)
-    selector = Selector(pool, "learned", embedder=HashEmbedder())
+    router = Router(pool, "learned", embedder=HashEmbedder())
     query = _step_queries(1, seed=9)[0]
     stripped = replace(query, candidates=tuple(replace(c, scores={k: v for k, v in c.scores.items() if k != "judge"})
                                                for c in query.candidates))
-    ranking = selector.rank(stripped).to_json()
+    ranking = router.route([stripped])[0].to_json()
     assert ranking["missing_rms"] == ["judge"] and "judge" not in ranking["ensemble"]["members"]
-    assert selector.rank(query).to_json().get("missing_rms") is None
+    assert router.route([query])[0].to_json().get("missing_rms") is None
 
 
 def test_small_pool_falls_back_to_pres_with_a_warning(caplog):
@@ -190,7 +190,7 @@ def test_small_pool_falls_back_to_pres_with_a_warning(caplog):
     with caplog.at_level(logging.WARNING):
         stored = with_stored_learned(pool)
     assert "learned" not in stored.meta and "PRES" in caplog.text
-    ranking = Selector(stored, embedder=HashEmbedder()).rank(_step_queries(1, seed=3)[0]).to_json()
+    ranking = Router(stored, embedder=HashEmbedder()).route([_step_queries(1, seed=3)[0]])[0].to_json()
     assert ranking["method"] == f"pres (learned needs {MIN_MIXED} mixed pool questions)"  # what chose, and why
     assert ranking["fallback"].startswith("pres")
     assert 0 <= ranking["confidence"] <= 1
@@ -201,7 +201,7 @@ def test_damaged_stored_fit_is_an_input_error(step_pool):
     pool = with_stored_learned(step_pool)
     damaged = replace(pool, meta={**pool.meta, "learned": {**pool.meta["learned"], "components": []}})
     with pytest.raises(InputError, match="malformed learned selector"):
-        Selector(damaged, embedder=HashEmbedder()).rank(_step_queries(1, seed=3)[0])
+        Router(damaged, embedder=HashEmbedder()).route([_step_queries(1, seed=3)[0]])[0]
 
 
 class _LookupRM:
@@ -228,13 +228,13 @@ def test_mor_verifier_scores_with_the_learned_ranker(step_pool):
     from morkit.verify.mor import query_verifier
 
     pool = with_stored_learned(step_pool)
-    selector = Selector(pool, embedder=HashEmbedder())
+    router = Router(pool, embedder=HashEmbedder())
     query = _step_queries(1, seed=4)[0]
     rms = {name: _LookupRM(name, [query]) for name in pool.rm_names}
-    selection, verifier = query_verifier(selector, query, rms)
+    selection, verifier = query_verifier(router, query, rms)
     texts = [c.text for c in query.candidates]
     verdicts = verifier.verify(query.question, texts, context=texts)
-    want = selector.rank_selected(query, selection).scores
+    want = router.rank(query, selection).scores
     assert [v.score for v in verdicts] == pytest.approx(want) and verdicts[0].feedback.startswith("learned")
 
 

@@ -21,7 +21,7 @@ from morkit.selection.learners import LambdaRank
 from morkit.selection.local import NeighbourLists, query_evidence, single_stats, weighted
 from morkit.selection.mor import scores_under
 from morkit.selection.pres import PRES, pres_out_of_fold
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 
 def _topic_queries(n=90, seed=0):
@@ -119,10 +119,10 @@ def test_local_features_let_the_neighbours_say_which_rm_to_trust(topic_pool):
                         baselines=False, repeats=1)
     assert local.cv_best_of_n > plain.cv_best_of_n + 0.08 and local.local_k > 0
     pool = replace(topic_pool, meta={**topic_pool.meta, "learned": local.to_json()})
-    selector = Selector(pool, embedder=_TopicEmbedder(), k=10)
+    router = Router(pool, embedder=_TopicEmbedder(), k=10)
     hits = []
     for query in _topic_queries(20, seed=7):
-        ranking = selector.rank(query)
+        ranking = router.route([query])[0]
         hits.append(query.candidates[ranking.best_index].correct)
         assert ranking.selection.choice.scorer.fit.label == local.label  # bound to this query's evidence
     assert np.mean(hits) > 0.75
@@ -187,7 +187,7 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     want = PRES(pool).choose(nbrs, frozenset(pool.rm_names))
     assert choice.ensemble == want.ensemble and choice.details["learner"].startswith("PRES")
     assert choice.calibrator is None  # calibrated on PRES's own leave-one-out picks, over its ensemble's signals
-    ranking = Selector(pool, embedder=_TopicEmbedder(), k=10).rank(_topic_queries(1, seed=3)[0])
+    ranking = Router(pool, embedder=_TopicEmbedder(), k=10).route([_topic_queries(1, seed=3)[0]])[0]
     assert 0 <= ranking.confidence <= 1
     with pytest.raises(TypeError, match="PRES"):
         again.scores(pool.scores, None, pool.valid, pool.rm_names, ())

@@ -1,5 +1,5 @@
 """Outputs name the selection method that actually chose: a fallback says PRES and why, in the Selection, the
-Ranking JSON, the Selector's name, the run summaries of `morkit select` / `morkit rank`, and each output line."""
+Ranking JSON, the Router's name, the run summaries of `morkit select` / `morkit rank`, and each output line."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.selection.chooser import method_summary
 from morkit.selection.learned import Setting
 from morkit.selection.learned_method import Learned
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 TOO_FEW = "pres (learned needs 20 mixed pool questions)"
 
@@ -37,23 +37,23 @@ def _new(qid: str = "new", answers: int = 3) -> Query:
 
 def test_a_pool_too_small_to_learn_from_names_pres_and_why(hash_embedder):
     pool = build_pool(_pool_queries(10), hash_embedder, config=PoolConfig(max_members=2))  # 10 mixed questions
-    selector = Selector(pool, embedder=hash_embedder, k=5)  # the learned selector was asked for
-    ranking = selector.rank(_new())
+    router = Router(pool, embedder=hash_embedder, k=5)  # the learned selector was asked for
+    ranking = router.route([_new()])[0]
     assert ranking.selection.method == TOO_FEW
     line = ranking.to_json()
     assert line["method"] == TOO_FEW and line["fallback"] == "pres: fewer than 20 mixed pool questions"
-    assert selector.method_name == TOO_FEW
+    assert router.method_name == TOO_FEW
     assert method_summary([ranking.selection]) == "pres: learned needs 20 mixed pool questions"
-    assert Selector(pool, "pres", embedder=hash_embedder, k=5).select(_new()).method == "pres"
+    assert Router(pool, "pres", embedder=hash_embedder, k=5).select(_new()).method == "pres"
 
 
 def test_a_run_where_both_chose_counts_each_and_says_why(hash_embedder):
     pool = build_pool(_pool_queries(40), hash_embedder, config=PoolConfig(max_members=2))
-    selector = Selector(pool, embedder=hash_embedder, k=5)
-    selector.use(Learned(pool, settings=(Setting("logit", "query-z", {"penalty": 1.0}),), baselines=False),
+    router = Router(pool, embedder=hash_embedder, k=5)
+    router.use(Learned(pool, settings=(Setting("logit", "query-z", {"penalty": 1.0}),), baselines=False),
                  "learned")  # a ranker whose features only compare answers
-    assert selector.method_name == "learned"
-    pair, lone = selector.select_many([_new("pair"), _new("lone", answers=1)])
+    assert router.method_name == "learned"
+    pair, lone = router.select_many([_new("pair"), _new("lone", answers=1)])
     assert pair.method == "learned" and pair.choice.scorer is not None
     assert lone.method == "pres (lone answer: the learned ranker compares answers)"
     assert lone.choice.details["fallback"].startswith("pres: the learned ranker scores a lone answer alike")

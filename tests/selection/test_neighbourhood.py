@@ -14,7 +14,7 @@ from morkit.cli import main
 from morkit.core.errors import InputError
 from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.selection.methods import SelectOptions
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 
 K = 4
 
@@ -102,16 +102,22 @@ def test_the_valid_neighbourhood_is_one_search_for_k(pool, monkeypatch):
     assert calls == [(50, K + 1, True)] and all(n.ids == ("near-a", "b0", "b1", "b2") for n in found)
 
 
-def test_pres_picks_differently_under_the_valid_reading(pool):
+def test_pres_picks_differently_under_the_valid_reading(pool, monkeypatch):
     embedder = AngleEmbedder()
     query = scored_query("new", {"a": [0.3, 0.6], "b": [0.6, 0.3]}, question="the query at 0")
-    whole = Selector(pool, "pres", k=K, embedder=embedder).select(query)
-    valid = Selector(pool, "pres", k=K, embedder=embedder, neighbourhood="valid").select(query)
+    whole = Router(pool, "pres", k=K, embedder=embedder).select(query)
+    valid = Router(pool, "pres", k=K, embedder=embedder, neighbourhood="valid").select(query)
     assert whole.choice.ensemble.members == ("a",) and valid.choice.ensemble.members == ("b",)
     assert [n["id"] for n in valid.to_json()["neighbours"]] == ["near-a", "b0", "b1", "b2"]
-    calibrated = Selector(pool, "pres", k=K, embedder=embedder, neighbourhood="valid")
+    calibrated = Router(pool, "pres", k=K, embedder=embedder, neighbourhood="valid")
     assert calibrated.neighbourhood == "valid"
-    assert calibrated.calibration.neighbourhood == "valid"  # leave-one-out picks read the same neighbourhood
+    from morkit.selection import router
+
+    fit, seen = router.leave_one_out_calibrator, {}
+    monkeypatch.setattr(router, "leave_one_out_calibrator",
+                        lambda *a, **kw: seen.update(kw) or fit(*a, **kw))
+    calibrated.calibrator()
+    assert seen["neighbourhood"] == "valid"  # leave-one-out picks read the same neighbourhood
 
 
 def test_the_default_neighbourhood_is_all(pool):
@@ -119,7 +125,7 @@ def test_the_default_neighbourhood_is_all(pool):
     from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
 
     assert DEFAULT_NEIGHBOURHOOD == "all" and SelectOptions().neighbourhood == "all"
-    assert Selector(pool, "pres", k=K, embedder=AngleEmbedder()).neighbourhood == "all"
+    assert Router(pool, "pres", k=K, embedder=AngleEmbedder()).neighbourhood == "all"
     args = build_parser().parse_args(["select", "in.jsonl", "--pool", "p", "-o", "o"])
     assert args.neighbourhood == "all"
 
@@ -134,7 +140,7 @@ def test_cli_flag_reaches_the_chooser(pool, tmp_path, monkeypatch):
     seen = {}
 
     def fake_select(queries, pool, options, device=None):
-        seen["chooser"] = routing.make_selector(pool, options, embedder=AngleEmbedder()).chooser
+        seen["chooser"] = Router.from_options(pool, options, embedder=AngleEmbedder()).chooser
         return []
 
     monkeypatch.setattr(routing, "select", fake_select)
@@ -166,7 +172,7 @@ def test_serve_routes_with_the_flag(pool, tmp_path, monkeypatch):
     seen = {}
 
     def fake_serve(engine, limits, *, sock, **kwargs):
-        seen["selector"] = engine.selector
+        seen["router"] = engine.router
         sock.close()
         return True
 
@@ -175,8 +181,8 @@ def test_serve_routes_with_the_flag(pool, tmp_path, monkeypatch):
     monkeypatch.setattr(embed, "load_embedder", lambda name, device=None: AngleEmbedder())
     assert main(["serve", "--pool", str(tmp_path / "pool"), "--method", "pres", "--k", "7", "--neighbours", "valid",
                  "-q"]) == 0
-    assert seen["selector"].neighbourhood == "valid" and seen["selector"].k == 7
-    assert seen["selector"].chooser.finder.neighbourhood == "valid"
+    assert seen["router"].neighbourhood == "valid" and seen["router"].k == 7
+    assert seen["router"].chooser.finder.neighbourhood == "valid"
 
 
 def test_the_readings_table_is_the_committed_json():

@@ -15,7 +15,7 @@ from morkit.question_pool.pool import PoolConfig, build_pool
 from morkit.selection.base import Neighbours
 from morkit.selection.mor import member_matrix, pick_best, query_zscore
 from morkit.selection.pres import PRES
-from morkit.selection.selector import Selector
+from morkit.selection.router import Router
 from morkit.selection.learned import STACKER_SETTINGS, fit_learned
 
 
@@ -92,26 +92,26 @@ def test_selector_errors_and_rank_contract(hash_embedder):
         name = "other-embedder"
 
     with pytest.raises(InputError, match="built with embedder 'hash-embedder'"):
-        Selector(pool, embedder=Other())
+        Router(pool, embedder=Other())
     with pytest.raises(InputError, match="unknown selection method"):
-        Selector(pool, "magic")
-    selector = Selector(pool, "pres", embedder=hash_embedder, k=5)
+        Router(pool, "magic")
+    router = Router(pool, "pres", embedder=hash_embedder, k=5)
     query = _query("new", {"good": [0.2, 0.9, 0.1], "bad": [0.5, 0.5, 0.4], "flip": [0.9, 0.2, 0.1]},
                    question="even topic number 2")
-    ranking = selector.rank(query)
+    ranking = router.route([query])[0]
     record = ranking.to_json()
     assert set(record) >= {"id", "best_index", "ensemble", "scores"} and len(record["scores"]) == 3
     assert set(record["ensemble"]) >= {"members", "weights", "normalizer"}
     assert record["scores"][record["best_index"]] == max(record["scores"])
     lacking = replace(query, candidates=tuple(replace(c, scores={"bad": 1.0}) for c in query.candidates))
-    selection = selector.select(lacking)
+    selection = router.select(lacking)
     assert selection.choice.ensemble.members == ("bad",) and selection.missing_rms == ("good", "flip")
     assert selection.to_json()["skipped"]["missing_rms"] == ["good", "flip"]
     nothing = replace(query, candidates=tuple(replace(c, scores={}) for c in query.candidates))
     with pytest.raises(InputError, match="query 'new'"):
-        selector.select(nothing)
+        router.select(nothing)
     with pytest.raises(InputError, match="lack scores"):
-        selector.rank_selected(nothing, selection)
+        router.rank(nothing, selection)
 
 
 @pytest.mark.slow
@@ -129,8 +129,8 @@ def test_stacker_beats_best_single_on_held_out_rewardmath(data_dir, hash_embedde
         return np.mean([best_of_n_hit(scores_of(q), [c.correct for c in q.candidates]) for q in test])
 
     single = accuracy(lambda q: member_matrix(q, [best_single])[:, 0])
-    selector = Selector(pool, embedder=hash_embedder)
-    stacked = accuracy(lambda q: np.array(selector.rank(q).scores))
+    router = Router(pool, embedder=hash_embedder)
+    stacked = accuracy(lambda q: np.array(router.route([q])[0].scores))
     assert stacked > single + 0.05, (stacked, single, best_single)
 
 
@@ -176,7 +176,7 @@ def test_learned_fit_is_stored_with_the_pool_and_reused(tmp_path, hash_embedder,
     loaded = load_pool(tmp_path / "p")
     calls = []
     monkeypatch.setattr(learned_method, "fit_learned", lambda *a, **k: calls.append(a) or pytest.fail("refit"))
-    choice = Selector(loaded, embedder=hash_embedder).select(_pool_queries(1)[0]).choice
+    choice = Router(loaded, embedder=hash_embedder).select(_pool_queries(1)[0]).choice
     assert choice.ensemble.members == loaded.rm_names and not calls
     grown = add_questions(loaded, [_query("x", {"good": [1, 0], "bad": [0, 1], "flip": [0, 1]}, [True, False])],
                           hash_embedder)
@@ -200,7 +200,7 @@ def test_an_older_pool_with_a_stacker_slot_upgrades_and_the_slot_is_dropped(tmp_
     assert upgrade_pool(tmp_path / "p").changed
     loaded = load_pool(tmp_path / "p")
     assert "stacker" not in loaded.meta
-    ranking = Selector(loaded, "stacker", embedder=hash_embedder).rank(_pool_queries(1)[0])
+    ranking = Router(loaded, "stacker", embedder=hash_embedder).route([_pool_queries(1)[0]])[0]
     assert ranking.selection.method == "stacker" and ranking.selection.choice.details["learner"] in {
         s.label for s in STACKER_SETTINGS}  # refitted on the pool's rows, not read from the old slot
 
@@ -209,23 +209,33 @@ def test_the_stacker_name_is_the_learned_selector_on_the_stacker_grid(hash_embed
     from morkit.selection.learned_method import Learned
 
     pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
-    selector = Selector(pool, "stacker", embedder=hash_embedder)
-    assert isinstance(selector.method, Learned) and selector.method.settings == STACKER_SETTINGS
-    choice = selector.select(_pool_queries(1)[0]).choice
+    router = Router(pool, "stacker", embedder=hash_embedder)
+    assert isinstance(router.method, Learned) and router.method.settings == STACKER_SETTINGS
+    choice = router.select(_pool_queries(1)[0]).choice
     assert choice.ensemble.members == pool.rm_names and choice.calibrator is not None
     assert choice.details["learner"] in {s.label for s in STACKER_SETTINGS}
 
 
-def test_the_selector_composes_a_chooser_a_ranker_and_a_calibrator(hash_embedder):
-    from morkit.selection.calibration import PickCalibrator
+def test_the_router_selects_with_its_chooser_fills_in_its_session_and_ranks(hash_embedder):
     from morkit.selection.chooser import EnsembleChooser
-    from morkit.selection.ranker import Ranker
 
     pool = build_pool(_pool_queries(), hash_embedder, config=PoolConfig(max_members=2))
-    selector = Selector(pool, "pres", embedder=hash_embedder, k=5, runnable=("good", "ghost"))
-    assert isinstance(selector.chooser, EnsembleChooser) and isinstance(selector.ranker, Ranker)
-    assert isinstance(selector.calibration, PickCalibrator)
-    assert selector.runnable == {"good"} and selector.k == 5 and selector.pool is pool
+    router = Router(pool, "pres", embedder=hash_embedder, k=5, runnable=("good", "ghost"))
+    assert isinstance(router.chooser, EnsembleChooser) and router.session is None
+    assert router.runnable == {"good"} and router.k == 5 and router.pool is pool
     query = _pool_queries(1)[0]
-    selection = selector.chooser.select_many([query])[0]
-    assert selector.ranker.rank_selected(query, selection).to_json() == selector.rank(query).to_json()
+    selection = router.chooser.choose_many([query])[0]
+    assert router.rank(query, selection).to_json() == router.route([query])[0].to_json()
+
+    class Session:  # the Filler role: what route asks of a ScoringSession
+        def __init__(self):
+            self.wanted = []
+
+        def fill(self, queries, wanted):
+            self.wanted += [tuple(w) for w in wanted]
+            return [replace(q, candidates=q.candidates[::-1]) for q in queries]  # what route must rank
+
+    session = Session()
+    routed = Router(pool, "pres", embedder=hash_embedder, k=5, session=session).route([query])[0]
+    assert session.wanted == [selection.choice.ensemble.members]
+    assert routed.scores == router.rank(query, selection).scores[::-1]

@@ -1,4 +1,4 @@
-"""The scoring service behind `morkit serve` and the TRL reward: route each query to its ensemble, fill scores, rank.
+"""The scoring service behind `morkit serve` and the TRL reward: a Router's select -> fill -> rank over micro-batches.
 
 One `RoutingEngine` keeps every RM the pool may run resident, with one score cache; a bad query fails only its own job.
 """
@@ -6,25 +6,21 @@ One `RoutingEngine` keeps every RM the pool may run resident, with one score cac
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.embed import embedder_memory
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, relative_scores
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
-from morkit.selection.base import Choice, Neighbours
 from morkit.selection.chooser import Selection
 from morkit.selection.methods import SelectOptions
-from morkit.selection.ranker import Ranking
+from morkit.selection.router import Ranking, Router, runnable_rms
 from morkit.runtime.symbolic import SymbolicWorker
-from morkit.services.routing import Routing, make_selector, runnable_rms
 from morkit.services.serving.protocol import group_responses, reward_reply
 
 log = logging.getLogger(__name__)
@@ -49,84 +45,42 @@ def _parts(rows: Iterable[int], queries: Sequence[Query | None]) -> Iterator[lis
         yield part
 
 
-class FixedEnsemble:
-    """A 'selection method' that always picks one ensemble of the pool: `--rm A [--rm B ...]`.
-
-    Of the pool's ensembles with exactly these members, the one with the best pool-wide mean PRR (the
-    weighting the pool found best for them); its weights apply to pool-normalised scores, as in routing."""
-
-    name = "fixed"
-
-    def __init__(self, pool: QuestionPool, members: Sequence[str]):
-        unknown = [m for m in members if m not in pool.rm_names]
-        if unknown:
-            raise InputError(f"--rm {unknown[0]}: not an RM of this pool; its RMs: {', '.join(pool.rm_names)}")
-        wanted = set(members)
-        rows = [r for r in pool.ensemble_table() if set(r["ensemble"].members) == wanted]
-        if not rows:
-            raise InputError(f"the pool has no ensemble of exactly {', '.join(members)} (it combines up to "
-                             f"{pool.config.max_members} of its RMs)")
-        best = max(rows, key=lambda r: r["mean_prr"] if math.isfinite(r["mean_prr"]) else -math.inf)
-        self.ensemble = best["ensemble"]
-        self.score = float(best["mean_prr"]) if math.isfinite(best["mean_prr"]) else 0.0
-
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
-        lacking = [m for m in self.ensemble.members if m not in available]
-        if lacking:
-            raise LookupError(f"the fixed ensemble needs {', '.join(lacking)}, which this query's candidates "
-                              "neither carry under 'scores' nor can be scored by here")
-        return Choice(self.ensemble, "pool-zscore", self.score, (), {"criterion": "fixed (pool mean PRR)"})
-
-
-class PlacedSession(ScoringSession):
-    """A scoring session in which some RMs are handles placed by the caller (e.g. Ray Serve deployments)."""
-
-    def __init__(self, options: ScoringOptions, placed: Mapping[str, Any], **kwargs: Any):
-        super().__init__(options, **kwargs)
-        self.placed = dict(placed)
-
-    def handle(self, name: str) -> Any:
-        return self.placed[name] if name in self.placed else super().handle(name)
-
-
 class RoutingEngine:
-    """Routed (or fixed-ensemble) MoR scoring with resident RMs and one shared score cache; `handles`: RMs
-    placed elsewhere (name -> an RMHandle whose `score(pairs)` calls them), used instead of loading them here.
-
-    Building one checks that the RMs fit in memory, then loads the pool's embedder and every runnable RM.
+    """A Router's select, fill and rank over micro-batches of jobs, with resident RMs and one shared score cache:
+    each job within its deadline, a failure failing its job alone, math answers compared in a process that can be
+    ended. Building one checks that the RMs fit in memory, then loads the pool's embedder and every runnable RM.
 
     Args:
         pool: The question pool that routes queries.
-        select: How ensembles are chosen; with `allow_run`, the registered pool RMs that can run here are loaded.
+        select: How ensembles are chosen (the `fixed` method with `rms`: always the pool's ensemble of those RMs,
+            and only they load); with `allow_run`, the registered pool RMs that can run here are loaded.
         scoring: How the RMs load and run (progress bars are off); its `cache` is the shared score cache.
-        rms: A fixed ensemble: always score with these pool RMs instead of routing; empty routes per query.
         embedder: The embedder for questions (it must be the pool's); None loads the pool's own.
-        handles: RM name -> a handle placed elsewhere, used instead of loading that RM here.
+        handles: RM name -> a handle placed elsewhere (an RMHandle whose `score(pairs)` calls it, e.g. a Ray Serve
+            deployment's), used instead of loading that RM here.
 
     Raises:
-        InputError: The pool is empty, `embedder` is not the pool's, or `rms` is not an ensemble of the pool.
+        InputError: The pool is empty, `embedder` is not the pool's, or `select.rms` is not an ensemble of the pool.
         UnavailableError: The RMs and embedder do not fit in memory, or one cannot load here.
     """
 
     def __init__(self, pool: QuestionPool, select: SelectOptions = SelectOptions(),
-                 scoring: ScoringOptions = ScoringOptions(), *, rms: Sequence[str] = (), embedder: Any = None,
+                 scoring: ScoringOptions = ScoringOptions(), *, embedder: Any = None,
                  handles: Mapping[str, Any] | None = None):
         self.pool = pool
         self.scoring = scoring
-        self.fixed = tuple(rms)
-        fixed = FixedEnsemble(pool, self.fixed) if self.fixed else None
+        self.fixed = select.rms
         runnable = runnable_rms(pool) if select.allow_run else []
         names = [n for n in runnable if not self.fixed or n in self.fixed]
-        self.session = PlacedSession(replace(scoring, progress=False), handles or {}, keep_all=True)
+        self.session = ScoringSession(replace(scoring, progress=False), keep_all=True, placed=handles)
         self.symbolic = SymbolicWorker()  # no process until it is started
         try:
             beside = {} if embedder is not None else {f"embedder {pool.embedder}": embedder_memory(pool.embedder)}
             self.session.check_fit(names, beside)  # before the embedder or any RM loads
-            selector = make_selector(pool, select, scoring.device, embedder)
-            selector.embedder  # loaded now: a server is ready before its first request
-            if fixed is not None:
-                selector.use(fixed, fixed.name)
-            self.method = selector.method_name  # what chooses (learned fits made now): /health never fits
+            self.router = Router.from_options(pool, select, device=scoring.device, embedder=embedder,
+                                              session=self.session)
+            self.router.embedder  # loaded now: a server is ready before its first request
+            self.method = self.router.method_name  # what chooses (learned fits made now): /health never fits
             self.models = self.session.keep_resident(names)  # each built once, resident for the engine's life
             if any(relative_scores(n) for n in names):  # a rule comparing answers (math-consensus): ready it now
                 self.symbolic.start(wait_s=60.0)
@@ -134,12 +88,7 @@ class RoutingEngine:
             self.session.close()
             self.symbolic.close()
             raise
-        self.routing = Routing(selector, self.session)
         self._kinds: dict[str, bool] = {}
-
-    @property
-    def selector(self) -> Any:
-        return self.routing.selector
 
     @property
     def cache(self) -> Any:
@@ -194,14 +143,14 @@ class RoutingEngine:
         try:  # one question per call: a padded batch would round a query's vector by its batch-mates
             for j, query in flat:
                 if live(j) and query.question not in vectors:
-                    vectors[query.question] = self.selector.embedder.encode([query.question])
+                    vectors[query.question] = self.router.embedder.encode([query.question])
         except Exception as exc:  # noqa: BLE001 - nothing can be routed without embeddings
             return [failed.get(j, exc) for j in range(len(jobs))]
         selections: list[Selection | None] = [None] * len(flat)
         for i, (j, query) in enumerate(flat):
             if live(j):
                 try:
-                    selections[i] = self.routing.select([query], vectors=vectors[query.question])[0]
+                    selections[i] = self.router.select_many([query], vectors=vectors[query.question])[0]
                 except Exception as exc:  # noqa: BLE001 - fails this job only
                     failed[j] = exc
         rows = [i for i, (j, _) in enumerate(flat) if live(j)]
@@ -213,7 +162,7 @@ class RoutingEngine:
             if query is None or not live(j):
                 continue
             try:
-                out[j].append(self.routing.rank(query, selections[i]))
+                out[j].append(self.router.rank(query, selections[i]))
             except Exception as exc:  # noqa: BLE001
                 failed[j] = exc
         return [failed[j] if j in failed else out[j] for j in range(len(jobs))]

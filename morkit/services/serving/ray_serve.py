@@ -101,16 +101,15 @@ def _one_line(exc: BaseException) -> str:
 class Ingress:
     """The router and embedder: the pool, the RoutingEngine over the RM deployments' handles, and the app."""
 
-    def __init__(self, pool_dir: str, select: SelectOptions, scoring: ScoringOptions, fixed: Sequence[str],
-                 limits: ServeLimits, api_key: str | None, deployments: dict[str, Any], embedder: Any = None):
+    def __init__(self, pool_dir: str, select: SelectOptions, scoring: ScoringOptions, limits: ServeLimits,
+                 api_key: str | None, deployments: dict[str, Any], embedder: Any = None):
         from morkit.question_pool.pool import load_pool
         from morkit.reward_models.catalog import REWARD_MODELS
         from morkit.services.serving.engine import RoutingEngine
 
         handles = {name: ServeRMHandle(REWARD_MODELS.get(name), scoring, handle, limits.timeout_s)
                    for name, handle in deployments.items()}
-        self.engine = RoutingEngine(load_pool(pool_dir), select, scoring, rms=fixed, embedder=embedder,
-                                    handles=handles)
+        self.engine = RoutingEngine(load_pool(pool_dir), select, scoring, embedder=embedder, handles=handles)
         self.limits, self.api_key = limits, api_key
 
     def __serve_build_asgi_app__(self) -> Any:
@@ -124,17 +123,17 @@ class Ingress:
             engine.close()
 
 
-def model_rms(pool: Any, select: SelectOptions, fixed: Sequence[str]) -> list[str]:
+def model_rms(pool: Any, select: SelectOptions) -> list[str]:
     """The pool RMs that get a deployment: registered model RMs that can run, within the fixed ensemble if any."""
     from morkit.reward_models.catalog import REWARD_MODELS
-    from morkit.services.routing import runnable_rms
+    from morkit.selection.router import runnable_rms
 
     names = runnable_rms(pool) if select.allow_run else []
-    return [n for n in names if (not fixed or n in fixed) and REWARD_MODELS.get(n).spec.loads_model]
+    return [n for n in names if (not select.rms or n in select.rms) and REWARD_MODELS.get(n).spec.loads_model]
 
 
 def build_app(pool_dir: str, select: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions(),
-              limits: ServeLimits = ServeLimits(), *, fixed: Sequence[str] = (), api_key: str | None = None,
+              limits: ServeLimits = ServeLimits(), *, api_key: str | None = None,
               placement: RayServeOptions = RayServeOptions(), embedder: Any = None) -> Any:
     """The Serve application: an RM deployment per model RM of the pool, bound into the ingress."""
     from ray import serve
@@ -142,14 +141,14 @@ def build_app(pool_dir: str, select: SelectOptions = SelectOptions(), scoring: S
     from morkit.question_pool.pool import load_pool
     from morkit.reward_models.catalog import REWARD_MODELS
 
-    names = model_rms(load_pool(pool_dir), select, fixed)
+    names = model_rms(load_pool(pool_dir), select)
     scoring = replace(scoring, ray=None)
     deployments = {name: serve.deployment(RMReplica, name=f"rm-{name}", **placement.rm_deployment()).bind(
         REWARD_MODELS.get(name), replica_options(scoring)) for name in names}
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress", num_replicas=placement.ingress_replicas,
                                ray_actor_options={"num_cpus": placement.ingress_cpus},
                                max_ongoing_requests=limits.queue_size + limits.max_batch)
-    return ingress.bind(str(pool_dir), select, scoring, tuple(fixed), limits, api_key, deployments, embedder)
+    return ingress.bind(str(pool_dir), select, scoring, limits, api_key, deployments, embedder)
 
 
 def deploy(app: Any, placement: RayServeOptions = RayServeOptions(), *, address: str | None = "auto",

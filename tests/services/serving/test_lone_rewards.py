@@ -80,7 +80,7 @@ def signed_engine(word_rms):
                       config=PoolConfig(max_members=2))
     engine = RoutingEngine(pool, SelectOptions(method="learned"), ScoringOptions(device="cpu", cache=None),
                            embedder=HashEmbedder())
-    engine.selector.use(Learned(pool, settings=(Setting("logit", "pool-z", {"penalty": 1.0}),), baselines=False),
+    engine.router.use(Learned(pool, settings=(Setting("logit", "pool-z", {"penalty": 1.0}),), baselines=False),
                         "learned")
     yield engine
     engine.close()
@@ -116,14 +116,14 @@ def test_classify_applies_the_learned_picks_signed_weights_as_rank_does(signed_e
 
 def test_a_ranker_that_only_compares_answers_gives_way_to_pres_for_a_lone_answer(signed_engine):
     pool = signed_engine.pool
-    signed_engine.selector.use(Learned(pool, settings=(Setting("logit", "query-z", {"penalty": 1.0}),),
+    signed_engine.router.use(Learned(pool, settings=(Setting("logit", "query-z", {"penalty": 1.0}),),
                                        baselines=False), "learned")
     try:
         lone = signed_engine.rank([_lone("word question 3", "it is right")])[0]
         pair = signed_engine.rank([Query("two", "word question 3", (Candidate(text="it is right"),
                                                                     Candidate(text="it is wrong")))])[0]
     finally:
-        signed_engine.selector.use(Learned(pool, settings=(Setting("logit", "pool-z", {"penalty": 1.0}),),
+        signed_engine.router.use(Learned(pool, settings=(Setting("logit", "pool-z", {"penalty": 1.0}),),
                                            baselines=False), "learned")
     assert lone.selection.choice.scorer is None and lone.selection.choice.transform == "pool-zscore"
     assert "pres: the learned ranker scores a lone answer alike" in lone.selection.choice.details["fallback"]
@@ -142,10 +142,10 @@ def test_a_lone_answer_skips_members_that_need_siblings(math_queries):
     try:
         query = math_queries[40]
         lone = Query(query.id, query.question, query.candidates[:1], domain=query.domain)
-        selection = engine.routing.select([lone])[0]
+        selection = engine.router.select(lone)
         assert selection.skipped_rms == {"math-consensus": NEEDS_SIBLINGS}
         assert selection.choice.ensemble.members == (table,)
-        both = engine.routing.select([Query(query.id, query.question, query.candidates[:2], domain=query.domain)])[0]
+        both = engine.router.select(Query(query.id, query.question, query.candidates[:2], domain=query.domain))
         assert "math-consensus" not in both.skipped_rms
         texts = [{"prompt": query.question, "response": c.text} for c in query.candidates[:2]]
         with live(engine) as url:  # no table scores over HTTP: math-consensus is all a text can get

@@ -77,8 +77,8 @@ def reference_rankings(hash_pool, math_queries):
 
 def test_a_fixed_ensemble_routes_every_query_to_it(hash_pool, math_queries):
     # `morkit serve --rm NAME`: every query gets the pool's ensemble of exactly those RMs
-    engine = RoutingEngine(hash_pool, SelectOptions(method="pres"), ScoringOptions(device="cpu"),
-                           rms=("math-consensus",), embedder=HashEmbedder())
+    engine = RoutingEngine(hash_pool, SelectOptions(method="fixed", rms=("math-consensus",)),
+                           ScoringOptions(device="cpu"), embedder=HashEmbedder())
     try:
         rankings = engine.rank(unscored(math_queries[40:43]))
         assert engine.method == "fixed" and engine.health()["fixed_ensemble"] == ["math-consensus"]

@@ -74,8 +74,8 @@ def slow_engine(math_queries):
     try:
         train = score(math_queries[:24], ["math-consensus", "slow-pairs"], options=ScoringOptions(cache=None))
         pool = build_pool(train, HashEmbedder(), config=PoolConfig(max_members=2))
-        engine = RoutingEngine(pool, SelectOptions(method="pres"), ScoringOptions(device="cpu", cache=None),
-                               rms=("slow-pairs",), embedder=SlowEmbedder())
+        engine = RoutingEngine(pool, SelectOptions(method="fixed", rms=("slow-pairs",)),
+                               ScoringOptions(device="cpu", cache=None), embedder=SlowEmbedder())
         yield engine
         engine.close()
     finally:
@@ -107,13 +107,13 @@ def test_a_request_past_its_timeout_is_dropped_in_every_phase_and_the_next_is_se
     route = attack if attack.startswith("/") else "/v1/rank"
     body = json.dumps(ATTACKS[attack](4096)).encode()
     with live(slow_engine, ServeLimits(timeout_s=TIMEOUT_S)) as url:
-        slow_engine.selector.embedder.calls.clear()
+        slow_engine.router.embedder.calls.clear()
         big = httpx.post(f"{url}{route}", content=body, timeout=120)
         later = httpx.post(f"{url}{route}", json=LATER[attack], timeout=120)  # before: 504, the engine busy 20 s
         wait_until(lambda: httpx.get(f"{url}/health").json()["in_flight"] == 0, 30)
     assert big.status_code == 504 and "--timeout" in one_line_error(big)
     assert later.status_code == 200, later.text
-    assert set(slow_engine.selector.embedder.calls) == {1}  # one question a call, as ever
+    assert set(slow_engine.router.embedder.calls) == {1}  # one question a call, as ever
 
 
 def test_a_job_past_its_own_deadline_is_cut_from_its_batch_and_its_batch_mates_go_on(slow_engine):
