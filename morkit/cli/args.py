@@ -220,7 +220,7 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
 def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> None:
     from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, NEIGHBOURHOODS, SELECTION_METHODS
 
-    p.add_argument(flag, dest="selection", choices=SELECTION_METHODS.names(), default=DEFAULT_METHOD,
+    p.add_argument(flag, dest="selection", choices=SELECTION_METHODS.names(), default=None,  # None: not given
                    help="how each query's RM ensemble is chosen: " + choices_help(SELECTION_METHODS, DEFAULT_METHOD))
     p.add_argument("--k", type=POSITIVE_INT, default=100,
                    help="pool neighbours per query (default 100, as in the paper)")
@@ -235,15 +235,18 @@ def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
     """`--rm NAME` (repeatable): the `fixed` selection method's ensemble instead of routing per query."""
     p.add_argument("--rm", action="append", default=[], metavar="NAME",
                    help=f"{verb} with this fixed pool RM instead of routing per query; repeat for a fixed ensemble "
-                        "(the pool's best-weighted ensemble of exactly these RMs: the 'fixed' method)")
+                        "(the pool's best-weighted ensemble of exactly these RMs: the 'fixed' method, which --rm "
+                        "selects; another --method beside it is an error)")
 
 
 def select_options(args: argparse.Namespace) -> Any:
-    """The SelectOptions of the flags; `--rm` (add_fixed_option) selects the `fixed` method with its RMs."""
-    from morkit.selection.methods import SelectOptions
+    """The SelectOptions of the flags; `--rm` (add_fixed_option) alone selects the `fixed` method with its RMs, and
+    beside a method given that is not `fixed` it is a one-line InputError (SelectOptions checks it)."""
+    from morkit.selection.methods import DEFAULT_METHOD, SelectOptions
 
     rms = tuple(getattr(args, "rm", None) or ())
-    return SelectOptions(method="fixed" if rms else args.selection, k=args.k, neighbourhood=args.neighbourhood,
+    method = args.selection or ("fixed" if rms else DEFAULT_METHOD)
+    return SelectOptions(method=method, k=args.k, neighbourhood=args.neighbourhood,
                          singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False),
                          abstain_below=getattr(args, "abstain_below", None), rms=rms)

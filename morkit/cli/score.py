@@ -48,7 +48,7 @@ def cmd_rms(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([i.to_json() for i in infos], indent=1))
         return 0
-    rows = [("NAME", "KIND", "FAMILY", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
+    rows = [("NAME", "KIND", "RUNS", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
     rows += [(i.name, i.card.kind, i.card.runs, _available(i), _gpu(i), i.card.applies.describe()) for i in infos]
     rows.append(("<name in scores>", "table", "input", "yes", "-", "queries with its scores"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
@@ -106,10 +106,10 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     from morkit.services.train_heads import TRAINABLE
 
     p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
-                       description="A table of every registered RM (name, kind, family, whether it can run here, "
-                                   "GPU memory for its weights in bf16, the queries it applies to); NAME shows "
-                                   "one in full, with its context window (the tokens a pair may have before it is "
-                                   "cut) and where that comes from.")
+                       description="A table of every registered RM (name, kind, how its code runs, whether it "
+                                   "can run here, GPU memory for its weights in bf16, the queries it applies to); "
+                                   "NAME shows one in full, with its context window (the tokens a pair may have "
+                                   "before it is cut) and where that comes from.")
     p.add_argument("name", nargs="?", help="one RM to describe in full")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
     p.set_defaults(func=cmd_rms)

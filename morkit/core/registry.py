@@ -9,7 +9,7 @@ import importlib
 import threading
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from morkit.core.errors import InputError, UnknownName
 
@@ -81,9 +81,11 @@ class Entry:
 class Registry:
     """Entries of one kind (reward models, selection methods, ...), in registration order."""
 
-    def __init__(self, what: str, entries: Iterable[Entry] = (), *, spec_type: Any = None):
+    def __init__(self, what: str, entries: Iterable[Entry] = (), *, spec_type: Any = None,
+                 settle: Callable[[str, Any, Any], tuple[Any, Any]] | None = None):
         self.what = what  # used in messages: "unknown {what} 'x'"
         self.spec_type = spec_type  # a frozen dataclass with `of(**fields)`: each entry's metadata, typed
+        self.settle = settle  # (name, target, spec) -> (target, spec): how a typed entry's target and spec agree
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         for entry in entries:
@@ -92,7 +94,10 @@ class Registry:
     def add(self, entry: Entry, *, replace: bool = False) -> Entry:
         if self.spec_type is not None:  # metadata given as keywords becomes the typed spec; `meta` reads it back
             spec = entry.spec if entry.spec is not None else self.spec_type.of(entry.name, **entry.meta)
-            entry = Entry(entry.name, entry.target, entry.summary, dict(vars(spec)), spec)
+            target = entry.target
+            if self.settle is not None:  # e.g. a model RM's family: its target, and named by its card
+                target, spec = self.settle(entry.name, target, spec)
+            entry = Entry(entry.name, target, entry.summary, dict(vars(spec)), spec)
         with self._lock:
             if entry.name in self._entries and not replace:
                 raise InputError(f"{self.what} {entry.name!r} is already registered (pass replace=True to override)")

@@ -47,8 +47,9 @@ class RMCard:
         name: Its registered name.
         kind: `orm`, `prm`, `judge`, `rule` or `table` (`orm|prm`: either, by its load options).
         runs: How its code runs, one of RUNS.
-        family: The Family that builds it on every placement ("module:attr", resolved on first use, or the
-            object); None: plain code built by its registry target (rules, tables, the bare clients).
+        family: The Family that builds a model RM (`runs="transformers"`) on every placement: its registry target
+            ("module:attr", resolved on first use, or the object), set from that target when it is registered;
+            None: plain code built by its registry target (rules, tables, the bare clients).
         description: A one-line description of the model (a card with weights: shown after its model id).
         packages: Import names it needs.
         needs: What to install or give, as `morkit rms` shows it.
@@ -66,7 +67,7 @@ class RMCard:
     name: str = ""
     kind: str = "orm"  # orm | prm | judge | rule | table (orm|prm: either, by its options)
     runs: str = "python"  # how its code runs, one of RUNS
-    family: Any = None  # "module:attr" of the Family that builds it (or the object); None: its target builds it
+    family: Any = None  # a model RM's Family, its registry target ("module:attr" or the object); None: plain code
     description: str = ""  # one line about the model
     packages: tuple[str, ...] = ()  # import names it needs
     needs: str = ""  # what to install or give, for `morkit rms`
@@ -86,16 +87,20 @@ class RMCard:
 
         Args:
             name: The RM's registered name (the card's `name`).
-            **given: RMCard fields; lists become tuples and `applies` may be anything Applicability.of takes.
+            **given: RMCard fields but `family` (a model RM's family is its registry target, written once there);
+                lists become tuples and `applies` may be anything Applicability.of takes.
 
         Returns:
             The card.
 
         Raises:
-            InputError: A field is unknown, or `runs` is not one of RUNS.
+            InputError: A field is unknown or is `family`, or `runs` is not one of RUNS.
         """
+        if "family" in given:
+            raise InputError(f"reward model {name!r}: its family is its registry target "
+                             "(register(name, FAMILY, summary, runs='transformers', ...)); drop family=")
         given = spec_fields(cls, f"reward model {name!r}", given, tuples=("packages", "options", "required"),
-                            unknown_is="unknown card field", exclude=("name",))
+                            unknown_is="unknown card field", exclude=("name", "family"))
         if "applies" in given:
             given["applies"] = Applicability.of(given["applies"])
         card = cls(name=name, **given)

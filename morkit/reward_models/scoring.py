@@ -47,7 +47,7 @@ def _batches(rm: Any, todo: list[tuple[str, str]], chunk: int) -> Iterator[tuple
 
 class RMRun:
     """One RM over a list of queries: which of them it applies to (settled before any RM runs), the key its scores
-    are cached under (catalog.identity_of), and the one place it reads and writes the score cache.
+    are cached under (catalog.identity_of; None without a cache), and the one place it reads and writes the cache.
 
     Args:
         rm: The RM (a handle, a built rule, any object with `score(pairs)` or `score_query(query)`).
@@ -57,7 +57,7 @@ class RMRun:
 
     def __init__(self, rm: Any, reasons: Sequence[str | None], cache: ScoreCache | None):
         self.rm, self.name, self.reasons = rm, rm.name, list(reasons)
-        self.key = identity_of(rm)
+        self.key = identity_of(rm) if cache is not None else None  # worked out only where a cache is read
         self.cache = cache
 
     @classmethod

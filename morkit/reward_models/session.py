@@ -60,7 +60,8 @@ class ScoringSession:
             name: A name registered in REWARD_MODELS.
 
         Returns:
-            The caller's placed handle, else one placed on the session's backend and residency; nothing loads yet.
+            The caller's placed handle, else one on the placement the session's options pick, in its residency;
+                nothing loads yet.
 
         Raises:
             UnknownName: `name` is not registered.

@@ -53,8 +53,8 @@ class Truncation:
 
     @property
     def signature(self) -> str:
-        """`policy@limit` as the user set it (`window` for the model's own), known without loading the model:
-        what a score was made under, which the score cache keeps beside it."""
+        """`policy@limit` as the user set it (`window` for the model's own), known without loading the model: how
+        a score is cut. A score cache key holds it with the model's window resolved (identity.truncation_part)."""
         if self.max_tokens:
             bound = str(self.limit)
         else:

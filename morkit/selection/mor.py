@@ -102,7 +102,8 @@ def ranked_candidates(query: Query, choice: Any, normalizer: Normalizer, reducti
                       step_rms: Sequence[str]) -> tuple[ScoredQuery, np.ndarray]:
     """The choice's checked score of each of the query's candidates and the pick (`pick_best`), with the
     candidates' raw member scores (N, M) that calibrate it. Member scores the normaliser cannot standardise are
-    refused whatever the method (a pool refuses to hold them too).
+    refused whatever the method (a pool refuses to hold them too). An ensemble without members (no pool RM applies
+    to the query) scores every candidate 0, so all tie. `Router.rank` and the MoR verifier both score with it.
 
     Args:
         query: The query; its candidates must carry the scores of the choice's members.
@@ -119,6 +120,8 @@ def ranked_candidates(query: Query, choice: Any, normalizer: Normalizer, reducti
         InputError: A candidate lacks a member's score, or a member score cannot be standardised.
     """
     members = list(choice.ensemble.members)
+    if not members:
+        return pick_best(query.id, np.zeros(len(query.candidates))), np.zeros((len(query.candidates), 0))
     lacking = [m for m in members if any(m not in c.scores for c in query.candidates)]
     if lacking:
         raise InputError(f"query {query.id!r}: candidates lack scores of {', '.join(lacking)}; "

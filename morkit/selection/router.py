@@ -20,7 +20,7 @@ from morkit.selection.chooser import EnsembleChooser, Selection
 from morkit.selection.confidence import Calibrator
 from morkit.selection.coverage import domain_rm_sets
 from morkit.selection.methods import DEFAULT_METHOD, DEFAULT_NEIGHBOURHOOD, SelectOptions, check_method
-from morkit.selection.mor import pick_best, ranked_candidates
+from morkit.selection.mor import ranked_candidates
 
 
 class Filler(Protocol):
@@ -223,11 +223,10 @@ class Router:
         choice, pool = selection.choice, self.pool
         if not query.candidates:
             return Ranking(selection, (), None, (), float("nan"), undecided)
-        if not choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
-            picked = pick_best(query.id, np.zeros(len(query.candidates)))
-            return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"), undecided)
         picked, members = ranked_candidates(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names,
                                             pool.step_rms)
+        if not choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
+            return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"), undecided)
         confidence = pick_confidence(choice.calibrator or self.calibrator(), np.asarray(picked.scores), members)
         abstain = None if self.abstain_below is None else bool(confidence < self.abstain_below)
         return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain)

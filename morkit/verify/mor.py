@@ -1,5 +1,5 @@
 """MoRVerifier: the ensemble a Router chose for a query as a verifier, scoring answers with its member RMs
-(through the score cache) and combining them exactly as the pool did."""
+(filled in a scoring session through the score cache) and ranking them as the Router does."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any, Mapping, Sequence
 from morkit.core.errors import InputError
 from morkit.core.types import Candidate, Query, Verdict
 from morkit.question_pool.ensembles import Ensemble, Normalizer
-from morkit.reward_models.base import reduce_steps
+from morkit.reward_models.options import ScoringOptions
+from morkit.reward_models.session import ScoringSession
 from morkit.selection.base import Choice
-from morkit.selection.mor import choice_scores
+from morkit.selection.mor import ranked_candidates
 
 
 @dataclass
@@ -35,6 +36,8 @@ class MoRVerifier:
         rm_calls: A running count of (member, answer) pairs that reached a model.
         verify_calls: A running count of `verify` calls.
         name: The verifier's name; empty gives `mor:<ensemble name>`.
+        routed: The query the ensemble was chosen for: its domain, tests and other fields go with the question, so a
+            member that reads them (code-tests) scores the answers; None sends the question alone.
 
     Raises:
         InputError: A member has no RM in `rms`.
@@ -52,6 +55,7 @@ class MoRVerifier:
     rm_calls: int = 0  # (member, answer) pairs that reached a model, cache misses included
     verify_calls: int = 0
     name: str = field(default="")
+    routed: Query | None = None
 
     def __post_init__(self) -> None:
         missing = [m for m in self.ensemble.members if m not in self.rms]
@@ -68,7 +72,9 @@ class MoRVerifier:
                 and not any(getattr(self.rms[m], "relative_scores", False) for m in self.ensemble.members))
 
     def verify(self, question: str, answers: Sequence[str], context: Sequence[str] = ()) -> list[Verdict]:
-        """Score the answers with the member RMs and combine them as the pool did.
+        """Score the answers with the member RMs and combine them as the pool did, on a Router's path: the members'
+        scores filled in a scoring session over `rms` (cache first), then the candidates ranked by
+        `selection.mor.ranked_candidates`, which refuses a missing member score or a non-finite ensemble score.
 
         Args:
             question: The question.
@@ -78,32 +84,39 @@ class MoRVerifier:
 
         Returns:
             One Verdict per answer: the ensemble's score, and feedback listing each member's score.
-        """
-        from morkit.reward_models.scoring import score_queries
 
+        Raises:
+            InputError: A member does not apply to the question (its score is missing), or the ensemble's score of
+                an answer is not finite.
+        """
         texts = list(answers) + _rest(context, answers)
         if not answers:
             return []
         qid = "verify-" + hashlib.sha256(question.encode()).hexdigest()[:12]
-        query = Query(qid, question, tuple(Candidate(text=t) for t in texts))
+        source = self.routed
+        query = Query(qid, question, tuple(Candidate(text=t) for t in texts), source.domain if source else None,
+                      None, source.tests if source else None, dict(source.extra) if source else {})
+        members = self.ensemble.members
         misses_before = self.cache.misses if self.cache is not None else 0
-        scored = score_queries([query], [self.rms[m] for m in self.ensemble.members], cache=self.cache)[0]
-        pair_members = sum(not hasattr(self.rms[m], "score_query") for m in self.ensemble.members)
-        query_members = len(self.ensemble.members) - pair_members
+        # a session of the members as placed RMs, through `cache` (none opened, none kept): a Router's fill
+        with ScoringSession(ScoringOptions(cache=None), cache=self.cache,
+                            placed={m: self.rms[m] for m in members}) as session:
+            scored = session.fill([query], [members])[0]
+        pair_members = sum(not hasattr(self.rms[m], "score_query") for m in members)
+        query_members = len(members) - pair_members
         if self.cache is not None:
             self.rm_calls += (self.cache.misses - misses_before) + query_members * len(texts)
         else:
-            self.rm_calls += len(self.ensemble.members) * len(texts)
+            self.rm_calls += len(members) * len(texts)
         self.verify_calls += 1
         choice = Choice(self.ensemble, self.transform, 0.0, scorer=self.scorer)
-        values = choice_scores(scored, choice, self.normalizer, self.reduction, self.rm_names or self.ensemble.members,
-                               self.step_rms)
+        picked, raw = ranked_candidates(scored, choice, self.normalizer, self.reduction, self.rm_names or members,
+                                        self.step_rms)
         out = []
         for i in range(len(answers)):
-            members = ", ".join(f"{m} {_value(scored.candidates[i].scores[m], self.reduction):.3f}"
-                                for m in self.ensemble.members)
-            out.append(Verdict(float(values[i]), f"{'learned' if self.scorer else 'ensemble'} score "
-                                                 f"{values[i]:.3f} ({members})"))
+            value = picked.scores[i]
+            listed = ", ".join(f"{m} {raw[i, j]:.3f}" for j, m in enumerate(members))
+            out.append(Verdict(value, f"{'learned' if self.scorer else 'ensemble'} score {value:.3f} ({listed})"))
         return out
 
 
@@ -120,11 +133,8 @@ def _rest(context: Sequence[str], answers: Sequence[str]) -> list[str]:
     return rest
 
 
-def _value(score: float | tuple[float, ...], reduction: str) -> float:
-    return reduce_steps(score, reduction) if isinstance(score, tuple) else float(score)
-
-
-def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None) -> MoRVerifier:
+def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any = None,
+                 routed: Query | None = None) -> MoRVerifier:
     """The verifier for one query's Selection (see morkit.selection.router).
 
     Args:
@@ -132,13 +142,14 @@ def mor_verifier(selection: Any, pool: Any, rms: Mapping[str, Any], cache: Any =
         pool: The pool it was selected from (its normaliser, reduction and RM order are used).
         rms: Member RM name -> built RM, for every member of the chosen ensemble.
         cache: A ScoreCache member scores go through; None scores every pair.
+        routed: The query the selection was made for (its domain, tests and other fields reach the members).
 
     Returns:
         The MoRVerifier of the chosen ensemble (or learned ranker).
     """
     choice = selection.choice
     return MoRVerifier(choice.ensemble, choice.transform, pool.normalizer, rms, pool.config.reduction, cache,
-                       choice.scorer, pool.rm_names, pool.step_rms)
+                       choice.scorer, pool.rm_names, pool.step_rms, routed=routed)
 
 
 def query_verifier(router: Any, query: Query, rms: Any, cache: Any = None) -> tuple[Any, MoRVerifier]:
@@ -146,4 +157,4 @@ def query_verifier(router: Any, query: Query, rms: Any, cache: Any = None) -> tu
     (member RMs from `rms`)."""
     selection = router.select(query)
     members = {name: rms[name] for name in selection.choice.ensemble.members}
-    return selection, mor_verifier(selection, router.pool, members, cache)
+    return selection, mor_verifier(selection, router.pool, members, cache, routed=query)

@@ -54,7 +54,7 @@ def test_rms_lists_every_registered_name(capsys):
 def test_rms_table_fits_120_columns_and_details_one_rm(capsys):
     assert main(["rms"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "FAMILY", "AVAILABLE", "GPU", "(bf16)", "APPLIES", "TO"]
+    assert lines[0].split() == ["NAME", "KIND", "RUNS", "AVAILABLE", "GPU", "(bf16)", "APPLIES", "TO"]
     assert max(len(line) for line in lines) <= 120
     assert main(["rms", "remote"]) == 0
     details = capsys.readouterr().out

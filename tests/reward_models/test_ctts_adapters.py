@@ -366,4 +366,4 @@ def test_rms_lists_all_eight_as_unavailable_here(capsys, monkeypatch, tmp_path):
         assert m.name in lines and "no: weights" in lines[m.name] and "GiB" in lines[m.name]
         info = rm_status(REWARD_MODELS.get(m.name)).to_json()
         assert "GiB GPU memory in bf16" in info["needs"] and m.model_id in info["missing"]
-        assert info["family"] == "transformers" and info["kind"] == m.kind and info["model_id"] == m.model_id
+        assert info["runs"] == "transformers" and info["kind"] == m.kind and info["model_id"] == m.model_id

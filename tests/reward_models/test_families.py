@@ -65,18 +65,127 @@ def test_a_vllm_architecture_finds_its_card():
 
 
 def test_no_rm_name_is_written_outside_its_card():
-    """The engine recipes, the vLLM plugin and classes, and the adapters hold no RM name: the cards do."""
+    """The engine recipes, the vLLM plugin and classes, the adapters, the embedded RMs, the reusable families and
+    the catalog hold no model RM's name: the cards do."""
     from morkit.reward_models.ctts import CTTS_CARDS
+    from morkit.reward_models.embedded.cards import EMBEDDED_CARDS
 
     package = ROOT / "morkit" / "reward_models"
-    sources = [package / "families" / "adapter.py", *sorted((package / "ctts").glob("*.py"))]
+    sources = [*sorted((package / "families").glob("*.py")), *sorted((package / "ctts").glob("*.py")),
+               package / "embedded" / "models.py", package / "catalog.py"]
+    assert package / "families" / "adapter.py" in sources and package / "families" / "checkpoint.py" in sources
     for path in sources:
-        if path.name == "__init__.py":  # the cards themselves
+        if path.parent.name == "ctts" and path.name == "__init__.py":  # the cards themselves
             continue
         text = path.read_text(encoding="utf-8")
-        for card in CTTS_CARDS:
+        for card in (*CTTS_CARDS, *EMBEDDED_CARDS):
             assert f'"{card.name}"' not in text, f"{path.name} names {card.name}"
     assert not (package / "ctts" / "engine.py").exists()
+
+
+def test_an_embedded_rm_takes_its_name_head_and_window_from_its_card(tmp_path, monkeypatch):
+    """Bound as the adapters are: the classes callers construct are the cards' bound classes, and another card
+    of the same family (its own name, window) gets them in this process and in its vLLM recipe."""
+    from dataclasses import replace
+
+    from fakes.ctts_checkpoints import make_tokenizer
+
+    from morkit.reward_models.catalog import REWARD_MODELS
+    from morkit.reward_models.embedded import models
+    from morkit.reward_models.family import family_of
+    from morkit.runtime import assets
+
+    for name, cls in (("smollm2-orm", models.SmolLM2ORM), ("minilm-probe", models.MiniLMProbe),
+                      ("smollm2-judge", models.SmolLM2Judge)):
+        card = REWARD_MODELS.get(name).spec
+        assert family_of(card).rm_class(card) is cls
+        assert (cls.name, cls.kind, cls.window, cls.card) == (card.name, card.kind, card.window, card)
+    assert models.MiniLMProbe.window == 256 and models.MiniLMProbe.card.head == "minilm-probe"
+    card = replace(REWARD_MODELS.get("smollm2-orm").spec, name="my-orm", window=1024)
+    family = family_of(card)
+    bound = family.rm_class(card)
+    assert (bound.name, bound.window, bound.card) == ("my-orm", 1024, card) and bound is family.rm_class(card)
+    tokenizer, _ = make_tokenizer("llama")
+    tokenizer.save_pretrained(str(tmp_path))
+    monkeypatch.setattr(assets, "smollm2_checkpoint", lambda: tmp_path)
+    spec = family.engine_spec(card, None)
+    assert (spec.name, spec.max_context, spec.pooling, spec.architecture) == ("my-orm", 1024, "embed", None)
+
+
+class _Family:
+    """A family as the Family protocol has it, in this process only."""
+
+    pooling = architecture = vllm_class = None
+
+    def load(self, card, **options):
+        return ("built", card.name, options)
+
+    def engine_spec(self, card, options):
+        raise InputError(f"reward model {card.name!r} runs only in this process")
+
+
+@pytest.fixture
+def registered():
+    from morkit.reward_models.catalog import REWARD_MODELS
+
+    before = set(REWARD_MODELS.names())
+    yield REWARD_MODELS
+    for name in set(REWARD_MODELS.names()) - before:
+        REWARD_MODELS.unregister(name)
+
+
+def test_a_family_is_written_once_as_the_registered_target(registered):
+    from morkit.reward_models.catalog import load_rm
+    from morkit.reward_models.family import Family, family_of
+
+    family = _Family()
+    assert isinstance(family, Family)
+    registered.register("test-family", family, "a family as target", kind="orm", runs="transformers")
+    entry = registered.get("test-family")
+    assert entry.target is family and entry.spec.family is family and family_of(entry.spec) is family
+    assert entry.meta["family"] is family
+    assert load_rm("test-family", device="cpu") == ("built", "test-family", {"device": "cpu"})
+    registered.register("test-lazy", "mypkg.cosine:COSINE", "a family in a package", runs="transformers")
+    assert registered.get("test-lazy").spec.family == "mypkg.cosine:COSINE"  # resolved when built
+
+
+def test_a_family_given_twice_or_amiss_is_a_one_line_error(registered):
+    from morkit.core.registry import Entry
+    from morkit.reward_models.card import RMCard
+    from morkit.reward_models.family import family_of
+
+    family = _Family()
+    cases = [
+        (lambda: registered.register("test-x", family, "x", runs="transformers", family=family), "drop family="),
+        (lambda: registered.register("test-x", "nowhere:thing", "x", runs="transformers", family="a.b:C"),
+         "drop family="),
+        (lambda: registered.register("test-x", family, "x", runs="python"),
+         "is a model family, so its card needs runs='transformers'"),
+        (lambda: registered.register("test-x", object(), "x", runs="transformers"),
+         "lacks load, engine_spec, pooling, architecture, vllm_class"),
+        (lambda: registered.add(Entry("test-x", "nowhere:thing", "x", spec=RMCard(name="test-x", runs="transformers",
+                                                                                  family="a.b:C"))),
+         "a different target is given"),
+        (lambda: registered.add(Entry("test-x", None, "x", spec=RMCard(name="test-x", runs="python"))),
+         "has no target"),
+        (lambda: registered.add(Entry("test-x", None, "x", spec=RMCard(name="test-x", runs="python", family="a.b:C"))),
+         "a card with a family runs as 'transformers'"),
+    ]
+    for make, message in cases:
+        with pytest.raises(InputError, match=message.replace("(", r"\(")) as err:
+            make()
+        assert "\n" not in str(err.value) and "test-x" in str(err.value)
+        assert "test-x" not in registered
+
+    class Old:  # the protocol before `pooling`: refused when registered, naming what it lacks
+        architecture = vllm_class = None
+        load = engine_spec = _Family.load
+
+    with pytest.raises(InputError, match=r"Old \(an instance\) lacks pooling \(plain code runs as 'python'\)"):
+        registered.register("test-x", Old(), "x", runs="transformers")
+    registered.register("test-x", "math:sqrt", "a lazy target that is no family", runs="transformers")
+    with pytest.raises(InputError, match="its family math:sqrt lacks load, engine_spec, pooling"):
+        family_of(registered.get("test-x").spec)
 
 
 def test_an_adapter_is_bound_to_its_card_once():
@@ -98,6 +207,8 @@ def test_a_card_checks_its_fields():
         RMCard.of("x", runs="gpu")
     with pytest.raises(InputError, match="unknown card field 'backend'"):
         RMCard.of("x", backend="python")
+    with pytest.raises(InputError, match="its family is its registry target"):
+        RMCard.of("x", runs="transformers", family="a.b:C")
 
 
 def test_an_rm_without_an_engine_recipe_refuses_vllm():

@@ -2,7 +2,8 @@
 
 Ray output equals single-process output (API, `morkit score --ray`, `pool build --ray`); an actor that
 dies mid-run loses no batch and duplicates none; a driver killed mid-run resumes from the score cache;
-an address where nothing listens is a one-line error naming it.
+an address where nothing listens is a one-line error naming it; a batch from a replica that computes under
+another cache key than the driver's is refused before it is cached.
 """
 
 from __future__ import annotations
@@ -168,6 +169,44 @@ def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, 
     assert again.pairs_sent == total - len(stored)  # the batches stored before the kill were not scored again
     assert set(cache.written).isdisjoint(stored) and len(cache.written) + len(stored) == total
     assert same_scores(_values(scored), local_scores)
+
+
+def test_a_replica_computing_under_another_key_caches_nothing(ray_local, queries, tmp_path):
+    import morkit
+    from morkit.core.errors import ScoreError
+    from morkit.reward_models.catalog import resolve_rm
+    from morkit.reward_models.options import ScoringOptions
+
+    rm = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
+    own = rm.cache_key  # as an actor of this CPU cluster works it out: a CPU run's key
+    assert own == resolve_rm(RM, ScoringOptions(device="cpu")).cache_key
+    rm.__dict__["cache_key"] = own.replace("dtype=float32", "dtype=bfloat16")  # keyed as another node would be
+    cache = CountingCache(tmp_path / "score.sqlite")
+    try:
+        with pytest.raises(ScoreError, match=r"a Ray replica computes under .*dtype=float32.*, not under .*bfloat16"):
+            morkit.score(queries, [rm], cache=cache, chunk=CHUNK)
+    finally:
+        cache.close()
+    assert cache.written == []  # refused before any of its scores was cached
+
+
+KEY_NEUTRAL = {"progress": True, "cache": "elsewhere.sqlite", "chunk": 2, "batch_size": 4, "ray_workers": 2,
+               "check_fit": False}
+
+
+@pytest.mark.parametrize("name", [RM, "qwen2.5-math-prm-7b", "code-tests"])
+def test_replicas_key_as_this_process_would_and_no_neutral_option_enters_it(ray_local, name):
+    from morkit.reward_models.catalog import resolve_rm
+    from morkit.reward_models.options import SCORE_NEUTRAL, ScoringOptions
+
+    def key(**flags):
+        return resolve_rm(name, ScoringOptions.from_flags(device="cpu", **flags)).cache_key
+
+    assert set(KEY_NEUTRAL) == set(SCORE_NEUTRAL)
+    base = key(ray="auto")
+    assert base == key()  # CPU actors compute as this process would (moved here from test_cache_identity.py)
+    for flag, value in KEY_NEUTRAL.items():
+        assert key(ray="auto", **{flag: value}) == base, flag
 
 
 def _closed_port() -> int:

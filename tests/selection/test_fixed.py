@@ -84,3 +84,36 @@ def test_rank_with_rm_flags_ranks_with_the_fixed_ensemble(pool, tmp_path, monkey
                      "--rm", "good", "--no-run", "-q"]) == 0
         line = json.loads(out.read_text())
         assert line["method"] == "fixed" and line["ensemble"]["members"] == ["good"]
+
+
+def test_rm_beside_another_method_is_a_one_line_error_and_alone_selects_fixed(pool, tmp_path, monkeypatch, capsys):
+    """`--rm` never silently overrides a `--method` given: another method beside it fails naming both; `--rm`
+    alone, or with `--method fixed`, selects the fixed ensemble; no flag keeps the default method."""
+    import argparse
+
+    from fakes.embedder import HashEmbedder
+
+    from morkit.cli.args import add_fixed_option, add_select_options, select_options
+    from morkit.data.contract import save_queries
+    from morkit.question_pool import embed
+    from morkit.selection.methods import DEFAULT_METHOD
+
+    parser = argparse.ArgumentParser()
+    add_select_options(parser)
+    add_fixed_option(parser)
+    assert select_options(parser.parse_args(["--rm", "good"])).method == "fixed"
+    assert select_options(parser.parse_args(["--method", "fixed", "--rm", "good"])).rms == ("good",)
+    assert select_options(parser.parse_args([])).method == DEFAULT_METHOD
+    with pytest.raises(InputError, match=r"--rm .* does not apply to 'pres'"):
+        select_options(parser.parse_args(["--method", "pres", "--rm", "good"]))
+
+    pool.save(tmp_path / "pool")
+    save_queries(tmp_path / "in.jsonl", [scored_query("new", {"good": [0.1, 0.9]}, question="new topic")])
+    monkeypatch.setattr(embed, "load_embedder", lambda name, device=None: HashEmbedder())
+    capsys.readouterr()
+    for method in ("pres", "learned"):
+        assert main(["select", str(tmp_path / "in.jsonl"), "--pool", str(tmp_path / "pool"), "-o",
+                     str(tmp_path / "out.jsonl"), "--method", method, "--rm", "good", "-q"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"--rm (the RMs of a fixed ensemble) does not apply to {method!r}" in err
+    assert not (tmp_path / "out.jsonl").exists()

@@ -49,6 +49,60 @@ def test_mor_verifier_combines_members_as_the_pool_did(tmp_path):
         MoRVerifier(ensemble, "pool-zscore", normalizer, {"length": length})
 
 
+class NeverRM:
+    """A pair RM that must not run (its member does not apply to the verified question)."""
+
+    name = "code-tests"
+    kind = "orm"
+
+    def score(self, pairs):
+        raise AssertionError("an RM that does not apply ran")
+
+
+@pytest.mark.parametrize("members, stds, message", [
+    (("length", "code-tests"), {"length": 5.0, "code-tests": 0.5},
+     r"candidates lack scores of code-tests"),  # code-tests needs a code query with tests: its score stays missing
+    (("length",), {"length": 1e-310, "code-tests": 0.5}, r"the ensemble length gives non-finite scores"),
+])
+def test_mor_verifier_refuses_a_missing_member_score_or_a_non_finite_score_as_a_router_does(members, stds, message):
+    """The verifier fills and ranks on the Router's path, so its checks hold: no NaN or infinite verdicts."""
+    normalizer = Normalizer("zscore", {"length": 10.0, "code-tests": 0.5}, stds)
+    verifier = MoRVerifier(Ensemble(members, (1.0,) * len(members), "sum"), "pool-zscore", normalizer,
+                           {"length": LengthRM(), "code-tests": NeverRM()})
+    with pytest.raises(InputError, match=message):
+        verifier.verify("Write f.", ["def f(): return 1", "def f(): return 2"])
+
+
+def test_the_routed_querys_tests_reach_code_tests_in_the_verifier():
+    """A code query's verifier sends its domain and tests with the question: the real code-tests rule runs the
+    answers in its sandbox and the passing one scores higher."""
+    from morkit.core.types import Query
+    from morkit.reward_models.rules.code_tests import CodeTests
+
+    routed = Query("c1", "Write f returning 1.", (), "code", tests="assert f() == 1")
+    normalizer = Normalizer("zscore", {"code-tests": 0.5}, {"code-tests": 0.5})
+    verifier = MoRVerifier(Ensemble(("code-tests",), (1.0,), "code-tests"), "pool-zscore", normalizer,
+                           {"code-tests": CodeTests()}, routed=routed)
+    good, bad = verifier.verify(routed.question, ["def f():\n    return 1", "def f():\n    return 2"])
+    assert (good.score, bad.score) == (1.0, -1.0)
+
+
+def test_an_mor_verifier_without_members_ties_every_answer_as_router_rank_does():
+    """A selection with no member (no pool RM applies) scores every answer 0 in the verifier and in
+    `ranked_candidates`, the routine `Router.rank` ranks with; no RM runs."""
+    from morkit.core.types import Candidate, Query
+    from morkit.selection.base import Choice
+    from morkit.selection.mor import ranked_candidates
+
+    normalizer = Normalizer("zscore", {"length": 10.0}, {"length": 5.0})
+    none = Ensemble((), (), "none")
+    verdicts = MoRVerifier(none, "pool-zscore", normalizer, {}).verify("q", ["a", "bb"])
+    assert [v.score for v in verdicts] == [0.0, 0.0] and verdicts[0].feedback == "ensemble score 0.000 ()"
+    query = Query("q", "q", (Candidate(text="a"), Candidate(text="bb")))
+    picked, raw = ranked_candidates(query, Choice(none, "pool-zscore", 0.0), normalizer, "min", ("length",), ())
+    assert picked.scores == (0.0, 0.0) and picked.tied == (0, 1) and raw.shape == (2, 0)
+
+
 def test_llm_verifier_parses_scores_and_marks_unreadable_critiques():
     replies = iter(["Step 2 is wrong: 3*4 is 12. Score: 3/10", "Looks fine."])
     critic = LLMVerifier(ScriptedLLM(lambda conversation, i: next(replies)))

@@ -120,9 +120,11 @@ def replica_resources(options: ScoringOptions, cluster: dict[str, float], worker
 
 
 class _Replica:
-    """One actor's RM: built once from the shipped factory, then scores each batch of (index, q, a) rows."""
+    """One actor's RM: its cache key worked out where it runs (`key_of`), then the RM built once from the shipped
+    factory; scores each batch of (index, q, a) rows, each row beside that key (the driver checks it)."""
 
-    def __init__(self, factory: Callable[[], Any]):
+    def __init__(self, factory: Callable[[], Any], key_of: Callable[[], str]):
+        self.key = key_of()
         self.rm = factory()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +140,8 @@ class _Replica:
             raise ScoreError(f"reward model returned {len(scores)} scores for {len(pairs)} pairs")
         column = np.empty(len(scores), dtype=object)
         column[:] = scores
-        return {"i": batch["i"], "score": column, "error": np.array([error] * len(scores), dtype=object)}
+        return {"i": batch["i"], "score": column, "error": np.array([error] * len(scores), dtype=object),
+                "key": np.array([self.key] * len(scores), dtype=object)}
 
 
 def _morkit_cause(err: BaseException) -> MorkitError | None:
@@ -158,30 +161,43 @@ def load_replica(entry: Entry, options: ScoringOptions) -> Any:
     return load_checked(place(entry, options))
 
 
+def replica_key(entry: Entry, options: ScoringOptions) -> str:
+    """The key registered RM `entry`'s scores are cached under where it runs on the placement `options` (without
+    ray) pick, with that process's device and dtype; called in a replica, never in the driver."""
+    return place(entry, options).cache_key
+
+
 def replica_options(options: ScoringOptions) -> ScoringOptions:
     """What each replica loads with: these options less Ray, progress and the cache (the driver owns the cache)."""
     return replace(options, ray=None, progress=False, cache=None)
 
 
 class ReplicaHandle(RMHandle):
-    """A model RM scored by replicas elsewhere (Ray Data actors, Ray Serve deployments): the driver loads nothing,
-    and the truncation and cache key are the replicas' own, so cached scores are shared with every placement."""
+    """A model RM scored by replicas elsewhere (Ray Data actors, Ray Serve deployments): the driver loads nothing
+    and looks for no GPU. The truncation and the cache key are the replicas' own: a replica works the key out where
+    it runs (`replica_key`: its device, dtype, weights and window, not the driver's), so cached scores are shared
+    with a run of that placement on such a machine."""
 
     resident_model = False
 
     def __init__(self, entry: Entry, options: ScoringOptions, residency: Any = None):
         self.local = replica_options(options)
         self.replica = place(entry, self.local)  # what each replica loads (not loaded here)
+        self.key_of = functools.partial(replica_key, entry, self.local)  # run where a replica runs, never here
         super().__init__(entry, options, residency)
 
     def planned_truncation(self) -> Any:
         return self.replica.truncation  # what the replicas cut pairs under (the score cache keys on it)
 
-    @property
-    def cache_key(self) -> str:  # type: ignore[override]
-        """The replicas' own key: they compute on the engine, dtype and truncation the options pick without Ray,
-        so their scores are shared with a run of that backend in this process."""
-        return self.replica.cache_key
+    @functools.cached_property
+    def cache_key(self) -> str:
+        """The key a replica works out where it runs (`key_of`), asked once: never resolved in the driver, whose
+        device, GPUs and weights may not be a replica's."""
+        return self.reported_key()
+
+    def reported_key(self) -> str:
+        """`key_of` as a replica runs it."""
+        raise NotImplementedError
 
     def memory_need(self) -> None:
         return None  # each replica checks its own fit before loading
@@ -205,6 +221,24 @@ class RayHandle(ReplicaHandle):
         self.factory: Callable[[], Any] = functools.partial(load_replica, entry, self.local)
         self.pairs_sent = 0
 
+    def reported_key(self) -> str:
+        """`key_of` run once on the cluster, in a task holding one actor's resources (replica_resources: its GPU
+        share, so the device and dtype it resolves are an actor's); each actor works it out again and its batches
+        are checked against it."""
+        ray = connect(self.options.ray.address)
+        _, resources = replica_resources(self.options, _cluster(ray), self.options.ray.workers)
+        task = ray.remote(_call).options(max_retries=RESTARTS, **resources)
+        try:
+            return str(ray.get(task.remote(self.key_of)))
+        except MorkitError:
+            raise
+        except Exception as err:  # noqa: BLE001 - Ray wraps the task's error
+            cause = _morkit_cause(err)
+            if cause is not None:
+                raise cause from None
+            raise ScoreError(f"reward model {self.name!r}: Ray could not work out its cache key: "
+                             f"{_first_line(err)}") from err
+
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}
         for part, scores in self.score_batches(pairs, self.options.chunk):
@@ -223,7 +257,7 @@ class RayHandle(ReplicaHandle):
         data = ray.data.from_items(rows, override_num_blocks=blocks)
         with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet (2.64 drops this form)
             warnings.simplefilter("ignore", DeprecationWarning)
-            scored = data.map_batches(_Replica, fn_constructor_args=(self.factory,), batch_size=batch,
+            scored = data.map_batches(_Replica, fn_constructor_args=(self.factory, self.key_of), batch_size=batch,
                                       batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=min(count, blocks)),
                                       max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)
         self.pairs_sent += len(pairs)
@@ -235,6 +269,8 @@ class RayHandle(ReplicaHandle):
                 if seen.intersection(index) or len(set(index)) != len(index):
                     raise ScoreError(f"reward model {self.name!r}: Ray returned a pair twice")
                 seen.update(index)
+                if "cache_key" in self.__dict__:  # its scores are cached under that key: made under it
+                    _check_key(self.name, self.cache_key, block["key"])
                 part, scores = [pairs[i] for i in index], list(block["score"])
                 errors = [e for e in block["error"] if e]
                 if errors:
@@ -248,6 +284,21 @@ class RayHandle(ReplicaHandle):
                 close()
         if len(seen) != len(pairs):
             raise ScoreError(f"reward model {self.name!r}: Ray returned {len(seen)} of {len(pairs)} pairs")
+
+
+def _call(function: Callable[[], Any]) -> Any:
+    """`function()`, as a Ray task runs it."""
+    return function()
+
+
+def _check_key(name: str, expected: str, reported: Sequence[str]) -> None:
+    """Refuse a batch whose replica computed under another key than the one its scores are cached under (a node
+    with other weights, GPUs or settings than the one that worked the key out): a ScoreError before any of its
+    scores is cached."""
+    other = sorted(set(reported) - {expected})
+    if other:
+        raise ScoreError(f"reward model {name!r}: a Ray replica computes under {other[0]}, not under {expected}, "
+                         "the key its scores are cached under; give every node the same weights, GPUs and settings")
 
 
 def _unwrapped(name: str, batches: Any) -> Iterator[Any]:

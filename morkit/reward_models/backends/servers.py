@@ -272,8 +272,8 @@ class ServerHandle(RMHandle):
 
     def score_facts(self) -> dict[str, str | None]:
         """Engine `vllm` (what the servers run), dtype `served` (the one each server was started with, unknown
-        here: its scores are not shared with an engine in this process), the truncation."""
-        return {"engine": "vllm", "dtype": "served", "truncation": self.truncation.signature}
+        here: its scores are not shared with an engine in this process), the truncation with the card's window."""
+        return {"engine": "vllm", "dtype": "served", "truncation": self.key_truncation()}
 
     def load(self) -> Any:
         spec = engine_spec(self.card, self.options)

@@ -20,7 +20,8 @@ class TransformersHandle(RMHandle):
 
     def score_facts(self) -> dict[str, str | None]:
         """Engine `transformers`, the dtype the model runs in and its device map (a CTTS-MM adapter takes the options';
-        an embedded model shares the process's resident backbone, in its default dtype), the truncation."""
+        an embedded model shares the process's resident backbone, in its default dtype), the truncation with the
+        card's window."""
         if self.card.runs != "transformers":
             return {"engine": self.card.runs}  # a client built as registered, given no load options
         from morkit.runtime.device import resolve_device, resolve_dtype
@@ -30,7 +31,7 @@ class TransformersHandle(RMHandle):
         dtype = resolve_dtype(device, self.options.dtype if passed else None)
         return {"engine": "transformers", "dtype": str(dtype).removeprefix("torch."),
                 "device_map": self.options.transformers.device_map if passed else None,
-                "truncation": self.truncation.signature}
+                "truncation": self.key_truncation()}
 
     def device_plan(self) -> tuple[str, str, int]:
         device, dtype, _ = super().device_plan()

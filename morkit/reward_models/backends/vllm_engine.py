@@ -206,11 +206,12 @@ class VLLMEngineHandle(RMHandle):
 
     def score_facts(self) -> dict[str, str | None]:
         """Engine `vllm`; the dtype `load` gives it, else vLLM's own (float32 on CPU, CPU_DEFAULTS; on a GPU `auto`,
-        from the checkpoint's config, which the weights' version covers); the truncation (capped by max_model_len)."""
+        from the checkpoint's config, which the weights' version covers); the truncation with the card's window
+        (capped by max_model_len)."""
         device = self.device_plan()[0]
         given = self.options.dtype and self.options.dtype != "auto"
         dtype = dtype_name(self.options, "cuda") if given else "auto" if device == "cuda" else CPU_DEFAULTS["dtype"]
-        return {"engine": "vllm", "dtype": dtype, "truncation": self.truncation.signature}
+        return {"engine": "vllm", "dtype": dtype, "truncation": self.key_truncation()}
 
     def engine_spec(self) -> EngineSpec:
         """How the RM runs on vLLM (its EngineSpec), read once."""

@@ -1,74 +1,24 @@
-"""Shared machinery of the CTTS-MM adapters: chat rendering with exactly one BOS, checkpoint reading, and a
-transformers backbone plus head tensors loaded by name (missing or unexpected ones are an error, never random).
+"""Shared machinery of the CTTS-MM adapters: a transformers backbone plus head tensors loaded by name (missing or
+unexpected ones are an error, never random); chat rendering and checkpoint reading are every family's
+(morkit.reward_models.families.checkpoint).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from morkit.core.errors import ScoreError, UnavailableError
+from morkit.core.errors import UnavailableError
 from morkit.reward_models.backends.hf import Batching
 from morkit.reward_models.backends.pooled import Backbone, PooledRM
+from morkit.reward_models.families.checkpoint import checkpoint_index, load_tokenizer, read_tensors, render_chat
 from morkit.reward_models.truncation import Truncation
 from morkit.reward_models.weights import locate_weights
 from morkit.runtime.device import resolve_device, resolve_dtype
 from morkit.runtime.models import quiet_loading
 
 QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
-
-
-def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
-    """Template text (no generation prompt) -> ids with exactly one leading BOS when the model uses one: a BOS string is
-    stripped, the text tokenised, and the BOS put back if tokenising added none. A second leading BOS is an error."""
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=False)
-    bos = tokenizer.bos_token
-    had_bos = bool(bos) and text.startswith(bos)
-    if had_bos:
-        text = text[len(bos):]
-    ids = list(tokenizer(text, verbose=False)["input_ids"])  # morkit truncates explicitly
-    bos_id = tokenizer.bos_token_id
-    if bos_id is not None and had_bos and (not ids or ids[0] != bos_id):
-        ids = [bos_id] + ids
-    if bos_id is not None and len(ids) > 1 and ids[0] == bos_id and ids[1] == bos_id:
-        raise ScoreError("chat rendering produced two leading BOS tokens; check the tokenizer and template")
-    return ids
-
-
-def load_tokenizer(root: Path) -> Any:
-    """The checkpoint's tokenizer.json used verbatim (as transformers 4 fast tokenizers did), since transformers 5's
-    AutoTokenizer may rebuild its pre-tokenizer and BOS handling; without one, AutoTokenizer decides."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    if (root / "tokenizer.json").is_file():
-        return PreTrainedTokenizerFast.from_pretrained(str(root))
-    return AutoTokenizer.from_pretrained(str(root))
-
-
-# -- checkpoint reading ------------------------------------------------------------------------
-
-def checkpoint_index(root: Path) -> dict[str, Path]:
-    """Tensor name -> safetensors file, over every *.safetensors file in `root` (headers only)."""
-    from safetensors import safe_open
-
-    index: dict[str, Path] = {}
-    for file in sorted(root.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():
-                index.setdefault(name, file)
-    return index
-
-
-def read_tensors(root: Path, names: Iterable[str]) -> dict[str, Any]:
-    from safetensors import safe_open
-
-    index = checkpoint_index(root)
-    out: dict[str, Any] = {}
-    for name in names:
-        with safe_open(str(index[name]), framework="pt") as handle:
-            out[name] = handle.get_tensor(name)
-    return out
 
 
 def head_state(root: Path, prefix: str, model_id: str) -> dict[str, Any]:
@@ -165,12 +115,23 @@ class CttsRM(PooledRM):
     allowed_extra: tuple[str, ...] = ()
     required_files: tuple[str, ...] = ("config.json",)
     default_attn: str | None = None
+    device_map: Any = None  # the device map `load` spread it with (its cache key holds it)
 
     def __init__(self, backbone: Backbone, score_head: Any, truncation: Truncation | None = None,
                  batching: Batching | None = None, path: Path | None = None, prefix_reuse: bool = True):
         self.path = path  # before the base class asks for the window, which reads its config
         super().__init__(backbone, truncation, batching, prefix_reuse)
         self.score_head = score_head
+
+    def identity_facts(self) -> dict[str, str | None]:
+        """Its cache key's facts (catalog.identity_of): the version of the weights folder it loaded (not the default
+        location's), its engine, its backbone's dtype, the device map it was spread with and its truncation."""
+        from morkit.reward_models.identity import folder_version, model_dtype, truncation_part
+
+        return {"weights": folder_version(self.path) if self.path else None, "engine": "transformers",
+                "dtype": model_dtype(self.backbone.model),
+                "device_map": None if self.device_map is None else str(self.device_map),
+                "truncation": truncation_part(self.truncation)}
 
     def context_window(self) -> int:
         """The checkpoint's max_position_embeddings, capped by the training length its model card states."""
@@ -216,7 +177,9 @@ class CttsRM(PooledRM):
         head = cls.build_head(root, model.config, torch_dtype)
         head = head.to(device).eval()
         tokenizer = load_tokenizer(root)
-        return cls(Backbone(model, tokenizer, device), head, path=root, **kwargs)
+        rm = cls(Backbone(model, tokenizer, device), head, path=root, **kwargs)
+        rm.device_map = device_map
+        return rm
 
 
 def config_value(root: Path, key: str, default: Any) -> Any:

@@ -29,5 +29,6 @@ class InfOrmRM(FirstPadPooling, CttsRM):
                            source=root).to(dtype)
 
 
-INF_ORM = AdapterFamily("morkit.reward_models.ctts.inform:InfOrmRM", architecture="MorkitINFORMForSequenceClassification",
+INF_ORM = AdapterFamily("morkit.reward_models.ctts.inform:InfOrmRM",
+                        architecture="MorkitINFORMForSequenceClassification",
                         vllm_class="morkit.reward_models.ctts.vllm_models:InfOrmForVLLM")

@@ -53,8 +53,8 @@ class QRMGemmaRM(CttsRM):
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         reward_at = first_pad_pool_index(ids, mask, self.backbone.model.config.pad_token_id)
         lengths = mask.sum(dim=1).tolist()
-        gate_at = torch.tensor([gating_position(ids[r, : lengths[r]].tolist(), self.pattern) for r in range(len(lengths))],
-                               device=hidden.device)
+        gate_at = torch.tensor([gating_position(ids[r, : lengths[r]].tolist(), self.pattern)
+                                for r in range(len(lengths))], device=hidden.device)
         return torch.stack([hidden[rows, reward_at], hidden[rows, gate_at]], dim=1)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:

@@ -21,7 +21,6 @@ from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
 from vllm.model_executor.models.utils import AutoWeightsLoader, maybe_prefix
 
 
-
 @default_pooling_type(seq_pooling_type="LAST")
 class _HeadOnBackbone(nn.Module):
     """A vLLM pooling model: backbone -> pooled rows -> morkit head (no activation applied by morkit)."""
@@ -40,8 +39,8 @@ class _HeadOnBackbone(nn.Module):
         self.model = self.backbone_cls(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
         self.head = self.adapter.build_head(Path(model_config.model), self.config, model_config.head_dtype)
         self.head = self.head.to(dtype=model_config.head_dtype).eval()
-        self.pooler = DispatchPooler({"classify": pooler_for_classify(model_config.pooler_config,
-                                                                      pooling=self.pooling(), classifier=self.classify)})
+        classify = pooler_for_classify(model_config.pooler_config, pooling=self.pooling(), classifier=self.classify)
+        self.pooler = DispatchPooler({"classify": classify})
 
     def pooling(self) -> SequencePoolingMethod | None:
         return None  # LAST

@@ -1,6 +1,6 @@
-"""morkit's vLLM plugin (entry point `vllm.general_plugins`: `morkit`): registers, in every vLLM process where morkit
-is installed, the out-of-tree vLLM class of each registered RM whose family brings one (e.g. `vllm_models`), bound
-to that RM's adapter.
+"""morkit's vLLM plugin (entry point `vllm.general_plugins`: `morkit`): in each vLLM process, registers the vLLM class
+of every RM registered in that process whose family brings one, bound to its adapter; an RM only your script
+registers may be missing there (a package's own plugin registers it, then calls `register()`; docs: Extending morkit).
 """
 
 from __future__ import annotations

@@ -5,21 +5,13 @@ placements cannot drift apart. The eight CTTS-MM models are families of this kin
 
 from __future__ import annotations
 
-import functools
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from morkit.reward_models.card import RMCard
-
-
-@functools.lru_cache(maxsize=None)
-def bind(adapter: type, card: RMCard) -> type:
-    """`adapter` as the RM of `card`: a subclass carrying the card and its name, kind, weights and files."""
-    facts = {"card": card, "name": card.name, "kind": card.kind, "model_id": card.model_id or "",
-             "required_files": card.required, "__module__": adapter.__module__, "__qualname__": adapter.__qualname__}
-    return type(adapter.__name__, (adapter,), facts)
+from morkit.reward_models.family import bind
 
 
 @dataclass(frozen=True)
@@ -41,9 +33,10 @@ class AdapterFamily:
     vllm_class: str | None = None
 
     def adapter_class(self, card: RMCard) -> type:
-        """The adapter class bound to `card` (imports its module)."""
+        """The adapter class bound to `card` (imports its module): its name, kind, weights and files are the card's."""
         module, _, name = self.adapter.partition(":")
-        return bind(getattr(importlib.import_module(module), name), card)
+        return bind(getattr(importlib.import_module(module), name), card, model_id=card.model_id or "",
+                    required_files=card.required)
 
     def load(self, card: RMCard, **options: Any) -> Any:
         """`card`'s adapter in this process: finds its weights (never downloading) and builds backbone and head."""
@@ -59,9 +52,8 @@ class AdapterFamily:
     def spec_at(self, card: RMCard, root: Path) -> Any:
         """`card`'s EngineSpec with its checkpoint (at least the config and tokenizer) at `root`."""
         from morkit.reward_models.backends.engine_rm import EngineSpec
-        from morkit.reward_models.ctts.common import load_tokenizer, render_chat
+        from morkit.reward_models.families.checkpoint import load_tokenizer, render_chat
 
-        name = card.name
         adapter = self.adapter_class(card)
         tokenizer = load_tokenizer(root)
 

@@ -125,6 +125,9 @@ class RoutingEngine:
         return self._run(jobs, tuple(deadlines))
 
     def _run(self, jobs: Sequence[Job], deadlines: tuple[float | None, ...]) -> list[list[Ranking] | Exception]:
+        """`Router.route`'s select, fill and rank, phase by phase over the jobs rather than one call: route knows no
+        jobs, and here a job that failed or passed its deadline leaves the phases after it, each question is
+        embedded alone, and the fill goes in parts with its failures found job by job (`_fill`)."""
         from morkit.core.budget import DeadlinePassed, passed
 
         flat = [(j, q) for j, job in enumerate(jobs) for q in job]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from morkit.core.errors import InputError, ScoreError, UnavailableError
-from morkit.reward_models.backends.ray import ReplicaHandle, connect, load_replica, replica_options
+from morkit.reward_models.backends.ray import ReplicaHandle, connect, load_replica, replica_key, replica_options
 from morkit.reward_models.options import ScoringOptions
 from morkit.selection.methods import SelectOptions
 from morkit.services.serving.limits import ServeLimits
@@ -52,10 +52,16 @@ class RayServeOptions:
 
 
 class RMReplica:
-    """One replica of a model RM: loaded once (after its fit check) on the placement the options pick there."""
+    """One replica of a model RM: loaded once (after its fit check) on the placement the options pick there, its
+    cache key worked out there too (on the replica's own device and dtype)."""
 
     def __init__(self, entry: Any, options: ScoringOptions):
+        self.key = replica_key(entry, options)
         self.rm = load_replica(entry, options)
+
+    def cache_key(self) -> str:
+        """The key this replica's scores are cached under."""
+        return self.key
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         scores = list(self.rm.score([tuple(p) for p in pairs]))
@@ -74,6 +80,19 @@ class ServeRMHandle(ReplicaHandle):
         super().__init__(entry, options)
         self.deployment = deployment
         self.timeout_s = timeout_s
+
+    def reported_key(self) -> str:
+        """The key its deployment's replica reports, having worked it out where it runs (its GPU share, device,
+        dtype and weights, not this ingress's)."""
+        response = self.deployment.cache_key.remote()
+        try:
+            return str(response.result(timeout_s=self.timeout_s))
+        except TimeoutError:
+            response.cancel()
+            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not say its cache key within "
+                             f"{self.timeout_s:.3g} s") from None
+        except Exception as exc:  # noqa: BLE001 - a RayTaskError's str is the replica's whole traceback
+            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment failed: {_one_line(exc)}") from None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         from morkit.core import budget
