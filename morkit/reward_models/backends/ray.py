@@ -233,11 +233,7 @@ class RayHandle(ReplicaHandle):
         except MorkitError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray wraps the task's error
-            cause = _morkit_cause(err)
-            if cause is not None:
-                raise cause from None
-            raise ScoreError(f"reward model {self.name!r}: Ray could not work out its cache key: "
-                             f"{_first_line(err)}") from err
+            raise _unwrapped(err, f"reward model {self.name!r}: Ray could not work out its cache key") from None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}
@@ -286,6 +282,12 @@ class RayHandle(ReplicaHandle):
             raise ScoreError(f"reward model {self.name!r}: Ray returned {len(seen)} of {len(pairs)} pairs")
 
 
+def _unwrapped(err: BaseException, what: str) -> MorkitError:
+    """The morkit error a Ray task or actor raised, as itself; any other failure as one ScoreError line."""
+    cause = _morkit_cause(err)
+    return cause if cause is not None else ScoreError(f"{what}: {_first_line(err)}")
+
+
 def _call(function: Callable[[], Any]) -> Any:
     """`function()`, as a Ray task runs it."""
     return function()
@@ -312,10 +314,7 @@ def _unwrapped(name: str, batches: Any) -> Iterator[Any]:
         except MorkitError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray wraps the actor's error
-            cause = _morkit_cause(err)
-            if cause is not None:
-                raise cause from None
-            raise ScoreError(f"reward model {name!r} failed on Ray: {_first_line(err)}") from err
+            raise _unwrapped(err, f"reward model {name!r} failed on Ray") from None
         yield block
 
 

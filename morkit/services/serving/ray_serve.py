@@ -84,28 +84,23 @@ class ServeRMHandle(ReplicaHandle):
     def reported_key(self) -> str:
         """The key its deployment's replica reports, having worked it out where it runs (its GPU share, device,
         dtype and weights, not this ingress's)."""
-        response = self.deployment.cache_key.remote()
-        try:
-            return str(response.result(timeout_s=self.timeout_s))
-        except TimeoutError:
-            response.cancel()
-            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not say its cache key within "
-                             f"{self.timeout_s:.3g} s") from None
-        except Exception as exc:  # noqa: BLE001 - a RayTaskError's str is the replica's whole traceback
-            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment failed: {_one_line(exc)}") from None
+        return str(self._result(self.deployment.cache_key.remote(), self.timeout_s, "say its cache key"))
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         from morkit.core import budget
 
         deadline = budget.current().deadline
         timeout = self.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.001)
-        response = self.deployment.score.remote([tuple(p) for p in pairs])
+        return self._result(self.deployment.score.remote([tuple(p) for p in pairs]), timeout, "answer")
+
+    def _result(self, response: Any, timeout_s: float, what: str) -> Any:
+        """A deployment call's result within `timeout_s` (cancelled past it), its failure in one ScoreError line."""
         try:
-            return response.result(timeout_s=timeout)
+            return response.result(timeout_s=timeout_s)
         except TimeoutError:
             response.cancel()
-            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not answer within "
-                             f"{timeout:.3g} s") from None
+            raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not {what} within "
+                             f"{timeout_s:.3g} s") from None
         except Exception as exc:  # noqa: BLE001 - a RayTaskError's str is the replica's whole traceback
             raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment failed: {_one_line(exc)}") from None
 
