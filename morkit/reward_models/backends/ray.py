@@ -233,7 +233,7 @@ class RayHandle(ReplicaHandle):
         except MorkitError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray wraps the task's error
-            raise _unwrapped(err, f"reward model {self.name!r}: Ray could not work out its cache key") from None
+            raise _as_error(err, f"reward model {self.name!r}: Ray could not work out its cache key") from None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}
@@ -282,7 +282,7 @@ class RayHandle(ReplicaHandle):
             raise ScoreError(f"reward model {self.name!r}: Ray returned {len(seen)} of {len(pairs)} pairs")
 
 
-def _unwrapped(err: BaseException, what: str) -> MorkitError:
+def _as_error(err: BaseException, what: str) -> MorkitError:
     """The morkit error a Ray task or actor raised, as itself; any other failure as one ScoreError line."""
     cause = _morkit_cause(err)
     return cause if cause is not None else ScoreError(f"{what}: {_first_line(err)}")
@@ -314,7 +314,7 @@ def _unwrapped(name: str, batches: Any) -> Iterator[Any]:
         except MorkitError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray wraps the actor's error
-            raise _unwrapped(err, f"reward model {name!r} failed on Ray") from None
+            raise _as_error(err, f"reward model {name!r} failed on Ray") from None
         yield block
 
 
