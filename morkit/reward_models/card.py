@@ -62,6 +62,7 @@ class RMCard:
         window: The tokens it reads by default; None for a card with weights: the checkpoint's config says.
         trained_context: The longest sequence its model card says it was trained on (caps the window).
         applies: The queries it scores.
+        cost: What scoring one candidate costs (an RMCost); None for a model card: 2 FLOPs per parameter per token.
     """
 
     name: str = ""
@@ -80,6 +81,7 @@ class RMCard:
     window: int | None = None  # the tokens it reads by default (None with weights: from their config)
     trained_context: int | None = None  # the trained length its model card states, if it says
     applies: Applicability = ALL  # the queries it scores
+    cost: Any = None  # a morkit.reward_models.cost.RMCost; None: from `n_params` where it has one
 
     @classmethod
     def of(cls, name: str, **given: Any) -> "RMCard":
