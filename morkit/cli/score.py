@@ -30,31 +30,81 @@ def _available(info: Any) -> str:
     return "yes, with options" if info.card.options else "yes"
 
 
+def _cost(info: Any) -> str:
+    from morkit.reward_models.cost import USER_GIVEN
+
+    return info.cost.describe() if info.cost is not None else USER_GIVEN
+
+
+def _details(info: Any) -> None:
+    """`morkit rms NAME`: every field of its JSON, its cost and its measured seconds per pair as lines."""
+    from morkit.reward_models.cost import TOKENS_PER_PAIR, USER_GIVEN
+    from morkit.reward_models.timing import short_number
+
+    record = info.to_json()
+    cost, measured = record.pop("cost"), record.pop("measured")
+    if info.cost is None:
+        record["cost"] = f"{USER_GIVEN}: --cost {info.name}=VALUE (8B, $0.02, 3ms, 40GFLOP) or a cost file"
+    else:
+        record["cost"] = (f"{cost['describe']}: {short_number(cost['gflop_per_candidate'])} GFLOP-equivalents per "
+                          f"candidate at the default rates ({TOKENS_PER_PAIR} tokens per pair)")
+        record["cost_source"] = cost.get("source")
+    if info.card.options:  # a bare client: its name does not say which model ran, so it is not timed
+        record["measured"] = "-"
+    else:
+        record["measured"] = [m.describe() for m in info.measured] or f"not yet (`morkit score --rm {info.name}`)"
+    width = max(len(k) for k in record)
+    for key, value in record.items():
+        lines = value if isinstance(value, list) and key == "measured" else [value]
+        for i, line in enumerate(lines):
+            shown = ", ".join(line) if isinstance(line, list) else line
+            print(f"{key if i == 0 else '':<{width}}  {'-' if shown in (None, '') else shown}")
+
+
+def _cost_file(args: argparse.Namespace) -> int:
+    """`morkit rms --costs FILE`: the RMs a cost file prices, their cost and GFLOP-equivalents per candidate."""
+    from morkit.reward_models.cost import cost_file_entries, cost_file_rows
+
+    entries = cost_file_entries(args.costs)
+    if args.json:
+        print(json.dumps([{"name": e.name, "model": e.model, "note": e.note,
+                           "cost": None if e.cost is None else e.cost.to_json(),
+                           "gflop_per_candidate": None if e.cost is None else e.cost.per_candidate()}
+                          for e in entries], indent=1))
+        return 0
+    rows = [("NAME", "MODEL", "COST", "GFLOP/CANDIDATE")] + [tuple(r) for r in cost_file_rows(entries)]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print(f"\nEach figure's source is in the file ({args.costs}); --json gives every field.")
+    return 0
+
+
 def cmd_rms(args: argparse.Namespace) -> int:
     from morkit.reward_models.catalog import REWARD_MODELS, list_rms, rm_status
 
+    if args.costs:
+        return _cost_file(args)
     if args.name:
         info = rm_status(REWARD_MODELS.get(args.name))
-        record = info.to_json()
         if args.json:
-            print(json.dumps(record, indent=1))
+            print(json.dumps(info.to_json(), indent=1))
             return 0
-        width = max(len(k) for k in record)
-        for key, value in record.items():
-            shown = ", ".join(value) if isinstance(value, list) else value
-            print(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+        _details(info)
         return 0
     infos = list_rms()
     if args.json:
         print(json.dumps([i.to_json() for i in infos], indent=1))
         return 0
-    rows = [("NAME", "KIND", "RUNS", "AVAILABLE", "GPU (bf16)", "APPLIES TO")]
-    rows += [(i.name, i.card.kind, i.card.runs, _available(i), _gpu(i), i.card.applies.describe()) for i in infos]
-    rows.append(("<name in scores>", "table", "input", "yes", "-", "queries with its scores"))
+    rows = [("NAME", "KIND", "AVAILABLE", "GPU", "COST", "APPLIES TO")]
+    rows += [(i.name, i.card.kind, _available(i), _gpu(i), _cost(i), i.card.applies.describe()) for i in infos]
+    rows.append(("<name in scores>", "table", "yes", "-", "given by the user", "queries with its scores"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked; --json gives every field.\n"
+    print("\n`morkit rms NAME` shows what an RM computes, needs and where it looked, how it runs, and its measured\n"
+          "seconds per pair; --json gives every field. GPU: its weights in bf16. COST: per token read (a model),\n"
+          "per call (an API judge) or CPU per pair (a rule); `--costs rewardmath` lists a packaged cost file.\n"
           "APPLIES TO: an RM skips queries of other domains (a missing score, not an error); a query of its\n"
           "domains without the fields it needs is an error; one without a domain is skipped if it lacks them.")
     return 0
@@ -106,11 +156,14 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     from morkit.services.train_heads import TRAINABLE
 
     p = sub.add_parser("rms", parents=[parent], help="list the registered reward models and whether each can run here",
-                       description="A table of every registered RM (name, kind, how its code runs, whether it "
-                                   "can run here, GPU memory for its weights in bf16, the queries it applies to); "
-                                   "NAME shows one in full, with its context window (the tokens a pair may have "
-                                   "before it is cut) and where that comes from.")
+                       description="A table of every registered RM (name, kind, whether it can run here, GPU "
+                                   "memory for its weights in bf16, what scoring a candidate costs, the queries it "
+                                   "applies to); NAME shows one in full: how its code runs, its context window (the "
+                                   "tokens a pair may have before it is cut) and where that comes from, its cost and "
+                                   "source, and the seconds per pair scoring runs measured on each placement.")
     p.add_argument("name", nargs="?", help="one RM to describe in full")
+    p.add_argument("--costs", metavar="FILE",
+                   help="list a cost file's RMs and costs instead: a packaged one by name (rewardmath) or a path")
     p.add_argument("--json", action="store_true", help="every field, as JSON")
     p.set_defaults(func=cmd_rms)
 

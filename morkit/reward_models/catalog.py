@@ -6,12 +6,13 @@ availability import no model code; `resolve_rm` gives an RM's handle where the o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from morkit.core.errors import MorkitError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.card import RMCard
+from morkit.reward_models.cost import RMCost, cost_json, cost_of_card
 from morkit.reward_models.ctts import CTTS_CARDS
 from morkit.reward_models.embedded.cards import EMBEDDED_CARDS
 from morkit.reward_models.family import settle_family
@@ -19,6 +20,7 @@ from morkit.reward_models.handles import RMHandle, build
 from morkit.reward_models.identity import cache_key as _cache_key, truncation_part
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.placement import place
+from morkit.reward_models.timing import read_ledger
 from morkit.reward_models.weights import bf16_gib
 
 
@@ -31,13 +33,19 @@ def _entry(card: RMCard, summary: str, target: Any = None) -> Entry:
 REWARD_MODELS = Registry("reward model", spec_type=RMCard, settle=settle_family, entries=[
     *(_entry(card, card.description) for card in EMBEDDED_CARDS),
     _entry(RMCard(name="math-consensus", kind="rule", runs="python", packages=("math_verify",), needs="math-verify",
-                  applies=Applicability(frozenset({"math", "choice"}))),
+                  applies=Applicability(frozenset({"math", "choice"})),
+                  cost=RMCost(cpu_seconds=2.9e-5, source="measured by bench/rule_costs.py: CPU seconds per candidate, "
+                                                         "median of 5 repeats over 3,000 gsm8k_model_solutions "
+                                                         "candidates")),
            "share of the query's candidates whose final answer is equivalent to this one",
            "morkit.reward_models.rules.consensus:MathConsensus"),
     _entry(RMCard(name="code-tests", kind="rule", runs="sandbox",
                   version="5",  # the grader's; why each version came is on the docs page Reward models
                   needs="the query's `tests`; a POSIX OS for the sandbox",
-                  applies=Applicability(frozenset({"code"}), ("tests", "stdio_tests"))),
+                  applies=Applicability(frozenset({"code"}), ("tests", "stdio_tests")),
+                  cost=RMCost(cpu_seconds=0.137, source="measured by bench/rule_costs.py: CPU seconds per candidate "
+                                                        "(its sandboxed processes included), median of 5 repeats over "
+                                                        "300 humaneval_davinci_samples candidates")),
            "1 if the candidate passes the query's tests in a sandboxed subprocess, else 0",
            "morkit.reward_models.rules.code_tests:CodeTests"),
     *(_entry(card, f"{card.model_id}: {card.description}") for card in CTTS_CARDS),
@@ -67,13 +75,14 @@ def missing(entry: Entry, options: Mapping[str, Any] | None = None) -> str | Non
 @dataclass(frozen=True)
 class RMStatus:
     """What `morkit rms` and `morkit.list_rms()` report about one registered RM: its card and entry, and what is
-    found here (whether it can run, and its window)."""
+    found here (whether it can run, its window, and the seconds per pair scoring runs measured)."""
 
     entry: Entry
     missing: str | None  # None = can run here (given its required options)
     missing_what: str | None = None  # "packages", "head" or "weights"
     context: str | None = None  # a model RM's default window and where it comes from
     context_tokens: int | None = None  # that window, where it can be read here
+    measured: tuple[Any, ...] = ()  # its timing.Measurement per placement and device, latest first
 
     @property
     def card(self) -> RMCard:
@@ -88,6 +97,11 @@ class RMStatus:
         return self.missing is None
 
     @property
+    def cost(self) -> RMCost | None:
+        """What scoring one candidate costs, from its card (None: given by the user, --cost or a cost file)."""
+        return cost_of_card(self.card)
+
+    @property
     def gpu_gib(self) -> float | None:
         """Its weights alone in bf16, where it has downloadable weights."""
         return round(bf16_gib(self.card.n_params), 1) if self.card.n_params else None
@@ -99,13 +113,25 @@ class RMStatus:
                 "missing": self.missing, "required_options": list(card.options), "gpu_gib": self.gpu_gib,
                 "model_id": card.model_id, "applies_to": card.applies.describe(),
                 "applies": dict(card.applies.to_json()),
-                "context": self.context, "context_tokens": self.context_tokens}
+                "context": self.context, "context_tokens": self.context_tokens, "cost": cost_json(self.card),
+                "measured": [m.to_json() for m in self.measured]}
 
 
-def rm_status(entry: Entry) -> RMStatus:
-    """Registered RM `entry`'s status here: what it lacks (loading nothing) and its window."""
+def rm_status(entry: Entry, measured: Sequence[Any] | None = None) -> RMStatus:
+    """Registered RM `entry`'s status here: what it lacks (loading nothing), its window and its measured seconds
+    per pair.
+
+    Args:
+        entry: The registry entry.
+        measured: Timing measurements to pick its own from (timing.read_ledger); None reads the ledger.
+
+    Returns:
+        The status.
+    """
     what, why = entry.spec.absent() or (None, None)
-    return RMStatus(entry, why, what, *_context(entry.spec))
+    mine = sorted((m for m in (read_ledger() if measured is None else measured) if m.name == entry.name),
+                  key=lambda m: m.updated, reverse=True)
+    return RMStatus(entry, why, what, *_context(entry.spec), measured=tuple(mine))
 
 
 def _max_positions(card: RMCard) -> int | None:
@@ -135,7 +161,8 @@ def list_rms() -> list[RMStatus]:
     Returns:
         One RMStatus per entry of REWARD_MODELS, in registration order (`missing` is None where it can run here).
     """
-    return [rm_status(entry) for entry in REWARD_MODELS]
+    measured = read_ledger()
+    return [rm_status(entry, measured) for entry in REWARD_MODELS]
 
 
 def load_rm(rm: str, /, **options: Any) -> Any:

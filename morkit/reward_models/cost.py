@@ -1,7 +1,8 @@
 """What scoring one candidate with an RM costs (`RMCost`, on its card or in a cost file), and `CostTable`: each pool
 RM's cost per candidate in the one currency routing compares them in, GFLOP-equivalents. A model reads
 `rates.tokens_per_pair` tokens at 2 FLOPs per active parameter each; an API judge's price and a rule's CPU seconds
-convert at the rates of `CostRates` (docs/selection.md, "Routing under a budget", gives their sources).
+convert at the rates of `CostRates` (docs/reward-models.md, "What each RM costs", gives their sources). A table
+may instead be in measured seconds per pair (`unit="seconds"`, from the timing ledger of morkit.reward_models.timing).
 """
 
 from __future__ import annotations
@@ -15,13 +16,22 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from morkit.core.errors import InputError
+from morkit.reward_models.timing import measured  # noqa: F401 - cost.measured(name): an RM's measured seconds
+from morkit.reward_models.timing import short_number
 
 COST_UNIT = "GFLOP"
 """The unit of a CostTable: GFLOP-equivalents per scored candidate (a query's cost is that times its candidates)."""
+SECONDS_UNIT = "seconds"
+"""The other unit of a CostTable: measured wall seconds per scored candidate on one placement."""
+COST_UNITS = (COST_UNIT, SECONDS_UNIT)
+USER_GIVEN = "given by the user"
+"""What `morkit rms` shows for an RM whose card has no cost (the bare vllm / remote clients, whose model is an option):
+its cost comes from --cost NAME=... or a cost file."""
 TOKENS_PER_PAIR = 512
 """Tokens a model RM reads per (question, answer) pair where the caller says nothing else."""
 JUDGE_OUTPUT_TOKENS = 256
-"""Tokens an API judge writes per candidate (its verdict and reasoning), for a price per call from token prices."""
+"""Tokens a judge writes per candidate (its verdict and reasoning): an API judge's price per call from its token
+prices, and the forward passes of an open judge that generates (`RMCost.generates`)."""
 FLOP_PER_USD = 2 * 70.6e9 * 1e6 / 0.88
 """FLOP-equivalents a dollar buys: an open-weight model's forward FLOPs at a public API's price for it
 (Llama-3-70B-Instruct, 70.6B parameters, at $0.88 per million tokens); it prices an API judge in FLOPs."""
@@ -37,13 +47,43 @@ class CostRates:
         tokens_per_pair: Tokens a model RM reads per (question, answer) pair.
         flop_per_usd: FLOP-equivalents of one US dollar (an API judge's price).
         flop_per_cpu_second: FLOP-equivalents of one CPU second (a rule's run time).
-        judge_output_tokens: Tokens an API judge writes per candidate, for prices given per token.
+        judge_output_tokens: Tokens a judge writes per candidate (prices given per token; a generating judge).
+
+    Raises:
+        InputError: A rate is not a positive number (`judge_output_tokens` may be 0).
     """
 
     tokens_per_pair: int = TOKENS_PER_PAIR
     flop_per_usd: float = FLOP_PER_USD
     flop_per_cpu_second: float = FLOP_PER_CPU_SECOND
     judge_output_tokens: int = JUDGE_OUTPUT_TOKENS
+
+    def __post_init__(self) -> None:
+        for name in ("tokens_per_pair", "flop_per_usd", "flop_per_cpu_second", "judge_output_tokens"):
+            value = getattr(self, name)
+            low_ok = name == "judge_output_tokens"
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value < 0 or (value == 0 and not low_ok)):
+                raise InputError(f"cost rate {name} must be a positive number, not {value!r}")
+
+
+
+
+COST_FIELDS = ("active_params", "usd_per_call", "cpu_seconds", "gflop")
+"""The units an RMCost may be given in, exactly one per cost."""
+FILE_KEYS = {
+    "active_params": "active parameters per token", "params": "parameters (when no active_params is given)",
+    "params_source": "where the parameter count comes from", "generates": "true: a judge that writes its verdict",
+    "usd_per_call": "US dollars per scored candidate", "usd_per_1m_input": "US dollars per million tokens read",
+    "usd_per_1m_output": "US dollars per million tokens written", "price_source": "where the price comes from",
+    "cpu_seconds": "CPU seconds per scored candidate", "gflop": "GFLOP-equivalents per scored candidate",
+    "source": "where the figure comes from"}
+"""The keys of a cost file's table that say what an RM costs."""
+DESCRIPTIVE_KEYS = {"model": "the model behind the name", "model_source": "where that identity comes from",
+                    "kind": "classifier, prm, judge, api-judge, ...", "note": "anything else; why a cost is unknown"}
+"""Keys of a cost file's table that describe the RM and are kept for the reader, not read as a cost."""
+_FORMS = {"params": ("active_params", "params"), "prices": ("usd_per_1m_input", "usd_per_1m_output"),
+          "usd_per_call": ("usd_per_call",), "cpu_seconds": ("cpu_seconds",), "gflop": ("gflop",)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +98,12 @@ class RMCost:
         cpu_seconds: CPU seconds to score one candidate.
         gflop: GFLOP-equivalents per candidate, given directly.
         source: Where the figure comes from (a model card, a price page, a measurement).
+        generates: With `active_params`: a judge that writes its verdict, each written token another pass
+            (`CostRates.judge_output_tokens` of them per candidate).
+
+    Raises:
+        InputError: Not exactly one of the four units is given, it is not a non-negative number, or `generates`
+            is set without `active_params`.
     """
 
     active_params: float | None = None
@@ -65,15 +111,18 @@ class RMCost:
     cpu_seconds: float | None = None
     gflop: float | None = None
     source: str = ""
+    generates: bool = False
 
     def __post_init__(self) -> None:
-        given = [f for f in ("active_params", "usd_per_call", "cpu_seconds", "gflop") if getattr(self, f) is not None]
+        given = [f for f in COST_FIELDS if getattr(self, f) is not None]
         if len(given) != 1:
             raise InputError("a cost needs exactly one of active_params, usd_per_call, cpu_seconds, gflop; got "
                              + (", ".join(given) or "none"))
         value = getattr(self, given[0])
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
             raise InputError(f"cost {given[0]} must be a non-negative number, not {value!r}")
+        if self.generates and self.active_params is None:
+            raise InputError("cost generates=true needs active_params (a judge's written tokens are forward passes)")
 
     def per_candidate(self, rates: CostRates = CostRates()) -> float:
         """GFLOP-equivalents to score one candidate.
@@ -85,7 +134,8 @@ class RMCost:
             The cost in COST_UNIT.
         """
         if self.active_params is not None:
-            return 2.0 * self.active_params * rates.tokens_per_pair / 1e9
+            tokens = rates.tokens_per_pair + (rates.judge_output_tokens if self.generates else 0)
+            return 2.0 * self.active_params * tokens / 1e9
         if self.usd_per_call is not None:
             return self.usd_per_call * rates.flop_per_usd / 1e9
         if self.cpu_seconds is not None:
@@ -93,25 +143,32 @@ class RMCost:
         return float(self.gflop)
 
     def describe(self) -> str:
-        """The cost as `morkit rms` shows it: "16.1 GFLOP/token", "$0.0040/call", "2.1 ms CPU/pair"."""
+        """The cost as `morkit rms` shows it: "16.1 GFLOP/token", "269 MFLOP/token", "$0.03/call",
+        "2.1 ms CPU/pair", "40 GFLOP/pair"; a generating judge's "(generates)"."""
         if self.active_params is not None:
-            return f"{2 * self.active_params / 1e9:.3g} GFLOP/token"
+            flop = 2 * self.active_params
+            text = (f"{short_number(flop / 1e9)} GFLOP/token" if flop >= 1e9
+                    else f"{short_number(flop / 1e6)} MFLOP/token")
+            return text + (" (generates)" if self.generates else "")
         if self.usd_per_call is not None:
-            return f"${self.usd_per_call:.2g}/call"
+            return f"${short_number(self.usd_per_call, 2)}/call"
         if self.cpu_seconds is not None:
-            return f"{self.cpu_seconds * 1e3:.2g} ms CPU/pair"
-        return f"{self.gflop:.3g} GFLOP/pair"
+            if self.cpu_seconds >= 1:
+                return f"{short_number(self.cpu_seconds, 2)} s CPU/pair"
+            return f"{short_number(self.cpu_seconds * 1e3, 2)} ms CPU/pair"
+        return f"{short_number(self.gflop)} GFLOP/pair"
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in (("active_params", self.active_params), ("usd_per_call", self.usd_per_call),
                                   ("cpu_seconds", self.cpu_seconds), ("gflop", self.gflop),
-                                  ("source", self.source)) if v not in (None, "")}
+                                  ("source", self.source), ("generates", self.generates or None)) if v not in (None, "")}
 
     @classmethod
     def from_mapping(cls, obj: Mapping[str, Any], rates: CostRates = CostRates(), where: str = "cost") -> "RMCost":
-        """A cost from a cost file's table: `active_params` (or `params`), `usd_per_call` (or `usd_per_1m_input`
-        and `usd_per_1m_output`, priced at `rates`' tokens), `cpu_seconds` or `gflop`, and `source` (or the
-        `params_source` / `price_source` of the field used).
+        """A cost from a cost file's table: `active_params` (or `params`; `generates = true` for a judge that writes
+        its verdict), `usd_per_call` (or `usd_per_1m_input` and `usd_per_1m_output`, priced at `rates`' tokens),
+        `cpu_seconds` or `gflop`, and `source` (or the `params_source` / `price_source` of the field used). The
+        descriptive keys (DESCRIPTIVE_KEYS: model, model_source, kind, note) are kept for the reader and ignored.
 
         Args:
             obj: The table.
@@ -122,28 +179,45 @@ class RMCost:
             The cost.
 
         Raises:
-            InputError: The table gives none of the fields, or a field is not a non-negative number.
+            InputError: A key is unknown (naming it), the table gives no cost or more than one, half of a token
+                price, or a field is not a non-negative number.
         """
-        if "active_params" in obj or "params" in obj:
+        check_keys(obj, where)
+        forms = cost_forms(obj)
+        if len(forms) > 1:
+            raise InputError(f"{where}: give one cost, not {' and '.join(forms)}")
+        if not forms:
+            raise InputError(f"{where}: no cost: give active_params (or params), usd_per_call (or usd_per_1m_input "
+                             "and usd_per_1m_output), cpu_seconds or gflop")
+        generates = obj.get("generates", False)
+        if not isinstance(generates, bool):
+            raise InputError(f"{where}.generates: expected true or false, not {generates!r}")
+        form = forms[0]
+        if form == "params":
             value = obj.get("active_params", obj.get("params"))
-            return cls._checked(where, active_params=value, source=obj.get("params_source", obj.get("source", "")))
-        if "usd_per_1m_input" in obj and "usd_per_1m_output" in obj:
-            price = (_number(obj["usd_per_1m_input"], where) * rates.tokens_per_pair
-                     + _number(obj["usd_per_1m_output"], where) * rates.judge_output_tokens) / 1e6
+            return cls._checked(where, active_params=value, source=obj.get("params_source", obj.get("source", "")),
+                                generates=generates)
+        if generates:
+            raise InputError(f"{where}: generates=true needs active_params or params (a judge's written tokens "
+                             "are forward passes)")
+        if form == "prices":
+            lacking = [k for k in _FORMS["prices"] if k not in obj]
+            if lacking:
+                raise InputError(f"{where}: a price per token needs both usd_per_1m_input and usd_per_1m_output; "
+                                 f"{lacking[0]} is missing")
+            price = (_number(obj["usd_per_1m_input"], f"{where}.usd_per_1m_input") * rates.tokens_per_pair
+                     + _number(obj["usd_per_1m_output"], f"{where}.usd_per_1m_output") * rates.judge_output_tokens
+                     ) / 1e6
             return cls._checked(where, usd_per_call=price, source=obj.get("price_source", obj.get("source", "")))
-        for name in ("usd_per_call", "cpu_seconds", "gflop"):
-            if name in obj:
-                return cls._checked(where, **{name: obj[name]}, source=obj.get("source", ""))
-        raise InputError(f"{where}: no cost: give active_params (or params), usd_per_call (or usd_per_1m_input and "
-                         "usd_per_1m_output), cpu_seconds or gflop")
+        source = obj.get("price_source" if form == "usd_per_call" else "source", obj.get("source", ""))
+        return cls._checked(where, **{form: obj[form]}, source=source)
 
     @classmethod
-    def _checked(cls, where: str, source: Any = "", **value: Any) -> "RMCost":
+    def _checked(cls, where: str, source: Any = "", generates: bool = False, **value: Any) -> "RMCost":
         (name, number), = value.items()
-        try:
-            return cls(**{name: _number(number, f"{where}.{name}")}, source=str(source))
-        except InputError as exc:
-            raise InputError(f"{where}: {exc}") from None
+        if not isinstance(source, str):
+            raise InputError(f"{where}: its source must be text, not {source!r}")
+        return cls(**{name: _number(number, f"{where}.{name}")}, source=source, generates=generates)
 
     @classmethod
     def parse(cls, text: str, where: str = "--cost") -> "RMCost":
@@ -171,12 +245,30 @@ class RMCost:
             except ValueError:
                 value = None
             if value is not None and dollar and not unit:
-                return cls(usd_per_call=value, source="given by the user")
+                return cls(usd_per_call=value, source=USER_GIVEN)
             if value is not None and not dollar and unit in units:
                 name, scale = units[unit]
-                return cls(**{name: value * scale}, source="given by the user")
+                return cls(**{name: value * scale}, source=USER_GIVEN)
         raise InputError(f"{where} {text!r}: give the active parameters (8B, 8e9params), a price per call ($0.02), "
                          "CPU seconds per pair (3ms, 0.003s) or GFLOP per pair (40GFLOP)")
+
+
+def check_keys(obj: Mapping[str, Any], where: str) -> None:
+    """Refuse a cost file's table with a key that is neither a cost's (FILE_KEYS) nor descriptive (DESCRIPTIVE_KEYS).
+
+    Raises:
+        InputError: Naming `where` and every unknown key.
+    """
+    unknown = [k for k in obj if k not in FILE_KEYS and k not in DESCRIPTIVE_KEYS]
+    if unknown:
+        raise InputError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; a cost "
+                         f"gives {', '.join(FILE_KEYS)} (and may describe itself with {', '.join(DESCRIPTIVE_KEYS)})")
+
+
+def cost_forms(obj: Mapping[str, Any]) -> list[str]:
+    """The ways a cost file's table gives a cost ("params", "prices", "usd_per_call", "cpu_seconds", "gflop"):
+    one for a table with a cost, none for one that only describes an RM (its `note` saying why)."""
+    return [form for form, keys in _FORMS.items() if any(k in obj for k in keys)]
 
 
 def _number(value: Any, where: str) -> float:
@@ -193,9 +285,89 @@ def packaged_cost_files() -> list[str]:
     return sorted(p.stem for p in PACKAGED_COSTS.glob("*.toml"))
 
 
+@dataclass(frozen=True)
+class CostEntry:
+    """One table of a cost file: the RM's name, its cost (None where the file knows none: its note says why) and
+    what the file says of it for a reader.
+
+    Args:
+        name: The RM's name (a pool's column).
+        cost: Its cost, or None.
+        model: The model behind the name, where the file says.
+        note: The file's note.
+    """
+
+    name: str
+    cost: RMCost | None
+    model: str = ""
+    note: str = ""
+
+
+def cost_file_path(name_or_path: str | Path) -> Path:
+    """The file `--costs name_or_path` reads: a packaged cost file by name, else the path.
+
+    Raises:
+        InputError: Neither a packaged name nor a file (listing the packaged names).
+    """
+    path = Path(name_or_path)
+    if not path.suffix and (PACKAGED_COSTS / f"{name_or_path}.toml").is_file():
+        return PACKAGED_COSTS / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise InputError(f"--costs {name_or_path}: no such file, and not a packaged cost file ("
+                         + ", ".join(packaged_cost_files()) + ")")
+    return path
+
+
+def cost_file_entries(name_or_path: str | Path, rates: CostRates = CostRates()) -> list[CostEntry]:
+    """Every table of a cost file, in its order: a packaged one by name (`packaged_cost_files`) or a TOML path,
+    one table per RM under `[costs.NAME]` (or `[columns.NAME]`), its fields as `RMCost.from_mapping` reads them.
+    A table without a cost must say why in its `note`.
+
+    Args:
+        name_or_path: A packaged file's name, or a path.
+        rates: Tokens per pair and per judge verdict, for prices per token.
+
+    Returns:
+        One entry per table.
+
+    Raises:
+        InputError: The file is missing or is not TOML, or a table is malformed or gives no cost and no note
+            (naming the file and the RM).
+    """
+    from morkit.data.toml import read_toml
+
+    path = cost_file_path(name_or_path)
+    tables = read_toml(path)
+    rows = tables.get("costs", tables.get("columns"))
+    if not isinstance(rows, Mapping) or not rows:
+        raise InputError("expected [costs.NAME] tables, one per RM", path=str(path))
+    out = []
+    for name, row in rows.items():
+        if not isinstance(row, Mapping):
+            raise InputError(f"costs.{name}: expected a table", path=str(path))
+        note = row.get("note", "")
+        try:
+            if not isinstance(note, str):
+                raise InputError(f"costs.{name}.note: expected text, not {note!r}")
+            check_keys(row, f"costs.{name}")
+            known = not note.strip() or cost_forms(row)  # a table without a cost says why in its note
+            cost = RMCost.from_mapping(row, rates, f"costs.{name}") if known else None
+        except InputError as exc:
+            raise InputError(str(exc), path=str(path)) from None
+        out.append(CostEntry(name, cost, str(row.get("model", "")), note))
+    return out
+
+
+def cost_file_rows(entries: Sequence[CostEntry], rates: CostRates = CostRates()) -> list[list[str]]:
+    """A cost file's entries as `morkit rms --costs` and the docs list them: [name, model, cost as it reads
+    (`RMCost.describe`), GFLOP-equivalents per candidate at `rates`]; "unknown" where it has none."""
+    return [[e.name, e.model or "-", e.cost.describe() if e.cost else "unknown",
+             short_number(e.cost.per_candidate(rates)) if e.cost else "-"] for e in entries]
+
+
 def read_cost_file(name_or_path: str | Path, rates: CostRates = CostRates()) -> dict[str, RMCost]:
-    """The costs of a cost file: a packaged one by name (`packaged_cost_files`) or a TOML path, one table per RM
-    under `[costs.NAME]` (or `[columns.NAME]`), its fields as `RMCost.from_mapping` reads them.
+    """The costs of a cost file (`cost_file_entries`): RM name -> its cost; an RM whose table gives none is left
+    out (its note says why), so using it is an error naming it (`cost_table`).
 
     Args:
         name_or_path: A packaged file's name, or a path.
@@ -205,40 +377,21 @@ def read_cost_file(name_or_path: str | Path, rates: CostRates = CostRates()) -> 
         RM name -> its cost.
 
     Raises:
-        InputError: The file is missing, is not TOML, or a table gives no cost (naming the file and RM).
+        InputError: The file is missing, is not TOML, or a table is malformed (naming the file and RM).
     """
-    from morkit.data.toml import read_toml
-
-    path = Path(name_or_path)
-    if not path.suffix and (PACKAGED_COSTS / f"{name_or_path}.toml").is_file():
-        path = PACKAGED_COSTS / f"{name_or_path}.toml"
-    elif not path.is_file():
-        raise InputError(f"--costs {name_or_path}: no such file, and not a packaged cost file ("
-                         + ", ".join(packaged_cost_files()) + ")")
-    tables = read_toml(path)
-    rows = tables.get("costs", tables.get("columns"))
-    if not isinstance(rows, Mapping) or not rows:
-        raise InputError("expected [costs.NAME] tables, one per RM", path=str(path))
-    out = {}
-    for name, row in rows.items():
-        if not isinstance(row, Mapping):
-            raise InputError(f"costs.{name}: expected a table", path=str(path))
-        try:
-            out[name] = RMCost.from_mapping(row, rates, f"costs.{name}")
-        except InputError as exc:
-            raise InputError(str(exc), path=str(path)) from None
-    return out
+    return {e.name: e.cost for e in cost_file_entries(name_or_path, rates) if e.cost is not None}
 
 
 @dataclass(frozen=True)
 class CostTable:
-    """Each pool RM's cost per scored candidate in COST_UNIT, and where each figure comes from; an ensemble costs
-    the sum of its members', a query that times its candidates.
+    """Each pool RM's cost per scored candidate in `unit` (COST_UNIT, GFLOP-equivalents; or SECONDS_UNIT, measured
+    seconds), and where each figure comes from; an ensemble costs the sum of its members', a query that times its
+    candidates.
 
     Args:
         per_candidate: RM name -> cost per candidate.
         sources: RM name -> where its figure comes from.
-        unit: The unit (COST_UNIT).
+        unit: The unit, one of COST_UNITS.
     """
 
     per_candidate: Mapping[str, float]
@@ -273,38 +426,66 @@ class CostTable:
                    {str(k): str(v) for k, v in obj.get("sources", {}).items()}, str(obj.get("unit", COST_UNIT)))
 
 
+def cost_of_card(card: Any) -> RMCost | None:
+    """The cost on an RMCard: its `cost`, else 2 FLOPs per token for each parameter of `n_params`; None when it has
+    neither (its cost is USER_GIVEN)."""
+    if card.cost is not None:
+        return card.cost
+    if card.n_params:
+        model = f" ({card.model_id})" if card.model_id else ""
+        return RMCost(active_params=card.n_params, source=f"its card's parameter count{model}")
+    return None
+
+
 def card_cost(name: str) -> RMCost | None:
-    """The cost on registered RM `name`'s card (its `cost`, else its parameter count); None when it has neither or
-    is not registered."""
+    """The cost on registered RM `name`'s card (`cost_of_card`); None when it has none or is not registered."""
     from morkit.reward_models.catalog import REWARD_MODELS
 
     if name not in REWARD_MODELS:
         return None
-    card = REWARD_MODELS.get(name).spec
-    if card.cost is not None:
-        return card.cost
-    if card.n_params:
-        return RMCost(active_params=card.n_params, source="its card's parameter count")
-    return None
+    return cost_of_card(REWARD_MODELS.get(name).spec)
+
+
+def cost_json(card: Any, rates: CostRates = CostRates()) -> dict[str, Any]:
+    """An RMCard's cost as `morkit rms --json` gives it: the RMCost's fields, its GFLOP-equivalents per candidate at
+    `rates` and how it reads (`describe`); {"source": USER_GIVEN, "describe": USER_GIVEN} where the card has none."""
+    cost = cost_of_card(card)
+    if cost is None:
+        return {"source": USER_GIVEN, "describe": USER_GIVEN}
+    return {**cost.to_json(), "gflop_per_candidate": cost.per_candidate(rates), "describe": cost.describe()}
 
 
 def cost_table(rm_names: Sequence[str], *, files: Sequence[str | Path] = (),
-               given: Mapping[str, RMCost] | None = None, rates: CostRates = CostRates()) -> CostTable:
-    """The CostTable of `rm_names`: each RM's cost from `given` (e.g. --cost), else the last of `files` naming it,
-    else its registered card.
+               given: Mapping[str, RMCost] | None = None, rates: CostRates = CostRates(), unit: str = COST_UNIT,
+               placement: str = "transformers", device: str | None = None) -> CostTable:
+    """The CostTable of `rm_names`. In GFLOP-equivalents (the default unit): each RM's cost from `given` (e.g.
+    --cost), else the last of `files` naming it, else its registered card. In seconds: each RM's measured wall
+    seconds per pair (the timing ledger, morkit.reward_models.timing) on `placement` (an RM that loads no model:
+    `python`) and `device`.
 
     Args:
         rm_names: The RMs (a pool's).
         files: Cost files, packaged names or paths (read_cost_file).
         given: RM name -> cost, first in precedence.
         rates: How costs convert into COST_UNIT.
+        unit: COST_UNIT or SECONDS_UNIT.
+        placement: In seconds: where the model RMs ran (transformers, vllm, servers, ray).
+        device: In seconds: the device they ran on ("cpu", "cuda", "cuda:0"); None: the latest measured.
 
     Returns:
         The table over `rm_names`.
 
     Raises:
-        InputError: An RM has no cost anywhere (naming every such RM), or a file is missing or malformed.
+        InputError: An RM has no cost anywhere, or no measurement (naming every such RM and how to get one), a
+            file is missing or malformed, the unit is unknown, or costs are given with unit seconds.
     """
+    if unit not in COST_UNITS:
+        raise InputError(f"cost unit {unit!r}: one of {', '.join(COST_UNITS)}")
+    if unit == SECONDS_UNIT:
+        if files or given:
+            raise InputError("cost unit seconds reads measured seconds per pair; --cost and --costs give "
+                             "GFLOP-equivalents (use unit GFLOP with them)")
+        return _measured_table(rm_names, placement, device)
     found: dict[str, RMCost] = {}
     for source in files:
         found.update(read_cost_file(source, rates))
@@ -321,3 +502,25 @@ def cost_table(rm_names: Sequence[str], *, files: Sequence[str | Path] = (),
                          f"40GFLOP) or a cost file (--costs FILE; packaged: {', '.join(packaged_cost_files())})")
     return CostTable({n: c.per_candidate(rates) for n, c in costs.items()},
                      {n: c.source or c.describe() for n, c in costs.items()})
+
+
+def _measured_table(rm_names: Sequence[str], placement: str, device: str | None) -> CostTable:
+    """The table of measured wall seconds per pair: each RM's latest measurement on its placement (and a model RM's
+    on `device`)."""
+    from morkit.reward_models.catalog import REWARD_MODELS
+
+    per, sources, lacking = {}, {}, []
+    for name in rm_names:
+        loads = name in REWARD_MODELS and REWARD_MODELS.get(name).spec.loads_model
+        where = placement if loads or name not in REWARD_MODELS else "python"
+        on = device if loads else None  # a rule runs in this process, whatever the models' device
+        found = [m for m in measured(name) if m.on(where, on)]
+        if not found:
+            lacking.append(f"{name} (on {where}{f' {on}' if on else ''})")
+            continue
+        per[name] = found[0].seconds_per_pair
+        sources[name] = f"measured: {found[0].describe()}"
+    if lacking:
+        raise InputError(f"no measured seconds per pair for {', '.join(lacking)}: run `morkit score` with it once "
+                         "(--rm NAME) on that placement to measure it")
+    return CostTable(per, sources, SECONDS_UNIT)

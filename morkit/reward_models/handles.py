@@ -113,6 +113,18 @@ class RMHandle:
         """The scorer, built now (after the fit check)."""
         raise NotImplementedError
 
+    def load_now(self) -> None:
+        """Load it through its residency now rather than on the first `score` (a scoring run times its scoring
+        apart from its loading)."""
+        self.residency.hold(self)
+
+    def measured_device(self) -> str:
+        """The device its scoring runs on here, as the timing ledger names it ("cpu", "cuda:0 (NVIDIA H200)");
+        "" for a placement that scores elsewhere (servers, Ray)."""
+        from morkit.reward_models.timing import device_label
+
+        return device_label(self.device_plan()[0])
+
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         return self.residency.hold(self).score(pairs)
 

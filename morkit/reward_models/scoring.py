@@ -1,6 +1,7 @@
 """Score every candidate of many queries with many RMs: cache first, then batched model calls, each chunk cached as
 soon as it is scored. Which RMs apply to which queries is settled before the first one runs, so a data error
-fails the run before any model loads.
+fails the run before any model loads. The seconds each registered RM spends on the pairs it computes go to the
+timing ledger (morkit.reward_models.timing).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from morkit.core.errors import InputError, PartialScoreError, ScoreError
 from morkit.core.types import Query, Score
 from morkit.reward_models.applicability import SKIPPED_KEY, recorded_skips
 from morkit.reward_models.cache import ScoreCache
-from morkit.reward_models.catalog import applicability_of, identity_of
+from morkit.reward_models.catalog import REWARD_MODELS, applicability_of, identity_of
+from morkit.reward_models.timing import Meter, record
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,24 @@ def _batches(rm: Any, todo: list[tuple[str, str]], chunk: int) -> Iterator[tuple
         yield part, raw
 
 
+def timed_as(rm: Any) -> tuple[str, str] | None:
+    """(placement, device) an RM's seconds per pair are recorded under; None where its name does not say what ran:
+    an RM not registered (a table of cached scores, a user's object), or a bare client whose model is an option."""
+    if rm.name not in REWARD_MODELS:
+        return None
+    card = REWARD_MODELS.get(rm.name).spec
+    if card.options:
+        return None
+    if not card.loads_model:
+        return "python", "cpu"  # a rule: plain code in this process (its sandboxed children included)
+    device = getattr(rm, "measured_device", None)
+    return getattr(rm, "placement", "transformers"), device() if device is not None else ""
+
+
 class RMRun:
     """One RM over a list of queries: which of them it applies to (settled before any RM runs), the key its scores
-    are cached under (catalog.identity_of; None without a cache), and the one place it reads and writes the cache.
+    are cached under (catalog.identity_of; None without a cache), the one place it reads and writes the cache, and
+    the time it spends on the pairs it computes (recorded in the timing ledger when it is done).
 
     Args:
         rm: The RM (a handle, a built rule, any object with `score(pairs)` or `score_query(query)`).
@@ -59,6 +76,7 @@ class RMRun:
         self.rm, self.name, self.reasons = rm, rm.name, list(reasons)
         self.key = identity_of(rm) if cache is not None else None  # worked out only where a cache is read
         self.cache = cache
+        self.meter = Meter()
 
     @classmethod
     def planned(cls, rm: Any, queries: Sequence[Query], cache: ScoreCache | None) -> "RMRun":
@@ -77,7 +95,26 @@ class RMRun:
     def scores(self, queries: Sequence[Query], chunk: int, progress: bool) -> list[list[Score] | None]:
         """Per query, every candidate's score (None where the RM does not apply): cache first, then the RM, each
         chunk (or query) cached as soon as it is scored, what a PartialScoreError kept cached before it leaves;
-        no chunk starts past the caller's deadline (core.budget)."""
+        no chunk starts past the caller's deadline (core.budget). The seconds spent computing pairs are recorded
+        when it is done (`record_timing`), also after a failure."""
+        try:
+            return self._scores(queries, chunk, progress)
+        finally:
+            self.record_timing()
+
+    def record_timing(self) -> None:
+        """Add what this run measured to the timing ledger (never raises: a failure logs a warning)."""
+        if not self.meter.pairs:
+            return
+        try:
+            where = timed_as(self.rm)
+        except Exception as exc:  # noqa: BLE001 - a measurement must never fail the run that made it
+            log.warning("could not tell where %s ran, so its seconds per pair are not recorded: %s", self.name, exc)
+            return
+        if where is not None:
+            record(self.name, *where, self.meter)
+
+    def _scores(self, queries: Sequence[Query], chunk: int, progress: bool) -> list[list[Score] | None]:
         todo = [q for q, why in zip(queries, self.reasons) if why is None]
         cache, rm = self.cache, self.rm
         if hasattr(rm, "score_query"):  # the whole query decides (tests, siblings): keyed by its cache_context
@@ -87,7 +124,8 @@ class RMRun:
                 pairs = [(context, c.text or "") for c in query.candidates]
                 hits = cache.get_many(self.key, pairs) if context is not None else [None]
                 if any(h is None for h in hits):
-                    hits = rm.score_query(query)
+                    with self.meter.timing(len(pairs)):
+                        hits = rm.score_query(query)
                     if len(hits) != len(pairs):
                         raise ScoreError(f"reward model {self.name!r} returned {len(hits)} scores for query "
                                          f"{query.id!r} with {len(pairs)} candidates")
@@ -114,10 +152,14 @@ class RMRun:
         hits = cache.get_many(self.key, pairs) if cache is not None else [None] * len(pairs)
         known = {p: h for p, h in zip(pairs, hits) if h is not None}
         todo = sorted((p for p in pairs if p not in known), key=lambda p: (p[0], len(p[1])))
+        streams = hasattr(self.rm, "score_batches")  # on a cluster, whose first batch waits for replicas to load
+        if todo and not streams and hasattr(self.rm, "load_now"):
+            self.rm.load_now()  # its loading is not timed as scoring
         with _bar(progress, self.name, total=len(pairs), unit="pair") as bar:
             bar.update(len(known))
             try:
-                with closing(_batches(self.rm, todo, chunk)) as stream:  # closed at once on failure: stops a Ray run
+                batches = self.meter.timed(_batches(self.rm, todo, chunk), skip_first=streams)
+                with closing(batches) as stream:  # closed at once on failure: stops a Ray run
                     for part, raw in stream:
                         if len(raw) != len(part):
                             raise ScoreError(f"reward model {self.name!r} returned {len(raw)} scores for "

@@ -202,6 +202,9 @@ class ReplicaHandle(RMHandle):
     def memory_need(self) -> None:
         return None  # each replica checks its own fit before loading
 
+    def measured_device(self) -> str:
+        return ""  # it scores on the replicas
+
     def load(self) -> Any:
         return self
 

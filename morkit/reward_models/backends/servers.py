@@ -270,6 +270,9 @@ class ServerHandle(RMHandle):
     def memory_need(self) -> None:
         return None  # the servers hold the weights
 
+    def measured_device(self) -> str:
+        return ""  # it scores on the servers
+
     def score_facts(self) -> dict[str, str | None]:
         """Engine `vllm` (what the servers run), dtype `served` (the one each server was started with, unknown
         here: its scores are not shared with an engine in this process), the truncation with the card's window."""
