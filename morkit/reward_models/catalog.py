@@ -12,7 +12,7 @@ from morkit.core.errors import MorkitError
 from morkit.core.registry import Entry, Registry
 from morkit.reward_models.applicability import ALL, Applicability
 from morkit.reward_models.card import RMCard
-from morkit.reward_models.cost import RMCost, cost_json, cost_of_card
+from morkit.reward_models.unit_cost import RMCost, cost_json, cost_of_card
 from morkit.reward_models.ctts import CTTS_CARDS
 from morkit.reward_models.embedded.cards import EMBEDDED_CARDS
 from morkit.reward_models.family import settle_family

@@ -1,7 +1,6 @@
 """Score every candidate of many queries with many RMs: cache first, then batched model calls, each chunk cached as
 soon as it is scored. Which RMs apply to which queries is settled before the first one runs, so a data error
-fails the run before any model loads. The seconds each registered RM spends on the pairs it computes go to the
-timing ledger (morkit.reward_models.timing).
+fails the run before any model loads; the seconds an RM spends on the pairs it computes go to the timing ledger.
 """
 
 from __future__ import annotations

@@ -54,14 +54,34 @@ def test_rms_lists_every_registered_name(capsys):
 def test_rms_table_fits_120_columns_and_details_one_rm(capsys):
     assert main(["rms"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "RUNS", "AVAILABLE", "GPU", "(bf16)", "APPLIES", "TO"]
+    assert lines[0].split() == ["NAME", "KIND", "AVAILABLE", "GPU", "COST", "APPLIES", "TO"]
     assert max(len(line) for line in lines) <= 120
     assert main(["rms", "remote"]) == 0
     details = capsys.readouterr().out
     assert "required_options  name, urls, model" in details and "RemoteRewardModel" in details
+    assert "runs              remote" in details and "cost              given by the user: --cost remote=" in details
     assert main(["rms", "smollm2-orm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "smollm2-orm"
     assert main(["rms", "nope"]) == 2 and "unknown reward model 'nope'" in capsys.readouterr().err
+
+
+def test_rms_shows_each_cost_and_lists_a_cost_file(capsys):
+    assert main(["rms"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "269 MFLOP/token" in rows["smollm2-orm"] and "45.4 MFLOP/token" in rows["minilm-probe"]
+    assert "ms CPU/pair" in rows["math-consensus"] and "ms CPU/pair" in rows["code-tests"]
+    assert "145 GFLOP/token" in rows["qwen2.5-math-rm-72b"] and "given by the user" in rows["vllm"]
+    assert main(["rms", "code-tests"]) == 0
+    details = capsys.readouterr().out
+    assert "cost_source       measured by bench/rule_costs.py" in details
+    assert main(["rms", "--costs", "rewardmath"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split() == ["NAME", "MODEL", "COST", "GFLOP/CANDIDATE"]
+    assert any(line.split()[:3] == ["gpt4", "gpt-4-0125-preview", "$0.013/call"] for line in listed)
+    assert main(["rms", "--costs", "rewardmath", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert len(entries) == 22 and all(e["cost"]["source"] for e in entries)
+    assert main(["rms", "--costs", "nope"]) == 2 and "not a packaged cost file" in capsys.readouterr().err
 
 
 def test_score_table_rms_without_models(work, capsys):

@@ -286,3 +286,33 @@ def test_every_rewardmath_column_has_a_cost_with_a_source(data_dir):
     assert all(v > 0 for v in table.per_candidate.values())
     assert table.per_candidate["llama3_70B"] == pytest.approx(2 * 70.6e9 * (512 + 256) / 1e9)
     assert table.per_candidate["prometheus_8x7B"] == pytest.approx(2 * 12.9e9 * (512 + 256) / 1e9)  # active
+
+
+# ---- the docs page ----------------------------------------------------------------------------------------------
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reward-models.md"
+
+
+def test_the_pages_rewardmath_table_is_what_morkit_rms_costs_prints(capsys):
+    from test_pages import section, tables
+
+    from morkit.cli.main import main
+    from morkit.reward_models.cost import cost_file_rows
+
+    expected = cost_file_rows(cost_file_entries("rewardmath"))
+    shown, = tables(section(PAGE, "### The RewardMATH costs"))
+    assert [[cell.strip("`") for cell in row] for row in shown] == expected
+    assert main(["rms", "--costs", "rewardmath"]) == 0
+    printed = [line.split("  ") for line in capsys.readouterr().out.splitlines()[1:23]]
+    assert [[cell.strip() for cell in line if cell.strip()] for line in printed] == expected
+
+
+def test_the_pages_cost_file_reads(tmp_path):
+    text = PAGE.read_text(encoding="utf-8").split("## What each RM costs", 1)[1]
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    costs_read = read_cost_file(_file(tmp_path, block))
+    assert costs_read == {"my-judge": RMCost(active_params=8.03e9, generates=True,
+                                             source="config.json of my-org/judge-8b"),
+                          "my-api-judge": RMCost(usd_per_call=(3 * 512 + 15 * 256) / 1e6,
+                                                 source="the provider's price page")}
+    assert "1.6e17 FLOP per US dollar" in text and f"{costs.FLOP_PER_USD:.2g}" == "1.6e+17"

