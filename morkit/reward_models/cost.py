@@ -145,11 +145,24 @@ class CostTable:
     unit: str = COST_UNIT
 
     def covers(self, names: Iterable[str]) -> list[str]:
-        """The `names` without a cost here."""
+        """The RMs of `names` this table has no cost for.
+
+        Args:
+            names: RM names.
+
+        Returns:
+            Those without a cost here, in order.
+        """
         return [n for n in names if n not in self.per_candidate]
 
     def vector(self, names: Sequence[str]) -> np.ndarray:
-        """(len(names),) each RM's cost per candidate.
+        """Each RM's cost per candidate, in order.
+
+        Args:
+            names: RM names.
+
+        Returns:
+            (len(names),) costs in `unit`.
 
         Raises:
             InputError: An RM has no cost here.
@@ -160,14 +173,38 @@ class CostTable:
         return np.array([self.per_candidate[n] for n in names], dtype=np.float64)
 
     def of(self, members: Iterable[str], candidates: int = 1) -> float:
-        """What scoring `candidates` candidates with every one of `members` costs."""
+        """What scoring `candidates` candidates with every one of `members` costs.
+
+        Args:
+            members: The RMs of an ensemble (a route).
+            candidates: The query's candidates.
+
+        Returns:
+            The sum of the members' costs per candidate, times `candidates`, in `unit`.
+
+        Raises:
+            InputError: A member has no cost here.
+        """
         return float(self.vector(list(members)).sum()) * candidates
 
     def to_json(self) -> dict[str, Any]:
+        """The table as JSON (what a pool stores).
+
+        Returns:
+            {"unit", "per_candidate", "sources"}.
+        """
         return {"unit": self.unit, "per_candidate": dict(self.per_candidate), "sources": dict(self.sources)}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "CostTable":
+        """The table `to_json` wrote.
+
+        Args:
+            obj: Its JSON.
+
+        Returns:
+            The table (unit COST_UNIT where `obj` names none).
+        """
         return cls({str(k): float(v) for k, v in obj["per_candidate"].items()},
                    {str(k): str(v) for k, v in obj.get("sources", {}).items()}, str(obj.get("unit", COST_UNIT)))
 

@@ -94,6 +94,7 @@ class Measurement:
                 f"over {self.pairs:,} pairs, {self.updated[:10]}")
 
     def to_json(self) -> dict[str, Any]:
+        """Its fields as JSON (`morkit rms --json`)."""
         return asdict(self)
 
 

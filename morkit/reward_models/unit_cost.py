@@ -133,8 +133,12 @@ class RMCost:
         return float(self.gflop)
 
     def describe(self) -> str:
-        """The cost as `morkit rms` shows it: "16.1 GFLOP/token", "269 MFLOP/token", "$0.03/call",
-        "2.1 ms CPU/pair", "40 GFLOP/pair"; a generating judge's "(generates)"."""
+        """The cost as `morkit rms` shows it, in the unit it is known in.
+
+        Returns:
+            "16.1 GFLOP/token", "269 MFLOP/token", "$0.03/call", "2.1 ms CPU/pair" or "40 GFLOP/pair"; a generating
+            judge's ends "(generates)".
+        """
         if self.active_params is not None:
             flop = 2 * self.active_params
             text = (f"{short_number(flop / 1e9)} GFLOP/token" if flop >= 1e9
@@ -149,7 +153,11 @@ class RMCost:
         return f"{short_number(self.gflop)} GFLOP/pair"
 
     def to_json(self) -> dict[str, Any]:
-        """Its given fields (`generates` only when true)."""
+        """Its fields as JSON.
+
+        Returns:
+            The fields given (`generates` only when true), `source` where it has one.
+        """
         fields = {"active_params": self.active_params, "usd_per_call": self.usd_per_call,
                   "cpu_seconds": self.cpu_seconds, "gflop": self.gflop, "source": self.source,
                   "generates": self.generates or None}
