@@ -37,12 +37,13 @@ def _cost(info: Any) -> str:
 
 
 def _details(info: Any) -> None:
-    """`morkit rms NAME`: every field of its JSON, its cost and its measured seconds per pair as lines."""
+    """`morkit rms NAME`: every field of its JSON, one a line; its cost read out, and each measurement on a line."""
     from morkit.reward_models.cost import TOKENS_PER_PAIR, USER_GIVEN
     from morkit.reward_models.timing import short_number
 
     record = info.to_json()
-    cost, measured = record.pop("cost"), record.pop("measured")
+    cost = record.pop("cost")
+    del record["measured"]
     if info.cost is None:
         record["cost"] = f"{USER_GIVEN}: --cost {info.name}=VALUE (8B, $0.02, 3ms, 40GFLOP) or a cost file"
     else:
@@ -50,15 +51,15 @@ def _details(info: Any) -> None:
                           f"candidate at the default rates ({TOKENS_PER_PAIR} tokens per pair)")
         record["cost_source"] = cost.get("source")
     if info.card.options:  # a bare client: its name does not say which model ran, so it is not timed
-        record["measured"] = "-"
+        measured = ["-"]
     else:
-        record["measured"] = [m.describe() for m in info.measured] or f"not yet (`morkit score --rm {info.name}`)"
-    width = max(len(k) for k in record)
+        measured = [m.describe() for m in info.measured] or [f"not yet (`morkit score --rm {info.name}`)"]
+    width = max(len(k) for k in (*record, "measured"))
     for key, value in record.items():
-        lines = value if isinstance(value, list) and key == "measured" else [value]
-        for i, line in enumerate(lines):
-            shown = ", ".join(line) if isinstance(line, list) else line
-            print(f"{key if i == 0 else '':<{width}}  {'-' if shown in (None, '') else shown}")
+        shown = ", ".join(value) if isinstance(value, list) else value
+        print(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+    for i, line in enumerate(measured):
+        print(f"{'measured' if i == 0 else '':<{width}}  {line}")
 
 
 def _cost_file(args: argparse.Namespace) -> int:
