@@ -84,15 +84,13 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
                config: PoolConfig = PoolConfig(), embedder: str | None = None,
                options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
                embed_ray: RayEmbedOptions = RayEmbedOptions(), costs: CostOptions | None = None) -> QuestionPool:
-    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors;
-    with `costs`, the RMs' cost table and the budget routes.
-
-    `rms` default: every RM cached in the queries, else smollm2-orm; registered ones run where scores are
-    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2), see question_embedder.
+    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors
+    (and, with `costs`, the RMs' cost table and budget routes).
 
     Args:
         labelled_queries: The queries; candidates are labelled where a reference or tests allow.
-        rms: The member RMs; None takes every RM cached in the queries, else smollm2-orm.
+        rms: The member RMs (registered ones run where scores are missing); None takes every RM cached in the
+            queries, else smollm2-orm.
         config: How the pool is built (normaliser, ensembles, index, statistics).
         embedder: A sentence-transformers name or path for the questions; None is all-MiniLM-L6-v2.
         options: How missing scores are computed; with `options.cache`, embeddings are cached beside it, and with
