@@ -231,6 +231,54 @@ def add_select_options(p: argparse.ArgumentParser, flag: str = "--method") -> No
                         f"{DEFAULT_NEIGHBOURHOOD}; 'valid' applies to pres and pres-top1 only")
 
 
+COSTS_HELP = ("a cost file, packaged (by name: morkit/resources/costs/NAME.toml) or a TOML path with a [costs.NAME] "
+              "table per RM; repeatable, a later file wins for an RM both name; an RM no file or --cost names is "
+              "costed from its card")
+COST_HELP = ("one RM's cost per scored candidate, repeatable, before any file or card: NAME=8B (active parameters), "
+             "NAME=$0.02 (price per call), NAME=3ms (CPU time per pair) or NAME=40GFLOP")
+
+
+def add_cost_options(p: argparse.ArgumentParser, what: str) -> None:
+    """`--costs NAME|FILE` and `--cost NAME=VALUE` (repeatable): where the RMs' costs come from; `what` says what
+    they are for."""
+    p.add_argument("--costs", action="append", default=[], metavar="NAME|FILE", help=f"{what}: {COSTS_HELP}")
+    p.add_argument("--cost", action="append", default=[], metavar="NAME=VALUE", help=COST_HELP)
+
+
+def cost_options(args: argparse.Namespace) -> Any:
+    """The CostOptions of `--costs` and `--cost` (None where neither is given); a bad `--cost` names it."""
+    from morkit.selection.budget import CostOptions
+
+    files, given = getattr(args, "costs", None) or [], getattr(args, "cost", None) or []
+    if not files and not given:
+        return None
+    return CostOptions(tuple(files), tuple(CostOptions.parse_given(text) for text in given))
+
+
+def add_budget_options(p: argparse.ArgumentParser) -> None:
+    """`--budget`, `--cost-weight` and the cost flags of routing under a budget (`select`, `rank`)."""
+    g = p.add_argument_group("routing under a budget (learned, pres, pres-top1; docs/selection.md)")
+    g.add_argument("--budget", metavar="B",
+                   help="the most scoring one query may cost: GFLOP-equivalents per query (3e5; a model RM costs "
+                        "2 x its active parameters x the tokens it reads per candidate), or a share of the full "
+                        "route's cost, every pool RM the query can use (25%%); each query gets the best ensemble "
+                        "that fits, and a query nothing fits is an error")
+    g.add_argument("--cost-weight", type=NON_NEGATIVE, metavar="LAMBDA",
+                   help="trade accuracy for cost: pick by accuracy - LAMBDA x cost per query in GFLOP-equivalents "
+                        "(1e-5: 100,000 GFLOP is worth one point of best-of-n); default 0")
+    add_cost_options(g, "RM costs beyond the pool's stored ones (with either, every line carries its cost)")
+
+
+def budget(args: argparse.Namespace) -> Any:
+    """The Budget of `--budget` and `--cost-weight` (None where neither is given)."""
+    from morkit.selection.budget import Budget
+
+    text, weight = getattr(args, "budget", None), getattr(args, "cost_weight", None)
+    if text is None and weight is None:
+        return None
+    return Budget.parse(text, weight or 0.0) if text is not None else Budget(cost_weight=weight)
+
+
 def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
     """`--rm NAME` (repeatable): the `fixed` selection method's ensemble instead of routing per query."""
     p.add_argument("--rm", action="append", default=[], metavar="NAME",
@@ -241,7 +289,9 @@ def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
 
 def select_options(args: argparse.Namespace) -> Any:
     """The SelectOptions of the flags; `--rm` (add_fixed_option) alone selects the `fixed` method with its RMs, and
-    beside a method given that is not `fixed` it is a one-line InputError (SelectOptions checks it)."""
+    beside a method given that is not `fixed` it is a one-line InputError (SelectOptions checks it); the budget
+    flags (add_budget_options) where the verb has them."""
+    from morkit.selection.budget import CostOptions
     from morkit.selection.methods import DEFAULT_METHOD, SelectOptions
 
     rms = tuple(getattr(args, "rm", None) or ())
@@ -249,4 +299,5 @@ def select_options(args: argparse.Namespace) -> Any:
     return SelectOptions(method=method, k=args.k, neighbourhood=args.neighbourhood,
                          singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False),
-                         abstain_below=getattr(args, "abstain_below", None), rms=rms)
+                         abstain_below=getattr(args, "abstain_below", None), rms=rms, budget=budget(args),
+                         costs=cost_options(args) or CostOptions())

@@ -13,8 +13,10 @@ from morkit.cli.args import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,
+    add_cost_options,
     add_input_options,
     add_scoring_options,
+    cost_options,
     output_dir,
     output_file,
     scoring_options,
@@ -73,11 +75,12 @@ def cmd_pool_build(args: argparse.Namespace) -> int:
                         reduction=args.reduction, index=IndexConfig(kind=args.index), statistics=args.statistics)
     options = scoring_options(args)
     embed_ray = _embed_ray(args)
+    costs = cost_options(args)
     output_dir(args.output)
     started = time.perf_counter()
     queries, provenance = _inputs(args)
     pool = build_pool(queries, args.rm, config=config, embedder=args.embedder, options=options,
-                      provenance=provenance, embed_ray=embed_ray)
+                      provenance=provenance, embed_ray=embed_ray, costs=costs)
     pool.save(args.output)
     _print_labels(pool)
     print(f"pool: {len(pool)} questions, {len(pool.rm_names)} RMs, {len(pool.ensembles)} ensembles, "
@@ -91,8 +94,10 @@ def cmd_pool_add(args: argparse.Namespace) -> int:
 
     options = scoring_options(args)
     embed_ray = _embed_ray(args)
+    costs = cost_options(args)
     queries, provenance = _inputs(args)
-    pool, grown = add_to_saved_pool(args.pool, queries, options=options, provenance=provenance, embed_ray=embed_ray)
+    pool, grown = add_to_saved_pool(args.pool, queries, options=options, provenance=provenance, embed_ray=embed_ray,
+                                    costs=costs)
     _print_labels(grown)
     print(f"pool: added {len(grown) - len(pool)} questions (now {len(grown)}, revision {grown.meta['revision']})"
           f" -> {args.pool}", file=sys.stderr)
@@ -208,6 +213,7 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                    help="store PRR and best-of-n of every ensemble as dense tables, or keep only member scores and "
                         "compute the neighbours' values per query (on-the-fly); auto: dense up to "
                         f"{DENSE_CELLS:,} (question, ensemble) cells (default)")
+    add_cost_options(p, "store the RMs' costs with the pool and fit its budget routes (routing under a budget)")
     add_scoring_options(p)
     add_embed_ray_options(p)
     p.set_defaults(func=cmd_pool_build)
@@ -219,6 +225,8 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("pool", help="pool directory")
     p.add_argument("input", nargs="*", default=[], help=f"labelled input files ({CONTRACT})")
     add_input_options(p)
+    add_cost_options(p, "update the RMs' costs the pool stores, or store them (routing under a budget; a pool that "
+                        "stores costs refits its budget routes on every add)")
     add_scoring_options(p, reduction=False)  # the pool's own reduction applies
     add_embed_ray_options(p)
     p.set_defaults(func=cmd_pool_add)

@@ -10,6 +10,7 @@ from typing import Any
 from morkit.cli.args import (
     CONTRACT,
     PROBABILITY,
+    add_budget_options,
     add_device_options,
     add_fixed_option,
     add_scoring_options,
@@ -33,7 +34,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     selections = select(queries, load_pool(args.pool), select_options(args), device=args.device)
     write_jsonl(args.output, (s.to_json() for s in selections))
     print(f"selected ensembles for {len(queries)} queries ({method_summary(selections)}) in "
-          f"{time.perf_counter() - started:.1f}s -> {args.output}", file=sys.stderr)
+          f"{time.perf_counter() - started:.1f}s{_costs(selections)} -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -52,9 +53,17 @@ def cmd_rank(args: argparse.Namespace) -> int:
     write_jsonl(args.output, (r.to_json() for r in rankings))
     abstained = f"; {sum(bool(r.abstain) for r in rankings)} marked abstain" if args.abstain_below is not None else ""
     print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries "
-          f"({method_summary(r.selection for r in rankings)}) in {time.perf_counter() - started:.1f}s{abstained} "
-          f"-> {args.output}", file=sys.stderr)
+          f"({method_summary(r.selection for r in rankings)}) in {time.perf_counter() - started:.1f}s{abstained}"
+          f"{_costs(r.selection for r in rankings)} -> {args.output}", file=sys.stderr)
     return 0
+
+
+def _costs(selections: Any) -> str:
+    """The run's cost for its summary line ("; mean cost ... per query, 23% of the full route's"), where known."""
+    from morkit.selection.budget import cost_summary
+
+    text = cost_summary((s.cost, s.full_cost) for s in selections)
+    return f"; {text}" if text else ""
 
 
 def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
@@ -63,6 +72,7 @@ def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
     p.add_argument("-o", "--output", required=True, help="output JSONL, written atomically")
     add_select_options(p)
     add_fixed_option(p, "rank" if scoring else "select")
+    add_budget_options(p)
     p.add_argument("--singles-only", action="store_true", help="PRES over single RMs only (no combinations)")
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")

@@ -269,8 +269,8 @@ class QuestionPool:
             progress: bool = False) -> "QuestionPool":
         """A new revision with labelled queries appended; their candidates must carry every pool RM's scores.
 
-        Normaliser, ensembles and weights stay as built. Stored learned fits are dropped as stale (a Router
-        refits them when asked); `morkit.add_to_pool` also labels, scores and refits.
+        Normaliser, ensembles, weights and stored costs stay as built. Stored learned fits and budget routes are
+        dropped as stale (a Router refits them when asked); `morkit.add_to_pool` also labels, scores and refits.
 
         Args:
             queries: Labelled queries whose candidates carry every pool RM's scores; ids must be new to the pool.
@@ -461,7 +461,7 @@ def add_questions(pool: QuestionPool, queries: Sequence[Query], embedder: Senten
         pad = [(0, 0), (0, width - old_width)] + [(0, 0)] * (a.ndim - 2)
         return np.pad(a, pad, constant_values=fill)
 
-    stale = ("learned", "learned_subsets")  # selectors fitted on the old rows
+    stale = ("learned", "learned_subsets", "budget_routes")  # selectors fitted on the old rows; the costs stay
     meta = {k: v for k, v in pool.meta.items() if k not in stale}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["revision"] = pool.meta["revision"] + 1

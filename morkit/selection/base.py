@@ -1,4 +1,5 @@
-"""What a per-query selection is, and the one-method protocol every selection method implements."""
+"""What a per-query selection is, the one-method protocol every selection method implements, and the cost limit
+a budget puts on one query's pick (`CostLimit`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,41 @@ class Choice:
     calibrator: Any = None  # morkit.selection.confidence.Calibrator; None: the Router calibrates the method
 
 
+@dataclass(frozen=True, eq=False)
+class CostLimit:
+    """What a query's budget allows a method to pick, per scored candidate: an ensemble (or learned route) whose
+    members' costs sum to at most `most`, ranked by the method's criterion less `weight` times that sum; built per
+    query from a Budget (morkit.selection.budget.cost_limit).
+
+    Args:
+        costs: (R,) each pool RM's cost per candidate (morkit.reward_models.cost.COST_UNIT), in `rm_names` order.
+        rm_names: The pool's RMs.
+        most: The most a pick may cost per candidate (inf: no cap).
+        weight: The criterion's penalty per unit of per-candidate cost (the budget's cost weight x candidates).
+        candidates: The query's candidates (a pick's per-query cost is its per-candidate cost times this).
+    """
+
+    costs: np.ndarray
+    rm_names: tuple[str, ...]
+    most: float = float("inf")
+    weight: float = 0.0
+    candidates: int = 1
+
+    def cost(self, members: Sequence[str]) -> float:
+        """What scoring one candidate with every one of `members` costs."""
+        index = {name: r for r, name in enumerate(self.rm_names)}
+        return float(sum(self.costs[index[m]] for m in members))
+
+    def affords(self, cost: np.ndarray | float) -> np.ndarray | bool:
+        """Whether a per-candidate `cost` fits under `most` (a relative tolerance absorbs float rounding, so a
+        share of 1 affords every usable RM)."""
+        return np.asarray(cost) <= self.most * (1 + 1e-9) + 1e-12
+
+    def per_query(self, cost: float) -> float:
+        """A per-candidate cost as the query's cost."""
+        return cost * self.candidates
+
+
 def chosen_in_place(method: str, reason: str) -> dict[str, str]:
     """Choice details saying that `method` chose in place of the method asked for, and why in a few words; the
     Selection then names it so (`method_label`): "pres (learned needs 20 mixed pool questions)"."""
@@ -58,8 +94,11 @@ class CandidateScorer(Protocol):
 
 
 class SelectionMethod(Protocol):
-    """Picks an ensemble for one query from its pool neighbours and the RMs available for it."""
+    """Picks an ensemble for one query from its pool neighbours and the RMs available for it; under a budget, the
+    chooser also passes the query's `limit` (a method that takes budgets has "budget" in its registry metadata;
+    the others are called without one)."""
 
     name: str
 
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice: ...
+    def choose(self, neighbours: Neighbours, available: frozenset[str],
+               limit: CostLimit | None = None) -> Choice: ...

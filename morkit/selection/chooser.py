@@ -16,13 +16,16 @@ from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.rows import rm_rules
 from morkit.reward_models.catalog import relative_scores
+from morkit.reward_models.cost import CostTable
 from morkit.selection.base import (
     Choice,
+    CostLimit,
     Neighbours,
     SelectionMethod,
     chosen_in_place,
     method_label,
 )
+from morkit.selection.budget import Budget, budget_details, cost_limit
 from morkit.selection.coverage import like_neighbours
 from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
 from morkit.selection.mor import available_members
@@ -39,6 +42,8 @@ class Selection:
     normalizer: str  # the transform the weights apply to, named for the output contract
     neighbours: Neighbours
     skipped_rms: Mapping[str, str] = field(default_factory=dict)  # pool RM this query cannot use -> why
+    cost: float | None = None  # what scoring the query with the pick costs (COST_UNIT), when costs are known
+    full_cost: float | None = None  # what scoring it with every pool RM it can use costs, when costs are known
 
     @property
     def missing_rms(self) -> tuple[str, ...]:
@@ -59,6 +64,8 @@ class Selection:
                            for i, s in zip(self.neighbours.ids, self.neighbours.similarities)],
             "skipped": {"missing_rms": list(self.missing_rms), "why": dict(self.skipped_rms),
                         **{k: v for k, v in self.choice.details.items() if k.startswith("skipped")}},
+            **({"cost": self.cost} if self.cost is not None else {}),
+            **({"budget": dict(self.choice.details["budget"])} if "budget" in self.choice.details else {}),
         }
 
 
@@ -98,12 +105,18 @@ def normalizer_name(pool: QuestionPool, transform: str) -> str:
 class EnsembleChooser:
     """Routes queries to ensembles: finds each one's pool neighbours and asks the method to pick from the RMs
     the query can use; embeds query questions with the pool's own embedder (loaded when first needed).
-    `neighbourhood`: which k pool questions a query reads (morkit.selection.methods.NEIGHBOURHOODS)."""
+    `neighbourhood`: which k pool questions a query reads (NEIGHBOURHOODS); `budget`: each query's cost limit,
+    passed to the method; `costs`: each pool RM's cost per candidate, pricing each selection (a budget needs it)."""
 
     def __init__(self, pool: QuestionPool, method: SelectionMethod, method_name: str, *, k: int,
                  runnable: Iterable[str] = (), embedder: Any = None, device: str | None = None,
-                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD):
+                 neighbourhood: str = DEFAULT_NEIGHBOURHOOD, budget: Budget | None = None,
+                 costs: CostTable | None = None):
+        if budget is not None and costs is None:
+            raise ValueError("a budget needs the pool RMs' costs")
         self.pool = pool
+        self.budget = budget
+        self.costs = costs
         self.method = method
         self.method_name = method_name
         self.finder = NeighbourSearch(pool, k, neighbourhood)
@@ -170,25 +183,48 @@ class EnsembleChooser:
             usable = self._usable(skipped)
             neighbours = like_neighbours(self.pool, neighbours, usable)
             if not usable and all(why.startswith(NOT_APPLICABLE) for why in skipped.values()):
-                out.append(Selection(query.id, self.label(NO_RM_APPLIES), NO_RM_APPLIES, "raw", neighbours, skipped))
+                out.append(Selection(query.id, self.label(NO_RM_APPLIES), NO_RM_APPLIES, "raw", neighbours, skipped,
+                                     *self._priced((), (), len(query.candidates))))
                 continue
+            limit = self.limit(query, usable)
             try:
-                choice = self.method.choose(neighbours, frozenset(usable))
+                if limit is None:
+                    choice = self.method.choose(neighbours, frozenset(usable))
+                else:
+                    choice = self.method.choose(neighbours, frozenset(usable), limit)
+                if len(query.candidates) == 1:
+                    choice = self._for_lone(choice, neighbours, usable, limit)
             except LookupError as exc:
                 reasons = "; ".join(f"{name}: {why}" for name, why in skipped.items())
                 raise InputError(f"query {query.id!r}: {exc}" + (f" ({reasons})" if reasons else "")) from exc
-            if len(query.candidates) == 1:
-                choice = self._for_lone(choice, neighbours, usable)
+            if limit is not None:
+                spent = budget_details(limit, choice.ensemble.members, self.budget)
+                choice = replace(choice, details={**choice.details, "budget": spent})
             out.append(Selection(query.id, self.label(choice), choice,
-                                 normalizer_name(self.pool, choice.transform), neighbours, skipped))
+                                 normalizer_name(self.pool, choice.transform), neighbours, skipped,
+                                 *self._priced(choice.ensemble.members, usable, len(query.candidates))))
         return out
+
+    def limit(self, query: Query, usable: Sequence[str]) -> CostLimit | None:
+        """The query's cost limit under the chooser's budget (None: no budget, or one that limits nothing)."""
+        if self.budget is None or not self.budget.active:
+            return None
+        return cost_limit(self.budget, self.costs, self.pool.rm_names, usable, len(query.candidates))
+
+    def _priced(self, members: Sequence[str], usable: Sequence[str], candidates: int
+                ) -> tuple[float | None, float | None]:
+        """(cost of the pick, cost of every usable RM) for a query's candidates; (None, None) without costs."""
+        if self.costs is None:
+            return None, None
+        return self.costs.of(members, candidates), self.costs.of(usable, candidates)
 
     def label(self, choice: Choice) -> str:
         """The Selection's `method` for a choice: the method asked for, or the one that chose in its place, with why
         ("pres (learned needs 20 mixed pool questions)")."""
         return method_label(choice.details.get("chosen_by", self.method_name), choice.details.get("chosen_because"))
 
-    def _for_lone(self, choice: Choice, neighbours: Neighbours, usable: Sequence[str]) -> Choice:
+    def _for_lone(self, choice: Choice, neighbours: Neighbours, usable: Sequence[str],
+                  limit: CostLimit | None = None) -> Choice:
         """A lone answer's choice: a ranker whose score of one answer cannot move (all its features compare the
         answer with its siblings) gives way to PRES, whose weights apply to pool-standardised scores, so the
         reward still says how good the answer is."""
@@ -197,7 +233,8 @@ class EnsembleChooser:
         from morkit.selection.pres import PRES
 
         self._pres = self._pres or PRES(self.pool)
-        fallback = self._pres.choose(neighbours, frozenset(usable))
+        fallback = (self._pres.choose(neighbours, frozenset(usable)) if limit is None
+                    else self._pres.choose(neighbours, frozenset(usable), limit))
         return replace(fallback, details={**fallback.details, "fallback": "pres: the learned ranker scores a lone "
                                           "answer alike whatever it says (its features compare answers)",
                                           **chosen_in_place("pres", f"lone answer: the {self.method_name} ranker "

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from morkit.core.errors import InputError
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, Neighbours
+from morkit.selection.base import Choice, CostLimit, Neighbours
 
 
 class FixedEnsemble:
@@ -41,19 +41,23 @@ class FixedEnsemble:
         self.ensemble = best["ensemble"]
         self.score = float(best["mean_prr"]) if math.isfinite(best["mean_prr"]) else 0.0
 
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+    def choose(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None) -> Choice:
         """The fixed ensemble, when the query can use every member.
 
         Args:
             neighbours: The query's pool neighbours (not read).
             available: The pool RMs the query can use.
+            limit: None: a fixed ensemble takes no budget (SelectOptions refuses one first).
 
         Returns:
             The Choice of the fixed ensemble, with its pool mean PRR as the criterion.
 
         Raises:
             LookupError: The query cannot use a member.
+            ValueError: A cost limit is given.
         """
+        if limit is not None:
+            raise ValueError("the fixed method takes no budget: its ensemble is the same whatever it costs")
         lacking = [m for m in self.ensemble.members if m not in available]
         if lacking:
             raise LookupError(f"the fixed ensemble needs {', '.join(lacking)}, which this query's candidates "

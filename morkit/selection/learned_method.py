@@ -1,14 +1,16 @@
 """The learned selection method: the fits a pool stores in pool.json (over every RM, and per domain's RMs), and
-`Learned`, which picks by them; `stacker` is it restricted to the former stacker's grid (docs/selection.md)."""
+`Learned`, which picks by them (under a budget, among them and the pool's budget routes); `stacker` is it
+restricted to the former stacker's grid (docs/selection.md)."""
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, Neighbours, chosen_in_place
+from morkit.selection.base import Choice, CostLimit, Neighbours, chosen_in_place
 from morkit.selection.coverage import domain_rm_sets
 from morkit.selection.local import query_evidence
 from morkit.selection.learned import (
@@ -57,6 +59,12 @@ def _stored(obj: Mapping[str, Any], pool: QuestionPool) -> LearnedFit:
         raise InputError(f"malformed learned selector {key}: {stored_problem(exc)}; rebuild the pool, or refit with "
                          "`morkit pool add`",
                          path=str(Path(pool.origin[0]) / "pool.json") if pool.origin else None) from exc
+
+
+def stored_full_fit(pool: QuestionPool) -> LearnedFit | None:
+    """The fit over every RM kept in pool.json, checked; None when the pool keeps none."""
+    full = pool.meta.get("learned")
+    return _stored(full, pool) if full else None
 
 
 def stored_fits(pool: QuestionPool) -> list[Mapping[str, Any]]:
@@ -119,6 +127,7 @@ class Learned:
     _fits: dict = field(init=False, repr=False, default_factory=dict)
     _choices: dict = field(init=False, repr=False, default_factory=dict)
     _pres_method: Any = field(init=False, repr=False, default=None)  # the fallback, and CV's pick where PRES won
+    _routes: list | None = field(init=False, repr=False, default=None)  # the budget routes, once read or fitted
 
     def fit_for(self, available: frozenset[str]) -> LearnedFit | None:
         """The fit over the available RMs (stored with the pool, else fitted here on the questions they
@@ -169,30 +178,98 @@ class Learned:
             return "pres", f"{self.name}'s cross-validation chose it"
         return self.name, None
 
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+    def choose(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None) -> Choice:
+        """The pick by the fit over the available RMs (PRES where it has none, or where its CV chose PRES); under
+        a `limit`, by the best affordable route (`_within`).
+
+        Args:
+            neighbours: The query's pool neighbours.
+            available: The pool RMs the query can use.
+            limit: The query's cost limit; None: no budget.
+
+        Returns:
+            The Choice.
+
+        Raises:
+            LookupError: No pool RM can score the query, or (under a limit) PRES finds nothing affordable.
+        """
         fit = self.fit_for(available)
+        if limit is not None:
+            return self._within(fit, neighbours, available, limit)
         if fit is None:
-            choice = self._pres().choose(neighbours, available)
+            return self._fallback(neighbours, available)
+        return self._by(fit, neighbours, available)
+
+    def _fallback(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None,
+                  reason: str | None = None) -> Choice:
+        """PRES's pick where no fit chooses: too few mixed pool questions, or (`reason`) none within the budget."""
+        choice = self._pres().choose(neighbours, available, limit)
+        if reason is None:
             return Choice(choice.ensemble, choice.transform, choice.score, choice.alternatives,
                           {**choice.details,
                            "fallback": f"pres: fewer than {max(1, self.min_mixed)} mixed pool questions",
                            **chosen_in_place(*self.chosen_by(available))})
+        return replace(choice, details={**choice.details, "fallback": f"pres: {reason}",
+                                        **chosen_in_place("pres", reason)})
+
+    def _by(self, fit: LearnedFit, neighbours: Neighbours, available: frozenset[str],
+            limit: CostLimit | None = None) -> Choice:
+        """The pick by one fit: its ranker (built once per fit and availability set), or PRES over its members
+        where its CV chose PRES."""
         if fit.is_pres:  # CV chose the paper's rule for these RMs: PRES picks per query, calibrated as PRES is
-            choice = self._pres().choose(neighbours, available)
+            choice = self._pres().choose(neighbours, available & frozenset(fit.members), limit)
             return replace(choice, details={**choice.details, "learner": fit.label,
-                                            **chosen_in_place(*self.chosen_by(available))})
-        choice = self._choices.get(available)
+                                            **chosen_in_place("pres", f"{self.name}'s cross-validation chose it")})
+        key = (available, fit.members)
+        choice = self._choices.get(key)
         if choice is None:  # the same for every query with these RMs: built once
             alternatives = tuple((label, score) for label, score, _ in fit.cv_table if label != fit.label)
-            skipped = [m for m in self.pool.rm_names if m not in available]
+            skipped = [m for m in self.pool.rm_names if m not in fit.members]
             choice = Choice(fit.ensemble(), "features", fit.cv_best_of_n, alternatives,
                             {"criterion": "cv_best_of_n", "learner": fit.label, "skipped_members": skipped},
                             scorer=fit, calibrator=fit.calibrator)
-            self._choices[available] = choice
+            self._choices[key] = choice
         if fit.local_k:  # its features read how each RM did on this query's neighbours
             local = query_evidence(self.pool, neighbours.rows, neighbours.similarities, fit.members, fit.local_k)
             return replace(choice, scorer=fit.at(local))
         return choice
+
+    def _within(self, fit: LearnedFit | None, neighbours: Neighbours, available: frozenset[str],
+                limit: CostLimit) -> Choice:
+        """The pick under a cost limit: of the fit over the available RMs and the budget routes whose members the
+        query can use, those the limit affords, the best by CV best-of-n less the limit's weight times the
+        route's cost (ties: the cheaper, then the full fit); PRES with the limit where none is affordable."""
+        routes = [fit] if fit is not None else []
+        routes += [r.fit for r in self.budget_routes(limit)
+                   if set(r.members) <= available and (fit is None or set(r.members) != set(fit.members))]
+        affordable = [f for f in routes if limit.affords(limit.cost(f.members))]
+        if not affordable:
+            reason = None if fit is None and not routes else "no learned route fits the budget"
+            return self._fallback(neighbours, available, limit, reason)
+        best = max(affordable, key=lambda f: (f.cv_best_of_n - limit.weight * limit.cost(f.members),
+                                              -limit.cost(f.members)))
+        return self._by(best, neighbours, available, limit)
+
+    def budget_routes(self, limit: CostLimit) -> list[Any]:
+        """The pool's budget routes this grid could have chosen (morkit.selection.budget.BudgetRoute): stored with
+        the pool, else fitted here once on the limit's costs (an INFO line says so and how long)."""
+        from morkit.reward_models.cost import CostTable
+        from morkit.selection.budget import fit_budget_routes, stored_routes
+
+        if self._routes is None:
+            routes = stored_routes(self.pool)
+            if routes is None:
+                full = self.fit_for(frozenset(self.pool.rm_names))
+                started = time.perf_counter()
+                costs = CostTable(dict(zip(limit.rm_names, (float(c) for c in limit.costs))))
+                routes = [] if full is None else fit_budget_routes(
+                    self.pool, costs, full, folds=self.folds, settings=self.settings, baselines=self.baselines,
+                    min_mixed=self.min_mixed)
+                log.info("the pool stores no budget routes: fitted %d on first use in %.1fs (`morkit pool build "
+                         "--costs` or `morkit pool add --costs` stores them)", len(routes),
+                         time.perf_counter() - started)
+            self._routes = [r for r in routes if self._in_grid(r.fit.to_json())]
+        return self._routes
 
     def _pres(self) -> Any:
         from morkit.selection.pres import PRES

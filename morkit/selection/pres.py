@@ -13,7 +13,8 @@ from morkit.core import checks
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
 from morkit.question_pool.pool import QuestionPool
-from morkit.selection.base import Choice, Neighbours
+from morkit.reward_models.cost import COST_UNIT
+from morkit.selection.base import Choice, CostLimit, Neighbours
 from morkit.selection.cv import Folds
 from morkit.selection.local import NeighbourLists
 
@@ -81,14 +82,34 @@ class PRES:
             return sims @ np.nan_to_num(table.astype(np.float32), nan=0.0)[np.argsort(order)]
         return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[np.argsort(order)]  # query order, as dense
 
-    def choose(self, neighbours: Neighbours, available: frozenset[str]) -> Choice:
+    def choose(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None) -> Choice:
+        """The ensemble with the best evidence among those the query can use; under a `limit`, among those it can
+        afford, by evidence per unit of similarity less the limit's weight times the ensemble's cost.
+
+        Args:
+            neighbours: The query's pool neighbours.
+            available: The pool RMs the query can use.
+            limit: The query's cost limit; None: no budget.
+
+        Returns:
+            The Choice, its criterion the (penalised) evidence.
+
+        Raises:
+            LookupError: The query can use no ensemble, or can afford none (naming the cheapest and its cost).
+        """
         mask = self.allowed(available)
         if not mask.any():
             raise LookupError("no pool ensemble can score this query: its candidates lack every pool RM's scores")
-        evidence = np.where(mask, self.scores(neighbours), -np.inf)
+        evidence = self.scores(neighbours)
+        details: dict[str, Any] = {"criterion": self.criterion}
+        if limit is not None:
+            mask, evidence = self._within(mask, evidence, neighbours, limit)
+            if limit.weight > 0:
+                details["criterion"] = f"{self.criterion} per similarity - cost weight x cost"
+        evidence = np.where(mask, evidence, -np.inf)
         order = ranked(evidence, self._overall)
         best = int(order[0])
-        details = {"criterion": self.criterion, "skipped_ensembles": int((~mask).sum())}
+        details["skipped_ensembles"] = int((~mask).sum())
         if self.gamma is not None:  # within gamma of the best: fewest members first, then the order above
             near = evidence >= evidence[best] - (1 - self.gamma) * abs(evidence[best])
             kept = order[near[order]]
@@ -97,6 +118,23 @@ class PRES:
         others = [int(e) for e in order[: self.runner_ups + 1] if e != best and mask[e]][: self.runner_ups]
         alternatives = tuple((self.pool.ensembles[e].name, float(evidence[e])) for e in others)
         return Choice(self.pool.ensembles[best], "pool-zscore", float(evidence[best]), alternatives, details)
+
+    def _within(self, mask: np.ndarray, evidence: np.ndarray, neighbours: Neighbours,
+                limit: CostLimit) -> tuple[np.ndarray, np.ndarray]:
+        """The usable ensembles the limit affords, and the criterion under its weight: the evidence as it is with
+        no weight, else per unit of similarity (a similarity-weighted mean PRR) less weight x cost per candidate.
+        LookupError naming the cheapest usable ensemble when none is affordable."""
+        cost = self._uses @ np.asarray(limit.costs, dtype=np.float64)
+        affordable = mask & limit.affords(cost)
+        if not affordable.any():
+            cheapest = int(np.argmin(np.where(mask, cost, np.inf)))
+            raise LookupError(f"no pool ensemble fits the budget of {limit.per_query(limit.most):.4g} "
+                              f"{COST_UNIT} per query: the cheapest it can use, {self.pool.ensembles[cheapest].name}, "
+                              f"costs {limit.per_query(float(cost[cheapest])):.4g} {COST_UNIT}")
+        if limit.weight > 0:
+            total = float(np.abs(neighbours.similarities).sum())
+            evidence = evidence / (total if total > 0 else 1.0) - limit.weight * cost
+        return affordable, evidence
 
 
 def ranked(evidence: np.ndarray, overall: np.ndarray) -> np.ndarray:

@@ -14,7 +14,9 @@ from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
+from morkit.reward_models.cost import CostTable
 from morkit.selection.base import SelectionMethod, method_label
+from morkit.selection.budget import Budget, resolve_costs
 from morkit.selection.calibration import leave_one_out_calibrator, pick_confidence
 from morkit.selection.chooser import EnsembleChooser, Selection
 from morkit.selection.confidence import Calibrator
@@ -32,7 +34,8 @@ class Filler(Protocol):
 @dataclass(frozen=True)
 class Ranking:
     """A query's best candidate under its selection, with the calibrated probability that it is correct;
-    `abstain` is set when the caller asked to flag picks below a confidence."""
+    `abstain` is set when the caller asked to flag picks below a confidence, `cost` when the Router knows the RMs'
+    costs, `escalated` by a cascade that spent more on the query (None otherwise)."""
 
     selection: Selection
     scores: tuple[float, ...]
@@ -40,6 +43,8 @@ class Ranking:
     tied: tuple[int, ...]
     confidence: float = float("nan")
     abstain: bool | None = None
+    cost: float | None = None  # what scoring the query under its route cost, in COST_UNIT (GFLOP-equivalents)
+    escalated: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         sel = self.selection.to_json()
@@ -56,6 +61,12 @@ class Ranking:
             out["skipped_rms"] = dict(self.selection.skipped_rms)
         if self.abstain is not None:
             out["abstain"] = self.abstain
+        if self.cost is not None:
+            out["cost"] = self.cost
+        if "budget" in details:
+            out["budget"] = dict(details["budget"])
+        if self.escalated is not None:
+            out["escalated"] = self.escalated
         return out
 
 
@@ -84,28 +95,41 @@ class Router:
         session: Where `route` fills the chosen members' missing scores (a ScoringSession, left open); None fills
             nothing, so candidates must carry them.
         abstain_below: Mark a ranking `abstain` when its confidence is below this; None marks nothing.
+        budget: Each query's cost cap and cost weight (an option of the methods with "budget" in their registry
+            metadata); None: no budget.
+        costs: Each pool RM's cost per candidate, which prices every ranking (`cost`); None: the pool's stored
+            table where a budget needs one (cards for RMs it lacks), else no costs.
 
     Raises:
-        InputError: The pool is empty, the method is unknown or lacks `singles_only`, the `neighbourhood` or
-            `rms`, `k` is not positive, `abstain_below` is not a probability, or `embedder` is not the pool's.
+        InputError: The pool is empty, the method is unknown or lacks `singles_only`, the `neighbourhood`,
+            `rms` or a budget, `k` is not positive, `abstain_below` is not a probability, `embedder` is not
+            the pool's, or a budget is set and a pool RM has no cost.
     """
 
     def __init__(self, pool: QuestionPool, method: str = DEFAULT_METHOD, *, rms: Sequence[str] = (),
                  embedder: Any = None, k: int = 100, singles_only: bool = False, runnable: Iterable[str] = (),
                  device: str | None = None, neighbourhood: str = DEFAULT_NEIGHBOURHOOD,
-                 session: Filler | None = None, abstain_below: float | None = None):
+                 session: Filler | None = None, abstain_below: float | None = None, budget: Budget | None = None,
+                 costs: CostTable | None = None):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
-        entry = check_method(method, singles_only, neighbourhood, rms)
+        entry = check_method(method, singles_only, neighbourhood, rms, budget=budget is not None)
         checks.positive_int(k, "k")
         checks.optional(checks.probability, abstain_below, "abstain_below")
         if embedder is not None and embedder.name != pool.embedder:
             raise InputError(f"the pool was built with embedder {pool.embedder!r}; queries were to be embedded "
                              f"with {embedder.name!r}, and similarities across embedders mean nothing")
+        if budget is not None and costs is None:
+            costs = resolve_costs(pool, needed=True)
+        if costs is not None and costs.covers(pool.rm_names):
+            raise InputError(f"no cost for {', '.join(costs.covers(pool.rm_names))}: give one (--cost NAME=8B, "
+                             "--costs FILE)")
         options = {**({"singles_only": True} if singles_only else {}), **({"rms": tuple(rms)} if rms else {})}
         self.pool = pool
+        self.costs = costs
         self.chooser = EnsembleChooser(pool, entry.load()(pool, **options), method, k=k, runnable=runnable,
-                                       embedder=embedder, device=device, neighbourhood=neighbourhood)
+                                       embedder=embedder, device=device, neighbourhood=neighbourhood,
+                                       budget=budget, costs=costs)
         self.session = session
         self.abstain_below = abstain_below
         self._calibrator: Calibrator | None = None
@@ -118,24 +142,33 @@ class Router:
 
         Args:
             pool: The question pool.
-            options: The method, its options, the neighbours and the confidence to mark `abstain` below.
+            options: The method, its options, the neighbours, the confidence to mark `abstain` below, the
+                budget and where costs come from (the pool's stored table, updated by `options.costs`; resolved
+                only with a budget or costs given).
             device: Where the pool's embedder loads, when it first embeds; None picks automatically.
             embedder: A caller's embedder (it must be the pool's); None loads the pool's own.
             session: Where `route` fills missing member scores; None fills nothing.
 
         Returns:
             The Router.
+
+        Raises:
+            InputError: As Router's, or a pool RM has no cost where costs are needed (resolve_costs).
         """
+        check_method(options.method, options.singles_only, options.neighbourhood, options.rms,
+                     budget=options.budget is not None)  # before any cost file is read
+        costs = resolve_costs(pool, options.costs, needed=options.budget is not None)
         return cls(pool, options.method, rms=options.rms, embedder=embedder, device=device, k=options.k,
                    neighbourhood=options.neighbourhood, singles_only=options.singles_only,
                    runnable=runnable_rms(pool) if options.allow_run else (), session=session,
-                   abstain_below=options.abstain_below)
+                   abstain_below=options.abstain_below, budget=options.budget, costs=costs)
 
     # ------------------------------------------------------------------------------------------ the method
     method = property(lambda self: self.chooser.method)
     k = property(lambda self: self.chooser.k)
     neighbourhood = property(lambda self: self.chooser.neighbourhood)
     runnable = property(lambda self: self.chooser.runnable)
+    budget = property(lambda self: self.chooser.budget)
 
     @property
     def embedder(self) -> Any:
@@ -214,22 +247,24 @@ class Router:
             selection: Its selection (`select`).
 
         Returns:
-            The Ranking, marked `abstain` below the router's `abstain_below`.
+            The Ranking, marked `abstain` below the router's `abstain_below`, with its `cost` where the router
+            knows the RMs' costs.
 
         Raises:
             InputError: A candidate lacks a member's score, or a member score cannot be standardised.
         """
         undecided = None if self.abstain_below is None else True
         choice, pool = selection.choice, self.pool
+        cost = None if self.costs is None else self.costs.of(choice.ensemble.members, len(query.candidates))
         if not query.candidates:
-            return Ranking(selection, (), None, (), float("nan"), undecided)
+            return Ranking(selection, (), None, (), float("nan"), undecided, cost)
         picked, members = ranked_candidates(query, choice, pool.normalizer, pool.config.reduction, pool.rm_names,
                                             pool.step_rms)
         if not choice.ensemble.members:  # no pool RM applies: every candidate ties, nothing to trust
-            return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"), undecided)
+            return Ranking(selection, picked.scores, picked.best_index, picked.tied, float("nan"), undecided, cost)
         confidence = pick_confidence(choice.calibrator or self.calibrator(), np.asarray(picked.scores), members)
         abstain = None if self.abstain_below is None else bool(confidence < self.abstain_below)
-        return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain)
+        return Ranking(selection, picked.scores, picked.best_index, picked.tied, confidence, abstain, cost)
 
     # ------------------------------------------------------------------------------------------ confidence
     def calibrator(self) -> Calibrator:

@@ -1,6 +1,6 @@
 """Pools as a service: labelled queries in (files or registered data sets), a saved question pool out.
 
-Missing labels and scores are filled first; the pool keeps its learned selector's fits (docs/pools.md).
+Missing labels and scores are filled first; the pool keeps its learned selector's fits (and budget routes).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, l
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rules.table import table_names
+from morkit.selection.budget import CostOptions, with_budget_routes
 from morkit.selection.learned_method import with_stored_learned
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
@@ -82,38 +83,44 @@ def _prepared(queries: Sequence[Query], names: Sequence[str], options: ScoringOp
 def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = None, *,
                config: PoolConfig = PoolConfig(), embedder: str | None = None,
                options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
-               embed_ray: RayEmbedOptions = RayEmbedOptions()) -> QuestionPool:
-    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors.
-
-    `rms` default: every RM cached in the queries, else smollm2-orm; registered ones run where scores are
-    missing. `embedder`: a sentence-transformers name or path (default all-MiniLM-L6-v2), see question_embedder.
+               embed_ray: RayEmbedOptions = RayEmbedOptions(), costs: CostOptions | None = None) -> QuestionPool:
+    """A question pool from labelled queries: PRR of every RM and ensemble, embeddings, the learned selectors
+    (and, with `costs`, the RMs' cost table and budget routes).
 
     Args:
         labelled_queries: The queries; candidates are labelled where a reference or tests allow.
-        rms: The member RMs; None takes every RM cached in the queries, else smollm2-orm.
+        rms: The member RMs (registered ones run where scores are missing); None takes every RM cached in the
+            queries, else smollm2-orm.
         config: How the pool is built (normaliser, ensembles, index, statistics).
         embedder: A sentence-transformers name or path for the questions; None is all-MiniLM-L6-v2.
         options: How missing scores are computed; with `options.cache`, embeddings are cached beside it, and with
             `options.ray` the embedder runs on Ray actors.
         provenance: Extra facts recorded in the pool's history for this build.
         embed_ray: The embedder actors' resources; only with `options.ray`.
+        costs: Where the RMs' costs come from (cost files, costs per RM; cards for the others): the pool then
+            stores its CostTable and fits the budget routes (docs/selection.md); None: neither.
 
     Returns:
         The pool (not saved: call `save`).
 
     Raises:
-        InputError: An RM name is unknown, or no query has two or more candidates.
+        InputError: An RM name is unknown, a pool RM has no cost (with `costs`), or no query has two or more
+            candidates.
         UnavailableError: An RM or the embedder cannot run here.
     """
     names = list(rms or table_names(labelled_queries) or DEFAULT_RMS)
     check_rm_names(names, labelled_queries)  # fail early: before the embedder loads or anything is scored
+    if costs is not None:
+        from morkit.reward_models.cost import cost_table
+
+        cost_table(names, files=costs.files, given=dict(costs.given))  # fail early: an RM without a cost
     if not any(len(q.candidates) >= 2 for q in labelled_queries):
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
     with question_embedder(embedder, options, embed_ray) as model:
         queries, labels = _prepared(labelled_queries, names, options)
         pool = build_question_pool(queries, model, rm_names=names, config=config,
                                    provenance={**(provenance or {}), "labels": labels}, progress=options.progress)
-    return with_stored_learned(pool)
+    return with_budget_routes(with_stored_learned(pool), costs, options.progress)
 
 
 @contextmanager
@@ -140,10 +147,11 @@ def question_embedder(name: str | None, options: ScoringOptions = ScoringOptions
 
 
 def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, options: ScoringOptions = ScoringOptions(),
-                provenance: Mapping[str, Any] | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions()
-                ) -> QuestionPool:
+                provenance: Mapping[str, Any] | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions(),
+                costs: CostOptions | None = None) -> QuestionPool:
     """A new pool revision with the queries appended (labelled, scored with the pool's RMs, embedded with its
-    embedder, normalised and weighted as the pool was built), and its learned selectors refitted.
+    embedder, normalised and weighted as the pool was built), and its learned selectors refitted (and its budget
+    routes, where it stores costs or `costs` are given).
 
     Args:
         pool: The pool to add to (unchanged).
@@ -151,23 +159,25 @@ def add_to_pool(pool: QuestionPool, labelled_queries: Sequence[Query], *, option
         options: How missing scores are computed; its `reduction` is replaced by the pool's.
         provenance: Extra facts recorded in the pool's history for this addition.
         embed_ray: The embedder actors' resources; only with `options.ray`.
+        costs: Cost files and costs per RM updating the pool's stored table (with_budget_routes); None: the
+            stored one, if any.
 
     Returns:
         The new pool revision (not saved: call `save`, or use `add_to_saved_pool`).
 
     Raises:
-        InputError: An id is already in the pool, or no query is usable.
+        InputError: An id is already in the pool, no query is usable, or a pool RM has no cost (with costs).
     """
     options = replace(options, reduction=pool.config.reduction)
     with question_embedder(pool.embedder, options, embed_ray) as model:
         queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
-        return _grown(pool, queries, labels, model, provenance, options.progress)
+        return _grown(pool, queries, labels, model, provenance, options.progress, costs)
 
 
 def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query], *,
                       options: ScoringOptions = ScoringOptions(), provenance: Mapping[str, Any] | None = None,
-                      lock_timeout: float | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions()
-                      ) -> tuple[QuestionPool, QuestionPool]:
+                      lock_timeout: float | None = None, embed_ray: RayEmbedOptions = RayEmbedOptions(),
+                      costs: CostOptions | None = None) -> tuple[QuestionPool, QuestionPool]:
     """Append queries to the pool saved at `path` without losing another writer's additions.
 
     Labels and scores first, unlocked; then, under the pool's lock (`lock_timeout`, default LOCK_TIMEOUT_S),
@@ -180,15 +190,20 @@ def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query]
         provenance: Extra facts recorded in the pool's history for this addition.
         lock_timeout: Seconds to wait for another writer of the pool; None is LOCK_TIMEOUT_S (600).
         embed_ray: The embedder actors' resources; only with `options.ray`.
+        costs: Cost files and costs per RM updating the pool's stored table; None: the stored one, if any.
 
     Returns:
         `(current, grown)`: the newest revision found under the lock, and the new revision now saved at `path`.
 
     Raises:
-        InputError: The pool cannot be read, an id is already in it, no query is usable, or another writer held
-            the pool's lock past `lock_timeout`.
+        InputError: The pool cannot be read, an id is already in it, no query is usable, a pool RM has no cost
+            (with costs), or another writer held the pool's lock past `lock_timeout`.
     """
     pool = load_pool(path)
+    if costs is not None:
+        from morkit.selection.budget import resolve_costs
+
+        resolve_costs(pool, costs, needed=True)  # fail early: an RM without a cost, before anything is scored
     options = replace(options, reduction=pool.config.reduction)
     with question_embedder(pool.embedder, options, embed_ray) as model:
         queries, labels = _prepared(labelled_queries, list(pool.rm_names), options)
@@ -197,13 +212,13 @@ def add_to_saved_pool(path: str | os.PathLike, labelled_queries: Sequence[Query]
             if (current.rm_names, current.config.reduction) != (pool.rm_names, pool.config.reduction):
                 options = replace(options, reduction=current.config.reduction)  # rebuilt meanwhile: score the rest
                 queries = ensure_scores(queries, list(current.rm_names), options)
-            grown = _grown(current, queries, labels, model, provenance, options.progress)
+            grown = _grown(current, queries, labels, model, provenance, options.progress, costs)
             grown.save(path)
     return current, grown
 
 
 def _grown(pool: QuestionPool, queries: Sequence[Query], labels: Mapping[str, int], model: CachedEmbedder,
-           provenance: Mapping[str, Any] | None, progress: bool) -> QuestionPool:
+           provenance: Mapping[str, Any] | None, progress: bool, costs: CostOptions | None = None) -> QuestionPool:
     grown = add_questions(pool, queries, model, provenance={**(provenance or {}), "labels": labels},
                           progress=progress)
-    return with_stored_learned(grown)
+    return with_budget_routes(with_stored_learned(grown), costs, progress)
