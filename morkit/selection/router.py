@@ -32,7 +32,8 @@ class Filler(Protocol):
 @dataclass(frozen=True)
 class Ranking:
     """A query's best candidate under its selection, with the calibrated probability that it is correct;
-    `abstain` is set when the caller asked to flag picks below a confidence."""
+    `abstain` is set when the caller asked to flag picks below a confidence; `cost`, when costs are known (the
+    query's cost under its route); `escalated`, by a cascade (whether the query went on to its expensive route)."""
 
     selection: Selection
     scores: tuple[float, ...]
@@ -40,6 +41,8 @@ class Ranking:
     tied: tuple[int, ...]
     confidence: float = float("nan")
     abstain: bool | None = None
+    cost: float | None = None
+    escalated: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         sel = self.selection.to_json()
@@ -56,6 +59,10 @@ class Ranking:
             out["skipped_rms"] = dict(self.selection.skipped_rms)
         if self.abstain is not None:
             out["abstain"] = self.abstain
+        if self.cost is not None:
+            out["cost"] = self.cost
+        if self.escalated is not None:
+            out["escalated"] = self.escalated
         return out
 
 
