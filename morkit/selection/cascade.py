@@ -199,8 +199,11 @@ class _Picks:
 
     def unconditional(self, at: np.ndarray) -> np.ndarray:
         """The cross-fitted confidence of the picks `at` (indices) from the route's calibrator."""
-        return np.array([self.by_fold[int(f)].predict(self.picks.signals[[i]])[0]
-                         for i, f in zip(at, self.picks.folds[at])])
+        out = np.empty(len(at))
+        folds = self.picks.folds[at]
+        for f in np.unique(folds):
+            out[folds == f] = self.by_fold[int(f)].predict(self.picks.signals[at[folds == f]])
+        return out
 
     def conditional(self, at: np.ndarray) -> np.ndarray:
         """The cross-fitted confidence of the picks `at` (indices) from the route's calibrator shifted to them: each

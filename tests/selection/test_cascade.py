@@ -53,8 +53,10 @@ def _hit(query, ranking):
     return float(np.mean([query.candidates[i].correct for i in ranking.tied]))
 
 
-def _cascade(pool, embedder, spent, **threshold):
-    return Cascade.fit(pool, CascadeOptions(CHEAP, THEN, **threshold), embedder=embedder, learned=spent.learned)
+def _cascade(spent, below):
+    """The spent cascade's routers and fits at another threshold (its routers' calibrators already fitted)."""
+    return Cascade(spent.pool, CascadeOptions(CHEAP, THEN, below=below), spent.cheap, spent.escalated, spent.learned,
+                   below)
 
 
 def test_out_of_fold_picks_map_to_pool_rows_and_stay_out_of_the_stored_fit(pool):
@@ -94,9 +96,9 @@ def test_spend_escalates_that_share_of_the_pool_and_about_it_of_held_out_queries
     assert report["cost_per_candidate"]["cascade"] == pytest.approx(28.0 + 340.0 * report["escalated_share"])
 
 
-def test_below_0_never_escalates_and_below_1_always(pool, embedder, spent, split):
+def test_below_0_never_escalates_and_below_1_always(pool, spent, split):
     held = split[1]
-    never = _cascade(pool, embedder, spent, below=0.0).route(held)
+    never = _cascade(spent, 0.0).route(held)
     cheap = spent.cheap.route(held)
     assert not any(r.escalated for r in never) and all(r.cost is None for r in never)
     assert [(r.best_index, r.scores, r.selection.to_json()) for r in never] == [
@@ -106,8 +108,8 @@ def test_below_0_never_escalates_and_below_1_always(pool, embedder, spent, split
     expected = [float(fit.calibrator.predict(_signals(q, r, stage.cheap, "min"))[0]) for q, r in zip(held, never)]
     assert [r.confidence for r in never] == pytest.approx(expected)  # nothing escalated: the route's own calibrator
 
-    always = _cascade(pool, embedder, spent, below=1.0)
-    assert always.report["escalated_share"] == 1.0
+    always = _cascade(spent, 1.0)
+    assert always.stage(frozenset(pool.rm_names)).report["escalated_share"] == 1.0
     raised = always.route(held)
     assert all(r.escalated for r in raised)
     direct = spent.escalated.route(held)
@@ -207,6 +209,29 @@ def test_a_lone_answer_or_no_answer_is_ranked_as_the_cheap_route_ranks_it(spent,
     assert got[0].confidence == cheap[0].confidence and got[0].best_index == 0
     assert got[1].best_index is None and got[1].cost == 0.0
     assert got[0].cost == COSTS.of(got[0].selection.choice.ensemble.members, 1)
+
+
+def test_a_query_without_the_cheap_rms_escalates(spent, split):
+    """A query whose candidates lack the cheap RMs' scores (and may not run them) has no cheap pick: it escalates to
+    the learned selector over the expensive RMs it has."""
+    query = split[1][0]
+    bare = replace(query, id="bare", candidates=tuple(
+        replace(c, scores={n: v for n, v in c.scores.items() if n in THEN}) for c in query.candidates))
+    got = spent.route([bare])[0]
+    assert got.escalated and got.selection.choice.ensemble.members
+    assert set(got.selection.choice.ensemble.members) <= set(THEN)
+    assert np.isfinite(got.confidence)
+    note = spent.stage(frozenset(THEN)).report["notes"]
+    assert any("no learned fit" in n for n in note)
+
+
+def test_a_fit_stored_with_the_pool_is_fitted_again_for_its_picks(pool, spent):
+    from morkit.selection.cascade import LearnedWithPicks
+
+    everything = frozenset(pool.rm_names)
+    stored = replace(pool, meta={**pool.meta, "learned": spent.learned.fit_for(everything).to_json()})
+    fit = LearnedWithPicks(stored).fit_for(everything)
+    assert fit.out_of_fold is not None and fit.label == spent.learned.fit_for(everything).label
 
 
 def test_ranking_json_carries_cost_and_escalated_only_when_set(held_rankings):
