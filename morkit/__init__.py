@@ -29,6 +29,7 @@ _EXPORTS = {
     "add_to_pool": "morkit.services.pools", "add_to_saved_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
     "Router": "morkit.selection.router", "SELECTION_METHODS": "morkit.selection.methods",
+    "Cascade": "morkit.selection.cascade", "CascadeOptions": "morkit.selection.cascade",
     "SelectOptions": "morkit.selection.methods", "select": "morkit.services.routing", "rank": "morkit.services.routing",
     # verifiers
     "Verifier": "morkit.verify.base", "MoRVerifier": "morkit.verify.mor", "mor_verifier": "morkit.verify.mor",

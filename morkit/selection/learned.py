@@ -196,6 +196,18 @@ def blended(parts: Sequence[np.ndarray], valid: np.ndarray) -> np.ndarray:
     return sum(query_zscore(np.where(valid, p, np.nan)[..., None], valid)[..., 0] for p in parts)
 
 
+@dataclass(frozen=True, eq=False)
+class OutOfFold:
+    """The chosen row's out-of-fold picks on the pool questions its cross-validation weighed (the first fold deal):
+    each pick's pool row, confidence signals, hit (expected best-of-n correctness) and fold. The cascade sets its
+    threshold and conditional calibrators from them (morkit.selection.cascade)."""
+
+    rows: np.ndarray  # (Q,) pool row indices
+    signals: np.ndarray  # (Q, len(conf.SIGNALS))
+    hits: np.ndarray  # (Q,)
+    folds: np.ndarray  # (Q,) fold id of each question in that deal
+
+
 @dataclass(frozen=True)
 class LearnedFit:
     """The setting (or blend of settings) CV chose, fitted on the pool, with its CV evidence and its confidence
@@ -208,6 +220,7 @@ class LearnedFit:
     calibrator: conf.Calibrator
     report: Mapping[str, Any]  # reliability of the out-of-fold confidence, importances, per-domain gains
     pres_members: tuple[str, ...] = ()
+    out_of_fold: OutOfFold | None = field(default=None, compare=False, repr=False)  # None: loaded, not fitted here
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -341,11 +354,12 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
                 min_mixed: int = MIN_MIXED, cv_sample: int = CV_SAMPLE) -> LearnedFit:
     """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE; above REPEATS_UP_TO,
     on `cv_sample` of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
-    fit the pick on all of them. `baselines`: also weigh the blend, PRES and every single RM under the margin rule
-    (off: the "stacker" grid). TooFewMixed below `min_mixed` questions with a right and a wrong answer."""
+    fit the pick on all of them, keeping its out-of-fold picks (`out_of_fold`). `baselines`: also weigh the blend,
+    PRES and every single RM (off: the "stacker" grid). TooFewMixed below `min_mixed` mixed questions."""
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
-    everything = PoolSlice.of(pool, covered_rows(pool, members, LEARN_SAMPLE, seed), members)
+    pool_rows = covered_rows(pool, members, LEARN_SAMPLE, seed)
+    everything = PoolSlice.of(pool, pool_rows, members)
     n_mixed = int(mixed_questions(everything.correct, everything.valid).sum())
     if n_mixed < max(1, min_mixed):
         raise TooFewMixed(f"the pool has {n_mixed} questions with both a right and a wrong answer; the learned "
@@ -357,6 +371,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
         keep = np.zeros(len(everything.correct), bool)
         keep[sample_rows(len(keep), cv_sample, seed)] = True
         data = everything.part(keep)
+        pool_rows = pool_rows[keep]
     dealt = Folds.dealt(len(data.correct), folds, seed, repeats, data.groups)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     rows = [*settings, *(singles if baselines else ())]
@@ -401,7 +416,8 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
             components.append(Component(setting, spec, _fit_model(setting, x, everything)))
     table = tuple(result.table())
     fit = LearnedFit(label, tuple(components), dict((r[0], r[1]) for r in table)[label], table,
-                     conf.Calibrator.fit(signals, hits), {}, () if components else members)
+                     conf.Calibrator.fit(signals, hits), {}, () if components else members,
+                     OutOfFold(np.asarray(pool_rows), signals, hits, dealt.of[0]))
     report = {
         # a PRES pick is calibrated as PRES is, on its own picks' signals (Learned.choose): no diagram of this one
         "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits) if components else {},
