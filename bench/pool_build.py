@@ -39,6 +39,9 @@ from the same distribution, one at a time, with the learned selector (the defaul
 neighbours' PRR computed from member scores per query): p50 and p99 of `Router.select_many` given
 the query's vector (neighbour search + choice), its RSS after opening and its peak RSS, measured with
 the MiniLM query embedding (p50 of one real question at a time) timed separately at the end.
+`--budgets S ...` (with `--large`) also stores the packaged RewardMATH costs in the pool and fits the learned
+selector's budget routes (a timed build phase), and the fresh process then times both methods again under a
+budget of each share S of the full route's cost (`Router(pool, method, budget=Budget(share=S))`).
 """
 
 from __future__ import annotations
@@ -310,10 +313,12 @@ class PhasePeaks:
         return out
 
 
-def build_large(base_queries, rm_names, size: int, out: str) -> dict:
-    """Build and save a `size`-question pool from tiled rows and synthetic vectors; phase times and peak RSS."""
+def build_large(base_queries, rm_names, size: int, out: str, costs: bool = False) -> dict:
+    """Build and save a `size`-question pool from tiled rows and synthetic vectors; phase times and peak RSS.
+    `costs`: also store the packaged RewardMATH costs and fit the learned selector's budget routes."""
     from morkit.question_pool.pool import PoolConfig, pool_from_rows
     from morkit.question_pool.rows import pool_rows
+    from morkit.selection.budget import CostOptions, with_budget_routes
     from morkit.selection.learned_method import with_stored_learned
 
     t: dict[str, float] = {}
@@ -326,14 +331,19 @@ def build_large(base_queries, rm_names, size: int, out: str) -> dict:
     history = pool.meta["history"][0]["timings"]
     t["statistics"], t["index"] = history["prr_s"], history["embed_index_s"]
     pool = phases.timed("learned", t, with_stored_learned, pool)
+    if costs:
+        pool = phases.timed("budget_routes", t, with_budget_routes, pool, CostOptions(files=("rewardmath",)))
     phases.timed("save", t, pool.save, out)
+    routes = [{"members": len(r["members"]), "label": r["fit"]["label"]} for r in pool.meta.get("budget_routes", ())]
     return {"times": t, "ensembles": len(pool.ensembles), "dense": pool.dense, "index": pool.meta["index"],
+            **({"budget_routes": routes} if costs else {}),
             "sample": pool.meta["statistics"]["sample"] if not pool.dense else None,
             "peak_rss_gib": max(phases.peaks.values()), "phase_peak_rss_gib": phases.peaks}
 
 
-def select_child(path: str, queries: int, k: int, data_dir) -> None:
-    """In a fresh process: open the pool, time one-at-a-time selection from query vectors; print JSON."""
+def select_child(path: str, queries: int, k: int, data_dir, budgets=()) -> None:
+    """In a fresh process: open the pool, time one-at-a-time selection from query vectors (each method without a
+    budget, then at each of `budgets`, shares of the full route's cost); print JSON."""
     import json
 
     import numpy as np
@@ -348,8 +358,13 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
     base = rewardmath_rm_scores(data_dir)
     vectors = clustered_vectors(queries, 384, seed=2)
     out = {"open_s": open_s, "rss_before_open_gib": before, "rss_after_open_gib": opened, "methods": {}}
-    for method in ("learned", "pres"):
-        router = Router(pool, method, embedder=Vectors(vectors), k=k)
+    from morkit.selection.budget import Budget
+
+    runs = [(method, None) for method in ("learned", "pres")]
+    runs += [(method, share) for share in budgets for method in ("learned", "pres")]
+    for method, share in runs:
+        budget = None if share is None else Budget(share=share)
+        router = Router(pool, method, embedder=Vectors(vectors), k=k, budget=budget)
         router.select_many([base[0]], vectors=vectors[:1])  # warm-up: the method's tables
         times = []
         for i in range(queries):
@@ -357,7 +372,8 @@ def select_child(path: str, queries: int, k: int, data_dir) -> None:
             router.select_many([base[i % len(base)]], vectors=vectors[i : i + 1])
             times.append(time.perf_counter() - started)
         ms = np.array(times) * 1000
-        out["methods"][method] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+        name = method if share is None else f"{method}, budget {share:.0%}"
+        out["methods"][name] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
                                   "rss_gib": rss_gib(), "anon_rss_gib": anon_rss_gib()}
     out["peak_rss_select_gib"] = peak_rss_gib()
     from morkit.question_pool.embed import load_embedder
@@ -390,10 +406,11 @@ def run_large(args, base, rm_names, data_dir) -> dict:
     try:
         print(f"building a {args.large:,}-question pool (tiled rewardmath rows, synthetic vectors) in {path}; "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
-        built = build_large(base, rm_names, args.large, path)
+        built = build_large(base, rm_names, args.large, path, costs=bool(args.budgets))
         size_gb = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / 1e9
         child = subprocess.run([sys.executable, __file__, "--select-child", path, "--queries", str(args.queries),
-                                "--k", str(args.k), "--data-dir", str(data_dir)],
+                                "--k", str(args.k), "--data-dir", str(data_dir),
+                                *(["--budgets", *map(str, args.budgets)] if args.budgets else [])],
                                capture_output=True, text=True)
         if child.returncode:
             raise SystemExit(f"the selecting process failed:\n{child.stderr}")
@@ -408,12 +425,14 @@ def run_large(args, base, rm_names, data_dir) -> dict:
               ("statistics", "normaliser, single-RM PRR, enumeration, sampled means", "pool_from_rows"),
               ("index", "synthetic vectors to disk + FAISS index + recall", "pool_from_rows"),
               ("learned", "learned-selector fit (20k-question sample)", "learned"),
+              *([("budget_routes", f"budget routes: {len(built['budget_routes'])} fits along the cost ladder",
+                  "budget_routes")] if "budget_routes" in t else []),
               ("save", "save (atomic directory swap)", "save")]
     peaks = built["phase_peak_rss_gib"]
     print(f"  {'build phase':<58}{'seconds':>10}{'peak RSS':>12}")
     for key, label, phase in labels:
         print(f"  {label:<58}{t[key]:>9.1f}s{peaks[phase]:>8.2f} GiB")
-    total = t["rows"] + t["pool_from_rows"] + t["learned"] + t["save"]
+    total = t["rows"] + t["pool_from_rows"] + t["learned"] + t.get("budget_routes", 0.0) + t["save"]
     peak, recall = built["peak_rss_gib"], built["index"].get("recall@100", 1.0)
     print(f"  {'build total':<58}{total:>9.1f}s   peak RSS {peak:.2f} GiB")
     print(f"fresh process: open {selected['open_s']:.2f}s, RSS {selected['rss_before_open_gib']:.2f} -> "
@@ -502,6 +521,9 @@ def main() -> None:
                         help="single nearest-question searches timed per size (0: none; needs the index)")
     parser.add_argument("--plot", type=figure_path, help="write the scaling curve (.svg or .png); not with --large")
     parser.add_argument("--json", type=Path, help="write the measured numbers as JSON")
+    parser.add_argument("--budgets", type=float, nargs="+", default=[],
+                        help="--large: also store the packaged RewardMATH costs, fit the budget routes and time "
+                             "selection at these budgets (shares of the full route's cost, e.g. 0.1 0.25)")
     parser.add_argument("--select-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.large and args.plot:
@@ -509,7 +531,7 @@ def main() -> None:
     if args.select_child:
         from morkit.core import settings
 
-        select_child(args.select_child, args.queries, args.k, settings.data_dir(args.data_dir))
+        select_child(args.select_child, args.queries, args.k, settings.data_dir(args.data_dir), args.budgets)
         return
 
     import numpy as np
