@@ -5,6 +5,7 @@ the value (converted where lossless) or raises InputError naming `what` ("TMASCo
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable
 
 from morkit.core.errors import InputError
@@ -30,6 +31,20 @@ def finite_float(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def quantity(text: str) -> tuple[str, float, str] | None:
+    """A non-negative number as a flag gives it, an optional "$" before it and a unit after it ("$0.02", "8B",
+    "3e5 GFLOP", "25%"; "_" separates digits): ("$" or "", the finite number, the unit as written); None for any
+    other text."""
+    match = re.fullmatch(r"(\$?)\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z%]*)", text.strip().replace("_", ""))
+    if not match:
+        return None
+    try:
+        number = finite_float(float(match.group(2)))
+    except ValueError:  # "1.2.3"
+        return None
+    return None if number is None else (match.group(1), number, match.group(3))
 
 
 def _number(value: Any, what: str) -> float:

@@ -10,12 +10,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.reward_models.timing import measured  # noqa: F401 - cost.measured(name): an RM's measured seconds
 from morkit.reward_models.timing import short_number
 from morkit.reward_models.unit_cost import (  # noqa: F401 - what one RM costs, imported from here too
     COST_FIELDS, COST_UNIT, DESCRIPTIVE_KEYS, FILE_KEYS, FLOP_PER_CPU_SECOND, FLOP_PER_USD, JUDGE_OUTPUT_TOKENS,
     TOKENS_PER_PAIR, USER_GIVEN, CostRates, RMCost, check_keys, cost_forms, cost_json, cost_of_card,
+    non_negative_number,
 )
 
 SECONDS_UNIT = "seconds"
@@ -66,7 +68,7 @@ def cost_file_path(name_or_path: str | Path) -> Path:
 
 def cost_file_entries(name_or_path: str | Path, rates: CostRates = CostRates()) -> list[CostEntry]:
     """Every table of a cost file, in its order: a packaged one by name (`packaged_cost_files`) or a TOML path,
-    one table per RM under `[costs.NAME]` (or `[columns.NAME]`), its fields as `RMCost.from_mapping` reads them.
+    one table per RM under `[costs.NAME]`, its fields as `RMCost.from_mapping` reads them.
     A table without a cost must say why in its `note`.
 
     Args:
@@ -84,7 +86,7 @@ def cost_file_entries(name_or_path: str | Path, rates: CostRates = CostRates()) 
 
     path = cost_file_path(name_or_path)
     tables = read_toml(path)
-    rows = tables.get("costs", tables.get("columns"))
+    rows = tables.get("costs")
     if not isinstance(rows, Mapping) or not rows:
         raise InputError("expected [costs.NAME] tables, one per RM", path=str(path))
     out = []
@@ -135,14 +137,23 @@ class CostTable:
     candidates.
 
     Args:
-        per_candidate: RM name -> cost per candidate.
+        per_candidate: RM name -> cost per candidate, each a finite non-negative number.
         sources: RM name -> where its figure comes from.
         unit: The unit, one of COST_UNITS.
+
+    Raises:
+        InputError: A cost is not a finite non-negative number (naming the RM), or the unit is unknown.
     """
 
     per_candidate: Mapping[str, float]
     sources: Mapping[str, str] = field(default_factory=dict)
     unit: str = COST_UNIT
+
+    def __post_init__(self) -> None:
+        if self.unit not in COST_UNITS:
+            raise InputError(f"cost table unit {checks.shown(self.unit)}: one of {', '.join(COST_UNITS)}")
+        for name, value in self.per_candidate.items():
+            non_negative_number(value, f"cost of {name}")
 
     def covers(self, names: Iterable[str]) -> list[str]:
         """The RMs of `names` this table has no cost for.
@@ -204,18 +215,23 @@ class CostTable:
 
         Returns:
             The table (unit COST_UNIT where `obj` names none).
+
+        Raises:
+            InputError: `obj` is not such a table, naming the field ("per_candidate: expected a table of RM ->
+                number", "per_candidate.a: expected a non-negative number, not 'a lot'").
         """
-        return cls({str(k): float(v) for k, v in obj["per_candidate"].items()},
-                   {str(k): str(v) for k, v in obj.get("sources", {}).items()}, str(obj.get("unit", COST_UNIT)))
-
-
-def card_cost(name: str) -> RMCost | None:
-    """The cost on registered RM `name`'s card (`cost_of_card`); None when it has none or is not registered."""
-    from morkit.reward_models.catalog import REWARD_MODELS
-
-    if name not in REWARD_MODELS:
-        return None
-    return cost_of_card(REWARD_MODELS.get(name).spec)
+        if not isinstance(obj, Mapping):
+            raise InputError("expected a table {unit, per_candidate, sources}")
+        per, sources = obj.get("per_candidate"), obj.get("sources", {})
+        if not isinstance(per, Mapping):
+            raise InputError("per_candidate: expected a table of RM -> number")
+        if not isinstance(sources, Mapping) or not all(isinstance(v, str) for v in sources.values()):
+            raise InputError("sources: expected a table of RM -> text")
+        unit = obj.get("unit", COST_UNIT)
+        if unit not in COST_UNITS:
+            raise InputError(f"unit: one of {', '.join(COST_UNITS)}, not {checks.shown(unit)}")
+        return cls({str(k): non_negative_number(v, f"per_candidate.{k}") for k, v in per.items()},
+                   {str(k): v for k, v in sources.items()}, unit)
 
 
 def cost_table(rm_names: Sequence[str], *, files: Sequence[str | Path] = (),
@@ -249,13 +265,15 @@ def cost_table(rm_names: Sequence[str], *, files: Sequence[str | Path] = (),
             raise InputError("cost unit seconds reads measured seconds per pair; --cost and --costs give "
                              "GFLOP-equivalents (use unit GFLOP with them)")
         return _measured_table(rm_names, placement, device)
+    from morkit.reward_models.catalog import REWARD_MODELS
+
     found: dict[str, RMCost] = {}
     for source in files:
         found.update(read_cost_file(source, rates))
     found.update(given or {})
     costs, lacking = {}, []
     for name in rm_names:
-        cost = found.get(name) or card_cost(name)
+        cost = found.get(name) or (cost_of_card(REWARD_MODELS.get(name).spec) if name in REWARD_MODELS else None)
         if cost is None:
             lacking.append(name)
         else:

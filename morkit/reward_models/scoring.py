@@ -102,8 +102,10 @@ class RMRun:
             self.record_timing()
 
     def record_timing(self) -> None:
-        """Add what this run measured to the timing ledger (never raises: a failure logs a warning)."""
-        if not self.meter.pairs:
+        """Add what this run measured to the timing ledger (never raises: a failure logs a warning). A run with
+        the score cache off (`--no-cache`, `ScoringOptions.cache` None) writes nothing to morkit's cache folder, so
+        it records nothing either."""
+        if not self.meter.pairs or self.cache is None:
             return
         try:
             where = timed_as(self.rm)

@@ -4,11 +4,10 @@ GFLOP), on its card or in a cost file; CostRates convert it into GFLOP-equivalen
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.reward_models.timing import short_number
 
@@ -23,8 +22,10 @@ JUDGE_OUTPUT_TOKENS = 256
 """Tokens a judge writes per candidate (its verdict and reasoning): an API judge's price per call from its token
 prices, and the forward passes of an open judge that generates (`RMCost.generates`)."""
 FLOP_PER_USD = 2 * 70.6e9 * 1e6 / 0.88
-"""FLOP-equivalents a dollar buys: an open-weight model's forward FLOPs at a public API's price for it
-(Llama-3-70B-Instruct, 70.6B parameters, at $0.88 per million tokens); it prices an API judge in FLOPs."""
+"""FLOP-equivalents a dollar buys: an open-weight model's forward FLOPs at a public API's price for it, which prices
+an API judge in FLOPs. The model is Llama-3-70B-Instruct (70.6B parameters); the price is Together AI's serverless
+price for it ("Llama 3 70B Instruct Turbo"), $0.88 per million tokens, input and output alike, as listed on
+together.ai/pricing in 2024. Prices change: the rate is `CostRates.flop_per_usd`."""
 FLOP_PER_CPU_SECOND = 1e11
 """FLOP-equivalents of one CPU second (about one core's fp32 peak); it prices a rule's measured CPU time."""
 
@@ -51,10 +52,9 @@ class CostRates:
     def __post_init__(self) -> None:
         for name in ("tokens_per_pair", "flop_per_usd", "flop_per_cpu_second", "judge_output_tokens"):
             value = getattr(self, name)
-            low_ok = name == "judge_output_tokens"
-            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                    or value < 0 or (value == 0 and not low_ok)):
-                raise InputError(f"cost rate {name} must be a positive number, not {value!r}")
+            number = checks.finite_float(value)
+            if number is None or number < 0 or (number == 0 and name != "judge_output_tokens"):
+                raise InputError(f"cost rate {name} must be a positive number, not {checks.shown(value)}")
 
 
 
@@ -108,9 +108,7 @@ class RMCost:
         if len(given) != 1:
             raise InputError("a cost needs exactly one of active_params, usd_per_call, cpu_seconds, gflop; got "
                              + (", ".join(given) or "none"))
-        value = getattr(self, given[0])
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-            raise InputError(f"cost {given[0]} must be a non-negative number, not {value!r}")
+        non_negative_number(getattr(self, given[0]), f"cost {given[0]}")
         if self.generates and self.active_params is None:
             raise InputError("cost generates=true needs active_params (a judge's written tokens are forward passes)")
 
@@ -205,9 +203,8 @@ class RMCost:
             if lacking:
                 raise InputError(f"{where}: a price per token needs both usd_per_1m_input and usd_per_1m_output; "
                                  f"{lacking[0]} is missing")
-            price = (_number(obj["usd_per_1m_input"], f"{where}.usd_per_1m_input") * rates.tokens_per_pair
-                     + _number(obj["usd_per_1m_output"], f"{where}.usd_per_1m_output") * rates.judge_output_tokens
-                     ) / 1e6
+            read, written = (non_negative_number(obj[k], f"{where}.{k}") for k in _FORMS["prices"])
+            price = (read * rates.tokens_per_pair + written * rates.judge_output_tokens) / 1e6
             return cls._checked(where, usd_per_call=price, source=obj.get("price_source", obj.get("source", "")))
         source = obj.get("price_source" if form == "usd_per_call" else "source", obj.get("source", ""))
         return cls._checked(where, **{form: obj[form]}, source=source)
@@ -217,12 +214,13 @@ class RMCost:
         (name, number), = value.items()
         if not isinstance(source, str):
             raise InputError(f"{where}: its source must be text, not {source!r}")
-        return cls(**{name: _number(number, f"{where}.{name}")}, source=source, generates=generates)
+        return cls(**{name: non_negative_number(number, f"{where}.{name}")}, source=source, generates=generates)
 
     @classmethod
     def parse(cls, text: str, where: str = "--cost") -> "RMCost":
-        """A cost as a command line gives it: "8B" or "8e9params" (active parameters), "$0.02" (US dollars per
-        call), "3ms" or "0.003s" (CPU seconds per pair), "40GFLOP" (per pair).
+        """A cost as a command line gives it: "8B", "135M" or "8e9params" (active parameters; "M" in upper case
+        only, so it is never read for "ms"), "$0.02" (US dollars per call), "3ms" or "0.003s" (CPU seconds per
+        pair), "40GFLOP" (per pair).
 
         Args:
             text: The value.
@@ -232,25 +230,26 @@ class RMCost:
             The cost, its source "given by the user".
 
         Raises:
-            InputError: The value has none of these forms.
+            InputError: The value has none of these forms (a lower-case "m" among them).
         """
-        raw = text.strip().replace("_", "")
-        match = re.fullmatch(r"(\$)?\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)", raw, flags=re.IGNORECASE)
-        units = {"b": ("active_params", 1e9), "m": ("active_params", 1e6), "params": ("active_params", 1.0),
-                 "s": ("cpu_seconds", 1.0), "ms": ("cpu_seconds", 1e-3), "gflop": ("gflop", 1.0)}
-        if match:
-            dollar, number, unit = match.group(1), match.group(2), match.group(3).lower()
-            try:
-                value = float(number)
-            except ValueError:
-                value = None
-            if value is not None and dollar and not unit:
+        parsed = checks.quantity(text)
+        if parsed is not None:
+            dollar, value, unit = parsed
+            if dollar and not unit:
                 return cls(usd_per_call=value, source=USER_GIVEN)
-            if value is not None and not dollar and unit in units:
-                name, scale = units[unit]
+            found = _PARSE_UNITS.get(unit) or (_PARSE_UNITS_ANY_CASE.get(unit.lower()) if unit != "m" else None)
+            if found and not dollar:
+                name, scale = found
                 return cls(**{name: value * scale}, source=USER_GIVEN)
-        raise InputError(f"{where} {text!r}: give the active parameters (8B, 8e9params), a price per call ($0.02), "
-                         "CPU seconds per pair (3ms, 0.003s) or GFLOP per pair (40GFLOP)")
+        raise InputError(f"{where} {text!r}: give the active parameters (8B, 135M, 8e9params), a price per call "
+                         "($0.02), CPU seconds per pair (3ms, 0.003s) or GFLOP per pair (40GFLOP)")
+
+
+_PARSE_UNITS = {"M": ("active_params", 1e6)}
+"""RMCost.parse's units read as written: "M" (millions of parameters) in upper case only, never a lower-case "m"."""
+_PARSE_UNITS_ANY_CASE = {"b": ("active_params", 1e9), "params": ("active_params", 1.0), "s": ("cpu_seconds", 1.0),
+                         "ms": ("cpu_seconds", 1e-3), "gflop": ("gflop", 1.0)}
+"""RMCost.parse's units in any case."""
 
 
 def check_keys(obj: Mapping[str, Any], where: str) -> None:
@@ -271,10 +270,16 @@ def cost_forms(obj: Mapping[str, Any]) -> list[str]:
     return [form for form, keys in _FORMS.items() if any(k in obj for k in keys)]
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(f"{where}: expected a non-negative number, not {value!r}")
-    return float(value)
+def non_negative_number(value: Any, where: str) -> float:
+    """`value` as a float when it is a finite non-negative real number (not a bool).
+
+    Raises:
+        InputError: "`where`: expected a non-negative number, not ..." otherwise.
+    """
+    number = checks.finite_float(value)
+    if number is None or number < 0:
+        raise InputError(f"{where}: expected a non-negative number, not {checks.shown(value)}")
+    return number
 
 
 def cost_of_card(card: Any) -> RMCost | None:

@@ -4,11 +4,14 @@ a budget puts on one query's pick (`CostLimit`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from morkit.question_pool.ensembles import Ensemble
+
+if TYPE_CHECKING:
+    from morkit.reward_models.cost import CostTable
 
 
 @dataclass(frozen=True)
@@ -43,23 +46,27 @@ class CostLimit:
     query from a Budget (morkit.selection.budget.cost_limit).
 
     Args:
-        costs: (R,) each pool RM's cost per candidate (morkit.reward_models.cost.COST_UNIT), in `rm_names` order.
+        costs: Each pool RM's cost per candidate (a morkit.reward_models.cost.CostTable in COST_UNIT), the one
+            table every route's cost is read from.
         rm_names: The pool's RMs.
         most: The most a pick may cost per candidate (inf: no cap).
         weight: The criterion's penalty per unit of per-candidate cost (the budget's cost weight x candidates).
         candidates: The query's candidates (a pick's per-query cost is its per-candidate cost times this).
     """
 
-    costs: np.ndarray
+    costs: CostTable
     rm_names: tuple[str, ...]
     most: float = float("inf")
     weight: float = 0.0
     candidates: int = 1
 
     def cost(self, members: Sequence[str]) -> float:
-        """What scoring one candidate with every one of `members` costs."""
-        index = {name: r for r, name in enumerate(self.rm_names)}
-        return float(sum(self.costs[index[m]] for m in members))
+        """What scoring one candidate with every one of `members` costs (`CostTable.of`)."""
+        return self.costs.of(members)
+
+    def vector(self) -> np.ndarray:
+        """(R,) each pool RM's cost per candidate, in `rm_names` order, from the same table."""
+        return self.costs.vector(self.rm_names)
 
     def affords(self, cost: np.ndarray | float) -> np.ndarray | bool:
         """Whether a per-candidate `cost` fits under `most` (a relative tolerance absorbs float rounding, so a

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -77,14 +77,13 @@ class Budget:
         Raises:
             InputError: The value is neither form, or out of range (naming `where`).
         """
-        raw = text.strip()
-        match = re.fullmatch(r"([0-9.]+(?:e[+-]?[0-9]+)?)\s*(%|gflop)?", raw, flags=re.IGNORECASE)
-        value = _float(match.group(1)) if match else None
-        if value is None:
+        parsed = checks.quantity(text)
+        if parsed is None or parsed[0] or parsed[2].lower() not in ("", "%", "gflop"):
             raise InputError(f"{where} {text!r}: give GFLOP-equivalents per query (3e5) or a share of the full "
                              "route's cost (25%)")
+        _, value, unit = parsed
         try:
-            if match.group(2) == "%":
+            if unit == "%":
                 return cls(share=value / 100, cost_weight=cost_weight)
             return cls(per_query=value, cost_weight=cost_weight)
         except InputError as exc:
@@ -95,12 +94,10 @@ class Budget:
                                   ("cost_weight", self.cost_weight)) if v is not None}
 
 
-def _float(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
+def limiting(budget: Budget | None) -> Budget | None:
+    """`budget` where it limits anything (`Budget.active`), else None: a budget with neither cap nor cost weight
+    is no budget (no costs are resolved for it and no method refuses it)."""
+    return budget if budget is not None and budget.active else None
 
 
 @dataclass(frozen=True)
@@ -137,13 +134,16 @@ class CostOptions:
             raise InputError(f"{where} {text!r}: expected NAME=VALUE, e.g. {where} internlm2=7B")
         return name.strip(), RMCost.parse(value, f"{where} {name.strip()}")
 
-    def named(self) -> set[str]:
-        """The RMs these files and costs name."""
+    @cached_property
+    def priced(self) -> dict[str, RMCost]:
+        """RM name -> its cost as these options give it: the files in order, then `given` (a later one wins).
+        Read once per options object, so a resolution and its early check read each file once."""
         from morkit.reward_models.cost import read_cost_file
 
-        out = {name for name, _ in self.given}
+        out: dict[str, RMCost] = {}
         for source in self.files:
             out.update(read_cost_file(source))
+        out.update(self.given)
         return out
 
 
@@ -153,48 +153,70 @@ def stored_costs(pool: QuestionPool) -> CostTable | None:
     Raises:
         InputError: The stored table is damaged (naming pool.json and the field).
     """
-    from morkit.question_pool.store import SHAPE_ERRORS
     from morkit.reward_models.cost import CostTable
 
     obj = pool.meta.get("costs")
     if obj is None:
         return None
     try:
-        table = CostTable.from_json(obj)
-        bad = [n for n, v in table.per_candidate.items() if not (math.isfinite(v) and v >= 0)]
-        if bad:
-            raise ValueError(f"per_candidate.{bad[0]}: expected a non-negative number")
-        return table
-    except SHAPE_ERRORS as exc:
-        raise _damaged(pool, "costs", exc) from exc
+        return CostTable.from_json(obj)
+    except InputError as exc:
+        raise _damaged(pool, "costs", exc) from None
+
+
+def budget_costs(costs: CostTable, where: str = "costs") -> CostTable:
+    """`costs`, which a budget or cost weight reads: budgets are in GFLOP-equivalents (COST_UNIT), so a table in
+    another unit (measured seconds) is refused rather than compared with them.
+
+    Args:
+        costs: The table.
+        where: What it is, for the error.
+
+    Returns:
+        `costs`.
+
+    Raises:
+        InputError: Its unit is not COST_UNIT.
+    """
+    from morkit.reward_models.cost import COST_UNIT
+
+    if costs.unit != COST_UNIT:
+        raise InputError(f"{where} are in {costs.unit}, but a budget and a cost weight are in {COST_UNIT}-equivalents "
+                         f"per query: give a {COST_UNIT} table (cost_table's default unit)")
+    return costs
 
 
 def resolve_costs(pool: QuestionPool, options: CostOptions = CostOptions(), needed: bool = False
                   ) -> CostTable | None:
-    """Each pool RM's cost per candidate: the pool's stored table, updated by `options` for the RMs they name;
-    an RM that neither has is costed from its card (cost_table). None where costs are neither `needed` (a
-    budget is set) nor given.
+    """Each pool RM's cost per candidate: the pool's stored table, updated by `options` for the RMs they price; an
+    RM that neither prices is costed from its card (cost_table). The stored table is read only for the RMs the
+    options leave unpriced, so options that price every pool RM replace a damaged one. None where costs are
+    neither `needed` (a budget is set) nor given.
 
     Args:
         pool: The question pool.
-        options: Cost files and costs given per RM.
+        options: Cost files and costs given per RM (each file read once: `CostOptions.priced`).
         needed: Whether a budget needs them.
 
     Returns:
-        The table over the pool's RMs, in pool order, or None.
+        The table over the pool's RMs, in pool order, in COST_UNIT, or None.
 
     Raises:
-        InputError: A pool RM has no cost anywhere (cost_table's error), or a file or the stored table is damaged.
+        InputError: A pool RM has no cost anywhere (cost_table's error), a file is damaged, or the stored table is
+            read and is damaged or not in COST_UNIT.
     """
     from morkit.reward_models.cost import CostTable, cost_table
 
     if not needed and not options:
         return None
-    stored = stored_costs(pool)
-    named = options.named() if options else set()
-    kept = {n: v for n, v in (stored.per_candidate.items() if stored else ()) if n not in named}
+    priced = options.priced if options else {}
+    unpriced = [n for n in pool.rm_names if n not in priced]
+    stored = stored_costs(pool) if unpriced else None
+    if stored is not None:
+        budget_costs(stored, f"the costs {_pool_json(pool) or 'the pool'} stores")
+    kept = {n: stored.per_candidate[n] for n in unpriced if stored is not None and n in stored.per_candidate}
     fresh_names = [n for n in pool.rm_names if n not in kept]
-    fresh = cost_table(fresh_names, files=options.files, given=dict(options.given)) if fresh_names else None
+    fresh = cost_table(fresh_names, given=priced) if fresh_names else None
     sources = {**(dict(stored.sources) if stored else {}), **(dict(fresh.sources) if fresh else {})}
     per = {**kept, **(dict(fresh.per_candidate) if fresh else {})}
     return CostTable({n: per[n] for n in pool.rm_names}, {n: sources.get(n, "") for n in pool.rm_names})
@@ -218,15 +240,13 @@ def cost_limit(budget: Budget, costs: CostTable, rm_names: Sequence[str], usable
     """
     from morkit.selection.base import CostLimit
 
-    vector = costs.vector(list(rm_names))
-    usable = set(usable)
-    full = float(sum(v for n, v in zip(rm_names, vector) if n in usable))
+    costs.vector(list(rm_names))  # every pool RM priced, or an error naming those that are not
     most = math.inf
     if budget.per_query is not None and candidates:
         most = budget.per_query / candidates
     elif budget.share is not None:
-        most = budget.share * full
-    return CostLimit(vector, tuple(rm_names), most, budget.cost_weight * candidates, candidates)
+        most = budget.share * costs.of(n for n in rm_names if n in set(usable))
+    return CostLimit(costs, tuple(rm_names), most, budget.cost_weight * candidates, candidates)
 
 
 def budget_details(limit: CostLimit, members: Sequence[str], budget: Budget) -> dict[str, Any]:
@@ -430,8 +450,16 @@ def with_budget_routes(pool: QuestionPool, options: CostOptions | None = None, p
 
 
 def _damaged(pool: QuestionPool, field: str, exc: BaseException) -> InputError:
-    """The one-line error for a damaged stored field, naming pool.json and the field."""
+    """The one-line error for a damaged stored field, naming pool.json, the field and what repairs it."""
     from morkit.selection.learned import stored_problem
 
-    return InputError(f"malformed {field}: {stored_problem(exc)}; rebuild the pool, or refit with `morkit pool add "
-                      "--costs ...`", path=str(Path(pool.origin[0]) / "pool.json") if pool.origin else None)
+    repair = ("`morkit pool add POOL FILES --costs NAME --cost RM=VALUE` pricing every pool RM replaces it"
+              if field == "costs" else "`morkit pool add POOL FILES` refits the budget routes of a pool that stores "
+              "costs (with `--costs NAME` or `--cost RM=VALUE`: of one that does not)")
+    return InputError(f"malformed {field}: {stored_problem(exc)}; {repair}, or rebuild the pool",
+                      path=_pool_json(pool))
+
+
+def _pool_json(pool: QuestionPool) -> str | None:
+    """The pool.json a loaded pool came from; None for a pool built in memory."""
+    return str(Path(pool.origin[0]) / "pool.json") if pool.origin else None

@@ -25,7 +25,7 @@ from morkit.selection.base import (
     chosen_in_place,
     method_label,
 )
-from morkit.selection.budget import Budget, budget_details, cost_limit
+from morkit.selection.budget import Budget, budget_costs, budget_details, cost_limit
 from morkit.selection.coverage import like_neighbours
 from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
 from morkit.selection.mor import available_members
@@ -114,6 +114,8 @@ class EnsembleChooser:
                  costs: CostTable | None = None):
         if budget is not None and costs is None:
             raise ValueError("a budget needs the pool RMs' costs")
+        if budget is not None and budget.active:
+            budget_costs(costs)
         self.pool = pool
         self.budget = budget
         self.costs = costs

@@ -253,7 +253,6 @@ class Learned:
     def budget_routes(self, limit: CostLimit) -> list[Any]:
         """The pool's budget routes this grid could have chosen (morkit.selection.budget.BudgetRoute): stored with
         the pool, else fitted here once on the limit's costs (an INFO line says so and how long)."""
-        from morkit.reward_models.cost import CostTable
         from morkit.selection.budget import fit_budget_routes, stored_routes
 
         if self._routes is None:
@@ -261,9 +260,8 @@ class Learned:
             if routes is None:
                 full = self.fit_for(frozenset(self.pool.rm_names))
                 started = time.perf_counter()
-                costs = CostTable(dict(zip(limit.rm_names, (float(c) for c in limit.costs))))
                 routes = [] if full is None else fit_budget_routes(
-                    self.pool, costs, full, folds=self.folds, settings=self.settings, baselines=self.baselines,
+                    self.pool, limit.costs, full, folds=self.folds, settings=self.settings, baselines=self.baselines,
                     min_mixed=self.min_mixed)
                 log.info("the pool stores no budget routes: fitted %d on first use in %.1fs (`morkit pool build "
                          "--costs` or `morkit pool add --costs` stores them)", len(routes),

@@ -124,7 +124,7 @@ class PRES:
         """The usable ensembles the limit affords, and the criterion under its weight: the evidence as it is with
         no weight, else per unit of similarity (a similarity-weighted mean PRR) less weight x cost per candidate.
         LookupError naming the cheapest usable ensemble when none is affordable."""
-        cost = self._uses @ np.asarray(limit.costs, dtype=np.float64)
+        cost = self._uses @ limit.vector()
         affordable = mask & limit.affords(cost)
         if not affordable.any():
             cheapest = int(np.argmin(np.where(mask, cost, np.inf)))

@@ -16,7 +16,7 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, missing
 from morkit.reward_models.cost import CostTable
 from morkit.selection.base import SelectionMethod, method_label
-from morkit.selection.budget import Budget, resolve_costs
+from morkit.selection.budget import Budget, limiting, resolve_costs
 from morkit.selection.calibration import leave_one_out_calibrator, pick_confidence
 from morkit.selection.chooser import EnsembleChooser, Selection
 from morkit.selection.confidence import Calibrator
@@ -96,7 +96,7 @@ class Router:
             nothing, so candidates must carry them.
         abstain_below: Mark a ranking `abstain` when its confidence is below this; None marks nothing.
         budget: Each query's cost cap and cost weight (an option of the methods with "budget" in their registry
-            metadata); None: no budget.
+            metadata); None, or one that limits nothing (`Budget.active` false): no budget.
         costs: Each pool RM's cost per candidate, which prices every ranking (`cost`); None: the pool's stored
             table where a budget needs one (cards for RMs it lacks), else no costs.
 
@@ -113,6 +113,7 @@ class Router:
                  costs: CostTable | None = None):
         if len(pool) == 0:
             raise InputError("the pool is empty: build it from labelled questions first")
+        budget = limiting(budget)
         entry = check_method(method, singles_only, neighbourhood, rms, budget=budget is not None)
         checks.positive_int(k, "k")
         checks.optional(checks.probability, abstain_below, "abstain_below")
@@ -155,13 +156,14 @@ class Router:
         Raises:
             InputError: As Router's, or a pool RM has no cost where costs are needed (resolve_costs).
         """
+        budget = limiting(options.budget)
         check_method(options.method, options.singles_only, options.neighbourhood, options.rms,
-                     budget=options.budget is not None)  # before any cost file is read
-        costs = resolve_costs(pool, options.costs, needed=options.budget is not None)
+                     budget=budget is not None)  # before any cost file is read
+        costs = resolve_costs(pool, options.costs, needed=budget is not None)
         return cls(pool, options.method, rms=options.rms, embedder=embedder, device=device, k=options.k,
                    neighbourhood=options.neighbourhood, singles_only=options.singles_only,
                    runnable=runnable_rms(pool) if options.allow_run else (), session=session,
-                   abstain_below=options.abstain_below, budget=options.budget, costs=costs)
+                   abstain_below=options.abstain_below, budget=budget, costs=costs)
 
     # ------------------------------------------------------------------------------------------ the method
     method = property(lambda self: self.chooser.method)

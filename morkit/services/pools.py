@@ -113,7 +113,7 @@ def build_pool(labelled_queries: Sequence[Query], rms: Sequence[str] | None = No
     if costs is not None:
         from morkit.reward_models.cost import cost_table
 
-        cost_table(names, files=costs.files, given=dict(costs.given))  # fail early: an RM without a cost
+        cost_table(names, given=costs.priced)  # fail early: an RM without a cost (the files read once, here)
     if not any(len(q.candidates) >= 2 for q in labelled_queries):
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
     with question_embedder(embedder, options, embed_ray) as model:

@@ -31,14 +31,14 @@ def _file(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:
     ("8B", "active_params", 8e9), ("135M", "active_params", 135e6), ("8e9params", "active_params", 8e9),
     ("1_000params", "active_params", 1000.0), ("$0.02", "usd_per_call", 0.02), ("$ 3", "usd_per_call", 3.0),
     ("3ms", "cpu_seconds", 0.003), ("0.003s", "cpu_seconds", 0.003), ("40GFLOP", "gflop", 40.0),
-    ("40gflop", "gflop", 40.0),
+    ("40gflop", "gflop", 40.0), ("8b", "active_params", 8e9), ("3MS", "cpu_seconds", 0.003),
 ])
 def test_parse_reads_every_form(text, field, value):
     cost = RMCost.parse(text)
     assert getattr(cost, field) == pytest.approx(value) and cost.source == "given by the user"
 
 
-@pytest.mark.parametrize("text", ["", "8", "$8B", "eight", "8 GB", "-3ms", "$", "1.2.3B"])
+@pytest.mark.parametrize("text", ["", "8", "$8B", "eight", "8 GB", "-3ms", "$", "1.2.3B", "8m", "nanB", "1e999B"])
 def test_parse_refuses_other_text_in_one_line_naming_the_flag(text):
     with pytest.raises(InputError, match=r"^--cost .*give the active parameters") as info:
         RMCost.parse(text)
@@ -140,8 +140,9 @@ def test_read_cost_file_reads_tables_and_skips_those_whose_note_says_why(tmp_pat
     entries = cost_file_entries(path)
     assert [(e.name, e.cost is None, e.model, e.note) for e in entries] == [
         ("a", False, "", ""), ("b-c", False, "", ""), ("d", True, "an API model", "size and price unknown")]
-    legacy = _file(tmp_path, "[columns.a]\ngflop = 2\n", "columns.toml")
-    assert read_cost_file(legacy) == {"a": RMCost(gflop=2)}
+    other_spelling = _file(tmp_path, "[columns.a]\ngflop = 2\n", "columns.toml")  # one spelling: [costs.NAME]
+    with pytest.raises(InputError, match=r"columns.toml: expected \[costs.NAME\] tables"):
+        read_cost_file(other_spelling)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -206,9 +207,28 @@ def test_per_candidate_numbers_of_known_cards():
         table.vector(["minilm-probe", "nope"])
 
 
+def test_a_cost_table_holds_finite_non_negative_costs_in_a_known_unit():
+    for bad in (math.nan, -5.0, math.inf, True, "3"):
+        with pytest.raises(InputError, match="cost of b: expected a non-negative number") as info:
+            CostTable({"a": 1.0, "b": bad})
+        assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match="cost table unit 'hours': one of GFLOP, seconds"):
+        CostTable({"a": 1.0}, unit="hours")
+    assert CostTable({"a": 0, "b": 2.5}, unit="seconds").of(["a", "b"], 2) == 5.0
+    for obj, message in (([1], "expected a table"),
+                         ({"per_candidate": [1]}, "per_candidate: expected a table of RM -> number"),
+                         ({"per_candidate": {"a": True}}, "per_candidate.a: expected a non-negative number, not True"),
+                         ({"per_candidate": {"a": "x"}}, "per_candidate.a: expected a non-negative number, not 'x'"),
+                         ({"per_candidate": {"a": 1}, "unit": "hours"}, "unit: one of GFLOP, seconds, not 'hours'"),
+                         ({"per_candidate": {"a": 1}, "sources": {"a": 3}}, "sources: expected a table of RM -> text")):
+        with pytest.raises(InputError, match=message) as info:
+            CostTable.from_json(obj)
+        assert "\n" not in str(info.value) and "object" not in str(info.value)
+
+
 def test_every_registered_rm_has_a_cost_or_takes_one_from_the_user():
     for entry in REWARD_MODELS:
-        cost = costs.card_cost(entry.name)
+        cost = costs.cost_of_card(entry.spec)
         if entry.spec.options:  # the bare clients: their model, and so its cost, is the user's
             assert cost is None, entry.name
         else:

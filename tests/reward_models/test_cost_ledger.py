@@ -1,6 +1,7 @@
 """Measured seconds per pair (morkit.reward_models.timing): scoring runs record what the pairs they computed took, by
-RM, placement and device, in one JSON ledger in morkit's cache folder; cache hits are not measured, an unwritable
-ledger only warns, two processes may record at once, and `morkit rms NAME` shows the measurements."""
+RM, placement and device, in one JSON ledger in morkit's cache folder; cache hits are not measured, a run with the
+score cache off records nothing, an unwritable ledger only warns, two processes may record at once, and `morkit rms
+NAME` shows the measurements."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def test_a_real_minilm_probe_run_is_measured_and_cache_hits_are_not(minilm, caps
     _score(["minilm-probe"], queries)  # every pair a cache hit: nothing computed, nothing measured
     assert measured("minilm-probe") == [first]
     more = [Query("q4", "What is 1+1?", (Candidate(text="2"), Candidate(text="3")))]
-    _score(["minilm-probe"], more, cache=None)  # two more computed pairs: the running mean is over 8
+    _score(["minilm-probe"], more, cache=None)  # the score cache off: nothing is recorded either
+    assert measured("minilm-probe") == [first]
+    _score(["minilm-probe"], more)  # two more computed pairs: the running mean is over 8
     again, = measured("minilm-probe")
     assert again.pairs == 8
     assert cost_table(["minilm-probe"], unit="seconds").per_candidate["minilm-probe"] == again.seconds_per_pair
@@ -89,7 +92,7 @@ def test_an_unwritable_ledger_only_warns(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("MORKIT_CACHE_DIR", str(blocker))  # the cache folder is a file: nothing can be written
     caplog.clear()
     with caplog.at_level("WARNING"):
-        _score(["math-consensus"], _queries(), cache=None)
+        _score(["math-consensus"], _queries(), cache=str(tmp_path / "scores.sqlite"))
     assert "could not record math-consensus's seconds per pair" in caplog.text
     assert measured("math-consensus") == []
 

@@ -157,6 +157,35 @@ def test_costs_come_from_the_pool_updated_by_the_options(pool, bare_pool, tmp_pa
         _router(bare_pool, "pres", budget=Budget(share=0.5))
 
 
+def test_options_that_price_every_rm_replace_a_damaged_stored_table(pool):
+    damaged = replace(pool, meta={**pool.meta, "costs": {"per_candidate": ["not", "a", "table"]}})
+    every = tuple((n, RMCost(gflop=v)) for n, v in TABLE.per_candidate.items())
+    assert resolve_costs(damaged, CostOptions(given=every)).per_candidate == TABLE.per_candidate
+    with pytest.raises(InputError, match="malformed costs: per_candidate: expected a table of RM -> number") as info:
+        resolve_costs(damaged, CostOptions(given=every[1:]))  # internlm2's cost would come from the damaged table
+    assert "attribute" not in str(info.value) and "pricing every pool RM replaces it" in str(info.value)
+
+
+def test_a_budget_reads_costs_in_gflop_only(pool):
+    seconds = CostTable(dict(TABLE.per_candidate), unit="seconds")
+    with pytest.raises(InputError, match="costs are in seconds, but a budget and a cost weight are in GFLOP"):
+        _router(pool, "pres", budget=Budget(share=0.5), costs=seconds)
+    assert _router(pool, "pres", costs=seconds).costs is seconds  # no budget: they only price the rankings
+    stored = replace(pool, meta={**pool.meta, "costs": seconds.to_json()})
+    with pytest.raises(InputError, match="the costs the pool stores are in seconds"):
+        resolve_costs(stored, needed=True)
+
+
+def test_a_budget_that_limits_nothing_is_no_budget(pool, bare_pool):
+    for budget in (Budget(), Budget(cost_weight=0.0)):
+        fixed = _router(pool, "fixed", rms=("internlm2",), budget=budget)  # fixed takes no budget: none is set
+        assert fixed.budget is None
+        unpriced = _router(bare_pool, "pres", budget=budget)  # no costs resolved: table RMs need none
+        assert unpriced.budget is None and unpriced.costs is None
+        options = replace(SelectOptions(method="pres"), budget=budget)
+        assert Router.from_options(bare_pool, options, embedder=HashEmbedder()).costs is None
+
+
 # ------------------------------------------------------------------------------------------------ unchanged
 @pytest.mark.parametrize("method", ["learned", "pres"])
 def test_without_a_budget_selection_is_unchanged_and_costs_only_add_the_cost(pool, queries, method):
@@ -267,6 +296,8 @@ def test_budget_routes_round_trip_through_pool_json(pool, queries, tmp_path, mon
      r"budget_routes\[0\]: fit: it reads other RMs"),
     (lambda h: h.update(budget_routes={"a": 1}), "budget_routes: expected a list"),
     (lambda h: h["costs"].update(per_candidate={"internlm2": "a lot"}), "costs: "),
+    (lambda h: h["costs"].update(per_candidate=[1, 2]), "costs: "),
+    (lambda h: h["costs"].update(per_candidate={"internlm2": True}), "costs: "),
 ])
 def test_a_damaged_stored_route_or_cost_table_is_a_one_line_error(pool, queries, tmp_path, damage, field):
     _saved(pool, tmp_path / "p")
@@ -275,7 +306,9 @@ def test_a_damaged_stored_route_or_cost_table_is_a_one_line_error(pool, queries,
     (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
     with pytest.raises(InputError, match=f"pool.json: malformed {field}") as caught:
         _router(load_pool(tmp_path / "p"), budget=Budget(share=0.5)).select_many(queries[:1])
-    assert "\n" not in str(caught.value) and "morkit pool add --costs" in str(caught.value)
+    repair = ("`morkit pool add POOL FILES --costs NAME --cost RM=VALUE` pricing every pool RM replaces it"
+              if field == "costs: " else "`morkit pool add POOL FILES` refits the budget routes")
+    assert "\n" not in str(caught.value) and repair in str(caught.value) and "or rebuild the pool" in str(caught.value)
 
 
 def test_a_pool_without_routes_fits_them_on_first_use(bare_pool, pool, queries, monkeypatch, caplog):
@@ -363,6 +396,17 @@ def test_pool_build_and_add_store_costs_from_the_flags(tmp_path, monkeypatch, ca
                  "-q", "--no-cache"]) == 0
     header = json.loads((tmp_path / "p" / "pool.json").read_text())
     assert header["costs"]["per_candidate"] == {"a": 4.0, "b": 2.0} and header["budget_routes"] == []
+    header["costs"]["per_candidate"] = [4.0, 2.0]  # damaged: pricing every RM replaces it, pricing some does not
+    (tmp_path / "p" / "pool.json").write_text(json.dumps(header))
+    save_queries(tmp_path / "last.jsonl", [scored_query(f"r{i}", {"a": [0.1, 0.9], "b": [0.2, 0.3]}, [True, False],
+                                                        question=f"other {i}") for i in range(2)])
+    capsys.readouterr()
+    assert main(["pool", "add", str(tmp_path / "p"), str(tmp_path / "last.jsonl"), "--cost", "a=4GFLOP",
+                 "-q", "--no-cache"]) == 2
+    assert "malformed costs: per_candidate: expected a table of RM -> number" in capsys.readouterr().err
+    assert main(["pool", "add", str(tmp_path / "p"), str(tmp_path / "last.jsonl"), "--cost", "a=3GFLOP",
+                 "--cost", "b=1GFLOP", "-q", "--no-cache"]) == 0
+    assert json.loads((tmp_path / "p" / "pool.json").read_text())["costs"]["per_candidate"] == {"a": 3.0, "b": 1.0}
     capsys.readouterr()
     assert main(["pool", "build", str(tmp_path / "pool.jsonl"), "-o", str(tmp_path / "q"), "--cost", "a=1B",
                  "-q", "--no-cache"]) == 2
