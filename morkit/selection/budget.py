@@ -91,6 +91,11 @@ class Budget:
             raise InputError(f"{where} {text!r}: {exc}") from None
 
     def to_json(self) -> dict[str, Any]:
+        """The budget's values that are set.
+
+        Returns:
+            {"per_query", "share", "cost_weight"}, a cap left out where it is None.
+        """
         return {k: v for k, v in (("per_query", self.per_query), ("share", self.share),
                                   ("cost_weight", self.cost_weight)) if v is not None}
 
@@ -127,6 +132,13 @@ class CostOptions:
     def parse_given(text: str, where: str = "--cost") -> tuple[str, RMCost]:
         """One `NAME=VALUE` of the command line: the RM and its cost (RMCost.parse: 8B, $0.02, 3ms, 40GFLOP).
 
+        Args:
+            text: The `NAME=VALUE` given.
+            where: The flag, for errors.
+
+        Returns:
+            (the RM's name, its RMCost).
+
         Raises:
             InputError: No "=", no name, or a value RMCost.parse refuses (naming `where` and the RM).
         """
@@ -138,7 +150,11 @@ class CostOptions:
         return name.strip(), RMCost.parse(value, f"{where} {name.strip()}")
 
     def named(self) -> set[str]:
-        """The RMs these files and costs name."""
+        """The RMs these files and costs name.
+
+        Returns:
+            Their names.
+        """
         from morkit.reward_models.cost import read_cost_file
 
         out = {name for name, _ in self.given}
