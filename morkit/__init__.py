@@ -29,7 +29,8 @@ _EXPORTS = {
     "add_to_pool": "morkit.services.pools", "add_to_saved_pool": "morkit.services.pools", "load_inputs": "morkit.services.pools", "DATASETS": "morkit.data.datasets",
     # per-query selection
     "Router": "morkit.selection.router", "SELECTION_METHODS": "morkit.selection.methods",
-    "Cascade": "morkit.selection.cascade", "CascadeOptions": "morkit.selection.cascade",
+    "Cascade": "morkit.selection.cascade", "CascadeOptions": "morkit.selection.cascade_options",
+    "CostBudget": ("morkit.selection.budget", "Budget"), "CostOptions": "morkit.selection.budget",
     "SelectOptions": "morkit.selection.methods", "select": "morkit.services.routing", "rank": "morkit.services.routing",
     # verifiers
     "Verifier": "morkit.verify.base", "MoRVerifier": "morkit.verify.mor", "mor_verifier": "morkit.verify.mor",
@@ -64,7 +65,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'morkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, attribute = module if isinstance(module, tuple) else (module, name)  # (module, its name there)
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # later lookups skip this function
     return value
 

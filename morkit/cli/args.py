@@ -256,7 +256,7 @@ def cost_options(args: argparse.Namespace) -> Any:
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
-    """`--budget`, `--cost-weight` and the cost flags of routing under a budget (`select`, `rank`)."""
+    """`--budget`, `--cost-weight` and the cost flags of routing under a budget (`select`, `rank`, `serve`)."""
     g = p.add_argument_group("routing under a budget (learned, pres, pres-top1; docs/selection.md)")
     g.add_argument("--budget", metavar="B",
                    help="the most scoring one query may cost: GFLOP-equivalents per query (3e5; a model RM costs "
@@ -279,6 +279,57 @@ def budget(args: argparse.Namespace) -> Any:
     return Budget.parse(text, weight or 0.0) if text is not None else Budget(cost_weight=weight)
 
 
+def spend_share(text: str) -> float:
+    """An argparse type for `--spend`: a share of queries in (0, 1), written 0.25 or 25%."""
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1] if percent else raw) / (100.0 if percent else 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a share of queries: {text!r} (write 0.25 or 25%)") from None
+    try:
+        return checks.share(value, "the share of queries to escalate")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_cascade_options(p: argparse.ArgumentParser) -> None:
+    """`--cascade`, `--then`, `--below` and `--spend`: rank with a cascade of two learned routes (`rank`, `serve`;
+    `select` refuses them in one line)."""
+    g = p.add_argument_group("cascade: escalate when unsure (the learned selector; docs/selection.md)")
+    g.add_argument("--cascade", nargs="+", metavar="NAME",
+                   help="the cheap pool RMs: each query is ranked by the learned selector over these first (rank "
+                        "and serve; select refuses a cascade, as it scores nothing to decide by). Before the input "
+                        "file, end the list with --")
+    g.add_argument("--then", nargs="+", metavar="NAME",
+                   help="the expensive pool RMs (none of --cascade's): a query whose cheap pick is unsure is filled "
+                        "with these too and ranked again by the learned selector over both sets; its line says "
+                        "\"escalated\": true and, where costs are known, its cost counts both routes' RMs")
+    g.add_argument("--below", type=PROBABILITY, metavar="P",
+                   help="escalate a query whose cheap pick's calibrated confidence is below P, in [0, 1] (0: never, "
+                        "1: always); or give --spend")
+    g.add_argument("--spend", type=spend_share, metavar="SHARE",
+                   help="escalate this share of queries, 0.25 or 25%%: the threshold is that quantile of the cheap "
+                        "route's confidence on the pool's out-of-fold picks; or give --below")
+
+
+def cascade_options(args: argparse.Namespace) -> Any:
+    """The CascadeOptions of the cascade flags (None where none is given); --then, --below or --spend without
+    --cascade is a one-line InputError, and CascadeOptions checks the rest."""
+    from morkit.selection.cascade_options import CascadeOptions
+
+    cheap, then = getattr(args, "cascade", None), getattr(args, "then", None)
+    below, spend = getattr(args, "below", None), getattr(args, "spend", None)
+    if cheap is None:
+        given = [flag for flag, value in (("--then", then), ("--below", below), ("--spend", spend))
+                 if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only with --cascade NAME "
+                             "... (the cheap RMs)")
+        return None
+    return CascadeOptions(tuple(cheap), tuple(then or ()), below=below, spend=spend)
+
+
 def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
     """`--rm NAME` (repeatable): the `fixed` selection method's ensemble instead of routing per query."""
     p.add_argument("--rm", action="append", default=[], metavar="NAME",
@@ -290,7 +341,7 @@ def add_fixed_option(p: argparse.ArgumentParser, verb: str = "score") -> None:
 def select_options(args: argparse.Namespace) -> Any:
     """The SelectOptions of the flags; `--rm` (add_fixed_option) alone selects the `fixed` method with its RMs, and
     beside a method given that is not `fixed` it is a one-line InputError (SelectOptions checks it); the budget
-    flags (add_budget_options) where the verb has them."""
+    flags (add_budget_options) and the cascade flags (add_cascade_options) where the verb has them."""
     from morkit.selection.budget import CostOptions
     from morkit.selection.methods import DEFAULT_METHOD, SelectOptions
 
@@ -300,4 +351,4 @@ def select_options(args: argparse.Namespace) -> Any:
                          singles_only=getattr(args, "singles_only", False),
                          allow_run=not getattr(args, "no_run", False),
                          abstain_below=getattr(args, "abstain_below", None), rms=rms, budget=budget(args),
-                         costs=cost_options(args) or CostOptions())
+                         costs=cost_options(args) or CostOptions(), cascade=cascade_options(args))

@@ -11,6 +11,7 @@ from morkit.cli.args import (
     CONTRACT,
     PROBABILITY,
     add_budget_options,
+    add_cascade_options,
     add_device_options,
     add_fixed_option,
     add_scoring_options,
@@ -34,7 +35,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     selections = select(queries, load_pool(args.pool), select_options(args), device=args.device)
     write_jsonl(args.output, (s.to_json() for s in selections))
     print(f"selected ensembles for {len(queries)} queries ({method_summary(selections)}) in "
-          f"{time.perf_counter() - started:.1f}s{_costs(selections)} -> {args.output}", file=sys.stderr)
+          f"{time.perf_counter() - started:.1f}s{_costs((s.cost, s.full_cost) for s in selections)} -> "
+          f"{args.output}", file=sys.stderr)
     return 0
 
 
@@ -49,21 +51,32 @@ def cmd_rank(args: argparse.Namespace) -> int:
     options = scoring_options(args)
     output_file(args.output)
     queries = load_queries(args.input)
-    rankings = rank(queries, load_pool(args.pool), select_options(args), options)
+    select = select_options(args)
+    rankings = rank(queries, load_pool(args.pool), select, options)
     write_jsonl(args.output, (r.to_json() for r in rankings))
     abstained = f"; {sum(bool(r.abstain) for r in rankings)} marked abstain" if args.abstain_below is not None else ""
+    cascaded = select.cascade is not None
+    costs = ((r.cost, None) for r in rankings) if cascaded else ((r.selection.cost, r.selection.full_cost)
+                                                                 for r in rankings)
     print(f"ranked {sum(len(q.candidates) for q in queries)} candidates of {len(queries)} queries "
           f"({method_summary(r.selection for r in rankings)}) in {time.perf_counter() - started:.1f}s{abstained}"
-          f"{_costs(r.selection for r in rankings)} -> {args.output}", file=sys.stderr)
+          f"{_escalated(rankings) if cascaded else ''}{_costs(costs)} -> {args.output}", file=sys.stderr)
     return 0
 
 
-def _costs(selections: Any) -> str:
-    """The run's cost for its summary line ("; mean cost ... per query, 23% of the full route's"), where known."""
+def _costs(costs: Any) -> str:
+    """The run's cost for its summary line ("; mean cost ... per query, 23% of the full route's"), where known, from
+    each query's (cost, full route's cost or None)."""
     from morkit.selection.budget import cost_summary
 
-    text = cost_summary((s.cost, s.full_cost) for s in selections)
+    text = cost_summary(costs)
     return f"; {text}" if text else ""
+
+
+def _escalated(rankings: Any) -> str:
+    """How many queries a cascade escalated, for the summary line ("; escalated 12 of 40 (30%)")."""
+    count = sum(bool(r.escalated) for r in rankings)
+    return f"; escalated {count} of {len(rankings)} ({count / len(rankings):.0%})" if rankings else ""
 
 
 def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
@@ -73,6 +86,7 @@ def _add_common(p: argparse.ArgumentParser, *, scoring: bool) -> None:
     add_select_options(p)
     add_fixed_option(p, "rank" if scoring else "select")
     add_budget_options(p)
+    add_cascade_options(p)
     p.add_argument("--singles-only", action="store_true", help="PRES over single RMs only (no combinations)")
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (pool RMs without scores are skipped)")

@@ -11,6 +11,8 @@ from morkit.cli.args import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_INT,
+    add_budget_options,
+    add_cascade_options,
     add_fixed_option,
     add_scoring_options,
     add_select_options,
@@ -86,10 +88,12 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
     from morkit.services.serving import ray_serve
     from morkit.selection.fixed import FixedEnsemble
 
-    pool = load_pool(args.pool)  # a bad pool or --rm fails here, before Ray starts
+    pool = load_pool(args.pool)  # a bad pool, --rm or --cascade fails here, before Ray starts
     select = select_options(args)
     if select.rms:
         FixedEnsemble(pool, select.rms)
+    if select.cascade is not None:
+        select.cascade.check(pool.rm_names)
     scoring = replace(scoring_options(args), ray=None)
     ray = connect(args.ray)
     stop = threading.Event()  # over Ray's own handler (which aborts the driver), before the deployments start
@@ -135,12 +139,18 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "vLLM's classify route as verl's reward loop posts it (chat-rendered texts, each scored on "
                     "its own). With --ray [ADDRESS] the same app runs on Ray Serve: the router and embedder as one "
                     "ingress deployment, each model RM as its own deployment (--ray-workers replicas, --ray-gpus "
-                    "each); the pool directory must be readable where the ingress runs.")
+                    "each); the pool directory must be readable where the ingress runs. With --budget or "
+                    "--cost-weight each query's route fits its budget, and with --cascade ... --then ... a query "
+                    "the cheap route is unsure of is ranked again with the expensive RMs; each result then carries "
+                    "its cost (where the RMs' costs are known) and whether it escalated, /metrics counts "
+                    "escalations and spend, and /health shows the settings.")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     add_fixed_option(p)
     p.add_argument("--no-run", action="store_true",
                    help="use cached candidate scores only; never run an RM (no model is loaded)")
     add_select_options(p)
+    add_budget_options(p)
+    add_cascade_options(p)
     limits = ServeLimits()  # the defaults shown
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")

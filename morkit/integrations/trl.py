@@ -24,7 +24,8 @@ class RoutedReward:
         url: A `morkit serve` server's base URL, asked at `/get_reward`.
         engine: An already built RoutingEngine (or anything with its `rewards`).
         select: In process: the SelectOptions (`SelectOptions(method="fixed", rms=...)`: a fixed ensemble of pool
-            RMs instead of routing); None is the defaults.
+            RMs instead of routing; `budget=`, `costs=` and `cascade=` as `morkit rank` takes them); None is the
+            defaults. A server applies its own (`morkit serve --budget ...`).
         scoring: In process: the ScoringOptions; None is the defaults.
         reference_column: A data set column passed as each completion's reference answer; None passes none.
         timeout_s: Seconds a server call may take in all, retries included.

@@ -90,6 +90,11 @@ class Budget:
             raise InputError(f"{where} {text!r}: {exc}") from None
 
     def to_json(self) -> dict[str, Any]:
+        """The budget's values that are set.
+
+        Returns:
+            {"per_query", "share", "cost_weight"}, a cap left out where it is None.
+        """
         return {k: v for k, v in (("per_query", self.per_query), ("share", self.share),
                                   ("cost_weight", self.cost_weight)) if v is not None}
 
@@ -123,6 +128,13 @@ class CostOptions:
     @staticmethod
     def parse_given(text: str, where: str = "--cost") -> tuple[str, RMCost]:
         """One `NAME=VALUE` of the command line: the RM and its cost (RMCost.parse: 8B, $0.02, 3ms, 40GFLOP).
+
+        Args:
+            text: The `NAME=VALUE` given.
+            where: The flag, for errors.
+
+        Returns:
+            (the RM's name, its RMCost).
 
         Raises:
             InputError: No "=", no name, or a value RMCost.parse refuses (naming `where` and the RM).

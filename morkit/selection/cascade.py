@@ -9,7 +9,6 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Query
 from morkit.question_pool.ensembles import Ensemble
@@ -17,76 +16,18 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.cost import CostTable
 from morkit.selection import confidence as conf
 from morkit.selection.base import Choice, Neighbours, chosen_in_place
+from morkit.selection.budget import resolve_costs, stored_costs
+from morkit.selection.cascade_options import CascadeOptions  # the options, imported from here too
 from morkit.selection.chooser import NO_RM_APPLIES, Selection
 from morkit.selection.learned import LearnedFit, OutOfFold, fit_learned
 from morkit.selection.learned_method import Learned
-from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD
+from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD, SelectOptions
 from morkit.selection.mor import member_matrix
-from morkit.selection.router import Filler, Ranking, Router
+from morkit.selection.router import Filler, Ranking, Router, runnable_rms
 
 MIN_ROWS = 20
 """Pool picks a conditional calibrator is fitted on at least; with fewer, that side keeps its route's own."""
 NO_ROUTE_RM = "none of this route's RMs applies to this query"
-
-
-@dataclass(frozen=True)
-class CascadeOptions:
-    """Which RMs each route reads, and when a query escalates from the cheap route to the expensive one.
-
-    Args:
-        cheap: The cheap route's pool RMs (`--cascade`).
-        then: The RMs the escalated route adds to them (`--then`); none of them cheap.
-        below: Escalate a query whose cheap pick's calibrated confidence is below this, in [0, 1].
-        spend: Or the share of queries to escalate, in (0, 1): the threshold is that quantile of the cheap route's
-            confidence on the pool's out-of-fold picks.
-
-    Raises:
-        InputError: A route names no RM or one RM twice, an RM is in both routes, or not exactly one of `below` and
-            `spend` is given within its range.
-    """
-
-    cheap: tuple[str, ...]
-    then: tuple[str, ...]
-    below: float | None = None
-    spend: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cheap", tuple(self.cheap))
-        object.__setattr__(self, "then", tuple(self.then))
-        for flag, names in (("--cascade", self.cheap), ("--then", self.then)):
-            if not names:
-                raise InputError(f"{flag}: name at least one pool RM")
-            twice = [n for i, n in enumerate(names) if n in names[:i]]
-            if twice:
-                raise InputError(f"{flag} {twice[0]}: named twice")
-        both = [n for n in self.then if n in self.cheap]
-        if both:
-            raise InputError(f"--then {both[0]}: also a cheap RM (--cascade); the escalated route adds RMs the cheap "
-                             "one lacks")
-        if (self.below is None) == (self.spend is None):
-            raise InputError("cascade: give exactly one of --below (escalate under this confidence) and --spend (the "
-                             "share of queries to escalate)" + (", not both" if self.below is not None else ""))
-        checks.optional(checks.probability, self.below, "--below")
-        checks.optional(checks.share, self.spend, "--spend")
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """Every RM of the cascade: the escalated route's."""
-        return (*self.cheap, *self.then)
-
-    def check(self, rm_names: Sequence[str]) -> None:
-        """Check that every RM named is one of the pool's.
-
-        Args:
-            rm_names: The pool's RMs.
-
-        Raises:
-            InputError: An RM is not the pool's (naming its flag and the RM).
-        """
-        for flag, names in (("--cascade", self.cheap), ("--then", self.then)):
-            for name in names:
-                if name not in rm_names:
-                    raise InputError(f"{flag} {name}: not an RM of the pool ({', '.join(rm_names)})")
 
 
 NONE_OF_THE_ROUTE = Choice(Ensemble((), (), "none"), "raw", float("nan"), (),
@@ -370,6 +311,68 @@ class Cascade:
             cascade.report["cost_per_candidate"] = cascade._expected_cost(stage)
         return cascade
 
+    @classmethod
+    def from_options(cls, pool: QuestionPool, options: SelectOptions, *, device: str | None = None,
+                     embedder: Any = None, session: Filler | None = None) -> "Cascade":
+        """The cascade `options.cascade` describes over `pool` (Cascade.fit), with the rest of `options`: the
+        neighbours, the confidence to mark `abstain` below, and (with `allow_run`) the RMs that may run here. Its
+        rankings carry `cost` where costs are known: given in `options.costs`, or stored with the pool
+        (resolve_costs, cards filling in the RMs neither names).
+
+        Args:
+            pool: The question pool.
+            options: The selection options; `cascade` must be set.
+            device: Where the pool's embedder loads, when it first embeds; None picks automatically.
+            embedder: A caller's embedder (it must be the pool's); None loads the pool's own.
+            session: Where `route` fills missing member scores; None fills nothing.
+
+        Returns:
+            The fitted cascade.
+
+        Raises:
+            InputError: `options` has no cascade, or as Cascade.fit and resolve_costs.
+        """
+        if options.cascade is None:
+            raise InputError("no cascade in the options: give --cascade NAME ... --then NAME ...")
+        options.cascade.check(pool.rm_names)  # before any cost file is read
+        known = bool(options.costs) or stored_costs(pool) is not None
+        costs = resolve_costs(pool, options.costs, needed=known)
+        return cls.fit(pool, options.cascade, k=options.k, runnable=runnable_rms(pool) if options.allow_run else (),
+                       embedder=embedder, device=device, neighbourhood=options.neighbourhood, session=session,
+                       abstain_below=options.abstain_below, costs=costs)
+
+    # ------------------------------------------------------------------------------------------ as a Router
+    @property
+    def session(self) -> Filler | None:
+        """Where both routes fill missing member scores (None: nowhere); setting it sets both."""
+        return self.cheap.session
+
+    @session.setter
+    def session(self, session: Filler | None) -> None:
+        self.cheap.session = self.escalated.session = session
+
+    @property
+    def embedder(self) -> Any:
+        """The pool's embedder for query questions (both routes share it)."""
+        return self.cheap.embedder
+
+    @property
+    def method_name(self) -> str:
+        """What chooses, in a few words: each route's method (Router.method_name) and the threshold."""
+        return (f"cascade: {self.cheap.method_name} over {', '.join(self.options.cheap)}, below "
+                f"{self.threshold:.3g} escalated to {self.escalated.method_name} adding {', '.join(self.options.then)}")
+
+    def describe(self) -> dict[str, Any]:
+        """The cascade's settings as `/health` reports them: its options, the threshold, the share of the pool's
+        out-of-fold picks it escalates, and the costs' unit (None: rankings carry no cost).
+
+        Returns:
+            {"cheap", "then", "below", "spend", "threshold", "escalated_share", "cost_unit"}.
+        """
+        return {**self.options.to_json(), "threshold": self.threshold,
+                "escalated_share": self.report.get("escalated_share"),
+                "cost_unit": self.costs.unit if self.costs is not None else None}
+
     def _expected_cost(self, stage: Stage) -> dict[str, Any]:
         """Per candidate, what the cheap route's RMs cost, what escalating adds, and the cascade's expectation at
         the pool's escalation share (each route charged for all of its RMs)."""
@@ -407,6 +410,9 @@ class Cascade:
         return self.stage(frozenset(self.pool.rm_names) - set(selection.skipped_rms))
 
     # ------------------------------------------------------------------------------------------ route
+    # route() runs the phases below over a list of queries; RoutingEngine runs the same phases over a micro-batch,
+    # job by job: cheap select -> fill cheap_reads -> cheap rank -> decide; then, for the queries decide leaves
+    # undecided, escalated select -> fill escalated_reads -> escalated rank -> finish.
     def route(self, queries: Sequence[Query]) -> list[Ranking]:
         """Rank each query with the cheap route; escalate those whose cheap pick's confidence (its route's calibrator)
         is below the threshold: fill the escalated route's RMs and rank them again with it.
@@ -427,40 +433,95 @@ class Cascade:
             return []
         vectors = self.cheap.embedder.encode([q.question for q in queries])
         selections = self.cheap.select_many(queries, vectors=vectors)
-        stages = [self._stage_of(q, s) for q, s in zip(queries, selections)]
-        reads = [_reads(s, stage.cheap if stage else ()) for s, stage in zip(selections, stages)]
         if self.cheap.session is not None:
-            queries = self.cheap.session.fill(queries, reads)
-        out: list[Ranking | None] = []
-        up: list[int] = []
-        reduction = self.pool.config.reduction
-        for i, (query, selection, stage) in enumerate(zip(queries, selections, stages)):
-            ranking = self.cheap.rank(query, selection)
-            if stage is not None and selection.choice.ensemble.members:
-                x = _signals(query, ranking, stage.cheap, reduction) if stage.decide is not None else None
-                sure = ranking.confidence if x is None else float(stage.decide.predict(x)[0])
-                if sure >= self.threshold:
-                    kept = ranking.confidence if x is None else float(stage.kept.predict(x)[0])
-                    out.append(self._done(ranking, query, reads[i], False, kept))
-                    continue
-            if stage is None:
-                out.append(self._done(ranking, query, reads[i], False, ranking.confidence))
-                continue
-            up.append(i)
-            out.append(None)
+            queries = self.cheap.session.fill(queries, [self.cheap_reads(q, s) for q, s in zip(queries, selections)])
+        out: list[Ranking | None] = [self.decide(q, s, self.cheap.rank(q, s)) for q, s in zip(queries, selections)]
+        up = [i for i, ranking in enumerate(out) if ranking is None]
         if up:
             raised = [queries[i] for i in up]
             chosen = self.escalated.select_many(raised, vectors=vectors[up])
-            more = [_reads(s, stages[i].escalated) for i, s in zip(up, chosen)]
             if self.escalated.session is not None:
-                raised = self.escalated.session.fill(raised, more)
-            for i, query, selection, wanted in zip(up, raised, chosen, more):
-                ranking, stage = self.escalated.rank(query, selection), stages[i]
-                confidence = ranking.confidence
-                if stage.raised is not None and stage.escalated:
-                    confidence = float(stage.raised.predict(_signals(query, ranking, stage.escalated, reduction))[0])
-                out[i] = self._done(ranking, query, tuple(dict.fromkeys([*reads[i], *wanted])), True, confidence)
+                raised = self.escalated.session.fill(raised, [self.escalated_reads(q, selections[i], s)
+                                                              for i, q, s in zip(up, raised, chosen)])
+            for i, query, selection in zip(up, raised, chosen):
+                out[i] = self.finish(query, selections[i], selection, self.escalated.rank(query, selection))
         return out  # type: ignore[return-value]  # every slot is filled
+
+    def cheap_reads(self, query: Query, selection: Selection) -> tuple[str, ...]:
+        """The RMs the cheap route fills for a query before its rank: its pick's members and, where the query can
+        escalate, every member of the cheap route's fit (the decision reads their signals).
+
+        Args:
+            query: The query.
+            selection: Its cheap route's selection.
+
+        Returns:
+            The pool RMs to fill, in order.
+        """
+        stage = self._stage_of(query, selection)
+        return _reads(selection, stage.cheap if stage else ())
+
+    def decide(self, query: Query, selection: Selection, ranking: Ranking) -> Ranking | None:
+        """Whether the cheap route's ranking stands: the ranking as the cascade reports it (confidence from the kept
+        side's calibrator, not escalated, its cost), or None where the query escalates (its cheap pick's calibrated
+        confidence is below the threshold, or no cheap RM applies to it).
+
+        Args:
+            query: The query, its cheap RMs' scores filled (cheap_reads).
+            selection: Its cheap route's selection.
+            ranking: The cheap route's ranking of it.
+
+        Returns:
+            The final ranking, or None: escalate.
+        """
+        stage = self._stage_of(query, selection)
+        reads = _reads(selection, stage.cheap if stage else ())
+        if stage is None:
+            return self._done(ranking, query, reads, False, ranking.confidence)
+        if not selection.choice.ensemble.members:
+            return None
+        x = _signals(query, ranking, stage.cheap, self.pool.config.reduction) if stage.decide is not None else None
+        sure = ranking.confidence if x is None else float(stage.decide.predict(x)[0])
+        if sure < self.threshold:
+            return None
+        kept = ranking.confidence if x is None else float(stage.kept.predict(x)[0])
+        return self._done(ranking, query, reads, False, kept)
+
+    def escalated_reads(self, query: Query, cheap: Selection, selection: Selection) -> tuple[str, ...]:
+        """The RMs the escalated route fills for an escalated query: its pick's members and every member of the
+        escalated route's fit.
+
+        Args:
+            query: The query.
+            cheap: Its cheap route's selection (which stage it is in).
+            selection: Its escalated route's selection.
+
+        Returns:
+            The pool RMs to fill, in order.
+        """
+        stage = self._stage_of(query, cheap)
+        return _reads(selection, stage.escalated if stage else ())
+
+    def finish(self, query: Query, cheap: Selection, selection: Selection, ranking: Ranking) -> Ranking:
+        """An escalated query's ranking as the cascade reports it: the escalated route's, its confidence from the
+        escalated side's calibrator, escalated, costing both routes' RMs.
+
+        Args:
+            query: The query, the escalated route's RMs' scores filled (escalated_reads).
+            cheap: Its cheap route's selection.
+            selection: Its escalated route's selection.
+            ranking: The escalated route's ranking of it.
+
+        Returns:
+            The final ranking.
+        """
+        stage = self._stage_of(query, cheap)
+        confidence = ranking.confidence
+        if stage is not None and stage.raised is not None and stage.escalated:
+            x = _signals(query, ranking, stage.escalated, self.pool.config.reduction)
+            confidence = float(stage.raised.predict(x)[0])
+        ran = dict.fromkeys([*self.cheap_reads(query, cheap), *self.escalated_reads(query, cheap, selection)])
+        return self._done(ranking, query, tuple(ran), True, confidence)
 
     def _done(self, ranking: Ranking, query: Query, ran: Sequence[str], escalated: bool | None,
               confidence: float) -> Ranking:

@@ -11,6 +11,7 @@ from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
 from morkit.selection.budget import Budget, CostOptions
+from morkit.selection.cascade_options import CascadeOptions
 
 DEFAULT_METHOD = "learned"
 NEIGHBOURHOODS = ("all", "valid")
@@ -88,10 +89,14 @@ class SelectOptions:
         budget: A per-query cost cap and cost weight (morkit.selection.budget.Budget; methods with "budget" in their
             metadata: learned, pres, pres-top1); None: no budget, selection as without costs.
         costs: Cost files and costs per RM that update the pool's stored table (they price every ranking).
+        cascade: Rank with a cascade (morkit.selection.cascade): the learned selector over its cheap RMs, escalated
+            to its cheap and expensive ones where unsure; None: no cascade. It is the learned selector's own: not
+            with another method, `rms` or a budget.
 
     Raises:
         InputError: The method is unknown or lacks `singles_only`, the `neighbourhood`, `rms` or a budget,
-            `fixed` has no `rms`, `k` is not positive, or `abstain_below` is outside [0, 1].
+            `fixed` has no `rms`, `k` is not positive, `abstain_below` is outside [0, 1], or a cascade is given
+            beside another method than the learned selector, `rms` or a budget.
     """
 
     method: str = DEFAULT_METHOD
@@ -103,11 +108,27 @@ class SelectOptions:
     rms: tuple[str, ...] = ()
     budget: Budget | None = None
     costs: CostOptions = field(default_factory=CostOptions)
+    cascade: CascadeOptions | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rms", tuple(self.rms))
+        if self.cascade is not None:
+            method = self.method != DEFAULT_METHOD and not self.rms  # --rm alone selects `fixed`
+            beside = [flag for flag, given in (("--rm (a fixed ensemble)", bool(self.rms)),
+                                               (f"--method {self.method}", method),
+                                               ("--budget/--cost-weight", self.budget is not None)) if given]
+            if beside:
+                raise InputError("--cascade ranks with the learned selector's two routes: not with "
+                                 + " or ".join(beside))
         check_method(self.method, self.singles_only, self.neighbourhood, self.rms,  # an unknown one names the known
                      budget=self.budget is not None)
         checks.positive_int(self.k, "k")
         if self.abstain_below is not None and not 0.0 <= self.abstain_below <= 1.0:
             raise InputError(f"abstain_below must be a probability in [0, 1], not {self.abstain_below!r}")
+
+    @property
+    def rm_scope(self) -> tuple[str, ...] | None:
+        """The only pool RMs these options may read (a fixed ensemble's, a cascade's); None: any pool RM."""
+        if self.rms:
+            return self.rms
+        return self.cascade.members if self.cascade is not None else None

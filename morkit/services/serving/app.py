@@ -236,8 +236,9 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
             except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # e.g. JSON nested too deep
                 raise _Refused(400, f"request body: cannot be parsed ({type(exc).__name__})") from None
             try:
-                body = reply(context, await _outcome(request, future, limits.timeout_s,
-                                                     deadline - time.monotonic()))
+                rankings = await _outcome(request, future, limits.timeout_s, deadline - time.monotonic())
+                body = reply(context, rankings)
+                metrics.observe_rankings(rankings)
             except InputError as exc:
                 raise _Refused(400, str(exc)) from None
             except DeadlinePassed:  # the engine dropped it at its deadline, a moment before the wait above ended

@@ -1,6 +1,6 @@
-"""The scoring service behind `morkit serve` and the TRL reward: a Router's select -> fill -> rank over micro-batches.
-
-One `RoutingEngine` keeps every RM the pool may run resident, with one score cache; a bad query fails only its own job.
+"""The scoring service behind `morkit serve` and the TRL reward: a Router's select -> fill -> rank over micro-batches
+(with a cascade, twice for the queries it escalates). One `RoutingEngine` keeps every RM the pool may run resident,
+with one score cache; a bad query fails only its own job.
 """
 
 from __future__ import annotations
@@ -17,15 +17,19 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.catalog import REWARD_MODELS, relative_scores
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.session import ScoringSession
+from morkit.selection.cascade import Cascade
 from morkit.selection.chooser import Selection
 from morkit.selection.methods import SelectOptions
 from morkit.selection.router import Ranking, Router, runnable_rms
 from morkit.runtime.symbolic import SymbolicWorker
+from morkit.services.routing import router_for
 from morkit.services.serving.protocol import group_responses, reward_reply
 
 log = logging.getLogger(__name__)
 
 Job = tuple[Query, ...]
+Reads = Callable[[int, Query, Selection], Sequence[str]]
+"""The RMs a phase fills for row i, its query and its selection there."""
 FILL_PART = 256
 """Candidates scored between two checks of the jobs' deadlines (a query is never split; a model still batches
 its own way within a part)."""
@@ -53,7 +57,8 @@ class RoutingEngine:
     Args:
         pool: The question pool that routes queries.
         select: How ensembles are chosen (the `fixed` method with `rms`: always the pool's ensemble of those RMs,
-            and only they load); with `allow_run`, the registered pool RMs that can run here are loaded.
+            and only they load; a `cascade`: its two routes, fitted now, and only its RMs load; a `budget`: the
+            Router's); with `allow_run`, the registered pool RMs that can run here are loaded.
         scoring: How the RMs load and run (progress bars are off); its `cache` is the shared score cache.
         embedder: The embedder for questions (it must be the pool's); None loads the pool's own.
         handles: RM name -> a handle placed elsewhere (an RMHandle whose `score(pairs)` calls it, e.g. a Ray Serve
@@ -70,17 +75,20 @@ class RoutingEngine:
         self.pool = pool
         self.scoring = scoring
         self.fixed = select.rms
+        self.budget = select.budget
+        scope = select.rm_scope
         runnable = runnable_rms(pool) if select.allow_run else []
-        names = [n for n in runnable if not self.fixed or n in self.fixed]
+        names = [n for n in runnable if scope is None or n in scope]
         self.session = ScoringSession(replace(scoring, progress=False), keep_all=True, placed=handles)
         self.symbolic = SymbolicWorker()  # no process until it is started
         try:
             beside = {} if embedder is not None else {f"embedder {pool.embedder}": embedder_memory(pool.embedder)}
             self.session.check_fit(names, beside)  # before the embedder or any RM loads
-            self.router = Router.from_options(pool, select, device=scoring.device, embedder=embedder,
-                                              session=self.session)
+            routes = router_for(pool, select, device=scoring.device, embedder=embedder, session=self.session)
+            self.cascade: Cascade | None = routes if isinstance(routes, Cascade) else None
+            self.router: Router = routes.cheap if isinstance(routes, Cascade) else routes  # the first phase's
             self.router.embedder  # loaded now: a server is ready before its first request
-            self.method = self.router.method_name  # what chooses (learned fits made now): /health never fits
+            self.method = routes.method_name  # what chooses (learned fits made now): /health never fits
             self.models = self.session.keep_resident(names)  # each built once, resident for the engine's life
             if any(relative_scores(n) for n in names):  # a rule comparing answers (math-consensus): ready it now
                 self.symbolic.start(wait_s=60.0)
@@ -99,11 +107,16 @@ class RoutingEngine:
 
         Returns:
             `status`, the pool's question count, the method, the fixed ensemble (or None), the resident RMs
-            and the pool's RMs.
+            and the pool's RMs; `budget` (its cap and cost weight) and `cascade` (Cascade.describe) where set.
         """
-        return {"status": "ok", "questions": len(self.pool), "method": self.method,
-                "fixed_ensemble": list(self.fixed) or None, "resident_rms": list(self.models),
-                "pool_rms": list(self.pool.rm_names)}
+        out = {"status": "ok", "questions": len(self.pool), "method": self.method,
+               "fixed_ensemble": list(self.fixed) or None, "resident_rms": list(self.models),
+               "pool_rms": list(self.pool.rm_names)}
+        if self.budget is not None:
+            out["budget"] = self.budget.to_json()
+        if self.cascade is not None:
+            out["cascade"] = self.cascade.describe()
+        return out
 
     # ------------------------------------------------------------------------------------------ batches
     def run(self, jobs: Sequence[Job]) -> list[list[Ranking] | Exception]:
@@ -125,12 +138,14 @@ class RoutingEngine:
         return self._run(jobs, tuple(deadlines))
 
     def _run(self, jobs: Sequence[Job], deadlines: tuple[float | None, ...]) -> list[list[Ranking] | Exception]:
-        """`Router.route`'s select, fill and rank, phase by phase over the jobs rather than one call: route knows no
-        jobs, and here a job that failed or passed its deadline leaves the phases after it, each question is
-        embedded alone, and the fill goes in parts with its failures found job by job (`_fill`)."""
+        """`Router.route`'s select, fill and rank (`Cascade.route`'s, with a cascade), phase by phase over the jobs
+        rather than one call: route knows no jobs, and here a job that failed or passed its deadline leaves the
+        phases after it, each question is embedded alone, and the fill goes in parts with its failures found job by
+        job (`_fill`)."""
         from morkit.core.budget import DeadlinePassed, passed
 
         flat = [(j, q) for j, job in enumerate(jobs) for q in job]
+        owners = [j for j, _ in flat]
         failed: dict[int, Exception] = {}
 
         def live(j: int) -> bool:
@@ -149,38 +164,87 @@ class RoutingEngine:
                     vectors[query.question] = self.router.embedder.encode([query.question])
         except Exception as exc:  # noqa: BLE001 - nothing can be routed without embeddings
             return [failed.get(j, exc) for j in range(len(jobs))]
-        selections: list[Selection | None] = [None] * len(flat)
-        for i, (j, query) in enumerate(flat):
-            if live(j):
-                try:
-                    selections[i] = self.router.select_many([query], vectors=vectors[query.question])[0]
-                except Exception as exc:  # noqa: BLE001 - fails this job only
-                    failed[j] = exc
-        rows = [i for i, (j, _) in enumerate(flat) if live(j)]
-        scored = self._fill([flat[i][1] for i in rows], [selections[i] for i in rows], [flat[i][0] for i in rows],
-                            deadlines, live, failed)
+        phase = (vectors, owners, deadlines, live, failed)
+        cascade = self.cascade
+        if cascade is None:
+            done = self._phase(self.router, dict(enumerate(q for _, q in flat)),
+                               lambda i, q, s: s.choice.ensemble.members, *phase)
+            final = {i: ranking for i, (_, _, ranking) in done.items()}
+        else:
+            done = self._phase(cascade.cheap, dict(enumerate(q for _, q in flat)),
+                               lambda i, q, s: cascade.cheap_reads(q, s), *phase)
+            final = self._isolated(done, owners, failed, lambda i, q, s, r: cascade.decide(q, s, r))
+            up = {i: done[i][0] for i in done if i not in final and live(owners[i])}
+            cheap = {i: done[i][1] for i in up}
+            raised = self._phase(cascade.escalated, up, lambda i, q, s: cascade.escalated_reads(q, cheap[i], s),
+                                 *phase)
+            final.update(self._isolated(raised, owners, failed, lambda i, q, s, r: cascade.finish(q, cheap[i], s, r)))
         out: dict[int, list[Ranking]] = defaultdict(list)
-        for i, query in zip(rows, scored):
-            j = flat[i][0]
-            if query is None or not live(j):
-                continue
-            try:
-                out[j].append(self.router.rank(query, selections[i]))
-            except Exception as exc:  # noqa: BLE001
-                failed[j] = exc
+        for i in sorted(final):
+            if owners[i] not in failed:
+                out[owners[i]].append(final[i])
         return [failed[j] if j in failed else out[j] for j in range(len(jobs))]
 
-    def _fill(self, queries: list[Query], selections: list[Any], owners: list[int],
+    def _phase(self, router: Router, queries: dict[int, Query], reads: Reads, vectors: dict[str, Any],
+               owners: list[int], deadlines: tuple[float | None, ...], live: Callable[[int], bool],
+               failed: dict[int, Exception]) -> dict[int, tuple[Query, Selection, Ranking]]:
+        """One route's select, fill and rank over some rows (row -> query) of the micro-batch: each query selected
+        alone (its question's vector), `reads` filled (`_fill`), ranked; a failure fails its job, which leaves the
+        phase. Returns row -> (the filled query, its selection, its ranking) for the rows of the jobs still live."""
+        selections: dict[int, Selection] = {}
+        for i, query in queries.items():
+            if live(owners[i]):
+                try:
+                    selections[i] = router.select_many([query], vectors=vectors[query.question])[0]
+                except Exception as exc:  # noqa: BLE001 - fails this job only
+                    failed[owners[i]] = exc
+        rows = [i for i in queries if live(owners[i])]
+        wanted = []
+        for i in rows:
+            try:
+                wanted.append(tuple(reads(i, queries[i], selections[i])))
+            except Exception as exc:  # noqa: BLE001
+                failed[owners[i]] = exc
+                wanted.append(())
+        scored = self._fill([queries[i] for i in rows], wanted, [owners[i] for i in rows], deadlines, live, failed)
+        out: dict[int, tuple[Query, Selection, Ranking]] = {}
+        for i, query in zip(rows, scored):
+            if query is None or not live(owners[i]):
+                continue
+            try:
+                out[i] = (query, selections[i], router.rank(query, selections[i]))
+            except Exception as exc:  # noqa: BLE001
+                failed[owners[i]] = exc
+        return out
+
+    @staticmethod
+    def _isolated(done: dict[int, tuple[Query, Selection, Ranking]], owners: list[int],
+                  failed: dict[int, Exception], step: Callable[[int, Query, Selection, Ranking], Ranking | None]
+                  ) -> dict[int, Ranking]:
+        """`step` over a phase's rows, a failure failing its job alone: row -> the ranking it gives (None: none)."""
+        out: dict[int, Ranking] = {}
+        for i, (query, selection, ranking) in done.items():
+            if owners[i] in failed:
+                continue
+            try:
+                result = step(i, query, selection, ranking)
+            except Exception as exc:  # noqa: BLE001
+                failed[owners[i]] = exc
+                continue
+            if result is not None:
+                out[i] = result
+        return out
+
+    def _fill(self, queries: list[Query], members: list[tuple[str, ...]], owners: list[int],
               deadlines: tuple[float | None, ...], live: Callable[[int], bool],
               failed: dict[int, Exception]) -> list[Query | None]:
-        """Queries with their chosen members' scores filled, in parts of about FILL_PART candidates with every
+        """Queries with the `members` wanted for each filled, in parts of about FILL_PART candidates with every
         job's deadline checked between them. Members scored by pairs run across jobs (one batch for a model);
         members scored query by query (math-consensus, code-tests) run job by job, each job within its own
         deadline and symbolic budget. A failure fails its job alone (found by retrying job by job)."""
         from morkit.core.budget import SymbolicBudget
         from morkit.core.grading import SERVER_SYMBOLIC_PAIR_S, SERVER_SYMBOLIC_QUERY_S
 
-        members = [tuple(s.choice.ensemble.members) for s in selections]
         by_query = [tuple(m for m in ms if self._per_query(m)) for ms in members]
         by_pairs = [tuple(m for m in ms if not self._per_query(m)) for ms in members]
         out: list[Query | None] = list(queries)

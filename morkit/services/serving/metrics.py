@@ -1,10 +1,11 @@
 """The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash):
-requests, latency, batches, dropped requests, queue depth, bytes held, and the score cache's hits and misses.
+requests, latency, batches, dropped requests, queue depth, bytes held, the score cache's hits and misses, and the
+queries ranked: how many, how many a cascade escalated, and what scoring them cost.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from morkit.services.serving.batcher import BatchStats
 
@@ -52,6 +53,13 @@ class ServerMetrics:
                          registry=self.registry)
             held.set_function(held_bytes)
         self.registry.register(_CacheCollector(cache))
+        self.routed = Counter("morkit_routed_queries", "queries ranked and answered (every route)",
+                              registry=self.registry)
+        self.escalations = Counter("morkit_escalations", "queries a cascade escalated to its expensive route",
+                                   registry=self.registry)
+        self.spend = Counter("morkit_scoring_cost", "what scoring the queries answered cost, in GFLOP-equivalents "
+                             "(the RMs of each query's route x its candidates; counted where costs are known)",
+                             unit="gflop", registry=self.registry)
 
     def observe_batch(self, stats: BatchStats) -> None:
         if stats.size:
@@ -59,6 +67,16 @@ class ServerMetrics:
             self.batch_seconds.observe(stats.seconds)
         if stats.skipped:
             self.skipped.inc(stats.skipped)
+
+    def observe_rankings(self, rankings: Iterable[Any]) -> None:
+        """Count the rankings of an answered request: each query, each one escalated, and its cost where known."""
+        for ranking in rankings:
+            self.routed.inc()
+            if getattr(ranking, "escalated", None):
+                self.escalations.inc()
+            cost = getattr(ranking, "cost", None)
+            if cost is not None:
+                self.spend.inc(cost)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()

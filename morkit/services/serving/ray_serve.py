@@ -1,6 +1,6 @@
 """`morkit serve --ray`: the same FastAPI app on Ray Serve. The router and embedder are one ingress deployment (the
-app create_app builds, with its limits, auth, /health and /metrics); each model RM of the pool is its own deployment,
-with its own replicas and resources, called through a DeploymentHandle within the request's deadline.
+app create_app builds, with its limits, auth, /health and /metrics; the SelectOptions, budget and cascade included,
+travel to it pickled); each model RM of the pool is its own deployment, called through a DeploymentHandle.
 """
 
 from __future__ import annotations
@@ -138,12 +138,14 @@ class Ingress:
 
 
 def model_rms(pool: Any, select: SelectOptions) -> list[str]:
-    """The pool RMs that get a deployment: registered model RMs that can run, within the fixed ensemble if any."""
+    """The pool RMs that get a deployment: registered model RMs that can run, within the fixed ensemble's or the
+    cascade's RMs if any (SelectOptions.rm_scope)."""
     from morkit.reward_models.catalog import REWARD_MODELS
     from morkit.selection.router import runnable_rms
 
     names = runnable_rms(pool) if select.allow_run else []
-    return [n for n in names if (not select.rms or n in select.rms) and REWARD_MODELS.get(n).spec.loads_model]
+    scope = select.rm_scope
+    return [n for n in names if (scope is None or n in scope) and REWARD_MODELS.get(n).spec.loads_model]
 
 
 def build_app(pool_dir: str, select: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions(),
