@@ -265,18 +265,18 @@ def add_budget_options(p: argparse.ArgumentParser) -> None:
                         "that fits, and a query nothing fits is an error")
     g.add_argument("--cost-weight", type=NON_NEGATIVE, metavar="LAMBDA",
                    help="trade accuracy for cost: pick by accuracy - LAMBDA x cost per query in GFLOP-equivalents "
-                        "(1e-5: 100,000 GFLOP is worth one point of best-of-n); default 0")
+                        "(1e-5: 1,000 GFLOP per query weighs one percentage point (0.01) of best-of-n); default 0")
     add_cost_options(g, "RM costs beyond the pool's stored ones (with either, every line carries its cost)")
 
 
 def budget(args: argparse.Namespace) -> Any:
-    """The Budget of `--budget` and `--cost-weight` (None where neither is given)."""
-    from morkit.selection.budget import Budget
+    """The Budget of `--budget` and `--cost-weight` (None where neither limits anything: `--cost-weight 0` alone)."""
+    from morkit.selection.budget import Budget, limiting
 
     text, weight = getattr(args, "budget", None), getattr(args, "cost_weight", None)
     if text is None and weight is None:
         return None
-    return Budget.parse(text, weight or 0.0) if text is not None else Budget(cost_weight=weight)
+    return limiting(Budget.parse(text, weight or 0.0) if text is not None else Budget(cost_weight=weight))
 
 
 def spend_share(text: str) -> float:

@@ -10,7 +10,7 @@ from typing import Sequence
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.registry import Entry, Registry
-from morkit.selection.budget import Budget, CostOptions
+from morkit.selection.budget import Budget, CostOptions, limiting
 from morkit.selection.cascade_options import CascadeOptions
 
 DEFAULT_METHOD = "learned"
@@ -112,6 +112,7 @@ class SelectOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rms", tuple(self.rms))
+        object.__setattr__(self, "budget", limiting(self.budget))  # one that limits nothing is no budget
         if self.cascade is not None:
             method = self.method != DEFAULT_METHOD and not self.rms  # --rm alone selects `fixed`
             beside = [flag for flag, given in (("--rm (a fixed ensemble)", bool(self.rms)),
