@@ -17,7 +17,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 def bench_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     yield
-    for name in ("plotting", "selection", "selection_figures", "score_throughput", "pool_build", "selection_curve"):
+    for name in ("plotting", "selection", "selection_figures", "score_throughput", "pool_build", "selection_curve",
+                 "cost_frontier"):
         sys.modules.pop(name, None)
 
 
@@ -167,3 +168,21 @@ def test_gpu_check_runs_in_tiny_cpu_mode_with_only_torch_and_transformers(tmp_pa
     rows = result["parity"]["rows"]
     assert result["parity"]["ok"] and len(rows) == 8 and {r["dtype"] for r in rows} == {"bfloat16"}
     assert "best path over the plain loop" in done.stdout and "parity: all ok" in done.stdout
+
+
+def test_cost_frontier_plot_and_frontier_from_numbers_shaped_like_its_json(tmp_path):
+    import cost_frontier
+
+    methods = {
+        "a": {"kind": "single", "accuracy": 30.0, "cost": 10.0, "share": 0.01},
+        "b": {"kind": "single", "accuracy": 25.0, "cost": 20.0, "share": 0.02},
+        cost_frontier.DEFAULT: {"kind": "learned", "accuracy": 60.0, "cost": 1000.0, "share": 1.0},
+        "learned, budget 10%": {"kind": "learned", "accuracy": 50.0, "cost": 90.0, "share": 0.09},
+        "PRES, budget 10%": {"kind": "pres", "accuracy": 40.0, "cost": 95.0, "share": 0.095},
+        "cascade, spend 25%": {"kind": "cascade", "accuracy": 55.0, "cost": 300.0, "share": 0.3, "escalated": 0.25},
+    }
+    assert cost_frontier._frontier(methods) == ["a", "learned, budget 10%", "cascade, spend 25%",
+                                                cost_frontier.DEFAULT]
+    result = {"methods": methods, "oracle": 80.0, "random": 10.0, "candidates": 10, "folds": 5}
+    cost_frontier.plot(result, tmp_path / "frontier.svg")
+    assert (tmp_path / "frontier.svg").read_bytes().startswith(b"<?xml")

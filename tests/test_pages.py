@@ -591,3 +591,50 @@ def check_demo_figures(routing_output: str) -> None:
            "points": points, "better": better, "worse": worse, "oracle_pct": oracle_pct}
     wrong = {k: (claims[k], v) for k, v in got.items() if claims[k] != v}
     assert not wrong, f"README demo section (page, demo): {wrong}: write the demo's figures into the README"
+
+
+# ---- the accuracy-cost frontier: docs/figures/cost_frontier.json ------------------------------------------------
+
+FRONTIER_DEFAULT = "morkit default (learned, every RM)"
+
+
+def frontier_rows(result: dict) -> list[list[str]]:
+    """The selection page's frontier table as bench/cost_frontier.py's JSON gives it: the routed methods by cost,
+    then the most accurate single RM."""
+    methods = result["methods"]
+
+    def row(label: str, name: str | None = None) -> list[str]:
+        m = methods[label]
+        return [name or label, f"{f1(m['accuracy'])}%", f1(m["se"]), thousands(m["cost"]), f"{100 * m['share']:.1f}%",
+                f"{m['escalated']:.0%}" if "escalated" in m else ""]
+
+    singles = [k for k, v in methods.items() if v["kind"] == "single"]
+    best = max(singles, key=lambda k: methods[k]["accuracy"])
+    routed = sorted((k for k, v in methods.items() if v["kind"] != "single"), key=lambda k: methods[k]["cost"])
+    return [row(k) for k in routed] + [row(best, f"best single RM ({best})")]
+
+
+def test_selection_page_cost_frontier_is_the_committed_json():
+    result = load("cost_frontier")
+    text = section(SELECTION, "### Accuracy against cost")
+    first, reach = tables(text)
+    check_table("selection.md, accuracy against cost", first, frontier_rows(result))
+    check_table("selection.md, accuracy within a cost", reach,
+                [[f"{a['level']:.0%} of the default's", f"{f1(a['accuracy'])}%", a["method"]]
+                 for a in result["at"].values()])
+    assert header(text)[1] == f"best-of-{result['candidates']}"
+    close = result["cheapest_within"]
+    check_claims("selection.md, accuracy against cost", prose(text), [
+        (r"The (\d+) RewardMATH problems \((\d+) answers each", (result["problems"], result["candidates"])),
+        (r"under (\d+)-fold cross-validation by problem, (\w+) fold deal \(seed (\d+)\)",
+         (result["folds"], WORDS[len(result["seeds"])], result["seeds"][0])),
+        (r"over all (\d+) RMs, costs ([\d,]+) GFLOP-equivalents per query",
+         (len(result["rms"]), thousands(result["default_cost"]))),
+        (r"takes at (\d+)% of the full route's cost", (round(100 * result["cascade_share"]),)),
+        (r"the open models, (\d+) to (\d+) of them", (min(map(len, result["cascade_cheap"])),
+                                                     max(map(len, result["cascade_cheap"])))),
+        (r"per-query oracle reaches ([\d.]+)% and a random pick ([\d.]+)%", (f1(result["oracle"]), f1(result["random"]))),
+        (r"within (\w+) point of the default's best-of-n is (.+?) \(([\d.]+)% at ([\d.]+)% of its cost\)",
+         (WORDS[int(result["within"])], close["method"], f1(close["accuracy"]), f"{100 * close['share']:.1f}")),
+        (r"took ([\d,]+) s", (thousands(result["total_s"]),)),
+    ])
