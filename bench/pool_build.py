@@ -418,8 +418,9 @@ def run_large(args, base, rm_names, data_dir) -> dict:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     t = built["times"]
-    print(f"\n{args.large:,} questions x {built['ensembles']:,} ensembles; dense tables: {built['dense']} "
-          f"(means over {built['sample']:,} sampled questions); index {built['index']['kind']}, "
+    sampled = "" if built["dense"] else f" (means over {built['sample']:,} sampled questions)"
+    print(f"\n{args.large:,} questions x {built['ensembles']:,} ensembles; dense tables: {built['dense']}{sampled}; "
+          f"index {built['index']['kind']}, "
           f"recall@100 {built['index'].get('recall@100', 1.0):.3f}; on disk {size_gb:.1f} GB")
     labels = [("rows", "rows: tile the 383 problems' arrays", "rows"),
               ("statistics", "normaliser, single-RM PRR, enumeration, sampled means", "pool_from_rows"),
