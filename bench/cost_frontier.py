@@ -95,9 +95,9 @@ def run(args: argparse.Namespace) -> dict:
     from morkit.question_pool.pool import build_pool
     from morkit.reward_models.cost import COST_UNIT, cost_table
     from morkit.reward_models.rules.table import table_names
-    from morkit.selection.budget import Budget, CostOptions, with_budget_routes
+    from morkit.selection.budget import Budget, CostOptions
     from morkit.selection.cascade import Cascade, CascadeOptions
-    from morkit.selection.learned_method import with_stored_learned
+    from morkit.selection.learned_method import with_budget_routes, with_stored_learned
     from morkit.selection.router import Router
     from selection import expected_hit, single_hits
     from selection_data import LookupEmbedder

@@ -318,8 +318,8 @@ def build_large(base_queries, rm_names, size: int, out: str, costs: bool = False
     `costs`: also store the packaged RewardMATH costs and fit the learned selector's budget routes."""
     from morkit.question_pool.pool import PoolConfig, pool_from_rows
     from morkit.question_pool.rows import pool_rows
-    from morkit.selection.budget import CostOptions, with_budget_routes
-    from morkit.selection.learned_method import with_stored_learned
+    from morkit.selection.budget import CostOptions
+    from morkit.selection.learned_method import with_budget_routes, with_stored_learned
 
     t: dict[str, float] = {}
     phases = PhasePeaks()

@@ -8,7 +8,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -431,34 +431,6 @@ def stored_routes(pool: QuestionPool) -> list[BudgetRoute] | None:
             raise _damaged(pool, field, exc) from exc
         out.append(BudgetRoute(tuple(members), cost, fit))
     return out
-
-
-def with_budget_routes(pool: QuestionPool, options: CostOptions | None = None, progress: bool = False
-                       ) -> QuestionPool:
-    """The pool with its costs (`meta["costs"]`: the stored table updated by `options`) and the budget routes
-    fitted on them (`meta["budget_routes"]`), kept in pool.json; unchanged where `options` is None and the pool
-    keeps no costs. Routes need the fit over every RM (`meta["learned"]`): without one none are stored.
-
-    Args:
-        pool: The pool, its learned fits already stored (with_stored_learned).
-        options: Cost files and costs per RM; None: the stored costs as they are.
-        progress: A line on stderr per route fitted.
-
-    Returns:
-        The pool (not saved).
-
-    Raises:
-        InputError: A pool RM has no cost anywhere.
-    """
-    from morkit.selection.learned_method import stored_full_fit
-
-    if options is None and "costs" not in pool.meta:
-        return pool
-    costs = resolve_costs(pool, options or CostOptions(), needed=True)
-    full = stored_full_fit(pool)
-    routes = fit_budget_routes(pool, costs, full, progress) if full is not None else []
-    return replace(pool, meta={**pool.meta, "costs": costs.to_json(),
-                               "budget_routes": [r.to_json() for r in routes]})
 
 
 def _damaged(pool: QuestionPool, field: str, exc: BaseException) -> InputError:

@@ -98,6 +98,35 @@ def with_stored_learned(pool: QuestionPool) -> QuestionPool:
     return replace(pool, meta=meta)
 
 
+def with_budget_routes(pool: QuestionPool, options: Any = None, progress: bool = False
+                       ) -> QuestionPool:
+    """The pool with its costs (`meta["costs"]`: the stored table updated by `options`) and the budget routes
+    fitted on them (`meta["budget_routes"]`), kept in pool.json; unchanged where `options` is None and the pool
+    keeps no costs. Routes need the fit over every RM (`meta["learned"]`): without one none are stored.
+
+    Args:
+        pool: The pool, its learned fits already stored (with_stored_learned).
+        options: Cost files and costs per RM (morkit.selection.budget.CostOptions); None: the stored costs as
+            they are.
+        progress: A line on stderr per route fitted.
+
+    Returns:
+        The pool (not saved).
+
+    Raises:
+        InputError: A pool RM has no cost anywhere.
+    """
+    from morkit.selection.budget import CostOptions, fit_budget_routes, resolve_costs
+
+    if options is None and "costs" not in pool.meta:
+        return pool
+    costs = resolve_costs(pool, options or CostOptions(), needed=True)
+    full = stored_full_fit(pool)
+    routes = fit_budget_routes(pool, costs, full, progress) if full is not None else []
+    return replace(pool, meta={**pool.meta, "costs": costs.to_json(),
+                               "budget_routes": [r.to_json() for r in routes]})
+
+
 def _grid_settings(obj: Mapping[str, Any]) -> list[Setting] | None:
     """The settings behind a stored fit; None when it is too damaged to tell."""
     try:

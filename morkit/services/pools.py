@@ -24,8 +24,8 @@ from morkit.question_pool.pool import PoolConfig, QuestionPool, add_questions, l
 from morkit.question_pool.pool import build_pool as build_question_pool
 from morkit.reward_models.options import ScoringOptions
 from morkit.reward_models.rules.table import table_names
-from morkit.selection.budget import CostOptions, with_budget_routes
-from morkit.selection.learned_method import with_stored_learned
+from morkit.selection.budget import CostOptions
+from morkit.selection.learned_method import with_budget_routes, with_stored_learned
 from morkit.services.scoring import DEFAULT_RMS, check_rm_names, ensure_scores
 
 

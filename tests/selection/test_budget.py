@@ -28,8 +28,8 @@ from morkit.selection.budget import (
     ladder,
     resolve_costs,
     stored_routes,
-    with_budget_routes,
 )
+from morkit.selection.learned_method import with_budget_routes
 from morkit.selection.learned import SETTINGS, fit_learned
 from morkit.selection.methods import SelectOptions
 from morkit.selection.pres import PRES
