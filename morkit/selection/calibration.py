@@ -29,8 +29,21 @@ def pick_confidence(calibrator: Calibrator, scores: np.ndarray, members: np.ndar
     Returns:
         A probability in [0, 1].
     """
+    return float(calibrator.predict(pick_signals(scores, members))[0])
+
+
+def pick_signals(scores: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """(1, len(SIGNALS)) the confidence signals of one query's pick, which its calibrator reads.
+
+    Args:
+        scores: (N,) the candidates' scores under the pick.
+        members: (N, M) the candidates' raw scores of the pick's members.
+
+    Returns:
+        The signals.
+    """
     valid = np.ones((1, len(scores)), dtype=bool)
-    return float(calibrator.predict(signals(np.asarray(scores)[None], members[None], valid))[0])
+    return signals(np.asarray(scores)[None], np.asarray(members)[None], valid)
 
 
 def leave_one_out_calibrator(pool: QuestionPool, method: SelectionMethod, k: int, seed: int = 1,

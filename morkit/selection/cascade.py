@@ -17,6 +17,7 @@ from morkit.reward_models.cost import CostTable
 from morkit.selection import confidence as conf
 from morkit.selection.base import Choice, Neighbours, chosen_in_place
 from morkit.selection.budget import resolve_costs, stored_costs
+from morkit.selection.calibration import pick_signals
 from morkit.selection.cascade_options import CascadeOptions  # the options, imported from here too
 from morkit.selection.chooser import NO_RM_APPLIES, Selection
 from morkit.selection.learned import LearnedFit, OutOfFold, fit_learned
@@ -216,9 +217,7 @@ def fit_stage(cheap: LearnedFit | None, escalated: LearnedFit | None, threshold:
 
 def _signals(query: Query, ranking: Ranking, members: Sequence[str], reduction: str) -> np.ndarray:
     """(1, len(SIGNALS)) the confidence signals of a ranking's pick over the raw scores of `members`."""
-    raw = member_matrix(query, members, reduction)
-    valid = np.ones((1, len(ranking.scores)), dtype=bool)
-    return conf.signals(np.asarray(ranking.scores)[None], raw[None], valid)
+    return pick_signals(np.asarray(ranking.scores), member_matrix(query, members, reduction))
 
 
 def _reads(selection: Selection, route: Sequence[str]) -> tuple[str, ...]:
