@@ -22,6 +22,7 @@ from morkit.cli.args import (
 )
 from morkit.core import settings
 from morkit.services.serving.limits import ServeLimits, port_number
+from morkit.services.serving.ray_options import RayServeOptions
 
 PORT = checked(int, port_number)
 
@@ -43,6 +44,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     require_packages()
     if (args.ray_max_replicas is not None or args.ray_gpus is not None) and not args.ray:
         raise InputError("--ray-max-replicas and --ray-gpus apply only with --ray")
+    scaling = {"--ray-target-ongoing": args.ray_target_ongoing, "--ray-upscale-delay": args.ray_upscale_delay,
+               "--ray-downscale-delay": args.ray_downscale_delay}
+    given = [flag for flag, value in scaling.items() if value is not None]
+    if given and args.ray_max_replicas is None:
+        raise InputError(f"{given[0]} applies only with --ray-max-replicas (autoscaling on --ray)")
     limits = ServeLimits(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                          timeout_s=args.timeout, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                          max_candidates=args.max_candidates, max_text_chars=args.max_text_chars,
@@ -102,8 +108,11 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
     gpus = args.ray_gpus
     if gpus is None:
         gpus = 1.0 if scoring.device != "cpu" and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
-    placement = ray_serve.RayServeOptions(rm_replicas=args.ray_workers or 1, max_rm_replicas=args.ray_max_replicas,
-                                          rm_gpus=gpus, host=args.host, port=args.port)
+    scaling = {key: value for key, value in (("target_ongoing", args.ray_target_ongoing),
+                                             ("upscale_delay_s", args.ray_upscale_delay),
+                                             ("downscale_delay_s", args.ray_downscale_delay)) if value is not None}
+    placement = RayServeOptions(rm_replicas=args.ray_workers or 1, max_rm_replicas=args.ray_max_replicas,
+                                rm_gpus=gpus, host=args.host, port=args.port, **scaling)
     names = ray_serve.model_rms(pool, select)
     app = ray_serve.build_app(str(args.pool), select, scoring, limits, api_key=api_key, placement=placement)
     try:
@@ -112,7 +121,7 @@ def _serve_on_ray(args: argparse.Namespace, limits: ServeLimits, api_key: str | 
         ray_serve.shutdown()  # a deployment that failed half-way must not keep its replicas (and GPUs)
         raise
     print(f"morkit serve: pool {args.pool} ({len(pool)} questions) on Ray Serve; RM deployments: "
-          f"{', '.join(names) or 'none'} ({placement.rm_replicas} replica(s) each, {gpus:g} GPU each); listening "
+          f"{', '.join(names) or 'none'} ({placement.replicas_text()} each, {gpus:g} GPU a replica); listening "
           f"on {url} (POST /v1/rank, POST /get_reward, POST /classify, GET /health, GET /metrics)",
           file=sys.stderr, flush=True)
     try:
@@ -138,8 +147,9 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "the requests in flight and exits 0; after --grace seconds it exits anyway (1). POST /classify is "
                     "vLLM's classify route as verl's reward loop posts it (chat-rendered texts, each scored on "
                     "its own). With --ray [ADDRESS] the same app runs on Ray Serve: the router and embedder as one "
-                    "ingress deployment, each model RM as its own deployment (--ray-workers replicas, --ray-gpus "
-                    "each); the pool directory must be readable where the ingress runs. With --budget or "
+                    "ingress deployment, each model RM as its own deployment (--ray-workers replicas, or Ray Serve's "
+                    "autoscaling up to --ray-max-replicas; --ray-gpus each; a replica whose call runs past "
+                    "--timeout is replaced); the pool directory must be readable where the ingress runs. With --budget or "
                     "--cost-weight each query's route fits its budget, and with --cascade ... --then ... a query "
                     "the cheap route is unsure of is ranked again with the expensive RMs; each result then carries "
                     "its cost (where the RMs' costs are known) and whether it escalated, /metrics counts "
@@ -195,8 +205,21 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                         "anyway, even if a model call hangs (default 30)")
     add_scoring_options(p)
     r = p.add_argument_group("Ray Serve (--ray)")
+    placed = RayServeOptions()  # the defaults shown
     r.add_argument("--ray-max-replicas", type=POSITIVE_INT, metavar="N",
-                   help="with --ray: autoscale each RM deployment between --ray-workers (default 1) and N replicas")
+                   help="with --ray: Ray Serve's autoscaler keeps each RM deployment between --ray-workers (default "
+                        "1) and N replicas, from the scoring calls in flight or waiting per replica (each call is "
+                        "--chunk pairs; a request's calls go out at once). Default: no autoscaling")
+    r.add_argument("--ray-target-ongoing", type=POSITIVE, metavar="R",
+                   help="with --ray-max-replicas: the calls in flight or waiting per RM replica the autoscaler aims "
+                        f"at; it adds replicas while there are more (default {placed.target_ongoing:g}; a replica "
+                        "runs one call at a time, so above 1 some wait)")
+    r.add_argument("--ray-upscale-delay", type=NON_NEGATIVE, metavar="S",
+                   help="with --ray-max-replicas: seconds the load must stay above the target before replicas are "
+                        f"added (default {placed.upscale_delay_s:g})")
+    r.add_argument("--ray-downscale-delay", type=NON_NEGATIVE, metavar="S",
+                   help="with --ray-max-replicas: seconds the load must stay below the target before replicas are "
+                        f"removed (default {placed.downscale_delay_s:g}: a model replica is slow to load again)")
     r.add_argument("--ray-gpus", type=NON_NEGATIVE, metavar="G",
                    help="with --ray: GPUs per RM replica (default 1 where the cluster has GPUs and --device is not "
                         "cpu, else 0)")

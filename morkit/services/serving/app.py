@@ -304,7 +304,9 @@ def create_app(engine: Any, limits: ServeLimits = ServeLimits(), *, api_key: str
 
     @app.get("/metrics")
     async def prometheus() -> Any:
-        body, media_type = metrics.render()
+        """The Prometheus text, rendered on a thread: a collector may ask another process (Ray Serve's controller
+        for the RM replicas), which must not hold up the event loop."""
+        body, media_type = await asyncio.get_running_loop().run_in_executor(None, metrics.render)
         return Response(body, media_type=media_type)
 
     return app

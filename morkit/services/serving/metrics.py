@@ -1,11 +1,15 @@
 """The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash):
-requests, latency, batches, dropped requests, queue depth, bytes held, the score cache's hits and misses, and the
-queries ranked: how many, how many a cascade escalated, and what scoring them cost.
+requests, latency, batches, dropped requests, queue depth, bytes held, the score cache's hits and misses, the
+queries ranked: how many, how many a cascade escalated, and what scoring them cost; and where the RMs run elsewhere
+(Ray Serve), each RM's replicas and the calls to them abandoned at their request's deadline.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+import logging
+from typing import Any, Callable, Iterable, Mapping
+
+log = logging.getLogger(__name__)
 
 from morkit.services.serving.batcher import BatchStats
 
@@ -26,6 +30,30 @@ class _CacheCollector:
                                   value=getattr(self.cache, "hits", 0))
         yield CounterMetricFamily("morkit_score_cache_misses", "score cache lookups that found none (the RM ran)",
                                   value=getattr(self.cache, "misses", 0))
+
+
+class _ReplicaCollector:
+    """Reads each RM's replicas by state at scrape time; a failed read leaves the gauge without samples (logged),
+    never the scrape failed."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Mapping[str, int]]]):
+        self.read = read
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        gauge = GaugeMetricFamily("morkit_rm_replicas", "replicas of each reward model's deployment by state "
+                                  "(RUNNING serve calls; STARTING, STOPPING, ... do not yet or no longer)",
+                                  labels=["rm", "state"])
+        try:
+            replicas = self.read()
+        except Exception:  # noqa: BLE001 - the other metrics are still worth a scrape
+            log.warning("could not read the RM deployments' replicas", exc_info=True)
+            replicas = {}
+        for rm, states in sorted(replicas.items()):
+            for state, count in sorted(states.items()):
+                gauge.add_metric([rm, state], count)
+        yield gauge
 
 
 class ServerMetrics:
@@ -60,6 +88,14 @@ class ServerMetrics:
         self.spend = Counter("morkit_scoring_cost", "what scoring the queries answered cost, in GFLOP-equivalents "
                              "(the RMs of each query's route x its candidates; counted where costs are known)",
                              unit="gflop", registry=self.registry)
+        self.rm_timeouts = Counter("morkit_rm_timeouts", "calls to a reward model's replicas abandoned at their "
+                                   "request's deadline (--timeout), by RM: a replica too slow or hung (Ray Serve)",
+                                   ["rm"], registry=self.registry)
+
+    def watch_replicas(self, read: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
+        """Show each RM's replicas by state as `morkit_rm_replicas{rm, state}`, `read()` (RM -> state -> count)
+        at every scrape (the RMs run elsewhere, e.g. as Ray Serve deployments)."""
+        self.registry.register(_ReplicaCollector(read))
 
     def observe_batch(self, stats: BatchStats) -> None:
         if stats.size:

@@ -1,104 +1,149 @@
 """`morkit serve --ray`: the same FastAPI app on Ray Serve. The router and embedder are one ingress deployment (the
 app create_app builds, with its limits, auth, /health and /metrics; the SelectOptions, budget and cascade included,
-travel to it pickled); each model RM of the pool is its own deployment, called through a DeploymentHandle.
+travel to it pickled); each model RM of the pool is its own deployment, called through a DeploymentHandle in parts
+sent at once, fixed in size or scaled by Ray Serve's autoscaler, a hung replica replaced after its health check.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from morkit.core.errors import InputError, ScoreError, UnavailableError
+from morkit.core.errors import ScoreError, UnavailableError
 from morkit.reward_models.backends.ray import ReplicaHandle, connect, load_replica, replica_key, replica_options
 from morkit.reward_models.options import ScoringOptions
 from morkit.selection.methods import SelectOptions
 from morkit.services.serving.limits import ServeLimits
+from morkit.services.serving.ray_options import RayServeOptions
+
+__all__ = ["RayServeOptions", "build_app", "deploy", "shutdown"]
 
 APP_NAME = "morkit"
 SERVE_INSTALL = "--ray needs Ray Serve, which is not installed here: pip install 'morkit[ray]' (ray[serve])"
 
 
-@dataclass(frozen=True)
-class RayServeOptions:
-    """How the deployments are placed: replicas of each RM (or autoscaling up to `max_rm_replicas`), GPUs and
-    CPUs per RM replica, ingress replicas and CPUs, and where Serve's HTTP proxy listens."""
-
-    rm_replicas: int = 1
-    max_rm_replicas: int | None = None  # set: each RM autoscales between rm_replicas and this
-    rm_gpus: float = 0.0
-    rm_cpus: float = 1.0
-    ingress_replicas: int = 1
-    ingress_cpus: float = 1.0
-    host: str = "127.0.0.1"
-    port: int = 8000
-
-    def __post_init__(self) -> None:
-        if self.rm_replicas < 1 or self.ingress_replicas < 1:
-            raise InputError("--ray-workers: each deployment needs at least one replica")
-        if self.max_rm_replicas is not None and self.max_rm_replicas < self.rm_replicas:
-            raise InputError(f"--ray-max-replicas {self.max_rm_replicas} is below --ray-workers {self.rm_replicas}")
-        if self.rm_gpus < 0 or self.rm_cpus < 0 or self.ingress_cpus < 0:
-            raise InputError("--ray-gpus: GPUs and CPUs per replica must not be negative")
-
-    def rm_deployment(self) -> dict[str, Any]:
-        """serve.deployment options of one RM: its replicas (or autoscaling) and actor resources."""
-        scale: dict[str, Any] = {"num_replicas": self.rm_replicas}
-        if self.max_rm_replicas is not None and self.max_rm_replicas > self.rm_replicas:
-            scale = {"autoscaling_config": {"min_replicas": self.rm_replicas, "max_replicas": self.max_rm_replicas,
-                                            "target_ongoing_requests": 2}}
-        return {**scale, "ray_actor_options": {"num_gpus": self.rm_gpus, "num_cpus": self.rm_cpus},
-                "max_ongoing_requests": 8}
-
-
 class RMReplica:
     """One replica of a model RM: loaded once (after its fit check) on the placement the options pick there, its
-    cache key worked out there too (on the replica's own device and dtype)."""
+    cache key worked out there too (on the replica's own device and dtype). It tells Serve's health check when a
+    scoring call has run past `stall_s` (the request timeout, after which nobody waits for it): a hung model, which
+    Serve then replaces."""
 
-    def __init__(self, entry: Any, options: ScoringOptions):
+    def __init__(self, entry: Any, options: ScoringOptions, stall_s: float = 120.0):
+        self.name = entry.name
         self.key = replica_key(entry, options)
         self.rm = load_replica(entry, options)
+        self.stall_s = stall_s
+        self._running: dict[int, float] = {}  # call number -> time.monotonic() when it began
+        self._calls = itertools.count()
+        self._lock = threading.Lock()
 
     def cache_key(self) -> str:
         """The key this replica's scores are cached under."""
         return self.key
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
-        scores = list(self.rm.score([tuple(p) for p in pairs]))
+        call = next(self._calls)
+        with self._lock:
+            self._running[call] = time.monotonic()
+        try:
+            scores = list(self.rm.score([tuple(p) for p in pairs]))
+        finally:
+            with self._lock:
+                del self._running[call]
         if len(scores) != len(pairs):
             raise ScoreError(f"reward model returned {len(scores)} scores for {len(pairs)} pairs")
         return scores
 
+    def stalled_s(self) -> float | None:
+        """Seconds the oldest scoring call has run when that is past `stall_s`, else None."""
+        with self._lock:
+            oldest = min(self._running.values(), default=None)
+        running = None if oldest is None else time.monotonic() - oldest
+        return running if running is not None and running > self.stall_s else None
+
+    async def check_health(self) -> None:
+        """Ray Serve's health check (every `RayServeOptions.health_check_s`): fails while a scoring call has run
+        past `stall_s`, so Serve replaces this replica. Async: it runs beside the hung call, not behind it."""
+        running = self.stalled_s()
+        if running is not None:
+            raise ScoreError(f"reward model {self.name!r}: a scoring call has run {running:.0f} s, past the request "
+                             f"timeout of {self.stall_s:g} s (--timeout); this replica is stalled")
+
 
 class ServeRMHandle(ReplicaHandle):
-    """A model RM served by a Ray Serve deployment: `score(pairs)` calls it through its DeploymentHandle,
-    within the caller's deadline (`core.budget`, else `timeout_s`)."""
+    """A model RM served by a Ray Serve deployment, called through its DeploymentHandle within the caller's deadline
+    (`core.budget`, else `timeout_s`). The pairs go in parts of the scoring chunk, all sent at once: Serve spreads
+    them over the replicas, and its autoscaler counts those in flight or waiting. A call not answered by the
+    deadline is cancelled, `on_timeout(rm name)` is told, and the job fails with DeadlinePassed (a 504)."""
 
     placement = "ray-serve"
+    on_timeout: Callable[[str], None] | None = None
 
-    def __init__(self, entry: Any, options: ScoringOptions, deployment: Any, timeout_s: float = 120.0):
+    def __init__(self, entry: Any, options: ScoringOptions, deployment: Any, timeout_s: float = 120.0,
+                 on_timeout: Callable[[str], None] | None = None):
         super().__init__(entry, options)
         self.deployment = deployment
         self.timeout_s = timeout_s
+        self.on_timeout = on_timeout
 
     def reported_key(self) -> str:
         """The key its deployment's replica reports, having worked it out where it runs (its GPU share, device,
         dtype and weights, not this ingress's)."""
-        return str(self._result(self.deployment.cache_key.remote(), self.timeout_s, "say its cache key"))
+        return str(self._result(self.deployment.cache_key.remote(), None, "say its cache key"))
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Any]:
         from morkit.core import budget
 
-        deadline = budget.current().deadline
-        timeout = self.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.001)
-        return self._result(self.deployment.score.remote([tuple(p) for p in pairs]), timeout, "answer")
+        return self._result(self.deployment.score.remote([tuple(p) for p in pairs]), budget.current().deadline,
+                            "answer")
 
-    def _result(self, response: Any, timeout_s: float, what: str) -> Any:
-        """A deployment call's result within `timeout_s` (cancelled past it), its failure in one ScoreError line."""
+    def score_batches(self, pairs: Sequence[tuple[str, str]], chunk: int) -> Iterator[tuple[list, list]]:
+        """(part, scores) for every `chunk` pairs, all parts sent to the deployment before the first is waited for,
+        each yielded in order within the caller's deadline; the parts still out when it ends early are cancelled.
+
+        Args:
+            pairs: The (question, answer) pairs to score.
+            chunk: Pairs per deployment call.
+
+        Returns:
+            An iterator of (the part's pairs, their scores).
+
+        Raises:
+            DeadlinePassed: The caller's deadline passed before a part was answered.
+            ScoreError: A replica failed, or gave no answer within `timeout_s` where there is no deadline.
+        """
+        from morkit.core import budget
+
+        deadline = budget.current().deadline
+        parts = [[tuple(p) for p in pairs[start : start + chunk]] for start in range(0, len(pairs), chunk)]
+        out = [self.deployment.score.remote(part) for part in parts]
+        waited = 0
+        try:
+            for part, response in zip(parts, out):
+                waited += 1
+                yield part, self._result(response, deadline, "answer")
+        finally:
+            for response in out[waited:]:
+                response.cancel()
+
+    def _result(self, response: Any, deadline: float | None, what: str) -> Any:
+        """A deployment call's result by `deadline` (time.monotonic(); None: within `timeout_s`), cancelled past it;
+        its failure in one line."""
+        from morkit.core.budget import DeadlinePassed
+
+        timeout_s = self.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.001)
         try:
             return response.result(timeout_s=timeout_s)
         except TimeoutError:
             response.cancel()
+            if self.on_timeout is not None:
+                self.on_timeout(self.name)
+            if deadline is not None:
+                raise DeadlinePassed(f"reward model {self.name!r}: its Ray Serve deployment did not {what} by the "
+                                     "request's deadline (--timeout)") from None
             raise ScoreError(f"reward model {self.name!r}: its Ray Serve deployment did not {what} within "
                              f"{timeout_s:.3g} s") from None
         except Exception as exc:  # noqa: BLE001 - a RayTaskError's str is the replica's whole traceback
@@ -113,28 +158,60 @@ def _one_line(exc: BaseException) -> str:
 
 
 class Ingress:
-    """The router and embedder: the pool, the RoutingEngine over the RM deployments' handles, and the app."""
+    """The router and embedder: the pool, the RoutingEngine over the RM deployments' handles, and the app, whose
+    /metrics also shows each RM deployment's replicas and the calls abandoned at their deadline. `entries` are the
+    driver's registrations of the pool's RMs: one this process lacks (a user's own RM) is registered here too."""
 
     def __init__(self, pool_dir: str, select: SelectOptions, scoring: ScoringOptions, limits: ServeLimits,
-                 api_key: str | None, deployments: dict[str, Any], embedder: Any = None):
+                 api_key: str | None, deployments: dict[str, Any], embedder: Any = None,
+                 entries: Mapping[str, Any] | None = None):
         from morkit.question_pool.pool import load_pool
         from morkit.reward_models.catalog import REWARD_MODELS
         from morkit.services.serving.engine import RoutingEngine
 
-        handles = {name: ServeRMHandle(REWARD_MODELS.get(name), scoring, handle, limits.timeout_s)
+        for name, entry in (entries or {}).items():
+            if name not in REWARD_MODELS:
+                REWARD_MODELS.add(entry)
+        self.metrics: Any = None  # the app's ServerMetrics, once it is built
+        handles = {name: ServeRMHandle(REWARD_MODELS.get(name), scoring, handle, limits.timeout_s, self._timed_out)
                    for name, handle in deployments.items()}
         self.engine = RoutingEngine(load_pool(pool_dir), select, scoring, embedder=embedder, handles=handles)
-        self.limits, self.api_key = limits, api_key
+        self.limits, self.api_key, self.rms = limits, api_key, list(deployments)
+
+    def _timed_out(self, rm: str) -> None:
+        if self.metrics is not None:
+            self.metrics.rm_timeouts.labels(rm).inc()
 
     def __serve_build_asgi_app__(self) -> Any:
+        from ray import serve
+
         from morkit.services.serving.app import create_app
 
-        return create_app(self.engine, self.limits, api_key=self.api_key)
+        app = create_app(self.engine, self.limits, api_key=self.api_key)
+        self.metrics = app.state.metrics
+        app_name = serve.get_replica_context().app_name
+        self.metrics.watch_replicas(lambda: replica_states(app_name, self.rms))
+        return app
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()
+
+
+def replica_states(app_name: str, rms: Sequence[str]) -> dict[str, dict[str, int]]:
+    """RM name -> {replica state ("RUNNING", "STARTING", ...): replicas} of each RM's deployment in Serve
+    application `app_name`, as Serve reports them now (serve.status)."""
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    deployments = app.deployments if app is not None else {}
+    out: dict[str, dict[str, int]] = {}
+    for name in rms:
+        found = deployments.get(f"rm-{name}")
+        if found is not None:
+            out[name] = {str(getattr(state, "value", state)): int(n) for state, n in found.replica_states.items()}
+    return out
 
 
 def model_rms(pool: Any, select: SelectOptions) -> list[str]:
@@ -151,20 +228,23 @@ def model_rms(pool: Any, select: SelectOptions) -> list[str]:
 def build_app(pool_dir: str, select: SelectOptions = SelectOptions(), scoring: ScoringOptions = ScoringOptions(),
               limits: ServeLimits = ServeLimits(), *, api_key: str | None = None,
               placement: RayServeOptions = RayServeOptions(), embedder: Any = None) -> Any:
-    """The Serve application: an RM deployment per model RM of the pool, bound into the ingress."""
+    """The Serve application: an RM deployment per model RM of the pool (placed and scaled by `placement`, each
+    replica held to the request timeout), bound into the ingress with the driver's registrations of the pool's RMs."""
     from ray import serve
 
     from morkit.question_pool.pool import load_pool
     from morkit.reward_models.catalog import REWARD_MODELS
 
-    names = model_rms(load_pool(pool_dir), select)
+    pool = load_pool(pool_dir)
+    names = model_rms(pool, select)
     scoring = replace(scoring, ray=None)
-    deployments = {name: serve.deployment(RMReplica, name=f"rm-{name}", **placement.rm_deployment()).bind(
-        REWARD_MODELS.get(name), replica_options(scoring)) for name in names}
+    deployments = {name: serve.deployment(RMReplica, name=f"rm-{name}", **placement.rm_deployment(limits.timeout_s))
+                   .bind(REWARD_MODELS.get(name), replica_options(scoring), limits.timeout_s) for name in names}
+    entries = {name: REWARD_MODELS.get(name) for name in pool.rm_names if name in REWARD_MODELS}
     ingress = serve.deployment(serve.ingress()(Ingress), name="ingress", num_replicas=placement.ingress_replicas,
                                ray_actor_options={"num_cpus": placement.ingress_cpus},
                                max_ongoing_requests=limits.queue_size + limits.max_batch)
-    return ingress.bind(str(pool_dir), select, scoring, limits, api_key, deployments, embedder)
+    return ingress.bind(str(pool_dir), select, scoring, limits, api_key, deployments, embedder, entries)
 
 
 def deploy(app: Any, placement: RayServeOptions = RayServeOptions(), *, address: str | None = "auto",

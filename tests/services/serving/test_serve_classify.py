@@ -197,29 +197,3 @@ def test_classify_has_the_same_limits_auth_and_metrics(probe_engine):
         assert (reply.status_code, reason in reply.json()["error"]) == (status, True), (name, reply.text)
     assert 'morkit_requests_total{route="/classify",status="200"} 1.0' in metrics
     assert 'morkit_requests_total{route="/classify",status="401"} 1.0' in metrics
-
-
-def test_a_failing_ray_serve_rm_is_a_one_line_score_error():
-    """(Belongs with test_serve_ray.py; here as that file was not this change's to edit.) A replica's error
-    reaches the client as one line naming the RM, not Ray's multi-line traceback."""
-    from morkit.core.errors import ScoreError
-    from morkit.services.serving.ray_serve import ServeRMHandle
-
-    class Traceback(Exception):
-        cause = RuntimeError("CUDA out of memory\n  File replica.py, line 3\n  ...")
-
-    class Deployment:
-        class score:  # noqa: N801 - the DeploymentHandle's method
-            @staticmethod
-            def remote(pairs):
-                class Response:
-                    def result(self, timeout_s):
-                        raise Traceback("RayTaskError(RuntimeError): ray::ServeReplica\n  Traceback ...")
-                return Response()
-
-    handle = object.__new__(ServeRMHandle)
-    handle.name, handle.deployment, handle.timeout_s = "skywork", Deployment, 5.0
-    with pytest.raises(ScoreError) as raised:
-        handle.score([("q", "a")])
-    assert str(raised.value) == ("reward model 'skywork': its Ray Serve deployment failed: RuntimeError: CUDA out of "
-                                 "memory")
