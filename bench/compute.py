@@ -3,7 +3,9 @@ one way for every bench script that reports a share of the peak."""
 
 from __future__ import annotations
 
+import platform
 import time
+from pathlib import Path
 
 
 def matmul_peak(seconds: float = 3.0, n: int = 2048, *, device: str = "cpu", dtype: str = "float32") -> float:
@@ -33,3 +35,14 @@ def forward_flops(config, lengths: list[int]) -> float:
     per_layer = h * h * 2 + h * kv * 2 + 3 * h * config.intermediate_size  # q, o, k, v, gate/up/down
     linear = 2 * per_layer * layers
     return sum(linear * n + 2 * layers * h * n * n for n in lengths)  # QK^T and AV over the causal half, x2
+
+
+def cpu_name() -> str:
+    """The CPU's model name, as the kernel gives it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"

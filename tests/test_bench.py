@@ -18,7 +18,7 @@ def bench_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     yield
     for name in ("plotting", "selection", "selection_figures", "score_throughput", "pool_build", "selection_curve",
-                 "cost_frontier"):
+                 "cost_frontier", "remote_scoring", "tables", "compute"):
         sys.modules.pop(name, None)
 
 
@@ -90,11 +90,13 @@ def test_each_script_draws_its_figure(tmp_path):
 
     plot_accuracy([selection_result()], tmp_path / "accuracy.svg")
     plot_reliability([selection_result(), selection_result()], tmp_path / "reliability.svg")
-    rate = {"pairs_per_s": 1.5, "gflops": 90.0}
-    throughput_plot({"rm": "smollm2-orm", "pairs": 8, "tokens_per_pair": 200, "invariance_pairs": 4, "threads": 2,
-                     "loop": rate, "batched": {"batch_size": 4, **rate},
-                     "sweep": [{"batch_size": b, **rate} for b in (1, 2)], "peak_gflops": 180.0,
-                     "load_start": 1.0, "load_end": 1.0}, tmp_path / "throughput.svg")
+    rate = {"pairs": 8, "pairs_per_s": 1.5, "gflops": 90.0}
+    rows = [{"path": "loop", "batch_size": 1, "prefix_reuse": False, **rate},
+            *({"path": "batched", "batch_size": b, "prefix_reuse": False, **rate} for b in (1, 2)),
+            {"path": "batched", "batch_size": 4, "prefix_reuse": True, **rate}]
+    throughput_plot({"rm": "smollm2-orm", "pairs": 8, "tokens_per_pair": 200, "threads": 2, "repeats": 2,
+                     "rows": rows, "peak_gflops": 180.0, "load_start": 1.0, "load_end": 1.0},
+                    tmp_path / "throughput.svg")
     rows = [{"size": s, "seconds": {"rows": s / 1e3, "fit": 0.1, "stats": s / 1e2, "embed": s / 30, "index": 0.01},
              "total_s": s / 20, "index": "flat", "lookup_p50_ms": 0.1, "lookup_p99_ms": 0.3,
              **({"embedded": 1000} if s > 1000 else {})} for s in (1000, 4000)]

@@ -349,7 +349,7 @@ def test_learning_curve_figures_are_the_committed_json():
     ])
 
 
-# ---- scoring throughput: docs/figures/throughput.json --------------------------------------------------------
+# ---- bench scripts' defaults (scoring throughput: tests/test_pages_serving.py) --------------------------------
 
 class _Parsed(Exception):
     pass
@@ -369,40 +369,6 @@ def script_defaults(script: str, monkeypatch) -> argparse.Namespace:
     with pytest.raises(_Parsed):
         runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
     return got["args"]
-
-
-def test_throughput_figures_are_the_committed_json(monkeypatch):
-    from morkit.reward_models.backends.hf import Batching
-
-    data = load("throughput")
-    sweep = sorted(data["sweep"], key=lambda s: s["batch_size"])
-    pct = [s["pct_of_peak"] for s in sweep]
-    tokens = round(data["tokens_per_pair"])
-    text = prose(section(BENCHMARKS, "## Scoring throughput against the machine's peak"))
-    defaults = script_defaults("score_throughput.py", monkeypatch)
-    check_claims("benchmarks.md, scoring throughput", text, [
-        (r"on the (\d+) cores, (\d+) GFLOP/s", (data["threads"], round(data["peak_gflops"]))),
-        (r"one (\d+)-token pair", (tokens,)),
-        ((r"reaches (\d+)-(\d+)% of the peak at every batch size from (\d+) to (\d+) on the first (\d+) pairs "
-          r"\((\d+)% at (\d+), (\d+)% at (\d+)\)"),
-         (round(min(pct)), round(max(pct)), sweep[0]["batch_size"], sweep[-1]["batch_size"],
-          data["invariance_pairs"], round(pct[0]), sweep[0]["batch_size"], round(pct[-1]), sweep[-1]["batch_size"])),
-        ((r"and ([\d.]+)% \(([\d.]+) pairs/s, about (\d+) tokens/s\) with batches of (\d+) on all (\d+), against "
-          r"([\d.]+)% \(([\d.]+) pairs/s\) for the plain per-pair loop: ([\d.]+)x"),
-         (f1(data["batched"]["pct_of_peak"]), f"{data['batched']['pairs_per_s']:.2f}",
-          int(round(data["batched"]["pairs_per_s"] * data["tokens_per_pair"], -1)), data["batched"]["batch_size"],
-          data["pairs"], f1(data["loop"]["pct_of_peak"]), f"{data['loop']['pairs_per_s']:.2f}",
-          f"{data['ratio']:.2f}")),
-        (r"Scores agree within (\S+) between the paths and (\S+) between batch sizes (1) and (32)\.",
-         (f"{data['max_diff_loop']:.1e}", f"{data['max_diff_bs1_bs32']:.1e}", 1, 32)),
-        (r"\(load ([\d.]+) at the start, ([\d.]+) at the end\), each path's fastest of (\d+) alternated passes",
-         (f1(data["load_start"]), f1(data["load_end"]), data["repeats"])),
-        ((r"with its defaults: (\d+) pairs, batches of (\d+), batch sizes (\d+) and (\d+) on the first (\d+) "
-          r"pairs, (\w+) pass"), (defaults.pairs, defaults.batch_size, *defaults.sweep, defaults.invariance_pairs,
-                         WORDS[defaults.repeats])),
-        (r"a single (\d+)-token sequence already gives matrix products of (\d+) rows", (tokens, tokens)),
-        (r"caps a batch's padding at (\d+)% of the tokens", (round(Batching().max_padding * 100),)),
-    ], allowed={"2"})  # "the 2 cores": the machine the page's intro describes
 
 
 # ---- pools: docs/figures/pool_scaling.json and pool_large.json ----------------------------------------------
