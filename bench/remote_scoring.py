@@ -94,16 +94,16 @@ def table(result: dict) -> str:
     note = f" {result['note']}" if result.get("note") else ""
     parts = [
         prose(f"{result['pairs']} pairs through RemoteRewardModel ({result['concurrency']} requests in flight, "
-        f"{result['batch_size']} pair a request) against {result['backend']}, on {result['cpus']} cores of "
-        f"{result['cpu']}; {load}.{note}"),
+              f"{result['batch_size']} pair a request) against {result['backend']}, on {result['cpus']} cores of "
+              f"{result['cpu']}; {load}.{note}"),
         markdown(["servers", "cores each", "pairs/s", "seconds", "vs 1 server"], rows)]
     cache = result.get("cache")
     if cache:
         cold = (f" (filling a cold cache cost x{cache['cold_s'] / cache['no_cache_s']:.2f} the time of scoring with "
                 "none)" if cache.get("cold_s") is not None else "")
-        parts.append(prose(f"The score cache, on the 1-server run's {result['pairs']} pairs: the repeated batch came from "
-                           f"the cache in {cache['warm_ms']:.1f} ms, {cache['speedup']:,.0f}x faster than scoring it "
-                           f"again{cold}."))
+        parts.append(prose(f"The score cache, on the 1-server run's {result['pairs']} pairs: the repeated batch "
+                           f"came from the cache in {cache['warm_ms']:.1f} ms, {cache['speedup']:,.0f}x faster than "
+                           f"scoring it again{cold}."))
     return "\n\n".join(parts)
 
 
@@ -208,7 +208,8 @@ def main() -> None:
                 stop_server(proc)
 
     result = {"backend": backend, "cpu": cpu_name(), "cpus": len(cores), "pairs": len(pairs),
-              "concurrency": args.concurrency, "batch_size": args.batch_size, "rows": rows, "cache": cache, "load_start": load_start, "load_end": os.getloadavg()[0]}
+              "concurrency": args.concurrency, "batch_size": args.batch_size, "rows": rows, "cache": cache,
+              "load_start": load_start, "load_end": os.getloadavg()[0]}
     print(table(result))
     if args.json:
         write_json(args.json, result)

@@ -74,14 +74,15 @@ def table(result: dict) -> str:
             for r in result["rows"]]
     low, high = result["compared_sizes"]
     return "\n\n".join([
-        prose(f"{result['rm']} on {result['pairs']} GSM8K pairs ({result['tokens_per_pair']:.0f} tokens on average), "
-        f"{result['threads']} torch threads on {result['cpu']}, torch {result['torch']}; each row the fastest of "
-        f"{result['repeats']} pass{'es' * (result['repeats'] != 1)} in turn; load {result['load_start']:.1f} at the start, {result['load_end']:.1f} "
-        f"at the end; the machine's peak {result['peak_gflops']:.0f} GFLOP/s (fp32 matmul)."),
+        prose(f"{result['rm']} on {result['pairs']} GSM8K pairs ({result['tokens_per_pair']:.0f} tokens on "
+              f"average), {result['threads']} torch threads on {result['cpu']}, torch {result['torch']}; each row the "
+              f"fastest of {result['repeats']} pass{'es' * (result['repeats'] != 1)} in turn; load "
+              f"{result['load_start']:.1f} at the start, {result['load_end']:.1f} at the end; the machine's peak "
+              f"{result['peak_gflops']:.0f} GFLOP/s (fp32 matmul)."),
         markdown(["path", "pairs", "pairs/s", "tokens/s", "% of peak", "vs the loop"], rows),
         prose(f"Scores agree within {result['max_diff_loop']:.1e} between the loop and the default path, and within "
-        f"{result['max_diff_batch_sizes']:.1e} between batches of {low} and {high} "
-        f"({result['compared_pairs']} pairs).")])
+              f"{result['max_diff_batch_sizes']:.1e} between batches of {low} and {high} "
+              f"({result['compared_pairs']} pairs).")])
 
 
 def plot(result: dict, path: Path) -> None:
@@ -107,7 +108,8 @@ def plot(result: dict, path: Path) -> None:
             for r in rows:
                 ax.annotate(f"{r['pairs_per_s']:.2f} pairs/s", (r["batch_size"], r["gflops"]),
                             xytext=(0, 9 if reuse else -15), textcoords="offset points", ha="center", fontsize=8)
-        ax.plot([1], [loop["gflops"]], "s", color=PRES, markersize=7, label=f"plain per-pair loop, {loop['pairs']} pairs")
+        ax.plot([1], [loop["gflops"]], "s", color=PRES, markersize=7,
+                label=f"plain per-pair loop, {loop['pairs']} pairs")
         ax.annotate(f"{loop['pairs_per_s']:.2f} pairs/s", (1, loop["gflops"]), xytext=(-8, -3),
                     textcoords="offset points", ha="right", fontsize=8)
         ax.axhline(peak, color=BEST_SINGLE, linewidth=1.5, label=f"machine peak: fp32 matmul, {peak:.0f} GFLOP/s")

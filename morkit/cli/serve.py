@@ -149,10 +149,10 @@ def add_parsers(sub: Any, parent: argparse.ArgumentParser) -> None:
                     "its own). With --ray [ADDRESS] the same app runs on Ray Serve: the router and embedder as one "
                     "ingress deployment, each model RM as its own deployment (--ray-workers replicas, or Ray Serve's "
                     "autoscaling up to --ray-max-replicas; --ray-gpus each; a replica whose call runs past "
-                    "--timeout is replaced); the pool directory must be readable where the ingress runs. With --budget or "
-                    "--cost-weight each query's route fits its budget, and with --cascade ... --then ... a query "
-                    "the cheap route is unsure of is ranked again with the expensive RMs; each result then carries "
-                    "its cost (where the RMs' costs are known) and whether it escalated, /metrics counts "
+                    "--timeout is replaced); the pool directory must be readable where the ingress runs. With "
+                    "--budget or --cost-weight each query's route fits its budget, and with --cascade ... --then ... "
+                    "a query the cheap route is unsure of is ranked again with the expensive RMs; each result then "
+                    "carries its cost (where the RMs' costs are known) and whether it escalated, /metrics counts "
                     "escalations and spend, and /health shows the settings.")
     p.add_argument("--pool", required=True, help="pool directory (morkit pool build)")
     add_fixed_option(p)
