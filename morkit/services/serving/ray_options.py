@@ -10,6 +10,9 @@ from typing import Any, Mapping
 
 from morkit.core.errors import InputError
 
+SHUTDOWN_S = 20.0
+"""Ray Serve's own default wait for a stopping replica's calls (`graceful_shutdown_timeout_s`)."""
+
 
 @dataclass(frozen=True)
 class RayServeOptions:
@@ -86,8 +89,8 @@ class RayServeOptions:
 
     def rm_deployment(self, stall_s: float) -> dict[str, Any]:
         """serve.deployment options of one RM: its replicas (or Serve's autoscaling), actor resources, one call per
-        replica at a time, and the health check. `stall_s` (the request timeout) bounds its graceful shutdown too:
-        past it no caller waits for a call still running."""
+        replica at a time, and the health check. A replica stopping waits for its call at most Serve's usual
+        SHUTDOWN_S, or `stall_s` (the request timeout) where that is shorter: past it no caller waits for the call."""
         scale: dict[str, Any] = {"num_replicas": self.rm_replicas}
         if self.autoscales:
             scale = {"autoscaling_config": {
@@ -96,4 +99,4 @@ class RayServeOptions:
                 "downscale_delay_s": self.downscale_delay_s, **self.autoscaling_extra}}
         return {**scale, "ray_actor_options": {"num_gpus": self.rm_gpus, "num_cpus": self.rm_cpus},
                 "max_ongoing_requests": 1, "health_check_period_s": self.health_check_s,
-                "graceful_shutdown_timeout_s": stall_s}
+                "graceful_shutdown_timeout_s": min(stall_s, SHUTDOWN_S)}

@@ -32,7 +32,8 @@ def scripted():
 def test_rm_deployments_are_fixed_or_scaled_by_ray_serves_autoscaling_config():
     fixed = RayServeOptions(rm_replicas=2, rm_cpus=0.5).rm_deployment(30.0)
     assert fixed == {"num_replicas": 2, "ray_actor_options": {"num_gpus": 0.0, "num_cpus": 0.5},
-                     "max_ongoing_requests": 1, "health_check_period_s": 10.0, "graceful_shutdown_timeout_s": 30.0}
+                     "max_ongoing_requests": 1, "health_check_period_s": 10.0, "graceful_shutdown_timeout_s": 20.0}
+    assert RayServeOptions().rm_deployment(5.0)["graceful_shutdown_timeout_s"] == 5.0
     assert RayServeOptions(rm_replicas=3, max_rm_replicas=3).rm_deployment(30.0)["num_replicas"] == 3
     scaled = RayServeOptions(max_rm_replicas=4, target_ongoing=1.5, upscale_delay_s=5,
                              autoscaling_extra={"look_back_period_s": 40.0}).rm_deployment(30.0)
