@@ -9,7 +9,7 @@ requests in flight over the servers in turn. Fresh servers per count: no server 
 
 On one machine more servers add no compute: they share its cores, so what a count changes is how the requests are
 spread and batched. Left to vLLM's own binding (the counts in --vllm-binding run that way too), every server binds its
-OpenMP threads to all the cores, and two busy servers wait on each other at every parallel step. After the first
+OpenMP threads to all the cores, so busy servers contend for the same cores at every parallel step. After the first
 1-server run, the score cache: the same pairs scored through the scoring orchestrator without a cache, into a cold
 one, then again from it.
 
@@ -110,7 +110,7 @@ def table(result: dict) -> str:
 def cores_text(binding: str, sets: list[str]) -> str:
     """What the table says of a run's cores: each server's, or how they were bound."""
     named = {"fake": "none (fake servers)", "vllm": "all, vLLM's own binding"}
-    return named[binding] if binding in named else " | ".join(sets)
+    return named[binding] if binding in named else " / ".join(sets)  # no "|": a table cell
 
 
 def main() -> None:
