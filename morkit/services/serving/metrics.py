@@ -1,7 +1,6 @@
-"""The server's Prometheus metrics, in a registry of its own (so several apps in one process never clash):
-requests, latency, batches, dropped requests, queue depth, bytes held, the score cache's hits and misses, the
-queries ranked: how many, how many a cascade escalated, and what scoring them cost; and where the RMs run elsewhere
-(Ray Serve), each RM's replicas and the calls to them abandoned at their request's deadline.
+"""The server's Prometheus metrics, in a registry of its own (several apps in one process never clash): requests,
+latency, batches, drops, queue, bytes held, score cache, queries ranked, escalated and their cost; on Ray Serve, each
+RM's replicas and the calls to them abandoned at their deadline.
 """
 
 from __future__ import annotations

@@ -16,14 +16,9 @@ SHUTDOWN_S = 20.0
 
 @dataclass(frozen=True)
 class RayServeOptions:
-    """How the deployments are placed and scaled.
-
-    Each model RM is a deployment of `rm_replicas` replicas; with `max_rm_replicas` above that, Ray Serve's own
-    autoscaler keeps it between the two, aiming at `target_ongoing` calls in flight or waiting per replica (its
-    `autoscaling_config`: `upscale_delay_s`, `downscale_delay_s`, and any other of its fields in
-    `autoscaling_extra`). A replica takes one call at a time (a model scores one batch at a time), so a replica
-    that hangs takes no new call, and Serve asks it every `health_check_s` whether a call has run past the
-    request timeout; one that has is replaced.
+    """How the deployments are placed and scaled: each model RM a deployment of `rm_replicas` replicas, or Ray Serve's
+    own autoscaling up to `max_rm_replicas`; a replica takes one call at a time, so one that hangs takes no other,
+    and Serve's health check (every `health_check_s`) replaces it once a call has run past the request timeout.
 
     Args:
         rm_replicas: Replicas of each RM deployment; with autoscaling, the fewest.

@@ -1,7 +1,6 @@
 """`morkit serve --ray`: the same FastAPI app on Ray Serve. The router and embedder are one ingress deployment (the
-app create_app builds, with its limits, auth, /health and /metrics; the SelectOptions, budget and cascade included,
-travel to it pickled); each model RM of the pool is its own deployment, called through a DeploymentHandle in parts
-sent at once, fixed in size or scaled by Ray Serve's autoscaler, a hung replica replaced after its health check.
+app create_app builds; the selection options travel to it pickled); each model RM of the pool is its own deployment,
+fixed or autoscaled, called in parts sent at once, a replica hung past the timeout replaced after its health check.
 """
 
 from __future__ import annotations
