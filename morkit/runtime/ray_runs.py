@@ -7,6 +7,7 @@ forever. `ray` is imported only when a run uses it.
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 import warnings
@@ -105,12 +106,14 @@ class ActorRun:
             The mapped dataset (lazy: nothing runs before `blocks`).
         """
         data.context.raise_original_map_exception = True  # an actor's error is the wrapper's `cause` as itself
+        named = {"ray_remote_args_fn": self._named}  # deprecated in Ray 2.60, gone in 2.64: actors then go unnamed
+        if "ray_remote_args_fn" not in inspect.signature(data.map_batches).parameters:
+            named = {}
         with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet (2.64 drops this form)
             warnings.simplefilter("ignore", DeprecationWarning)
             return data.map_batches(actor, fn_constructor_args=tuple(args), batch_size=batch_size,
                                     batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=size),
-                                    max_restarts=RESTARTS, max_task_retries=RESTARTS, ray_remote_args_fn=self._named,
-                                    **resources)
+                                    max_restarts=RESTARTS, max_task_retries=RESTARTS, **named, **resources)
 
     def blocks(self, mapped: Any, what: str, kind: type[MorkitError] = MorkitError) -> Iterator[dict[str, Any]]:
         """`mapped`'s output blocks (dicts of numpy columns) as they finish, in any order. A failure is raised as
