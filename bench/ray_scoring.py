@@ -55,48 +55,16 @@ def values(queries, name: str) -> list[float]:
     return [c.scores[name] for q in queries for c in q.candidates]
 
 
-class Failing:
-    """A model-free replica (score = answer length) that fails on its second batch, in the first replica to get there
-    (`marker` is made): `how` "input" raises a morkit error, "kill" kills its own actor for good."""
-
-    def __init__(self, marker: str, how: str | None):
-        self.marker, self.how, self.batches = marker, how, 0
-
-    def score(self, pairs):
-        from morkit.core.errors import InputError
-        from morkit.core.types import Score
-
-        self.batches += 1
-        if self.how and self.batches == 2 and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            if self.how == "kill":
-                import ray
-
-                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-                time.sleep(60)
-            raise InputError("query 'q1': no tests")
-        return [Score(float(len(answer))) for _, answer in pairs]
-
-
-def seconds_until_free(ray, names, wait_s: float) -> float | None:
-    """Seconds until no actor of `names` is alive and every CPU is free; None when not within `wait_s`."""
-    started = time.perf_counter()
-    while time.perf_counter() - started < wait_s:
-        alive = []
-        for name in names:
-            try:
-                alive.append(ray.get_actor(name))
-            except ValueError:
-                continue
-        if not alive and ray.available_resources().get("CPU", 0.0) >= ray.cluster_resources().get("CPU", 0.0):
-            return time.perf_counter() - started
-        time.sleep(0.02)
-    return None
-
-
 def failure_rows(wait_s: float, data_dir: str | None) -> None:
     """A failed run with and without its actors killed at once: error, release and free times, then a retry."""
+    import sys
+    from pathlib import Path
+
     import ray
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-in replica
+    import fakes.ray_cluster
+    from fakes.ray_cluster import FailingReplica, seconds_until_free
 
     from morkit.reward_models.backends.ray import connect
     from morkit.reward_models.catalog import resolve_rm
@@ -106,6 +74,7 @@ def failure_rows(wait_s: float, data_dir: str | None) -> None:
     queries = real_queries(64, data_dir)
     pairs = list(dict.fromkeys((q.question, c.text) for q in queries for c in q.candidates))
     _, started = timed(connect, "auto", num_cpus=2, _node_ip_address="127.0.0.1")
+    ray.cloudpickle.register_pickle_by_value(fakes.ray_cluster)  # the workers cannot import it
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; local Ray, 2 CPUs, started in "
           f"{started:.1f}s; {len(pairs)} pairs in batches of 8 over 2 actors x 1 CPU; a stand-in replica fails on "
           "its second batch")
@@ -117,7 +86,7 @@ def failure_rows(wait_s: float, data_dir: str | None) -> None:
             for kill in (True, False):
                 ActorRun.release = release if kill else (lambda self: None)
                 rm = resolve_rm("minilm-probe", ScoringOptions.from_flags(ray="auto", chunk=8, ray_workers=2))
-                rm.factory = functools.partial(Failing, os.path.join(folder, f"{how}-{kill}"), how)
+                rm.factory = functools.partial(FailingReplica, os.path.join(folder, f"{how}-{kill}"), how)
                 started = time.perf_counter()
                 try:
                     rm.score(pairs)
@@ -130,7 +99,7 @@ def failure_rows(wait_s: float, data_dir: str | None) -> None:
                 retry = "skipped"
                 if freed is not None:
                     again = resolve_rm("minilm-probe", ScoringOptions.from_flags(ray="auto", chunk=8, ray_workers=1))
-                    again.factory = functools.partial(Failing, os.path.join(folder, "never"), None)
+                    again.factory = functools.partial(FailingReplica, os.path.join(folder, "never"), None)
                     _, retry_s = timed(again.score, pairs)
                     retry = f"ran in {retry_s:.1f}s"
                 label = f"{'morkit error' if how == 'input' else 'actor killed'} ({type(held).__name__})"

@@ -123,7 +123,7 @@ def test_a_killed_driver_resumes_embedding_only_the_rest(ray_local, reference, n
         with pytest.raises(DriverKilled):
             spill.embed(killed, questions)
         assert len(cache) == killed.embedded == 2 * CHUNK  # both finished chunks kept
-        seconds_until_free(ray_local, killed.inner.last_run.names)  # the abandoned run's actors went with it
+        assert seconds_until_free(ray_local, killed.inner.last_run.names) is not None  # an abandoned run's too
         rest = RayEmbedder(None, device="cpu", options=RayEmbedOptions(actors=2))
         assert rest.dim is None  # nothing asked of any model yet
         resumed = spill.embed(CachedEmbedder(rest, cache), questions)
@@ -141,7 +141,7 @@ def test_a_failing_actor_is_its_own_error_and_loses_no_finished_chunk(ray_local,
         with pytest.raises(InputError, match="^poisoned question$"):
             failing.encode(texts)
         freed_s = seconds_until_free(ray_local, poisoned.last_run.names, wait_s=5.0)  # killed at once, not at GC
-        assert poisoned.last_run.release_s is not None and freed_s < 5.0
+        assert poisoned.last_run.release_s is not None and freed_s is not None
         kept = len(cache)
         assert kept == failing.embedded
         rest = RayEmbedder(None, device="cpu", options=RayEmbedOptions(actors=1))  # needs both CPUs

@@ -14,10 +14,9 @@ import functools
 import os
 import socket
 import sys
-import time
 
 import pytest
-from fakes.ray_cluster import seconds_until_free
+from fakes.ray_cluster import FailingReplica, alive, seconds_until_free
 
 from morkit.reward_models.cache import ScoreCache
 
@@ -49,36 +48,15 @@ class DiesOnce:
         return self.rm.score(pairs)
 
 
-class Fails:
-    """A model-free RM (score = answer length) whose replica, on its second batch, kills its own actor for good
-    (`how="kill"`, ray.kill without restart) or raises a morkit error (`how="input"`), in the first replica to get
-    there (`marker` is made); with `how=None` it never fails. Shipped to the actors by value."""
-
-    def __init__(self, marker: str, how: str | None):
-        self.marker, self.how, self.batches = marker, how, 0
-
-    def score(self, pairs):
-        from morkit.core.types import Score
-
-        self.batches += 1
-        if self.how and self.batches == 2 and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            if self.how == "kill":
-                import ray
-
-                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-                time.sleep(60)
-            from morkit.core.errors import InputError
-
-            raise InputError("query 'q1': no tests\nsecond line")
-        return [Score(float(len(answer))) for _, answer in pairs]
-
-
 @pytest.fixture(scope="module")
 def ray_local(ray_session):
     """The session's local Ray (tests/conftest.py), this module's classes shipped to the actors by value."""
+    import fakes.ray_cluster
+
     ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray_session.cloudpickle.register_pickle_by_value(fakes.ray_cluster)  # FailingReplica
     yield ray_session
+    ray_session.cloudpickle.unregister_pickle_by_value(fakes.ray_cluster)
     ray_session.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
@@ -182,17 +160,18 @@ def test_a_failed_run_is_one_line_its_actors_are_gone_at_once_and_a_retry_runs(r
                                   r"finishing this task: the actor is dead because it was killed by `ray.kill`$")),
             ("input", InputError, r"^query 'q1': no tests$")):
         rm = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2))
-        rm.factory = functools.partial(Fails, str(tmp_path / how), how)
+        rm.factory = functools.partial(FailingReplica, str(tmp_path / how), how)
         with pytest.raises(error, match=line) as failed:
             rm.score(pairs)
         assert type(failed.value) is error
         freed_s = seconds_until_free(ray_local, rm.last_run.names, wait_s=5.0)
+        assert freed_s is not None, f"{how}: actors {alive(ray_local, rm.last_run.names)} alive or CPUs busy after 5 s"
         print(f"{how}: {len(rm.last_run.names)} actors killed in {rm.last_run.release_s:.3f}s, "
               f"CPUs free {freed_s:.2f}s later")
     retry = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
-    retry.factory = functools.partial(Fails, str(tmp_path / "never"), None)
+    retry.factory = functools.partial(FailingReplica, str(tmp_path / "never"), None)
     assert [s.value for s in retry.score(pairs)] == [float(len(answer)) for _, answer in pairs]
-    seconds_until_free(ray_local, retry.last_run.names)  # a run that finished lets its actors go too
+    assert seconds_until_free(ray_local, retry.last_run.names) is not None  # a finished run lets its actors go too
 
 
 def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):
