@@ -122,12 +122,10 @@ def _vector(blob: object) -> np.ndarray | None:
 
 
 class CachedEmbedder:
-    """An embedder (`name`, `dim`, `encode_chunks` or `encode`) behind an embedding cache: each distinct text the
-    cache lacks is embedded once, in one `encode_chunks` call of the embedder (one actor pool on Ray), and each
-    chunk is written there as it finishes. A cached vector is used only when it has the embedder's dimension and
-    finite values (else it is embedded again), and every vector given has that dimension. The dimension is the
-    embedder's `dim`, or, for an embedder that knows it only once it has embedded (on Ray: None until its actors
-    report it), the width of the first chunk it returns. `embedded`: how many texts the last call embedded."""
+    """An embedder (`name`, `dim`, `encode_chunks` or `encode`) behind an embedding cache: the distinct texts the
+    cache lacks are embedded in one `encode_chunks` call (one actor pool on Ray), each chunk cached as it finishes.
+    A cached vector is used only with the embedder's dimension (its `dim`, else its first chunk's width) and finite
+    values. `embedded`: how many texts the last call embedded."""
 
     def __init__(self, inner: Any, cache: EmbeddingCache | None = None):
         self.inner = inner

@@ -1,7 +1,6 @@
-"""Question embedding on a Ray cluster: Ray Data maps the texts over a pool of embedder actors (each loads the
-embedder once), in the CHUNK-text chunks one process embeds, so the vectors are the same; each chunk streams back
-as it finishes, for the embedding cache and the build's vectors on disk. The driver loads no model: the dimension
-is the width of the first chunk the actors return. `ray` is imported only when a run uses it.
+"""Question embedding on a Ray cluster: Ray Data maps the texts over embedder actors in the CHUNK-text chunks one
+process embeds (the same vectors), each chunk streamed back as it finishes. The driver loads no model: the dimension
+is the first chunk's width. `ray` is imported only when a run uses it.
 """
 
 from __future__ import annotations

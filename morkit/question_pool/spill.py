@@ -86,10 +86,9 @@ def save_array(path: os.PathLike | str, array: Any) -> None:
 
 
 def embed(embedder: Any, questions: Sequence[Any], *, progress: bool = False) -> np.ndarray:
-    """The questions' vectors, checked: one row per question, finite, of the embedder's dimension (`dim`, where it
-    says one); beyond SPILL_BYTES written to disk as they are made. An embedder with `encode_chunks` is read as
-    one stream (on Ray: one actor pool for the whole build), each chunk written in place as it arrives, so memory
-    holds one chunk; any other is asked to `encode` the texts (by CHUNK once they spill). Nothing else reaches a
+    """The questions' vectors, checked: one row per question, finite, of the embedder's dimension; beyond SPILL_BYTES
+    written to disk as they are made. An embedder with `encode_chunks` is read as one stream (on Ray: one actor pool),
+    each chunk written at its rows as it arrives; any other `encode`s (by CHUNK once spilled). Nothing else reaches a
     pool file."""
     if len(questions) and getattr(embedder, "encode_chunks", None) is not None:
         return _streamed(embedder, questions, progress)

@@ -1,8 +1,6 @@
-"""One Ray Data map over a pool of named actors, its blocks streamed back to the driver as they finish, as both
-embedding and scoring on Ray run it: a failure comes back in one line (a morkit error an actor raised as itself),
-and a failed or abandoned run's actors are killed at once. Ray Data frees them only when its objects are
-garbage-collected, and until then they hold their CPUs and GPUs: a retry in the same process waited for them
-forever. `ray` is imported only when a run uses it.
+"""A Ray Data map over named actors, its blocks streamed back as they finish (Ray embedding and scoring): a failure
+in one line, a failed or abandoned run's actors killed at once (Ray Data frees them only at garbage collection, so a
+retry waited forever). `ray` is imported only when a run uses it.
 """
 
 from __future__ import annotations
