@@ -108,7 +108,9 @@ def build_rows(count: int, compute: str, data_dir: str | None, spill_mb: float |
     def former(inner, cache):
         """spill.embed as it was: the driver's model for `dim`, then `encode` by parts of spill.CHUNK."""
         dim = load_embedder(None, "cpu").dim
-        check = lambda vectors, start: None  # noqa: E731 - the same checks either way, not what is measured
+        def check(vectors, start):  # the same checks either way: not what is measured
+            return None
+
         if count * dim * 4 <= spill.SPILL_BYTES:
             return CachedEmbedder(inner, cache).encode(texts)
         return spill.encode_to_disk(lambda part: CachedEmbedder(inner, cache).encode(part), texts, check)
