@@ -8,14 +8,25 @@ the local Ray instance is started once, before the rows (its start time is print
 driver overhead are measured so that the cluster figure (actors x per-actor rate) can be read off. On this
 2-core machine a second actor adds no compute: the ratio shows Ray's cost, not its scaling.
 
+With --build N, a whole build's embedding of N questions as `pool build --ray` runs it (spill.embed behind the
+embedding cache, vectors spilled to disk), one stream against the former way, in the same run: the driver loaded
+the embedder to learn its dimension, then embedded by parts of 16,384 questions, one actor pool each. Each row
+counts its actor-pool starts and driver model loads; a third row reruns the stream with every vector cached. By
+default (--compute stand-in) the actors load the real embedder, so each start costs what it does, but answer each
+chunk with random unit vectors instead of running it: the compute, the same in both ways, drops out, and N can be
+100,000 on 2 cores. --compute model runs the embedder.
+
     flock /tmp/h/heavy.lock .venv/bin/python bench/ray_embedding.py [--questions 2000] [--actors 1 2]
+    .venv/bin/python bench/ray_embedding.py --build 100000 [--compute stand-in|model]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -44,13 +55,110 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - start
 
 
+def _stand_in_actor():
+    """An embedder actor that loads the real embedder (its start costs what it does) and answers each chunk with
+    random unit vectors of its dimension (no compute). Defined here, shipped to the actors by value."""
+    from morkit.question_pool.embed_ray import _EmbedActor
+
+    class StandIn(_EmbedActor):
+        def __call__(self, batch):
+            import numpy as np
+
+            rng = np.random.default_rng(int(batch["i"][0]))
+            vectors = rng.standard_normal((len(batch["i"]), self.embedder.dim)).astype(np.float32)
+            return {"i": batch["i"], "vector": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)}
+
+    return StandIn
+
+
+def build_rows(count: int, compute: str, data_dir: str | None, spill_mb: float | None) -> None:
+    """A whole build's embedding of `count` questions: the former way (a driver-side model load for the dimension,
+    then one actor pool per part of spill.CHUNK questions) against one stream, then the stream again all cached."""
+    import numpy as np
+
+    from morkit.question_pool import spill
+    from morkit.question_pool.embed import load_embedder
+    from morkit.question_pool.embed_cache import CachedEmbedder, EmbeddingCache
+    from morkit.question_pool.embed_ray import RayEmbedder, RayEmbedOptions
+    from morkit.reward_models.backends.ray import connect
+    from morkit.runtime import models
+
+    cpus = os.cpu_count() or 1
+    if spill_mb is not None:  # spill as a larger build does (past 256 MB, 170,000 questions at 384 dims)
+        spill.SPILL_BYTES = int(spill_mb * (1 << 20))
+    texts = real_questions(count, data_dir)
+    questions = [SimpleNamespace(id=f"q{i}", question=t) for i, t in enumerate(texts)]
+    _, started = timed(connect, "auto", num_cpus=cpus, _node_ip_address="127.0.0.1")
+    loads = []
+    real_load = models.sentence_transformer
+
+    def counted(*args, **kwargs):  # every model load in this (the driver) process
+        loads.append(args)
+        return real_load(*args, **kwargs)
+
+    models.sentence_transformer = counted
+    options = RayEmbedOptions(actors=1, num_cpus=cpus)
+
+    def embedder():
+        ray_embedder = RayEmbedder(None, device="cpu", options=options)
+        if compute == "stand-in":
+            ray_embedder.actor = _stand_in_actor()
+        return ray_embedder
+
+    def former(inner, cache):
+        """spill.embed as it was: the driver's model for `dim`, then `encode` by parts of spill.CHUNK."""
+        dim = load_embedder(None, "cpu").dim
+        def check(vectors, start):  # the same checks either way: not what is measured
+            return None
+
+        if count * dim * 4 <= spill.SPILL_BYTES:
+            return CachedEmbedder(inner, cache).encode(texts)
+        return spill.encode_to_disk(lambda part: CachedEmbedder(inner, cache).encode(part), texts, check)
+
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {cpus} CPUs; local Ray started in "
+          f"{started:.1f}s (not counted); {count:,} questions, one actor x {cpus} CPUs, compute: {compute}; "
+          f"spilled to disk past {spill.SPILL_BYTES / (1 << 20):g} MB by parts of {spill.CHUNK:,}; chunks of 512")
+    print(f"{'way':<40}{'seconds':>9}{'pool starts':>13}{'driver loads':>14}{'embedded':>10}")
+    with tempfile.TemporaryDirectory(prefix="morkit-bench-") as folder:
+        results = {}
+        for way in ("former", "stream", "stream, all cached"):
+            cache = EmbeddingCache(os.path.join(folder, f"{way.split(',')[0]}.sqlite"))
+            inner = embedder()
+            loads.clear()
+            started = time.perf_counter()
+            if way == "former":
+                vectors = former(inner, cache)
+            else:
+                model = CachedEmbedder(inner, cache)
+                vectors = spill.embed(model, questions)
+            seconds = time.perf_counter() - started
+            cache.close()
+            results[way] = np.asarray(vectors[:: max(1, count // 1000)])
+            label = {"former": "former: a pool per 16,384-question part", "stream": "stream: one pool",
+                     "stream, all cached": "stream again, every vector cached"}[way]
+            print(f"{label:<40}{seconds:9.1f}{inner.runs:13d}{len(loads):14d}{inner.texts_sent:10,}")
+        if compute == "model":
+            diff = float(np.abs(results["former"] - results["stream"]).max())
+            print(f"max |diff| former vs stream: {diff:.1e}")
+    models.sentence_transformer = real_load
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=2000, help="questions to embed (default 2000)")
     parser.add_argument("--actors", type=int, nargs="*", default=[1, 2], help="Ray actor counts (default 1 2)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds; each row reports its fastest (default 2)")
     parser.add_argument("--data-dir", help="folder of the public data sets (default $MORKIT_DATA_DIR)")
+    parser.add_argument("--build", type=int, help="instead: a whole build's embedding of this many questions, "
+                        "one stream against a pool per part (see above)")
+    parser.add_argument("--compute", choices=["stand-in", "model"], default="stand-in",
+                        help="with --build: actors that load the model but skip it (default), or run it")
+    parser.add_argument("--spill-mb", type=float, help="with --build: spill vectors to disk past this size "
+                        "(default 256 MB, as pool build does; 0 spills any build, as a million-question one)")
     args = parser.parse_args()
+    if args.build:
+        build_rows(args.build, args.compute, args.data_dir, args.spill_mb)
+        return
 
     import numpy as np
 

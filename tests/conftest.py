@@ -41,6 +41,21 @@ def data_dir() -> Path:
     return DATA_DIR
 
 
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray (127.0.0.1, 2 CPUs) for every embedding and scoring test on Ray: started once, as a second
+    start costs half a minute. A test module shipping its own classes to the actors registers itself by value."""
+    ray = pytest.importorskip("ray")
+    from morkit.reward_models.backends.ray import connect
+
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
+    connect("auto", num_cpus=2, _node_ip_address="127.0.0.1")
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_score_cache(tmp_path, monkeypatch):
     """Keep score caches per test, but share the converted model checkpoint (it is slow to make)."""

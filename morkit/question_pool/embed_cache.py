@@ -122,68 +122,165 @@ def _vector(blob: object) -> np.ndarray | None:
 
 
 class CachedEmbedder:
-    """An embedder (`name`, `dim`, `encode_chunks` or `encode`) behind an embedding cache: `encode` embeds
-    only the distinct texts the cache lacks, and writes each chunk there as it finishes. A cached vector is used
-    only when it has the embedder's dimension and finite values (else it is embedded again), and every vector
-    returned has that dimension. `embedded`: how many texts the last `encode` embedded."""
+    """An embedder (`name`, `dim`, `encode_chunks` or `encode`) behind an embedding cache: the distinct texts the
+    cache lacks are embedded in one `encode_chunks` call (one actor pool on Ray), each chunk cached as it finishes.
+    A cached vector is used only with the embedder's dimension (its `dim`, else its first chunk's width) and finite
+    values. `embedded`: how many texts the last call embedded."""
 
     def __init__(self, inner: Any, cache: EmbeddingCache | None = None):
         self.inner = inner
         self.cache = cache
         self.embedded = 0
         self._key: str | None = None
+        self._dim: int | None = None
 
     @property
     def name(self) -> str:
         return self.inner.name
 
     @property
-    def dim(self) -> int:
-        return self.inner.dim
+    def dim(self) -> int | None:
+        """The embedder's dimension: its own `dim`, else the width of the first chunk it returned (None before)."""
+        declared = getattr(self.inner, "dim", None)
+        return declared if declared is not None else self._dim
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        """(len(texts), dim) float32 unit vectors, in order; `progress` shows one bar in distinct questions."""
+        """(len(texts), dim) float32 unit vectors, in order; `progress` shows one bar in questions."""
         from tqdm import tqdm
 
         texts = list(texts)
-        self.embedded = 0
-        dim = self.dim
         if not texts:
-            return np.zeros((0, dim), dtype=np.float32)
+            return np.zeros((0, self._needed_dim("?")), dtype=np.float32)
+        out: np.ndarray | None = None
+        filled = 0
+        with tqdm(total=len(texts), desc="embed", unit="question", disable=not progress, leave=False) as bar:
+            for positions, vectors in self.encode_chunks(texts):
+                if out is None:
+                    out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+                out[positions] = vectors
+                filled += len(positions)
+                bar.update(len(positions))
+        if out is None or filled != len(texts):
+            raise MorkitError(f"embedder {self.name!r} returned {filled} of {len(texts)} vectors")
+        return out
+
+    def encode_chunks(self, texts: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions in `texts`, float32 vectors) as they are ready, every position exactly once (a repeated text's
+        vector at each of its positions): first the texts the cache lacks, embedded chunk by chunk, each chunk
+        committed to the cache as it finishes (what a killed run keeps), then the cached ones, read in pieces.
+        Memory holds one piece, never all the vectors."""
+        texts = list(texts)
+        self.embedded = 0
+        if not texts:
+            return
         rows: dict[str, int] = {}
         order = np.fromiter((rows.setdefault(t, len(rows)) for t in texts), dtype=np.int64, count=len(texts))
         unique = list(rows)
+        del rows
         hashes = [text_hash(t) for t in unique]
-        out = np.empty((len(unique), dim), dtype=np.float32)
-        done = np.zeros(len(unique), dtype=bool)
-        if self.cache is not None:
-            for i, vector in enumerate(self.cache.get_many(self.key, hashes)):
-                if vector is not None and vector.size == dim and np.isfinite(vector).all():  # else a miss
-                    out[i], done[i] = vector, True
-        missing = np.flatnonzero(~done)
-        with tqdm(total=len(unique), initial=len(unique) - len(missing), desc="embed", unit="question",
-                  disable=not progress, leave=False) as bar:
-            if len(missing):
-                for positions, vectors in _chunks(self.inner, [unique[i] for i in missing]):
-                    at = missing[positions]
-                    if vectors.shape != (len(at), dim):
-                        raise MorkitError(f"embedder {self.name!r} gave vectors of shape {vectors.shape} for "
-                                          f"{len(at)} texts; its dimension is {dim}")
-                    out[at], done[at] = vectors, True
-                    self.embedded += len(at)
-                    if self.cache is not None:
-                        finite = np.isfinite(vectors).all(axis=1)  # never keep a vector the pool would refuse
-                        self.cache.put_many(self.key, [hashes[i] for i in at[finite]], vectors[finite])
-                    bar.update(len(at))
-        if not done.all():
-            raise MorkitError(f"embedder {self.name!r} returned {int(done.sum())} of {len(unique)} vectors")
-        return out if len(unique) == len(texts) else out[order]
+        spread = _Spread(order, len(unique))
+        sizes = self._cached_sizes(hashes)  # per distinct text: its usable cached vector's size, 0 for none
+        dim = self.dim
+        todo = sizes != dim if dim is not None else sizes == 0
+        if todo.any():
+            yield from self._embedded(unique, hashes, np.flatnonzero(todo), spread)
+        dim = self._needed_dim(unique[0])
+        stale = ~todo & (sizes != dim)  # cached under another size than the embedder's (known only now)
+        if stale.any():
+            yield from self._embedded(unique, hashes, np.flatnonzero(stale), spread)
+        gone: list[np.ndarray] = []  # changed in the cache since it was looked at
+        for at, vectors, usable in self._cached(hashes, np.flatnonzero(~todo & ~stale), dim):
+            yield spread.positions(at[usable], vectors[usable])
+            gone.append(at[~usable])
+        if gone and sum(map(len, gone)):
+            yield from self._embedded(unique, hashes, np.concatenate(gone), spread)
+
+    def _cached_sizes(self, hashes: Sequence[str]) -> np.ndarray:
+        """Per text hash, the size of its cached vector where it has finite values; 0 where there is none."""
+        sizes = np.zeros(len(hashes), dtype=np.int64)
+        if self.cache is None:
+            return sizes
+        for start in range(0, len(hashes), PIECE):
+            for i, vector in enumerate(self.cache.get_many(self.key, hashes[start: start + PIECE]), start):
+                if vector is not None and np.isfinite(vector).all():
+                    sizes[i] = vector.size
+        return sizes
+
+    def _cached(self, hashes: Sequence[str], at: np.ndarray, dim: int
+                ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(distinct-text indices, their cached vectors, which are usable) by PIECE, read again from the cache."""
+        if self.cache is None:
+            return
+        for start in range(0, len(at), PIECE):
+            part = at[start: start + PIECE]
+            vectors = np.zeros((len(part), dim), dtype=np.float32)
+            usable = np.zeros(len(part), dtype=bool)
+            for j, vector in enumerate(self.cache.get_many(self.key, [hashes[i] for i in part])):
+                if vector is not None and vector.size == dim and np.isfinite(vector).all():
+                    vectors[j], usable[j] = vector, True
+            yield part, vectors, usable
+
+    def _embedded(self, unique: list[str], hashes: list[str], at: np.ndarray, spread: _Spread
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The distinct texts `at` embedded in one `encode_chunks` call, each chunk checked, cached and spread to
+        its positions; the embedder's dimension learned from the first chunk where it declares none."""
+        done = 0
+        for positions, vectors in _chunks(self.inner, [unique[i] for i in at]):
+            index = at[positions]
+            dim = self.dim
+            if vectors.ndim != 2 or len(vectors) != len(index) or dim is not None and vectors.shape[1] != dim:
+                raise MorkitError(f"embedder {self.name!r} gave vectors of shape {vectors.shape} for "
+                                  f"{len(index)} texts" + (f"; its dimension is {dim}" if dim is not None else ""))
+            if dim is None:
+                self._dim = int(vectors.shape[1])
+            done += len(index)
+            self.embedded += len(index)
+            if self.cache is not None:
+                finite = np.isfinite(vectors).all(axis=1)  # never keep a vector the pool would refuse
+                self.cache.put_many(self.key, [hashes[i] for i in index[finite]], vectors[finite])
+            yield spread.positions(index, vectors)
+        if done != len(at):
+            raise MorkitError(f"embedder {self.name!r} returned {done} of {len(at)} vectors")
+
+    def _needed_dim(self, probe: str) -> int:
+        """The embedder's dimension; one that has not told it yet (it embedded nothing so far: every text was
+        cached) embeds `probe` to learn it (on Ray, a run of one text), caching nothing."""
+        if self.dim is None:
+            for _, vectors in _chunks(self.inner, [probe]):
+                if vectors.ndim == 2:
+                    self._dim = int(vectors.shape[1])
+        if self.dim is None:
+            raise MorkitError(f"embedder {self.name!r} gave no vector for one text")
+        return int(self.dim)
 
     @property
     def key(self) -> str:
         if self._key is None:
             self._key = embedder_key(self.name)
         return self._key
+
+
+PIECE = 1 << 14
+"""Distinct texts per read of the cache (about 25 MB of 384-d vectors)."""
+
+
+class _Spread:
+    """Each distinct text's positions in the texts (a text given twice has two): a chunk of distinct-text vectors
+    spread to every position they fill."""
+
+    def __init__(self, order: np.ndarray, distinct: int):
+        self.by_text = np.argsort(order, kind="stable")  # positions, grouped by distinct text
+        self.starts = np.searchsorted(order[self.by_text], np.arange(distinct + 1))
+        self.repeats = len(order) != distinct
+
+    def positions(self, at: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, vectors): `vectors` of distinct texts `at`, one row per position they fill."""
+        if not self.repeats:
+            return self.by_text[at], vectors
+        counts = self.starts[at + 1] - self.starts[at]
+        runs = np.repeat(self.starts[at], counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts,
+                                                                                            counts))
+        return self.by_text[runs], np.repeat(vectors, counts, axis=0)
 
 
 def _chunks(embedder: Any, texts: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -1,12 +1,10 @@
-"""Question embedding on a Ray cluster: Ray Data maps the texts over a pool of embedder actors (each loads the
-embedder once), in the CHUNK-text chunks one process embeds, so the vectors are the same; each chunk streams back
-as it finishes, for the embedding cache. `ray` is imported only when a run uses it.
+"""Question embedding on a Ray cluster: Ray Data maps the texts over embedder actors in the CHUNK-text chunks one
+process embeds (the same vectors), each chunk streamed back as it finishes. The driver loads no model: the dimension
+is the first chunk's width. `ray` is imported only when a run uses it.
 """
 
 from __future__ import annotations
 
-import uuid
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,14 +14,8 @@ import numpy as np
 from morkit.core import checks
 from morkit.core.errors import MorkitError, UnavailableError
 from morkit.question_pool.embed import embedder_name, load_embedder
-from morkit.reward_models.backends.ray import (
-    AUTO,
-    RESTARTS,
-    _cluster,
-    _first_line,
-    _morkit_cause,
-    connect,
-)
+from morkit.reward_models.backends.ray import AUTO, connect
+from morkit.runtime.ray_runs import ActorRun, cluster
 
 
 @dataclass(frozen=True)
@@ -71,8 +63,9 @@ class _EmbedActor:
 
 
 class RayEmbedder:
-    """A question embedder whose `encode_chunks` runs on Ray Data actors; the driver loads no model (only asking
-    for `dim` does, on CPU). Same interface as SentenceEmbedder: `name`, `encode(texts, progress=...)`."""
+    """A question embedder whose `encode_chunks` runs on Ray Data actors, one actor pool per call; the driver loads
+    no model. Same interface as SentenceEmbedder: `name`, `dim` (None until the actors report it),
+    `encode(texts, progress=...)`, `encode_chunks(texts)`."""
 
     actor: type = _EmbedActor  # what each actor runs: built from (source, device), called per chunk
 
@@ -81,7 +74,9 @@ class RayEmbedder:
         self.source, self.name = source, embedder_name(source)
         self.address, self.device, self.options = address, device, options
         self.texts_sent = 0
+        self.runs = 0  # actor pools started (one per `encode_chunks` call that has texts)
         self.actors: int | None = None  # how many the last run started
+        self.last_run: ActorRun | None = None
         self._dim: int | None = None
 
     def connect(self) -> Any:
@@ -89,9 +84,9 @@ class RayEmbedder:
         return connect(self.address)
 
     @property
-    def dim(self) -> int:
-        if self._dim is None:
-            self._dim = load_embedder(self.source, "cpu").dim
+    def dim(self) -> int | None:
+        """The vectors' dimension as the actors report it (the width of the first chunk a run returned); None
+        before: asking never loads the model here."""
         return self._dim
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
@@ -101,101 +96,45 @@ class RayEmbedder:
         return CachedEmbedder(self).encode(texts, progress=progress)
 
     def encode_chunks(self, texts: Sequence[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(positions, vectors) per chunk as the actors finish them, in any order, each position exactly once.
-        On failure the run's actors are released before the error is raised (no frame it carries holds them)."""
+        """(positions, vectors) per chunk as the actors finish them, in any order, each position exactly once, all
+        from one actor pool. On failure, or when the caller stops early, the run's actors are killed before the
+        error propagates (ActorRun.blocks); a failure is one line, an actor's morkit error as itself."""
         texts = list(texts)
         if not texts:
             return
         seen = np.zeros(len(texts), dtype=bool)
-        names: list[str] = []  # the run's actors, by name
-        iterator = iter(self._dataset(texts, names).iter_batches(batch_size=None, batch_format="numpy",
-                                                                 prefetch_batches=0))
-        failure: BaseException | None = None
-        finished = False
-        try:
-            while failure is None:
-                block, failure = self._next(iterator)
-                if block is None:
-                    break
+        run = self.last_run = ActorRun("embed")
+        stream = run.blocks(self._dataset(texts, run), f"embedder {self.name!r} failed on Ray")
+        try:  # an error raised here closes the stream first: the run's actors are gone before it propagates
+            for block in stream:
                 index = np.asarray(block["i"], dtype=np.int64)
                 if seen[index].any() or len(np.unique(index)) != len(index):
-                    failure = MorkitError(f"embedder {self.name!r}: Ray returned a question twice")
-                    break
+                    raise MorkitError(f"embedder {self.name!r}: Ray returned a question twice")
                 seen[index] = True
-                yield index, np.asarray(block["vector"], dtype=np.float32)
-            finished = failure is None
+                vectors = np.asarray(block["vector"], dtype=np.float32)
+                if self._dim is None and vectors.ndim == 2:
+                    self._dim = int(vectors.shape[1])
+                yield index, vectors
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-            iterator = block = None
-            if not finished:  # Ray Data lets a failed run's actors go only when garbage-collected: free them now
-                _release(names)
-        if failure is not None:
-            raise failure
+            stream.close()
         if not seen.all():
             raise MorkitError(f"embedder {self.name!r}: Ray returned {int(seen.sum())} of {len(texts)} questions")
 
-    def _dataset(self, texts: list[str], names: list[str]) -> Any:
+    def _dataset(self, texts: list[str], run: ActorRun) -> Any:
         """The texts as one Ray block per chunk, mapped over the actor pool: each map_batches batch is one chunk,
-        cut as one process cuts it. Each actor is named, and its name added to `names`, as Ray Data starts it."""
+        cut as one process cuts it."""
         import pyarrow as pa
 
         from morkit.question_pool.embed import CHUNK
 
         ray = self.connect()
         starts = range(0, len(texts), CHUNK)
-        count, resources = actor_resources(self.options, _cluster(ray), self.device, len(starts))
+        count, resources = actor_resources(self.options, cluster(ray), self.device, len(starts))
         tables = [pa.table({"i": pa.array(range(s, min(s + CHUNK, len(texts))), pa.int64()),
                             "text": pa.array(texts[s: s + CHUNK], pa.string())}) for s in starts]
-        run = uuid.uuid4().hex[:12]
-
-        def named() -> dict[str, Any]:  # Ray Data calls it as it starts each actor
-            names.append(f"morkit-embed-{run}-{len(names)}")
-            return {"name": names[-1]}
-
-        source = ray.data.from_arrow(tables)
-        source.context.raise_original_map_exception = True  # an actor's morkit error reaches the driver as itself
-        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet (2.64 drops this form)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            embedded = source.map_batches(
-                self.actor, fn_constructor_args=(self.source, self.device), batch_size=CHUNK, batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=count), max_restarts=RESTARTS, max_task_retries=RESTARTS,
-                ray_remote_args_fn=named, **resources)
+        embedded = run.map(ray, ray.data.from_arrow(tables), self.actor, (self.source, self.device),
+                           batch_size=CHUNK, size=count, resources=resources)
         self.texts_sent += len(texts)
+        self.runs += 1
         self.actors = count
         return embedded
-
-    def _next(self, iterator: Any) -> tuple[Any, BaseException | None]:
-        """(next block, None), (None, None) at the end, or (None, the error in one line): an actor's morkit error
-        as itself, any other failure as a MorkitError; returned, not raised, so no traceback keeps the run alive."""
-        try:
-            return next(iterator), None
-        except StopIteration:
-            return None, None
-        except Exception as err:  # noqa: BLE001 - Ray wraps the actor's error (its class then is a MorkitError too)
-            cause = _actor_error(err)
-            if cause is None:
-                cause = MorkitError(f"embedder {self.name!r} failed on Ray: {_first_line(err)}")
-            return None, cause.with_traceback(None)
-
-
-def _actor_error(err: BaseException) -> MorkitError | None:
-    """The morkit error an actor raised, as itself: Ray's wrapper holds it as `cause`, with Ray's retry note added
-    on a second line, which is dropped."""
-    cause = getattr(err, "cause", None)
-    found = cause if isinstance(cause, MorkitError) else _morkit_cause(err)
-    if found is not None and found.args and isinstance(found.args[0], str) and "\n" in found.args[0]:
-        found.args = (_first_line(found), *found.args[1:])
-    return found
-
-
-def _release(names: Sequence[str]) -> None:
-    """Kill the named actors still alive (a failed or abandoned run's), so their resources are free at once."""
-    import ray
-
-    for name in names:
-        try:
-            ray.kill(ray.get_actor(name), no_restart=True)
-        except ValueError:  # never started, or gone already
-            continue

@@ -86,10 +86,13 @@ def save_array(path: os.PathLike | str, array: Any) -> None:
 
 
 def embed(embedder: Any, questions: Sequence[Any], *, progress: bool = False) -> np.ndarray:
-    """The questions' vectors, checked: one row per question, finite, of the embedder's dimension (`dim`, where it
-    says one); beyond SPILL_BYTES written to disk as they are made. Nothing else reaches a pool file."""
-    dim = getattr(embedder, "dim", None)
-    dim = dim if isinstance(dim, int) and not isinstance(dim, bool) else None
+    """The questions' vectors, checked: one row per question, finite, of the embedder's dimension; beyond SPILL_BYTES
+    written to disk as they are made. An embedder with `encode_chunks` is read as one stream (on Ray: one actor pool),
+    each chunk written at its rows as it arrives; any other `encode`s (by CHUNK once spilled). Nothing else reaches a
+    pool file."""
+    if len(questions) and getattr(embedder, "encode_chunks", None) is not None:
+        return _streamed(embedder, questions, progress)
+    dim = _declared_dim(embedder)
     spilled = dim is not None and len(questions) * dim * 4 > SPILL_BYTES
 
     def check(vectors: np.ndarray, start: int) -> None:
@@ -104,6 +107,106 @@ def embed(embedder: Any, questions: Sequence[Any], *, progress: bool = False) ->
     vectors = np.asarray(embedder.encode([q.question for q in questions], progress=progress))
     check(vectors, 0)
     return vectors
+
+
+def _declared_dim(embedder: Any) -> int | None:
+    dim = getattr(embedder, "dim", None)
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) else None
+
+
+def _streamed(embedder: Any, questions: Sequence[Any], progress: bool) -> np.ndarray:
+    """`embedder.encode_chunks` over every question's text, each (positions, vectors) chunk checked and written
+    at its rows: in memory, or, where the vectors pass SPILL_BYTES (known from the first chunk's width), into an
+    unlinked temporary .npy memory-mapped back read-only."""
+    from tqdm import tqdm
+
+    count = len(questions)
+    rows = _Rows(count)
+    try:
+        with tqdm(total=count, desc="embed", unit="question", disable=not progress, leave=False) as bar:
+            for positions, vectors in embedder.encode_chunks(_Texts(questions)[0:count]):
+                positions = np.asarray(positions, dtype=np.int64)
+                dim = _declared_dim(embedder) or rows.dim
+                if vectors.ndim != 2 or len(vectors) != len(positions) or dim and vectors.shape[1] != dim:
+                    raise MorkitError(f"embedder {embedder.name!r} gave vectors of shape {vectors.shape} for "
+                                      f"{len(positions)} questions" + (f" of dimension {dim}" if dim else ""))
+                validity.check_embeddings(vectors, _At(questions, positions), embedder.name)
+                rows.write(positions, np.ascontiguousarray(vectors, dtype=np.float32))
+                bar.update(len(positions))
+    except BaseException:
+        rows.close()
+        raise
+    if rows.filled != count:
+        rows.close()
+        raise MorkitError(f"embedder {embedder.name!r} gave {rows.filled} of {count} vectors")
+    return rows.vectors()
+
+
+class _Rows:
+    """The vectors as they come, each chunk at its rows: an array in memory, or past SPILL_BYTES an unlinked
+    temporary file (a kill leaves none) written in place, never held in this process."""
+
+    def __init__(self, count: int):
+        self.count, self.filled, self.dim = count, 0, None
+        self.seen = np.zeros(count, dtype=bool)
+        self.memory: np.ndarray | None = None
+        self.file: Any = None
+        self.header_at = 0
+
+    def write(self, positions: np.ndarray, vectors: np.ndarray) -> None:
+        if self.dim is None:
+            self._open(vectors.shape[1])
+        if len(positions) and (positions.min() < 0 or positions.max() >= self.count or self.seen[positions].any()
+                               or len(np.unique(positions)) != len(positions)):
+            raise MorkitError("the embedder gave a question's vector twice or for no question")
+        self.seen[positions] = True
+        self.filled += len(positions)
+        if self.memory is not None:
+            self.memory[positions] = vectors
+            return
+        order = np.argsort(positions, kind="stable")
+        positions, vectors = positions[order], vectors[order]
+        breaks = np.flatnonzero(np.diff(positions) != 1) + 1  # runs of consecutive rows: one write each
+        row = vectors.shape[1] * 4
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(positions)]):
+            os.pwrite(self.file.fileno(), vectors[lo:hi].astype("<f4", copy=False).tobytes(),
+                      self.header_at + int(positions[lo]) * row)
+
+    def _open(self, dim: int) -> None:
+        self.dim = dim
+        if self.count * dim * 4 <= SPILL_BYTES:
+            self.memory = np.empty((self.count, dim), dtype=np.float32)
+            return
+        # unlinked: a kill leaves none; open until `vectors` maps it or `close` drops it
+        self.file = tempfile.TemporaryFile(prefix="morkit-vectors-", suffix=".npy")  # noqa: SIM115
+        np.lib.format.write_array_header_1_0(self.file, {"descr": "<f4", "fortran_order": False,
+                                                         "shape": (self.count, dim)})
+        self.file.flush()
+        self.header_at = self.file.tell()
+
+    def close(self) -> None:
+        """Drop what was written (a failed build)."""
+        if self.file is not None:
+            self.file.close()
+        self.memory = None
+
+    def vectors(self) -> np.ndarray:
+        """The vectors: the array, or the file memory-mapped read-only (it outlives the closed file)."""
+        if self.file is None:
+            assert self.memory is not None  # every row was written
+            return self.memory
+        with self.file:
+            return np.memmap(self.file, dtype="<f4", mode="r", offset=self.header_at, shape=(self.count, self.dim))
+
+
+class _At:
+    """The questions at `positions`, looked up only when asked (a non-finite vector names its question)."""
+
+    def __init__(self, questions: Sequence[Any], positions: np.ndarray):
+        self.questions, self.positions = questions, positions
+
+    def __getitem__(self, i: int) -> Any:
+        return self.questions[int(self.positions[i])]
 
 
 class _Texts:

@@ -1,8 +1,10 @@
 """Embedding on Ray: one local Ray (127.0.0.1, 2 CPUs) for the session, CPU actors with the real MiniLM.
 
 Vectors equal single-process ones (max |diff| <= 1e-6), in order, each question once, with 1 and 2 actors, through
-the API and `pool build/add --ray`; a killed driver or a failing actor keeps every finished chunk in the embedding
-cache and the rerun embeds only the rest; a missing Ray or an unreachable address is one line naming it.
+the API and `pool build/add --ray`; a build's vectors stream from one actor pool, spilled to disk, and the driver
+never loads the model; a killed driver or a failing actor keeps every finished chunk in the embedding cache and the
+rerun embeds only the rest; a failing actor's run frees its actors at once, so a retry needing every CPU runs; a
+missing Ray or an unreachable address is one line naming it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fakes.ray_cluster import seconds_until_free
 
 from morkit.cli import main
 from morkit.core.errors import InputError, UnavailableError
-from morkit.question_pool import embed
+from morkit.question_pool import embed, spill
 from morkit.question_pool.embed_cache import CachedEmbedder, EmbeddingCache
 from morkit.question_pool.embed_ray import (
     RayEmbedder,
@@ -60,18 +64,12 @@ class KilledAfterTwo(RayEmbedder):
             yield chunk
 
 
-@pytest.fixture(scope="session")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from morkit.reward_models.backends.ray import connect
-
-    if ray.is_initialized():
-        ray.shutdown()
-    connect("auto", num_cpus=2, _node_ip_address="127.0.0.1")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Poisoned travels to the actors
-    yield ray
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    ray.shutdown()
+@pytest.fixture(scope="module")
+def ray_local(ray_session):
+    """The session's local Ray (tests/conftest.py), this module's classes shipped to the actors by value."""
+    ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield ray_session
+    ray_session.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture
@@ -83,6 +81,23 @@ def small_chunks(monkeypatch):
 @pytest.fixture
 def reference(embedder, small_chunks):
     return embedder.encode(TEXTS)
+
+
+@pytest.fixture
+def no_driver_model(monkeypatch):
+    """Fails the test if this (the driver) process loads a sentence-transformers model: every actor loads its own.
+    Ask for it after `reference`, which loads one here."""
+    from morkit.runtime import models
+
+    loads = []
+
+    def refused(*args, **kwargs):
+        loads.append(args)
+        raise AssertionError("the driver loaded the embedder")
+
+    monkeypatch.setattr(models, "sentence_transformer", refused)
+    yield loads
+    assert loads == []
 
 
 @pytest.mark.slow
@@ -97,15 +112,23 @@ def test_ray_vectors_equal_one_process_in_order(ray_local, reference, actors):
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_embedding_only_the_rest(ray_local, reference, tmp_path):
+def test_a_killed_driver_resumes_embedding_only_the_rest(ray_local, reference, no_driver_model, tmp_path,
+                                                         monkeypatch):
+    """A build's vectors (spill.embed, to disk) from one actor pool, the driver loading no model and learning the
+    dimension from the first chunk; killed after two chunks, the rerun embeds only the rest, in one run."""
+    monkeypatch.setattr(spill, "SPILL_BYTES", 0)  # every vector to disk as it comes
+    questions = [SimpleNamespace(id=f"q{i}", question=text) for i, text in enumerate(TEXTS)]
     with EmbeddingCache(tmp_path / "e.sqlite") as cache:
         killed = CachedEmbedder(KilledAfterTwo(None, device="cpu"), cache)
         with pytest.raises(DriverKilled):
-            killed.encode(TEXTS)
+            spill.embed(killed, questions)
         assert len(cache) == killed.embedded == 2 * CHUNK  # both finished chunks kept
+        assert seconds_until_free(ray_local, killed.inner.last_run.names) is not None  # an abandoned run's too
         rest = RayEmbedder(None, device="cpu", options=RayEmbedOptions(actors=2))
-        resumed = CachedEmbedder(rest, cache).encode(TEXTS)
+        assert rest.dim is None  # nothing asked of any model yet
+        resumed = spill.embed(CachedEmbedder(rest, cache), questions)
     assert rest.texts_sent == len(TEXTS) - 2 * CHUNK
+    assert rest.runs == 1 and rest.dim == 384 and isinstance(resumed, np.memmap)
     assert float(np.abs(resumed - reference).max()) <= 1e-6
 
 
@@ -113,12 +136,15 @@ def test_a_killed_driver_resumes_embedding_only_the_rest(ray_local, reference, t
 def test_a_failing_actor_is_its_own_error_and_loses_no_finished_chunk(ray_local, reference, tmp_path):
     texts = TEXTS[:-1] + ["POISON " + TEXTS[-1]]
     with EmbeddingCache(tmp_path / "e.sqlite") as cache:
-        failing = CachedEmbedder(PoisonedRay(None, device="cpu", options=RayEmbedOptions(actors=1)), cache)
+        poisoned = PoisonedRay(None, device="cpu", options=RayEmbedOptions(actors=1))  # both CPUs
+        failing = CachedEmbedder(poisoned, cache)
         with pytest.raises(InputError, match="^poisoned question$"):
             failing.encode(texts)
+        freed_s = seconds_until_free(ray_local, poisoned.last_run.names, wait_s=5.0)  # killed at once, not at GC
+        assert poisoned.last_run.release_s is not None and freed_s is not None
         kept = len(cache)
         assert kept == failing.embedded
-        rest = RayEmbedder(None, device="cpu", options=RayEmbedOptions(actors=1))
+        rest = RayEmbedder(None, device="cpu", options=RayEmbedOptions(actors=1))  # needs both CPUs
         out = CachedEmbedder(rest, cache).encode(texts)
     assert rest.texts_sent == len(texts) - kept
     assert float(np.abs(out[:-1] - reference[:-1]).max()) <= 1e-6
@@ -134,9 +160,16 @@ def _pool_input(path, texts):
 
 
 @pytest.mark.slow
-def test_pool_build_and_add_on_ray_equal_one_process(ray_local, small_chunks, tmp_path):
+def test_pool_build_and_add_on_ray_equal_one_process(ray_local, small_chunks, tmp_path, monkeypatch):
+    from morkit.runtime import models
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the driver loaded the embedder")
+
     first, more = _pool_input(tmp_path / "a.jsonl", TEXTS[:15]), _pool_input(tmp_path / "b.jsonl", TEXTS[15:])
     for name, ray in (("local", []), ("ray", ["--ray", "auto", "--embed-actors", "2", "--embed-cpus", "1"])):
+        if ray:  # the driver loads no model: a load here fails the build
+            monkeypatch.setattr(models, "sentence_transformer", refused)
         out = str(tmp_path / name)
         assert main(["pool", "build", str(first), "-o", out, "--device", "cpu", "-q", "--no-cache", *ray]) == 0
         assert main(["pool", "add", out, str(more), "--device", "cpu", "-q", "--no-cache", *ray]) == 0

@@ -1,7 +1,9 @@
 """Scoring on a Ray cluster: one local Ray (127.0.0.1, 2 CPUs) for the module, the real minilm-probe RM.
 
 Ray output equals single-process output (API, `morkit score --ray`, `pool build --ray`); an actor that
-dies mid-run loses no batch and duplicates none; a driver killed mid-run resumes from the score cache;
+dies mid-run loses no batch and duplicates none; an actor killed for good, or raising a morkit error, fails the
+run in one line and its actors are gone at once, so a retry that needs every CPU runs; a driver killed mid-run
+resumes from the score cache;
 an address where nothing listens is a one-line error naming it; a batch from a replica that computes under
 another cache key than the driver's is refused before it is cached.
 """
@@ -14,6 +16,7 @@ import socket
 import sys
 
 import pytest
+from fakes.ray_cluster import FailingReplica, alive, seconds_until_free
 
 from morkit.reward_models.cache import ScoreCache
 
@@ -46,18 +49,15 @@ class DiesOnce:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from morkit.reward_models.backends.ray import connect
+def ray_local(ray_session):
+    """The session's local Ray (tests/conftest.py), this module's classes shipped to the actors by value."""
+    import fakes.ray_cluster
 
-    if ray.is_initialized():
-        ray.shutdown()
-    os.environ.pop("RAY_ADDRESS", None)
-    connect("auto", num_cpus=2, _node_ip_address="127.0.0.1")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DiesOnce travels to the actors
-    yield ray
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    ray.shutdown()
+    ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray_session.cloudpickle.register_pickle_by_value(fakes.ray_cluster)  # FailingReplica
+    yield ray_session
+    ray_session.cloudpickle.unregister_pickle_by_value(fakes.ray_cluster)
+    ray_session.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +144,34 @@ def test_killed_actor_loses_no_batch_and_duplicates_none(ray_local, queries, loc
     assert marker.exists()  # an actor process did die
     assert sorted(cache.written) == sorted(_pairs(queries))  # every pair written once: none lost, none twice
     assert same_scores(_values(scored), local_scores)
+
+
+def test_a_failed_run_is_one_line_its_actors_are_gone_at_once_and_a_retry_runs(ray_local, queries, tmp_path):
+    """Two actors of one CPU each: one killed for good (or raising a morkit error) fails the run in one line, and
+    the other is killed with it, at once; a retry with one actor of both CPUs then runs (it waited forever while a
+    failed run's actors lived until garbage collection)."""
+    from morkit.core.errors import InputError, ScoreError
+    from morkit.reward_models.catalog import resolve_rm
+    from morkit.reward_models.options import ScoringOptions
+
+    pairs = _pairs(queries)
+    for how, error, line in (
+            ("kill", ScoreError, (rf"^reward model '{RM}' failed on Ray: The actor died unexpectedly before "
+                                  r"finishing this task: the actor is dead because it was killed by `ray.kill`$")),
+            ("input", InputError, r"^query 'q1': no tests$")):
+        rm = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=2))
+        rm.factory = functools.partial(FailingReplica, str(tmp_path / how), how)
+        with pytest.raises(error, match=line) as failed:
+            rm.score(pairs)
+        assert type(failed.value) is error
+        freed_s = seconds_until_free(ray_local, rm.last_run.names, wait_s=5.0)
+        assert freed_s is not None, f"{how}: actors {alive(ray_local, rm.last_run.names)} alive or CPUs busy after 5 s"
+        print(f"{how}: {len(rm.last_run.names)} actors killed in {rm.last_run.release_s:.3f}s, "
+              f"CPUs free {freed_s:.2f}s later")
+    retry = resolve_rm(RM, ScoringOptions.from_flags(ray="auto", chunk=CHUNK, ray_workers=1))
+    retry.factory = functools.partial(FailingReplica, str(tmp_path / "never"), None)
+    assert [s.value for s in retry.score(pairs)] == [float(len(answer)) for _, answer in pairs]
+    assert seconds_until_free(ray_local, retry.last_run.names) is not None  # a finished run lets its actors go too
 
 
 def test_killed_driver_resumes_from_the_cache(ray_local, queries, local_scores, tmp_path):

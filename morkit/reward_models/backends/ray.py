@@ -9,7 +9,6 @@ import functools
 import logging
 import os
 import socket
-import warnings
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -26,13 +25,11 @@ from morkit.core.registry import Entry
 from morkit.reward_models.handles import RMHandle
 from morkit.reward_models.placement import place
 from morkit.reward_models.residency import load_checked
+from morkit.runtime.ray_runs import RESTARTS, ActorRun, actor_error, cluster, first_line
 
 log = logging.getLogger(__name__)
 
 AUTO = "auto"  # RAY_ADDRESS when set, else a new local instance
-RESTARTS = 3
-"""How often an actor is restarted and its batch retried (Ray Data's own default is forever, so a batch that
-kills its worker every time, e.g. out of memory, would never end the run)."""
 RAY_INSTALL = "--ray needs Ray Data, which is not installed here: pip install 'morkit[ray]' (ray[data])"
 
 
@@ -80,16 +77,11 @@ def connect(address: str | None = AUTO, **local: Any) -> Any:
         try:
             ray.init(address=target, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
         except Exception as err:  # noqa: BLE001 - one line naming the address, whatever Ray raised
-            raise UnavailableError(f"cannot attach to the Ray cluster at {target}: {_first_line(err)}") from None
+            raise UnavailableError(f"cannot attach to the Ray cluster at {target}: {first_line(err)}") from None
     else:
         ray.init(**quiet, **local)
     _quiet_data(ray)
     return ray
-
-
-def _first_line(err: BaseException) -> str:
-    """What Ray raised, in one line (its messages run to many, with tracebacks inside)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _quiet_data(ray: Any) -> None:
@@ -142,17 +134,6 @@ class _Replica:
         column[:] = scores
         return {"i": batch["i"], "score": column, "error": np.array([error] * len(scores), dtype=object),
                 "key": np.array([self.key] * len(scores), dtype=object)}
-
-
-def _morkit_cause(err: BaseException) -> MorkitError | None:
-    """The morkit error an actor raised, found in the chain Ray wraps it in."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, MorkitError):
-            return err
-        err = err.__cause__ or getattr(err, "cause", None) or err.__context__
-    return None
 
 
 def load_replica(entry: Entry, options: ScoringOptions) -> Any:
@@ -223,20 +204,21 @@ class RayHandle(ReplicaHandle):
         super().__init__(entry, options, residency)
         self.factory: Callable[[], Any] = functools.partial(load_replica, entry, self.local)
         self.pairs_sent = 0
+        self.last_run: ActorRun | None = None  # the last run's actors, by name
 
     def reported_key(self) -> str:
         """`key_of` run once on the cluster, in a task holding one actor's resources (replica_resources: its GPU
         share, so the device and dtype it resolves are an actor's); each actor works it out again and its batches
         are checked against it."""
         ray = connect(self.options.ray.address)
-        _, resources = replica_resources(self.options, _cluster(ray), self.options.ray.workers)
+        _, resources = replica_resources(self.options, cluster(ray), self.options.ray.workers)
         task = ray.remote(_call).options(max_retries=RESTARTS, **resources)
+        failure: MorkitError | None = None
         try:
             return str(ray.get(task.remote(self.key_of)))
-        except MorkitError:
-            raise
         except Exception as err:  # noqa: BLE001 - Ray wraps the task's error
-            raise _as_error(err, f"reward model {self.name!r}: Ray could not work out its cache key") from None
+            failure = actor_error(err, f"reward model {self.name!r}: Ray could not work out its cache key", ScoreError)
+        raise failure
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         out: dict[tuple[str, str], Score] = {}
@@ -249,21 +231,18 @@ class RayHandle(ReplicaHandle):
         if not pairs:
             return
         ray = connect(self.options.ray.address)
-        count, resources = replica_resources(self.options, _cluster(ray), self.options.ray.workers)
+        count, resources = replica_resources(self.options, cluster(ray), self.options.ray.workers)
         rows = [{"i": i, "q": q, "a": a} for i, (q, a) in enumerate(pairs)]
         # One input block per batch, so each batch is one output block that streams back when it is done.
         blocks = max(1, -(-len(rows) // batch))
-        data = ray.data.from_items(rows, override_num_blocks=blocks)
-        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet (2.64 drops this form)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            scored = data.map_batches(_Replica, fn_constructor_args=(self.factory, self.key_of), batch_size=batch,
-                                      batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=min(count, blocks)),
-                                      max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)
+        run = self.last_run = ActorRun("score")
+        scored = run.map(ray, ray.data.from_items(rows, override_num_blocks=blocks), _Replica,
+                         (self.factory, self.key_of), batch_size=batch, size=min(count, blocks), resources=resources)
         self.pairs_sent += len(pairs)
         seen: set[int] = set()
-        batches = scored.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0)
-        try:
-            for block in _unwrapped(self.name, batches):
+        stream = run.blocks(scored, f"reward model {self.name!r} failed on Ray", ScoreError)
+        try:  # an error raised here closes the stream first: the run's actors are gone before it propagates
+            for block in stream:
                 index = [int(i) for i in block["i"]]
                 if seen.intersection(index) or len(set(index)) != len(index):
                     raise ScoreError(f"reward model {self.name!r}: Ray returned a pair twice")
@@ -278,17 +257,9 @@ class RayHandle(ReplicaHandle):
                     raise err
                 yield part, scores
         finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
+            stream.close()
         if len(seen) != len(pairs):
             raise ScoreError(f"reward model {self.name!r}: Ray returned {len(seen)} of {len(pairs)} pairs")
-
-
-def _as_error(err: BaseException, what: str) -> MorkitError:
-    """The morkit error a Ray task or actor raised, as itself; any other failure as one ScoreError line."""
-    cause = _morkit_cause(err)
-    return cause if cause is not None else ScoreError(f"{what}: {_first_line(err)}")
 
 
 def _call(function: Callable[[], Any]) -> Any:
@@ -304,24 +275,3 @@ def _check_key(name: str, expected: str, reported: Sequence[str]) -> None:
     if other:
         raise ScoreError(f"reward model {name!r}: a Ray replica computes under {other[0]}, not under {expected}, "
                          "the key its scores are cached under; give every node the same weights, GPUs and settings")
-
-
-def _unwrapped(name: str, batches: Any) -> Iterator[Any]:
-    """The batches, with an actor's morkit error re-raised as itself and any other failure in one line."""
-    iterator = iter(batches)
-    while True:
-        try:
-            block = next(iterator)
-        except StopIteration:
-            return
-        except MorkitError:
-            raise
-        except Exception as err:  # noqa: BLE001 - Ray wraps the actor's error
-            raise _as_error(err, f"reward model {name!r} failed on Ray") from None
-        yield block
-
-
-def _cluster(ray: Any) -> dict[str, float]:
-    resources = dict(ray.cluster_resources())
-    resources["nodes"] = float(sum(1 for n in ray.nodes() if n.get("Alive")))
-    return resources
