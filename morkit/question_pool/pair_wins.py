@@ -19,27 +19,52 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 SIGNATURE = ("void(float64[:, ::1], float64[:, ::1], uint64[::1], int64[:, ::1], float64[:, ::1], int64[::1], "
-             "int64[::1], int64[::1], float32[::1], boolean[:, ::1], boolean, float32, float32[:, ::1])")
+             "int64[::1], int64[::1], int64[::1], int64[::1], float32[::1], boolean[:, ::1], boolean, float32, "
+             "float32[:, ::1])")
 """The one specialisation compiled: arrays C-contiguous, in the dtypes `count_wins` documents."""
 
 
-def _count_wins(good: Any, bad: Any, offsets: Any, members: Any, weights: Any, sizes: Any, rows: Any, base: Any,
-                quotients: Any, lacking: Any, check: bool, undefined: float, out: Any) -> None:
+def _count_wins(good: Any, bad: Any, offsets: Any, members: Any, weights: Any, sizes: Any, together: Any,
+                blocks: Any, rows: Any, base: Any, quotients: Any, lacking: Any, check: bool, undefined: float,
+                out: Any) -> None:
     # Per ensemble, one pass over each pair slot's lanes (contiguous, so the loop vectorises: offsets are unsigned,
     # so start + i needs no negative-index check). Each side's score is (w0 x0 + w1 x1) + w2 x2: combine's order.
-    lanes, ensembles = rows.shape[0], members.shape[1]
-    wins = np.zeros((_BLOCK, lanes), np.int64)
-    for first in range(0, ensembles, _BLOCK):
-        block = min(_BLOCK, ensembles - first)
+    lanes = rows.shape[0]
+    wins = np.zeros((BLOCK, lanes), np.int64)
+    for block in range(blocks.shape[0] - 1):
+        first, end = blocks[block], blocks[block + 1]
         wins[:] = 0
-        for b in range(block):
-            e = first + b
+        e = first
+        while e < end:
             n = sizes[e]
             last = max(n, 1) - 1  # slots past an ensemble's last member are read only by loops that never use them
-            m0, w0 = members[0, e], weights[0, e]
-            m1, w1 = members[min(1, last), e], weights[min(1, last), e]
-            m2, w2 = members[min(2, last), e], weights[min(2, last), e]
-            count = wins[b]
+            m0, m1, m2 = members[0, e], members[min(1, last), e], members[min(2, last), e]
+            if together[e] == 3:  # 3 weightings of the same members (n = 2 or 3): each score read once for all 3
+                a0, a1, a2 = weights[0, e], weights[1, e], weights[min(2, last), e]
+                b0, b1, b2 = weights[0, e + 1], weights[1, e + 1], weights[min(2, last), e + 1]
+                d0, d1, d2 = weights[0, e + 2], weights[1, e + 2], weights[min(2, last), e + 2]
+                ca, cb, cd = wins[e - first], wins[e - first + 1], wins[e - first + 2]
+                for j in range(offsets.shape[0] - 1):
+                    start = offsets[j]
+                    if n == 2:
+                        for i in range(offsets[j + 1] - start):
+                            p = start + i
+                            x0, x1, y0, y1 = good[m0, p], good[m1, p], bad[m0, p], bad[m1, p]
+                            ca[i] += a0 * x0 + a1 * x1 > a0 * y0 + a1 * y1
+                            cb[i] += b0 * x0 + b1 * x1 > b0 * y0 + b1 * y1
+                            cd[i] += d0 * x0 + d1 * x1 > d0 * y0 + d1 * y1
+                    else:
+                        for i in range(offsets[j + 1] - start):
+                            p = start + i
+                            x0, x1, x2 = good[m0, p], good[m1, p], good[m2, p]
+                            y0, y1, y2 = bad[m0, p], bad[m1, p], bad[m2, p]
+                            ca[i] += a0 * x0 + a1 * x1 + a2 * x2 > a0 * y0 + a1 * y1 + a2 * y2
+                            cb[i] += b0 * x0 + b1 * x1 + b2 * x2 > b0 * y0 + b1 * y1 + b2 * y2
+                            cd[i] += d0 * x0 + d1 * x1 + d2 * x2 > d0 * y0 + d1 * y1 + d2 * y2
+                e += 3
+                continue
+            w0, w1, w2 = weights[0, e], weights[min(1, last), e], weights[min(2, last), e]
+            count = wins[e - first]
             for j in range(offsets.shape[0] - 1):
                 start = offsets[j]
                 if n <= 1:  # 0 members (every weight 0) ties every pair at +-0, as combine's 0 x member 0 does
@@ -63,19 +88,50 @@ def _count_wins(good: Any, bad: Any, offsets: Any, members: Any, weights: Any, s
                             high += weights[s, e] * good[members[s, e], p]
                             low += weights[s, e] * bad[members[s, e], p]
                         count[i] += high > low
-        for i in range(lanes):  # a row's block of columns at once: one cache line, not one per ensemble
+            e += 1
+        for i in range(lanes):  # a row's block of columns at once: a cache line or two, not one per ensemble
             q = rows[i]
-            for b in range(block):
-                e = first + b
+            for e in range(first, end):
                 missing = False
                 if check:
                     for s in range(sizes[e]):
                         missing |= lacking[q, members[s, e]]
-                out[q, e] = undefined if missing else quotients[base[i] + wins[b, i]]
+                out[q, e] = undefined if missing else quotients[base[i] + wins[e - first, i]]
 
 
-_BLOCK = 16
-"""Ensembles counted before their PRR is written: 16 float32 columns fill a 64-byte cache line of each row."""
+BLOCK = 18
+"""Most ensembles counted before their PRR is written (a row's 18 float32 columns at once): a whole number of
+groups of 3 (`groups`)."""
+
+
+def groups(members: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How the loop walks the ensembles: (E,) 3 where an ensemble starts a run of three with the same 2 or 3
+    members in the same slots (one pair of sums read for three weightings), else 1 (0 for the run's other two);
+    and the bounds of blocks of at most BLOCK ensembles that split no run.
+
+    Args:
+        members: (S, E) each ensemble's members by slot (`ensembles.member_slots`).
+        sizes: (E,) members per ensemble.
+
+    Returns:
+        `(together, blocks)`, both int64.
+    """
+    same = (members[:, 1:] == members[:, :-1]).all(axis=0) & (sizes[1:] == sizes[:-1])
+    together = np.ones(len(sizes), dtype=np.int64)
+    e = 0
+    while e < len(sizes):
+        if e + 2 < len(sizes) and same[e] and same[e + 1] and sizes[e] in (2, 3):
+            together[e : e + 3] = (3, 0, 0)
+            e += 3
+        else:
+            e += 1
+    blocks, used = [0], 0
+    for e in np.flatnonzero(together):
+        if used + together[e] > BLOCK:
+            blocks.append(int(e))
+            used = 0
+        used += int(together[e])
+    return together, np.array(blocks + [len(sizes)], dtype=np.int64)
 
 
 _lock = threading.Lock()
@@ -101,8 +157,8 @@ def compiled() -> Any:
 
 
 def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: np.ndarray, weights: np.ndarray,
-               sizes: np.ndarray, rows: np.ndarray, pairs: np.ndarray, lacking: np.ndarray, undefined: float,
-               out: np.ndarray) -> None:
+               sizes: np.ndarray, together: np.ndarray, blocks: np.ndarray, rows: np.ndarray, pairs: np.ndarray,
+               lacking: np.ndarray, undefined: float, out: np.ndarray) -> None:
     """Write each ensemble's PRR on each question with a mixed pair into `out` (k, E) float32.
 
     Args:
@@ -114,6 +170,7 @@ def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: 
         members: (S, E) int64 RM of each ensemble's s-th member, in the order `combine` adds them.
         weights: (S, E) float64 their weights (0 past an ensemble's last member).
         sizes: (E,) int64 members per ensemble (those with a non-zero weight).
+        together: (E,) int64 and blocks: (B + 1,) int64, how to walk the ensembles (`groups`).
         rows: (L,) int64 the `out` row of each lane.
         pairs: (L,) int64 each lane's pair count (> 0).
         lacking: (k, R) bool: a valid candidate of the question lacks the RM's score.
@@ -126,5 +183,5 @@ def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: 
     # and the dense table stores them: the loop looks its value up rather than dividing 5,335 times per question.
     quotients = np.concatenate([np.arange(n + 1) / n for n in counts.tolist()] or [np.empty(0)]).astype(np.float32)
     base = (np.cumsum(counts + 1) - (counts + 1))[which].astype(np.int64)
-    compiled()(good, bad, offsets, members, weights, sizes, rows, base, quotients, lacking, bool(lacking.any()),
-               np.float32(undefined), out)
+    compiled()(good, bad, offsets, members, weights, sizes, together, blocks, rows, base, quotients, lacking,
+               bool(lacking.any()), np.float32(undefined), out)

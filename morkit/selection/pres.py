@@ -11,7 +11,7 @@ import numpy as np
 
 from morkit.core import checks
 from morkit.question_pool.ensembles import Ensemble
-from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
+from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, weighted_rows
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.cost import COST_UNIT
 from morkit.selection.base import Choice, CostLimit, Neighbours
@@ -72,17 +72,17 @@ class PRES:
 
     def scores(self, neighbours: Neighbours) -> np.ndarray:
         """PRES evidence for every pool ensemble, (E,)."""
-        sims = neighbours.similarities.astype(np.float32)
+        sims = neighbours.similarities
         if self._table is not None:
-            return sims @ self._table[neighbours.rows]
+            return weighted_rows(sims, self._table[neighbours.rows])
         order = np.argsort(neighbours.rows)  # in row order: a memory-mapped pool reads forward
         pool, rows, back = self.pool, neighbours.rows[order], np.argsort(order)
         if self._matrix is not None:  # the dense table's rows, in the query's order: the dense path's sums exactly
             table = neighbour_prr(pool.scores[rows][back], pool.correct[rows][back], pool.valid[rows][back],
                                   pool.normalizer, pool.rm_names, self._matrix, _Ids(pool.questions, neighbours.rows),
                                   undefined=0.0)
-            return sims @ table
-        return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[back]  # query order, as dense
+            return weighted_rows(sims, table)
+        return weighted_rows(sims, np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[back])  # query order, as dense
 
     def choose(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None) -> Choice:
         """The ensemble with the best evidence among those the query can use; under a `limit`, among those it can

@@ -104,7 +104,7 @@ def _ensembles(rm_names, rng, max_members):
                                   "permuted scores"])
 def test_neighbour_prr_is_the_dense_table_bit_for_bit(case):
     from morkit.question_pool.ensembles import Normalizer
-    from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, prr_evidence
+    from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, prr_evidence, weighted_rows
     from morkit.question_pool.rows import ensemble_statistics
 
     rng = np.random.default_rng(7)
@@ -128,7 +128,7 @@ def test_neighbour_prr_is_the_dense_table_bit_for_bit(case):
     assert np.array_equal(zeroed.view(np.uint32), np.nan_to_num(want, nan=0.0).view(np.uint32))
     sims = rng.random(len(scores))
     evidence = prr_evidence(scores, correct, valid, normalizer, rm_names, matrix, sims)
-    assert np.array_equal(evidence, (sims.astype(np.float32) @ np.nan_to_num(want, nan=0.0)).astype(np.float64))
+    assert np.array_equal(evidence, weighted_rows(sims, np.nan_to_num(want, nan=0.0)).astype(np.float64))
     defined = ~np.isnan(want)
     assert defined.any() != (case == "no mixed pair")
     if case != "no mixed pair":  # what the kernel must get right occurs here
