@@ -11,7 +11,7 @@ import numpy as np
 
 from morkit.core import checks
 from morkit.question_pool.ensembles import Ensemble
-from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
+from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, weighted_rows
 from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.cost import COST_UNIT
 from morkit.selection.base import Choice, CostLimit, Neighbours
@@ -40,6 +40,7 @@ class PRES:
     _eligible: np.ndarray = field(init=False, repr=False)
     _overall: np.ndarray = field(init=False, repr=False)
     _masks: dict = field(init=False, repr=False, default_factory=dict)
+    _priced: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         checks.one_of(self.criterion, CRITERIA, "PRES criterion")
@@ -50,6 +51,7 @@ class PRES:
             self._table = np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0)
         elif self.criterion == "prr":
             self._matrix = EnsembleMatrix.of(self.pool.ensembles, self.pool.rm_names)
+            self._matrix.warm()  # the compiled loop, now rather than in the first query
         mean_prr, mean_top1, _ = self.pool.ensemble_means()
         overall = mean_prr if self.criterion == "prr" else mean_top1
         self._overall = np.nan_to_num(overall, nan=-1.0)  # tie-break: the pool-wide mean
@@ -70,17 +72,17 @@ class PRES:
 
     def scores(self, neighbours: Neighbours) -> np.ndarray:
         """PRES evidence for every pool ensemble, (E,)."""
-        sims = neighbours.similarities.astype(np.float32)
+        sims = neighbours.similarities
         if self._table is not None:
-            return sims @ self._table[neighbours.rows]
+            return weighted_rows(sims, self._table[neighbours.rows])
         order = np.argsort(neighbours.rows)  # in row order: a memory-mapped pool reads forward
-        pool, rows = self.pool, neighbours.rows[order]
+        pool, rows, back = self.pool, neighbours.rows[order], np.argsort(order)
         if self._matrix is not None:  # the dense table's rows, in the query's order: the dense path's sums exactly
-            ids = [pool.questions[r].id for r in rows]
-            table = neighbour_prr(pool.scores[rows], pool.correct[rows], pool.valid[rows], pool.normalizer,
-                                  pool.rm_names, self._matrix, ids)
-            return sims @ np.nan_to_num(table.astype(np.float32), nan=0.0)[np.argsort(order)]
-        return sims @ np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[np.argsort(order)]  # query order, as dense
+            table = neighbour_prr(pool.scores[rows][back], pool.correct[rows][back], pool.valid[rows][back],
+                                  pool.normalizer, pool.rm_names, self._matrix, _Ids(pool.questions, neighbours.rows),
+                                  undefined=0.0)
+            return weighted_rows(sims, table)
+        return weighted_rows(sims, np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[back])  # query order, as dense
 
     def choose(self, neighbours: Neighbours, available: frozenset[str], limit: CostLimit | None = None) -> Choice:
         """The ensemble with the best evidence among those the query can use; under a `limit`, among those it can
@@ -107,7 +109,7 @@ class PRES:
             if limit.weight > 0:
                 details["criterion"] = f"{self.criterion} per similarity - cost weight x cost"
         evidence = np.where(mask, evidence, -np.inf)
-        order = ranked(evidence, self._overall)
+        order = ranked(evidence, self._overall) if self.gamma is not None else self._leading(evidence)
         best = int(order[0])
         details["skipped_ensembles"] = int((~mask).sum())
         if self.gamma is not None:  # within gamma of the best: fewest members first, then the order above
@@ -124,8 +126,8 @@ class PRES:
         """The usable ensembles the limit affords, and the criterion under its weight: the evidence as it is with
         no weight, else per unit of similarity (a similarity-weighted mean PRR) less weight x cost per candidate.
         LookupError naming the cheapest usable ensemble when none is affordable."""
-        cost = self._uses @ limit.vector()
-        affordable = mask & limit.affords(cost)
+        cost, fits = self._costs(limit)
+        affordable = mask & fits
         if not affordable.any():
             cheapest = int(np.argmin(np.where(mask, cost, np.inf)))
             raise LookupError(f"no pool ensemble fits the budget of {limit.per_query(limit.most):.4g} "
@@ -135,6 +137,42 @@ class PRES:
             total = float(np.abs(neighbours.similarities).sum())
             evidence = evidence / (total if total > 0 else 1.0) - limit.weight * cost
         return affordable, evidence
+
+    def _leading(self, evidence: np.ndarray) -> np.ndarray:
+        """The first runner_ups + 1 ensembles of `ranked(evidence, self._overall)`, without sorting all of them:
+        every ensemble whose evidence reaches the (runner_ups + 1)-th highest, ranked."""
+        count = min(self.runner_ups + 1, len(evidence))
+        if np.isnan(evidence).any():  # NaN ranks last in `ranked` but first in a partition
+            return ranked(evidence, self._overall)[:count]
+        cut = np.partition(evidence, len(evidence) - count)[len(evidence) - count]
+        near = np.flatnonzero(evidence >= cut)  # in index order, as ranked breaks its last ties
+        return near[ranked(evidence[near], self._overall[near])][:count]
+
+    def _costs(self, limit: CostLimit) -> tuple[np.ndarray, np.ndarray]:
+        """Each ensemble's cost per candidate under the limit's prices, and which of them its cap affords: the
+        same for every query a budget limits alike (a limit is made per query), so kept per prices and cap."""
+        vector = limit.vector()
+        key = (vector.tobytes(), limit.most)
+        found = self._priced.get(key)
+        if found is None:
+            if len(self._priced) >= 256:  # caps that change with every query: keep the newest few
+                self._priced.clear()
+            cost = self._uses @ vector
+            found = self._priced[key] = (cost, np.asarray(limit.affords(cost)))
+        return found
+
+
+class _Ids:
+    """The ids of a query's neighbours, by position, read only when an error names one."""
+
+    def __init__(self, questions: Sequence[Any], rows: np.ndarray) -> None:
+        self.questions, self.rows = questions, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> str:
+        return self.questions[int(self.rows[i])].id
 
 
 def ranked(evidence: np.ndarray, overall: np.ndarray) -> np.ndarray:
