@@ -11,9 +11,11 @@ problem's scores and labels, so such a neighbour would hand a question its own l
 of the CV's neighbours are copies of their question's problem under each source. Each size's pool is built in a
 child process, saved to a temporary folder, opened memory-mapped (as a served pool is) and removed at the end.
 
-Per size and source: the fit's seconds and peak RSS (VmHWM, reset before each fit: it counts the pages of the
-mapped pool read), the CV table's rows (the pick, PRES, every "+local" setting, the best other setting, the
-blend, the best single RM), the time spent finding neighbours in the pool, the mean similarity of a CV question's
+Per size and source: the fit's seconds (wall, and CPU over all threads, which a loaded machine moves less) and
+peak RSS (VmHWM, reset before each fit: it counts the pages of the mapped pool read; beside it the highest
+RssAnon sampled every 0.1 s, what the process itself holds), the seconds spent finding
+neighbours and on PRES's CV, the CV table's rows (the pick, PRES, every "+local" setting, the best other setting, the
+blend, the best single RM), the mean similarity of a CV question's
 20 nearest, their share outside the CV sample, and their share of copies of the question's own problem.
 
     .venv/bin/python bench/selection_neighbours.py [--sizes 20000 1000000] [--dir /tmp] [--json PATH]
@@ -67,35 +69,48 @@ def build(size: int, path: str, data_dir: str | None) -> dict:
 
 
 class Recorder:
-    """Records the neighbourhoods a fit finds (their fit rows, and the seconds spent searching the pool)."""
+    """Records the neighbourhoods a fit finds (their fit rows) and times finding them and PRES's CV (wall and CPU
+    seconds: on a loaded machine the CPU seconds vary less)."""
 
     def __init__(self) -> None:
+        from morkit.selection import learned
         from morkit.selection.local import Neighbourhood
 
         self.found: list[tuple[object, object]] = []
-        self.search_s = 0.0
+        self.seconds = {"neighbours": [0.0, 0.0], "pres_cv": [0.0, 0.0]}
         self.real = {name: getattr(Neighbourhood, name) for name in ("among", "in_pool")}
+        self.real_pres = {name: getattr(learned, name) for name in ("pres_out_of_fold", "pres_served_out_of_fold")}
         recorder = self
 
+        def timing(key, fn, *args):
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = fn(*args)
+            recorder.seconds[key][0] += time.perf_counter() - wall
+            recorder.seconds[key][1] += time.process_time() - cpu
+            return out
+
         def among(rows, vectors, groups, stats, k):
-            near = recorder.real["among"](rows, vectors, groups, stats, k)
+            near = timing("neighbours", recorder.real["among"], rows, vectors, groups, stats, k)
             recorder.found.append((rows, near))
             return near
 
         def in_pool(pool, rows, members, k, within=None, folds=None):
-            started = time.perf_counter()
-            near = recorder.real["in_pool"](pool, rows, members, k, within, folds)
-            recorder.search_s += time.perf_counter() - started
+            near = timing("neighbours", recorder.real["in_pool"], pool, rows, members, k, within, folds)
             recorder.found.append((rows, near))
             return near
 
         Neighbourhood.among, Neighbourhood.in_pool = among, in_pool
+        for name, fn in self.real_pres.items():
+            setattr(learned, name, lambda *args, fn=fn: timing("pres_cv", fn, *args))
 
     def restore(self) -> None:
+        from morkit.selection import learned
         from morkit.selection.local import Neighbourhood
 
         for name, method in self.real.items():
             setattr(Neighbourhood, name, classmethod(method.__func__))
+        for name, fn in self.real_pres.items():
+            setattr(learned, name, fn)
 
 
 def neighbour_figures(recorder: Recorder, cv_rows, k: int) -> dict:
@@ -116,6 +131,29 @@ def neighbour_figures(recorder: Recorder, cv_rows, k: int) -> dict:
     return {}
 
 
+class AnonPeak:
+    """The highest RssAnon (RSS less the mapped pool's file pages, which the kernel reclaims) sampled every 0.1 s
+    from a thread until `stop`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from pool_build import anon_rss_gib
+
+        self.peak, self.done = anon_rss_gib(), threading.Event()
+
+        def sample() -> None:
+            while not self.done.wait(0.1):
+                self.peak = max(self.peak, anon_rss_gib())
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
 def fit_once(pool, source: str) -> dict:
     """One fit over every RM with the given neighbour source: time, peak RSS, CV table and neighbour figures."""
     from pool_build import PhasePeaks
@@ -124,14 +162,20 @@ def fit_once(pool, source: str) -> dict:
 
     recorder = Recorder()
     phases, times = PhasePeaks(), {}
+    cpu = time.process_time()
+    anon = AnonPeak()
     try:
         fit = phases.timed("fit", times, fit_learned, pool, neighbours=source)
     finally:
         recorder.restore()
-    return {"seconds": times["fit"], "peak_rss_gib": phases.peaks["fit"], "label": fit.label,
-            "cv_best_of_n": fit.cv_best_of_n, "cv_table": [list(row) for row in fit.cv_table],
+        anon.stop()
+    return {"seconds": times["fit"], "cpu_seconds": time.process_time() - cpu, "peak_rss_gib": phases.peaks["fit"],
+            "peak_anon_rss_gib": anon.peak,
+            "label": fit.label, "cv_best_of_n": fit.cv_best_of_n, "cv_table": [list(row) for row in fit.cv_table],
             "cv_questions": fit.report.get("cv_questions", fit.report["questions"]),
-            "questions": fit.report["questions"], "pool_search_s": recorder.search_s,
+            "questions": fit.report["questions"],
+            **{f"{key}_s": wall for key, (wall, _) in recorder.seconds.items()},
+            **{f"{key}_cpu_s": used for key, (_, used) in recorder.seconds.items()},
             "neighbours": neighbour_figures(recorder, fit.out_of_fold.rows, LOCAL_K)}
 
 
@@ -153,9 +197,14 @@ def report(size: int, runs: dict) -> None:
     before, after = runs["sample"], runs["pool"]
     print(f"\n{size:,} questions: the fit learns from {after['questions']:,}, its CV weighs {after['cv_questions']:,}")
     print(f"  {'':<44}{'sample (before)':>18}{'pool (after)':>18}")
-    for key, label, fmt in (("seconds", "fit seconds", "{:.1f}"), ("peak_rss_gib", "fit peak RSS (GiB)", "{:.2f}"),
-                            ("pool_search_s", "of it finding pool neighbours (s)", "{:.1f}")):
-        print(f"  {label:<44}{fmt.format(before[key]):>18}{fmt.format(after[key]):>18}")
+    for key, label, fmt in (("seconds", "fit seconds (CPU seconds)", "cpu_seconds"),
+                            ("neighbours_s", "  of it finding neighbours", "neighbours_cpu_s"),
+                            ("pres_cv_s", "  of it PRES's CV", "pres_cv_cpu_s")):
+        cells = [f"{r.get(key, float('nan')):.1f} ({r.get(fmt, float('nan')):.1f})" for r in (before, after)]
+        print(f"  {label:<44}{cells[0]:>18}{cells[1]:>18}")
+    print(f"  {'fit peak RSS (GiB)':<44}{before['peak_rss_gib']:>18.2f}{after['peak_rss_gib']:>18.2f}")
+    print(f"  {'  of it anonymous, sampled (GiB)':<44}{before['peak_anon_rss_gib']:>18.2f}"
+          f"{after['peak_anon_rss_gib']:>18.2f}")
     for key, label in (("mean_similarity", "CV question's 20 nearest: mean similarity"),
                        ("outside_cv_sample", "  share outside the CV sample"),
                        ("copies_of_own_problem", "  share copies of its own problem"),

@@ -195,8 +195,8 @@ def pres_served_out_of_fold(pool: QuestionPool, data: Any, near: Neighbourhood, 
     held-out question routed as a query is served: PRES over the pool's own ensembles of the fit's members, from
     its `k` nearest pool questions outside the held-out fold (`near`, found in the pool's index), their PRR read
     as PRES.scores reads it. Unlike `pres_out_of_fold`, the ensembles' weights and the tie-break's means are the
-    pool's, computed over all of its questions, the held-out ones included (a share of cv sample / pool of them:
-    0.3% at a million questions); the neighbours' PRR is each question's own."""
+    pool's, computed over all of its questions, the held-out fold's among them (its share of the pool: 3% of a
+    20,000-question pool for a 600-question fold, 0.06% of a million); each neighbour's PRR is its own."""
     from morkit.selection.mor import ensemble_scores
 
     method, members = PRES(pool), list(data.members)
