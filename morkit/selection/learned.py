@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from morkit.core import checks
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import best_of_n_matrix
@@ -20,9 +21,9 @@ from morkit.selection.cv import CVResult, Folds, out_of_fold, pick
 from morkit.selection.features import FEATURE_SETS, FeatureSpec, feature_spec
 from morkit.question_pool.prr import mixed_questions
 from morkit.selection.learners import LEARNERS
-from morkit.selection.local import NeighbourLists, single_stats
+from morkit.selection.local import Neighbourhood, single_stats
 from morkit.selection.mor import query_zscore
-from morkit.selection.pres import pres_out_of_fold
+from morkit.selection.pres import pres_out_of_fold, pres_served_out_of_fold
 
 MIN_MIXED = 20
 LEARN_SAMPLE = 20_000
@@ -40,6 +41,12 @@ LOCAL_K = 20
 PRES_K = 100
 """Neighbours PRES reads in the cross-validation, as the Router's default k."""
 PRES_LABEL = "PRES (paper, with combinations)"
+NEIGHBOURS = ("pool", "sample")
+"""Where a fit's questions find the neighbours that the local features and PRES read (fit_learned's
+`neighbours`). "pool": among every pool question the fit's RMs cover, found in the pool's index as a query's are,
+so what the CV weighs and the refit learns from is what a query is served with. "sample": among the questions the
+fit reads itself (its CV sample in the CV, its learning sample in the refit), as earlier releases did: no index
+search, but on pools larger than those samples the neighbours are more distant than a query's."""
 
 
 @dataclass(frozen=True)
@@ -351,14 +358,17 @@ def _hits(scores: np.ndarray, data: PoolSlice) -> np.ndarray:
 
 def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, folds: int = 5, seed: int = 0,
                 repeats: int | None = None, settings: Sequence[Any] = SETTINGS, baselines: bool = True,
-                min_mixed: int = MIN_MIXED, cv_sample: int = CV_SAMPLE) -> LearnedFit:
+                min_mixed: int = MIN_MIXED, cv_sample: int = CV_SAMPLE, neighbours: str = "pool") -> LearnedFit:
     """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE; above REPEATS_UP_TO,
     on `cv_sample` of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
     fit the pick on all of them, keeping its out-of-fold picks (`out_of_fold`). `baselines`: also weigh the blend,
-    PRES and every single RM (off: the "stacker" grid). TooFewMixed below `min_mixed` mixed questions."""
+    PRES and every single RM (off: the "stacker" grid). `neighbours`: one of NEIGHBOURS. TooFewMixed below
+    `min_mixed` mixed questions; InputError for an unknown `neighbours`."""
+    checks.one_of(neighbours, NEIGHBOURS, "neighbours")
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)
-    pool_rows = covered_rows(pool, members, LEARN_SAMPLE, seed)
+    universe = covered_rows(pool, members, len(pool))  # every question the members cover: where neighbours lie
+    pool_rows = universe[sample_rows(len(universe), LEARN_SAMPLE, seed)]  # covered_rows(..., LEARN_SAMPLE, seed)
     everything = PoolSlice.of(pool, pool_rows, members)
     n_mixed = int(mixed_questions(everything.correct, everything.valid).sum())
     if n_mixed < max(1, min_mixed):
@@ -366,38 +376,53 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
                           f"selector needs {max(1, min_mixed)}")
     if repeats is None:
         repeats = REPEATS if len(everything.correct) <= REPEATS_UP_TO else 1
-    data = everything  # what the cross-validation weighs the grid on
+    data, data_rows = everything, pool_rows  # what the cross-validation weighs the grid on
     if len(everything.correct) > REPEATS_UP_TO:
         keep = np.zeros(len(everything.correct), bool)
         keep[sample_rows(len(keep), cv_sample, seed)] = True
-        data = everything.part(keep)
-        pool_rows = pool_rows[keep]
+        data, data_rows = everything.part(keep), pool_rows[keep]
     dealt = Folds.dealt(len(data.correct), folds, seed, repeats, data.groups)
     singles = [Setting("single", "query-z", {"column": i}, f"single RM: {m}") for i, m in enumerate(members)]
     rows = [*settings, *(singles if baselines else ())]
 
-    found: dict[int, NeighbourLists] = {}
+    within = None
+    if neighbours == "pool" and len(universe) < len(pool):
+        within = np.zeros(len(pool), bool)
+        within[universe] = True
+
+    def from_pool(part_rows: np.ndarray) -> bool:  # whether questions beyond the part's own are its neighbours
+        return neighbours == "pool" and len(part_rows) < len(universe)
+
+    found: dict[int, Neighbourhood] = {}
     finding = threading.Lock()  # the CV's fold threads ask at once: one of them finds the lists
 
-    def lists_of(rows: PoolSlice) -> NeighbourLists:  # found at most once, when local features or PRES read them
+    def lists_of(part: PoolSlice, part_rows: np.ndarray, k: int, deals: np.ndarray | None = None) -> Neighbourhood:
+        """The part's neighbours, found at most once, when local features or PRES read them: `k` of them outside
+        any one fold of `deals` from the pool, else among the part's own (as many as twice the most read)."""
         with finding:
-            if id(rows) not in found:
-                found[id(rows)] = NeighbourLists.among(rows.vectors, 2 * max(LOCAL_K, PRES_K), rows.groups)
-            return found[id(rows)]
+            if id(part) not in found:
+                found[id(part)] = (Neighbourhood.in_pool(pool, part_rows, members, k, within, deals)
+                                   if from_pool(part_rows) else
+                                   Neighbourhood.among(part_rows, part.vectors, part.groups, part.stats,
+                                                       2 * max(LOCAL_K, PRES_K)))
+            return found[id(part)]
 
-    def lists() -> NeighbourLists:
-        return lists_of(data)
+    def lists() -> Neighbourhood:
+        return lists_of(data, data_rows, PRES_K if baselines else LOCAL_K, dealt.of)
 
     def spec_of(features: str, part: PoolSlice, local: np.ndarray | None) -> FeatureSpec:
         return feature_spec(FEATURE_SETS[features], members, step_members, pool.config.reduction, part.scores,
                             part.steps, part.valid, local, LOCAL_K)
 
     def local_of(train: np.ndarray | None) -> np.ndarray:
-        return lists().evidence(data.stats, LOCAL_K, train)
+        return lists().evidence(LOCAL_K, train)
 
     result = _cross_validate(rows, data, dealt, spec_of, local_of, blend=baselines)
     if baselines:
-        pres_scores = pres_out_of_fold(pool, data, lists(), dealt, PRES_K)
+        if from_pool(data_rows):  # each held-out question routed as a query is served
+            pres_scores = pres_served_out_of_fold(pool, data, lists(), dealt, PRES_K)
+        else:
+            pres_scores = pres_out_of_fold(pool, data, lists().lists, dealt, PRES_K)
         if pres_scores is not None:
             result.add(PRES_LABEL, pres_scores, np.stack([_hits(s, data) for s in pres_scores]), [PRES_LABEL])
     rules = [s.label for s in singles] + ([PRES_LABEL] if PRES_LABEL in result.hits else []) if baselines else []
@@ -409,7 +434,9 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     if chosen != [PRES_LABEL]:
         local = None
         if any("local" in FEATURE_SETS[s.features] for s in chosen):
-            local = lists_of(everything).evidence(everything.stats, LOCAL_K, None)
+            if data is not everything:
+                found.pop(id(data), None)  # the CV's lists are done with
+            local = lists_of(everything, pool_rows, LOCAL_K).evidence(LOCAL_K)
         for setting in chosen:
             spec = spec_of(setting.features, everything, local)
             x = spec.apply(everything.scores, everything.steps, everything.valid, local)
@@ -417,7 +444,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     table = tuple(result.table())
     fit = LearnedFit(label, tuple(components), dict((r[0], r[1]) for r in table)[label], table,
                      conf.Calibrator.fit(signals, hits), {}, () if components else members,
-                     OutOfFold(np.asarray(pool_rows), signals, hits, dealt.of[0]))
+                     OutOfFold(np.asarray(data_rows), signals, hits, dealt.of[0]))
     report = {
         # a PRES pick is calibrated as PRES is, on its own picks' signals (Learned.choose): no diagram of this one
         "reliability": conf.reliability(conf.cross_fitted(signals, hits, dealt.of[0]), hits) if components else {},

@@ -16,7 +16,7 @@ from morkit.question_pool.pool import QuestionPool
 from morkit.reward_models.cost import COST_UNIT
 from morkit.selection.base import Choice, CostLimit, Neighbours
 from morkit.selection.cv import Folds
-from morkit.selection.local import NeighbourLists
+from morkit.selection.local import NeighbourLists, Neighbourhood
 
 CRITERIA = ("prr", "top1")
 CV_CELLS = 10_000_000
@@ -222,6 +222,31 @@ def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt
         best = ranked(evidence, overall)[:, 0]
         for e in np.unique(best):
             ensemble, where = ensembles[e], held[best == e]
+            cols = [members.index(m) for m in ensemble.members]
+            out[repeat, where] = ensemble_scores(data.scores[where][:, :, cols], ensemble, "pool-zscore",
+                                                 pool.normalizer)
+    return out
+
+
+def pres_served_out_of_fold(pool: QuestionPool, data: Any, near: Neighbourhood, dealt: Folds, k: int) -> np.ndarray:
+    """(repeats, Q, N) out-of-fold candidate scores of PRES's picks for a fit's questions `data` (a PoolSlice), each
+    held-out question routed as a query is served: PRES over the pool's own ensembles of the fit's members, from
+    its `k` nearest pool questions outside the held-out fold (`near`, found in the pool's index), their PRR read
+    as PRES.scores reads it. Unlike `pres_out_of_fold`, the ensembles' weights and the tie-break's means are the
+    pool's, computed over all of its questions, the held-out fold's among them (its share of the pool: 3% of a
+    20,000-question pool for a 600-question fold, 0.06% of a million); each neighbour's PRR is its own."""
+    from morkit.selection.mor import ensemble_scores
+
+    method, members = PRES(pool), list(data.members)
+    available = frozenset(members)
+    out = np.full((dealt.repeats, len(data.correct), data.scores.shape[1]), np.nan)
+    for repeat, train in dealt.splits():
+        keep = near.lists.first(k, near.allowed(train))
+        picked: dict[Ensemble, list[int]] = {}
+        for i in np.flatnonzero(~train):
+            found = Neighbours(near.reference[near.lists.rows[i][keep[i]]], (), near.lists.sims[i][keep[i]])
+            picked.setdefault(method.choose(found, available).ensemble, []).append(int(i))
+        for ensemble, where in picked.items():
             cols = [members.index(m) for m in ensemble.members]
             out[repeat, where] = ensemble_scores(data.scores[where][:, :, cols], ensemble, "pool-zscore",
                                                  pool.normalizer)
