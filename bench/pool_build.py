@@ -27,13 +27,16 @@ sample, extrapolated to the same size; both are measured in this run and the sam
                                          [--plot docs/figures/pool_scaling.svg] [--json PATH]
 
 `--large N` (e.g. 1000000) measures instead a pool past its dense PRR table, with all 5335 ensembles:
-  rows     the 383 problems' arrays tiled to N questions (ids and texts get " [copy k]"); no Query objects
+  rows     the 383 problems' arrays tiled to N questions (ids and texts get " [copy k]"); no Query objects; the
+           member and step scores written by chunks to temporary files and memory-mapped, as build_pool keeps them
   vectors  SYNTHETIC clustered unit vectors (bench/knn.py's mixture, 384 dims), since MiniLM on CPU would
            need about 18 hours for a million texts; made chunk by chunk as the build embeds (written to disk
            as they come), their few seconds counted in the index phase
   build    `pool_from_rows` (normaliser, single-RM PRR, enumeration, per-ensemble means over the sampled
            questions, the FAISS index with its recall@100), then the learned-selector fit (sampled) and the save,
-           each phase with its peak RSS, the build's peak against the 4 GB target
+           each phase with its peak RSS (VmHWM: every resident page, memory-mapped file pages included, as
+           ru_maxrss counts them) and its peak anonymous RSS (RssAnon sampled every 10 ms: the process's own
+           memory), the build's peak against the 4 GB target
 Then a FRESH process opens the saved pool (memory-mapped) and selects for `--queries` new query vectors
 from the same distribution, one at a time, with the learned selector (the default method) and PRES (the
 neighbours' PRR computed from member scores per query): p50 and p99 of `Router.select_many` given
@@ -191,9 +194,24 @@ def tied_members(normalised, valid, ensembles, rm_names, question_rows, ensemble
     return out
 
 
+def tiled(array, size: int, chunk: int = 1 << 14):
+    """`array`'s rows tiled to `size` rows, by chunks into a RowArray: on disk (memory-mapped) when large, as a
+    build's rows are (morkit.question_pool.rowfiles)."""
+    import numpy as np
+
+    from morkit.question_pool.rowfiles import RowArray
+
+    out = RowArray((size, *array.shape[1:]), array.dtype)
+    for start in range(0, size, chunk):
+        stop = min(size, start + chunk)
+        out.part(start, stop)[...] = array[np.arange(start, stop) % len(array)]
+    return out.finish()
+
+
 def tiled_rows(base, size: int):
     """PoolRows of `size` questions: `base`'s arrays tiled, copy k > 0 of a question with " [copy k]" on its id
-    and text (what `replicated` does to queries, without a million Query objects)."""
+    and text (what `replicated` does to queries, without a million Query objects); member and step scores on disk
+    beyond rowfiles.ON_DISK_BYTES, as `build_pool` keeps them."""
     from dataclasses import replace
 
     import numpy as np
@@ -208,8 +226,8 @@ def tiled_rows(base, size: int):
         (base.questions[j % n].question + copy(j) for j in range(size)),
         (base.questions[j % n].domain for j in range(size)), [q.n_candidates for q in base.questions] * (size // n)
         + [q.n_candidates for q in base.questions[: size % n]])
-    return replace(base, questions=questions, scores=base.scores[order], correct=base.correct[order],
-                   valid=base.valid[order], steps=None if base.steps is None else base.steps[order], skipped={},
+    return replace(base, questions=questions, scores=tiled(base.scores, size), correct=base.correct[order],
+                   valid=base.valid[order], steps=None if base.steps is None else tiled(base.steps, size), skipped={},
                    missing={k: 0 for k in base.missing})
 
 
@@ -293,13 +311,26 @@ def peak_rss_gib() -> float:
 
 
 class PhasePeaks:
-    """Each phase's peak RSS: VmHWM read after the phase, then reset to the current RSS (Linux clear_refs 5)."""
+    """Each phase's peak RSS two ways. Total: VmHWM read after the phase, then reset to the current RSS (Linux
+    clear_refs 5); like ru_maxrss it counts every resident page, memory-mapped file pages included. Anon: the
+    largest RssAnon (the process's own memory, no file pages) a thread sampled every 10 ms during the phase, a
+    lower bound (a spike between two samples is missed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = 0.01) -> None:
+        import threading
+
         self.peaks: dict[str, float] = {}
+        self.anon_peaks: dict[str, float] = {}
+        self._anon, self._stop = anon_rss_gib(), threading.Event()
         self.reset()
+        threading.Thread(target=self._sample, args=(interval,), daemon=True).start()
+
+    def _sample(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._anon = max(self._anon, anon_rss_gib())
 
     def reset(self) -> None:
+        self._anon = anon_rss_gib()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
@@ -309,8 +340,12 @@ class PhasePeaks:
     def timed(self, name: str, times: dict, fn, *args, **kwargs):
         out, times[name] = timed(fn, *args, **kwargs)
         self.peaks[name] = peak_rss_gib()
+        self.anon_peaks[name] = max(self._anon, anon_rss_gib())
         self.reset()
         return out
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def build_large(base_queries, rm_names, size: int, out: str, costs: bool = False) -> dict:
@@ -334,11 +369,13 @@ def build_large(base_queries, rm_names, size: int, out: str, costs: bool = False
     if costs:
         pool = phases.timed("budget_routes", t, with_budget_routes, pool, CostOptions(files=("rewardmath",)))
     phases.timed("save", t, pool.save, out)
+    phases.stop()
     routes = [{"members": len(r["members"]), "label": r["fit"]["label"]} for r in pool.meta.get("budget_routes", ())]
     return {"times": t, "ensembles": len(pool.ensembles), "dense": pool.dense, "index": pool.meta["index"],
             **({"budget_routes": routes} if costs else {}),
             "sample": pool.meta["statistics"]["sample"] if not pool.dense else None,
-            "peak_rss_gib": max(phases.peaks.values()), "phase_peak_rss_gib": phases.peaks}
+            "peak_rss_gib": max(phases.peaks.values()), "phase_peak_rss_gib": phases.peaks,
+            "peak_anon_rss_gib": max(phases.anon_peaks.values()), "phase_peak_anon_rss_gib": phases.anon_peaks}
 
 
 def select_child(path: str, queries: int, k: int, data_dir, budgets=()) -> None:
@@ -429,13 +466,14 @@ def run_large(args, base, rm_names, data_dir) -> dict:
               *([("budget_routes", f"budget routes: {len(built['budget_routes'])} fits along the cost ladder",
                   "budget_routes")] if "budget_routes" in t else []),
               ("save", "save (atomic directory swap)", "save")]
-    peaks = built["phase_peak_rss_gib"]
-    print(f"  {'build phase':<58}{'seconds':>10}{'peak RSS':>12}")
+    peaks, anon = built["phase_peak_rss_gib"], built["phase_peak_anon_rss_gib"]
+    print(f"  {'build phase':<58}{'seconds':>10}{'peak RSS':>12}{'of it anon':>12}")
     for key, label, phase in labels:
-        print(f"  {label:<58}{t[key]:>9.1f}s{peaks[phase]:>8.2f} GiB")
+        print(f"  {label:<58}{t[key]:>9.1f}s{peaks[phase]:>8.2f} GiB{anon[phase]:>8.2f} GiB")
     total = t["rows"] + t["pool_from_rows"] + t["learned"] + t.get("budget_routes", 0.0) + t["save"]
     peak, recall = built["peak_rss_gib"], built["index"].get("recall@100", 1.0)
-    print(f"  {'build total':<58}{total:>9.1f}s   peak RSS {peak:.2f} GiB")
+    print(f"  {'build total':<58}{total:>9.1f}s   peak RSS {peak:.2f} GiB, of it anon {built['peak_anon_rss_gib']:.2f} "
+          "GiB (total: VmHWM, file pages included; anon: RssAnon sampled every 10 ms)")
     print(f"fresh process: open {selected['open_s']:.2f}s, RSS {selected['rss_before_open_gib']:.2f} -> "
           f"{selected['rss_after_open_gib']:.2f} GiB after opening")
     print(f"against the targets: open {selected['open_s']:.2f}s / 1 s = {selected['open_s'] / OPEN_TARGET_S:.2f}x; "

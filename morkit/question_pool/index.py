@@ -15,6 +15,7 @@ import numpy as np
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.question_pool import spill
+from morkit.question_pool.rowfiles import plain
 
 INDEX_KINDS = ("auto", "flat", "ivf", "hnsw")
 IVF_CODES = ("sq8", "flat")
@@ -129,13 +130,13 @@ def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tup
         sample = min(len(vectors), TRAIN_PER_LIST * index.nlist)
         rows = np.sort(np.random.default_rng(0).choice(len(vectors), size=sample, replace=False))
         train = np.empty((sample, vectors.shape[1]), dtype=np.float32)
-        for start, part in spill.chunks(vectors):  # gathered chunk by chunk: a mapped file is never all resident
+        for start, part in spill.chunks(plain(vectors)):  # gathered chunk by chunk: a mapped file is never all resident
             inside = rows[(rows >= start) & (rows < start + len(part))]
             at = np.searchsorted(rows, start)
             train[at : at + len(inside)] = part[inside - start]
         index.train(train if len(vectors) else np.zeros((1, vectors.shape[1]), np.float32))
         del train
-    for _, part in spill.chunks(vectors):  # no second copy of a million vectors
+    for _, part in spill.chunks(plain(vectors)):  # no second copy of a million vectors
         index.add(part)
     return reranked(index, vectors, config), kind
 
@@ -215,6 +216,11 @@ def search(index: Any, queries: np.ndarray, k: int, allowed: Any = None) -> tupl
     return found
 
 
+RECALL_BATCH = 8
+"""Queries whose re-rank reads come between two releases of the vectors' mapped pages in `recall_at_k` (the kernel
+maps up to 64 KiB around each row read: eight queries' shortlists of 400 map at most 200 MiB)."""
+
+
 def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500, seed: int = 0) -> float:
     """Share of the exact top-k neighbours the index returns, over `sample` pool vectors as queries."""
     if len(vectors) == 0:
@@ -226,13 +232,15 @@ def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500
     faiss = _faiss()
     best_sims = np.full((len(picks), 0), -np.inf, dtype=np.float32)
     truth = np.zeros((len(picks), 0), dtype=np.int64)
-    for start, part in spill.chunks(vectors):  # brute force by chunk, keeping the best k so far
+    for start, part in spill.chunks(plain(vectors)):  # brute force by chunk, keeping the best k so far
         sims, ids = faiss.knn(queries, part, min(k, len(part)), metric=faiss.METRIC_INNER_PRODUCT)
         best_sims, truth = np.hstack([best_sims, sims]), np.hstack([truth, ids + start])
         keep = np.argsort(-best_sims, axis=1, kind="stable")[:, :k]
         best_sims, truth = np.take_along_axis(best_sims, keep, 1), np.take_along_axis(truth, keep, 1)
-    _, found = index.search(queries, k)
-    spill.release(vectors)  # the re-rank's reads
+    found = []
+    for start in range(0, len(queries), RECALL_BATCH):  # a re-rank maps the pages around each row it reads
+        found.extend(index.search(queries[start : start + RECALL_BATCH], k)[1])
+        spill.release(vectors)
     hits = sum(len(set(t) & set(f)) for t, f in zip(truth, found))
     return hits / (len(picks) * k)
 

@@ -20,7 +20,7 @@ from morkit import __version__
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.core.types import Query
-from morkit.question_pool import spill, validity
+from morkit.question_pool import rowfiles, spill, validity
 from morkit.question_pool.embed import SentenceEmbedder
 from morkit.question_pool.ensembles import (
     NORMALIZERS,
@@ -67,6 +67,9 @@ STATISTICS = ("auto", "dense", "on-the-fly")
 DENSE_CELLS = 250_000_000
 """Under statistics "auto", pools up to this many (question, ensemble) cells store dense PRR and best-of-n
 tables (2 GB of float32 at the limit); larger ones compute them on the fly."""
+SAMPLE_ROWS = spill.CHUNK
+"""`QuestionPool.statistics` of at least this many rows at once (a fit's sample, never a query's neighbours) releases
+the pool's memory-mapped pages once computed (`QuestionPool.release`)."""
 _STORED_APART = ("rm_names", "config", "normalizer", "global_prr", "ensembles", "shapes", "format_version", "token",
                  "question_domains")
 
@@ -220,10 +223,26 @@ class QuestionPool:
         rows = np.asarray(rows, dtype=np.int64)
         columns = len(self.rm_names) if singles_only else len(self.ensembles)
         if self.dense:
-            return np.asarray(self.prr[rows, :columns]), np.asarray(self.top1[rows, :columns])
-        return ensemble_statistics(np.asarray(self.scores[rows]), np.asarray(self.correct[rows]),
-                                   np.asarray(self.valid[rows]), self.normalizer, self.rm_names,
-                                   self.ensembles[:columns], ids=[self.questions[r].id for r in rows])
+            out = np.asarray(self.prr[rows, :columns]), np.asarray(self.top1[rows, :columns])
+        else:
+            out = ensemble_statistics(np.asarray(self.scores[rows]), np.asarray(self.correct[rows]),
+                                      np.asarray(self.valid[rows]), self.normalizer, self.rm_names,
+                                      self.ensembles[:columns], ids=[self.questions[r].id for r in rows])
+        if len(rows) >= SAMPLE_ROWS:
+            self.release()
+        return out
+
+    def release(self) -> None:
+        """Drop this pool's memory-mapped pages from the process; they stay in the page cache and are mapped again
+        where read. Reading rows maps the pages around each one too (the kernel's fault-around, 64 KiB), so a 2%
+        sample of a million questions maps about half of every array it reads from: a pass over a sample calls
+        this once it has copied the sample (`statistics` does for SAMPLE_ROWS rows or more). A no-op in memory."""
+        for name in ARRAYS:
+            array = getattr(self, name)
+            if array is not None:
+                spill.release(array)
+        if isinstance(self.questions, QuestionTable):
+            self.questions.release()
 
     def ensemble_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per ensemble: mean PRR, mean best-of-n, and the questions where each is defined; an on-the-fly pool's
@@ -358,14 +377,52 @@ def _domain_counts(questions: Sequence[PoolQuestion]) -> Counter[str]:
     return Counter(q.domain for q in questions)
 
 
+def fit_normalizer(kind: str, rm_names: Sequence[str], scores: np.ndarray, valid: np.ndarray) -> Normalizer:
+    """`Normalizer.fit`; memory-mapped scores are read a few RMs' columns at a time (rowfiles.column_groups), which
+    gives each RM the same values in the same order, so the same fit to the last bit."""
+    if not rowfiles.is_mapped(scores):
+        return Normalizer.fit(kind, rm_names, scores, valid)
+    shift, scale = {}, {}
+    for first, group in rowfiles.column_groups(scores):
+        part = Normalizer.fit(kind, rm_names[first : first + group.shape[-1]], group, valid)
+        shift.update(part.shift)
+        scale.update(part.scale)
+        del group, part
+    return Normalizer(kind, shift, scale)
+
+
+def whole_pool_statistics(rows: PoolRows, normalizer: Normalizer, rm_names: Sequence[str],
+                          ensembles: Sequence[Ensemble], *, progress: bool = False, best_of_n: bool = True
+                          ) -> tuple[np.ndarray, np.ndarray | None]:
+    """`ensemble_statistics` over every row; memory-mapped scores by chunks of rows whose pages are released as
+    read (each row's statistics depend on that row alone, so chunks change nothing)."""
+    if not rowfiles.is_mapped(rows.scores):
+        return ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
+                                   progress=progress, ids=RowIds(rows.questions), best_of_n=best_of_n)
+    from tqdm import tqdm
+
+    prr = np.empty((len(rows.scores), len(ensembles)), dtype=np.float32)
+    top1 = np.empty_like(prr) if best_of_n else None
+    mapped = rowfiles.plain(rows.scores)
+    for start in tqdm(range(0, len(prr), spill.CHUNK), desc="PRR", unit="chunk", disable=not progress, leave=False):
+        part = slice(start, start + spill.CHUNK)
+        scores = mapped[part]
+        tables = ensemble_statistics(scores, rows.correct[part], rows.valid[part], normalizer, rm_names, ensembles,
+                                     ids=RowIds(rows.questions, start), best_of_n=best_of_n)
+        prr[part] = tables[0]
+        if top1 is not None:
+            top1[part] = tables[1]
+        spill.release(scores)
+    return prr, top1
+
+
 def fit_ensembles(rows: PoolRows, rm_names: Sequence[str], config: PoolConfig
                   ) -> tuple[Normalizer, dict[str, float], list[Ensemble]]:
     """Build phase 2: the normaliser, each RM's global PRR, and the ensembles weighted by it."""
-    normalizer = Normalizer.fit(config.normalizer, rm_names, rows.scores, rows.valid)
+    normalizer = fit_normalizer(config.normalizer, rm_names, rows.scores, rows.valid)
     validity.check_normalizer(normalizer, rows, rm_names)
     singles = [Ensemble((name,), (1.0,)) for name in rm_names]
-    single_prr, _ = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, singles,
-                                        ids=RowIds(rows.questions))
+    single_prr, _ = whole_pool_statistics(rows, normalizer, rm_names, singles, best_of_n=False)
     global_prr = dict(zip(rm_names, (float(v) for v in nanmean_columns(single_prr))))
     ensembles = enumerate_ensembles(rm_names, global_prr, max_members=config.max_members,
                                     weightings=config.weightings, temperature=config.temperature)
@@ -384,6 +441,7 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
     rows = pool_rows(queries, rm_names, config.reduction)
     if not rows.questions:
         raise InputError("no usable questions: a pool needs labelled queries with at least two candidates")
+    rows = replace(rows, scores=rowfiles.moved_to_disk(rows.scores), steps=rowfiles.moved_to_disk(rows.steps))
     return pool_from_rows(rows, rm_names, embedder, config=config, provenance=provenance, progress=progress)
 
 
@@ -392,20 +450,23 @@ def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEm
                    progress: bool = False) -> QuestionPool:
     """Build phases 2-4 on arrays: the ensembles, their statistics (dense tables, or sampled means for an
     on-the-fly pool), then the questions' embeddings and their index. Anything with the embedder's `name` and
-    `encode(texts)` serves, e.g. vectors computed elsewhere."""
+    `encode(texts)` serves, e.g. vectors computed elsewhere. The rows' arrays stay where they are: memory-mapped
+    ones (rowfiles.RowArray, as `build_pool` makes them for a large pool) are read by chunks and sampled rows by
+    batches, their pages released, and the pool keeps them mapped until it is saved."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    rows = replace(rows, scores=rowfiles.sampled_by_batch(rows.scores), steps=rowfiles.sampled_by_batch(rows.steps))
     normalizer, global_prr, ensembles = fit_ensembles(rows, rm_names, config)
     extra: dict[str, Any] = {}
     prr = top1 = None
     if config.dense(len(rows.questions), len(ensembles)):
-        prr, top1 = ensemble_statistics(rows.scores, rows.correct, rows.valid, normalizer, rm_names, ensembles,
-                                        progress=progress, ids=RowIds(rows.questions))
+        prr, top1 = whole_pool_statistics(rows, normalizer, rm_names, ensembles, progress=progress)
     else:
         extra["statistics"] = sampled_means(rows, rm_names, normalizer, ensembles, progress=progress)
+        spill.release(rows.scores)  # the sampled rows' pages
     timings["prr_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    vectors = spill.embed(embedder, rows.questions, progress=progress)
+    vectors = rowfiles.sampled_by_batch(spill.embed(embedder, rows.questions, progress=progress))
     index, index_info = index_vectors(vectors, config.index)
     timings["embed_index_s"] = time.perf_counter() - started
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

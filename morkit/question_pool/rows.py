@@ -32,13 +32,14 @@ class PoolQuestion:
 
 
 class RowIds:
-    """The ids of `questions` by row, read only when an error names one (no list of a million ids)."""
+    """The ids of `questions` by row (counted from `offset`), read only when an error names one (no list of a
+    million ids)."""
 
-    def __init__(self, questions: Sequence[PoolQuestion]) -> None:
-        self.questions = questions
+    def __init__(self, questions: Sequence[PoolQuestion], offset: int = 0) -> None:
+        self.questions, self.offset = questions, offset
 
     def __getitem__(self, row: Any) -> str:
-        return self.questions[int(row)].id
+        return self.questions[self.offset + int(row)].id
 
 
 def nanmean_columns(values: np.ndarray) -> np.ndarray:

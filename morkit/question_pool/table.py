@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence, overload
 import numpy as np
 
 from morkit.core.errors import InputError
+from morkit.question_pool import spill
 from morkit.question_pool.rows import PoolQuestion
 
 TABLE_ARRAYS = ("question_text", "question_offsets", "question_domains")
@@ -116,6 +117,11 @@ class QuestionTable(Sequence[PoolQuestion]):
 
     def __repr__(self) -> str:
         return f"QuestionTable({len(self)} questions)"
+
+    def release(self) -> None:
+        """Drop the columns' memory-mapped pages from the process (spill.release; a no-op in memory)."""
+        for column in (self._text, self._offsets, self._codes):
+            spill.release(column)
 
     def counts(self) -> np.ndarray:
         """Every row's number of candidates."""

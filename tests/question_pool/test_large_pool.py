@@ -174,3 +174,157 @@ def test_a_pool_written_before_large_pools_still_opens(rewardmath, hash_embedder
     old = load_pool(tmp_path / "pool")
     assert old.dense and old.config == pool.config
     np.testing.assert_array_equal(old.prr, pool.prr)
+
+
+def _pool_files(path):
+    """Every file of a saved pool as bytes, pool.json without what differs between two builds of the same rows
+    (its revision token, the times, the phases' timings)."""
+    out = {}
+    for file in sorted(path.iterdir()):
+        if file.name == "pool.json":
+            header = json.loads(file.read_text())
+            del header["token"], header["created"], header["updated"]
+            for entry in header["history"]:
+                entry.pop("time"), entry.pop("timings", None)
+            out[file.name] = header
+        else:
+            out[file.name] = file.read_bytes()
+    return out
+
+
+@pytest.fixture()
+def on_disk(monkeypatch, tmp_path):
+    """Row arrays of any size go to disk, read by chunks of 7 rows and a few RMs at a time; temp files in a folder
+    of their own (to see that none is left)."""
+    from morkit.question_pool import rowfiles, spill
+
+    monkeypatch.setattr(rowfiles, "ON_DISK_BYTES", 0)
+    monkeypatch.setattr(rowfiles, "GROUP_BYTES", 1)  # one RM per pass
+    monkeypatch.setattr(rowfiles, "READ_BATCH", 5)
+    monkeypatch.setattr(spill, "SPILL_BYTES", 0)  # the question vectors too
+    monkeypatch.setattr(spill, "CHUNK", 7)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    return temp
+
+
+@pytest.mark.parametrize("statistics", ["on-the-fly", "dense"])
+def test_a_build_on_disk_is_the_build_in_memory(rewardmath, hash_embedder, tmp_path, statistics, request):
+    config = PoolConfig(statistics=statistics, max_members=2)
+    memory = build_pool(rewardmath, hash_embedder, config=config)
+    assert not isinstance(memory.scores, np.memmap)
+    memory.save(tmp_path / "memory")
+    temp = request.getfixturevalue("on_disk")
+    disk = build_pool(rewardmath, hash_embedder, config=config)
+    from morkit.question_pool.rowfiles import MappedRows
+
+    assert all(isinstance(a, MappedRows) for a in (disk.scores, disk.steps, disk.embeddings)) and disk.steps.shape[2]
+    assert not disk.scores.flags.writeable
+    assert disk.normalizer == memory.normalizer and disk.global_prr == memory.global_prr
+    for name in ("scores", "steps", "prr", "top1", "embeddings"):
+        a, b = getattr(memory, name), getattr(disk, name)
+        assert (a is None) == (b is None) and (a is None or np.asarray(a).tobytes() == np.asarray(b).tobytes())
+    disk.save(tmp_path / "disk")
+    assert _pool_files(tmp_path / "disk") == _pool_files(tmp_path / "memory")  # bit for bit, but the times
+    loaded = load_pool(tmp_path / "disk")
+    query = replace(rewardmath[3], id="new")
+    assert Router(loaded, "pres", embedder=hash_embedder, k=10).route([query])[0].to_json() == \
+        Router(memory, "pres", embedder=hash_embedder, k=10).route([query])[0].to_json()
+    grown = disk.add([replace(q, id=q.id + "+") for q in rewardmath[:4]], embedder=hash_embedder)
+    assert len(grown) == len(disk) + 4
+    np.testing.assert_array_equal(grown.scores[: len(disk)], memory.scores)
+    del disk, grown, loaded
+    assert not list(temp.iterdir())  # the temporary files were unlinked from the start
+
+
+def test_a_build_that_fails_midway_leaves_no_half_written_pool(rewardmath, hash_embedder, tmp_path, on_disk,
+                                                               monkeypatch):
+    config = PoolConfig(statistics="on-the-fly", max_members=2)
+    old = build_pool(rewardmath[:40], hash_embedder, config=config)
+    old.save(tmp_path / "pool")
+    before = _pool_files(tmp_path / "pool")
+
+    class Failing:
+        name, dim = hash_embedder.name, hash_embedder.dim
+
+        def encode(self, texts, progress=False):
+            raise RuntimeError("embedder died")
+
+    with pytest.raises(RuntimeError, match="embedder died"):  # after the scores went to disk
+        build_pool(rewardmath, Failing(), config=config).save(tmp_path / "pool")
+    new = build_pool(rewardmath, hash_embedder, config=config)
+    written = []
+
+    def failing_save(path, array):  # the third array file fails, half the pool written
+        if len(written) == 2:
+            raise OSError("disk full")
+        written.append(path)
+        np.save(path, np.asarray(array))
+
+    monkeypatch.setattr(store, "save_array", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        new.save(tmp_path / "pool")
+    assert written and sorted(p.name for p in tmp_path.iterdir()) == ["morkit-cache", "pool", "temp"]
+    assert _pool_files(tmp_path / "pool") == before and len(load_pool(tmp_path / "pool")) == 40
+    del new
+    assert not list(on_disk.iterdir())
+
+
+def _resident_bytes(array):
+    """Bytes of `array`'s mapping resident in this process (/proc/self/smaps), or None off Linux."""
+    start = np.asarray(array).ctypes.data
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        field = line.split()[0]
+        if "-" in field and not field.endswith(":"):
+            low, high = (int(x, 16) for x in field.split("-"))
+            inside = low <= start < high
+        elif inside and field == "Rss:":
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def test_mapped_rows_read_samples_by_batch_and_release_their_pages(monkeypatch):
+    from morkit.question_pool import rowfiles, spill
+
+    monkeypatch.setattr(rowfiles, "READ_BATCH", 100)
+    values = np.random.default_rng(0).random((4096, 8, 16))  # 4 MiB, a page per row
+    out = rowfiles.RowArray(values.shape, values.dtype, on_disk=True)
+    for start in range(0, len(values), 1000):
+        out.part(start, min(len(values), start + 1000))[...] = values[start : start + 1000]
+    mapped = out.finish()
+    assert isinstance(mapped, rowfiles.MappedRows) and not mapped.flags.writeable
+    rows = np.sort(np.random.default_rng(1).choice(len(values), 300, replace=False))
+    for index in (rows, (rows, slice(2, 5)), list(rows[:3]), (rows, Ellipsis, 3)):
+        np.testing.assert_array_equal(mapped[index], values[index])
+    np.testing.assert_array_equal(mapped[np.ix_(rows[:4], [1, 6])], values[np.ix_(rows[:4], [1, 6])])
+    np.testing.assert_array_equal(mapped[10:20][[1, 3]], values[[11, 13]])
+    if _resident_bytes(mapped) is None:
+        pytest.skip("no /proc/self/smaps")
+    assert _resident_bytes(mapped) == 0  # every read above released what it mapped
+    view = rowfiles.plain(mapped)
+    float(view[2048:].sum())  # half the pages mapped by a plain read
+    assert _resident_bytes(mapped) >= 2 * 2**20
+    spill.release(view[2048:])  # a slice of the plain view is released where it lies
+    assert _resident_bytes(mapped) < 2**20
+
+
+def test_a_sample_read_from_an_opened_pool_releases_its_pages(rewardmath, hash_embedder, tmp_path, monkeypatch):
+    from morkit.question_pool import pool as pool_module
+
+    build_pool(rewardmath, hash_embedder, config=PoolConfig(statistics="on-the-fly", max_members=2)).save(
+        tmp_path / "pool")
+    loaded = load_pool(tmp_path / "pool")
+    if _resident_bytes(loaded.scores) is None:
+        pytest.skip("no /proc/self/smaps")
+    few = loaded.statistics(np.arange(10))
+    assert _resident_bytes(loaded.scores) > 0  # a query's few rows stay mapped
+    monkeypatch.setattr(pool_module, "SAMPLE_ROWS", 20)
+    many = loaded.statistics(np.arange(0, len(loaded), 2))
+    assert _resident_bytes(loaded.scores) == _resident_bytes(loaded.valid) == 0
+    assert _same(many[0][:5], few[0][::2]) and _same(many[1][:5], few[1][::2])
