@@ -362,8 +362,7 @@ def fit_learned(pool: QuestionPool, members: Sequence[str] | None = None, *, fol
     """Cross-validate `settings` on the questions every member scored (at most LEARN_SAMPLE; above REPEATS_UP_TO,
     on `cv_sample` of them) over `repeats` fold deals (None: REPEATS up to REPEATS_UP_TO questions, else one), then
     fit the pick on all of them, keeping its out-of-fold picks (`out_of_fold`). `baselines`: also weigh the blend,
-    PRES and every single RM (off: the "stacker" grid). `neighbours`: one of NEIGHBOURS. TooFewMixed below
-    `min_mixed` mixed questions; InputError for an unknown `neighbours`."""
+    PRES and every single RM (off: the "stacker" grid); `neighbours`: NEIGHBOURS. TooFewMixed below `min_mixed`."""
     checks.one_of(neighbours, NEIGHBOURS, "neighbours")
     members = tuple(members or pool.rm_names)
     step_members = tuple(m for m in members if m in pool.step_rms)

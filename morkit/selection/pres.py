@@ -230,11 +230,9 @@ def pres_out_of_fold(pool: QuestionPool, data: Any, lists: NeighbourLists, dealt
 
 def pres_served_out_of_fold(pool: QuestionPool, data: Any, near: Neighbourhood, dealt: Folds, k: int) -> np.ndarray:
     """(repeats, Q, N) out-of-fold candidate scores of PRES's picks for a fit's questions `data` (a PoolSlice), each
-    held-out question routed as a query is served: PRES over the pool's own ensembles of the fit's members, from
-    its `k` nearest pool questions outside the held-out fold (`near`, found in the pool's index), their PRR read
-    as PRES.scores reads it. Unlike `pres_out_of_fold`, the ensembles' weights and the tie-break's means are the
-    pool's, computed over all of its questions, the held-out fold's among them (its share of the pool: 3% of a
-    20,000-question pool for a 600-question fold, 0.06% of a million); each neighbour's PRR is its own."""
+    held-out question routed as a query is served: PRES over the pool's ensembles of the fit's members, from its `k`
+    nearest pool questions outside the held-out fold (`near`); the pool's weights and tie-break means count the
+    held-out fold too (docs/selection.md, "Repeated cross-validation and the margin rule")."""
     from morkit.selection.mor import ensemble_scores
 
     method, members = PRES(pool), list(data.members)
