@@ -1,8 +1,5 @@
-"""PRR of every ensemble on a few pool questions, from their member scores, for pools without a dense table.
-
-Each (correct, incorrect) answer pair's two ensemble scores are summed exactly as the dense table's builder sums
-them (`pair_wins`), so the values are the dense table's, bit for bit.
-"""
+"""PRR of every ensemble on a few pool questions from their member scores, for pools without a dense table: the
+dense table's values bit for bit (each pair's scores summed as its builder sums them, `pair_wins`)."""
 
 from __future__ import annotations
 
@@ -81,12 +78,9 @@ def _pairs(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalize
 def neighbour_prr(scores: np.ndarray, correct: np.ndarray, valid: np.ndarray, normalizer: Any,
                   rm_names: Sequence[str], matrix: EnsembleMatrix, ids: Sequence[str] = (), *,
                   undefined: float = np.nan) -> np.ndarray:
-    """PRR (k, E) float32 of every ensemble on k questions from their raw member scores (k, N, R): the values
-    `rows.ensemble_statistics` gives, bit for bit, `undefined` where a question has no mixed pair or a member
-    lacks a score.
-
-    Scores read from a memory-mapped pool are checked here: an infinite one is an InputError naming the question
-    (`ids`, by position)."""
+    """PRR (k, E) float32 of every ensemble on k questions from raw member scores (k, N, R): `rows.ensemble_statistics`'
+    values bit for bit, `undefined` where a question has no mixed pair or a member lacks a score. An infinite score
+    (a memory-mapped pool is checked here) is an InputError naming the question (`ids`, by position)."""
     found = _pairs(scores, correct, valid, normalizer, rm_names, ids)
     out = np.full((len(found.lacking), matrix.members.shape[1]), undefined, dtype=np.float32)
     if len(found.rows):

@@ -1,11 +1,5 @@
-"""The compiled loop behind on-the-fly PRR: how many of each question's (correct, incorrect) answer pairs every
-ensemble ranks right, each side's ensemble score summed exactly as `ensembles.combine` sums it.
-
-Each score is float64, its members' products added left to right in `member_slots` order, with no fused
-multiply-add and no fast-math (numba's default: plain IEEE multiplies and adds), so a comparison here is the
-comparison the dense table's builder makes, tie for tie. numba is imported and the loop compiled on first use,
-never at import; the compiled code is cached on disk where numba finds a writable folder (beside this file, else
-the user's cache folder), and compiled in memory, with a warning, where it cannot cache.
+"""The compiled loop behind on-the-fly PRR: each question's (correct, incorrect) pairs every ensemble ranks right,
+both sides summed in float64 exactly as `ensembles.combine` sums them (no FMA, no fast-math; docs/pools.md).
 """
 
 from __future__ import annotations

@@ -448,11 +448,9 @@ def build_pool(queries: Sequence[Query], embedder: SentenceEmbedder, *, rm_names
 def pool_from_rows(rows: PoolRows, rm_names: Sequence[str], embedder: SentenceEmbedder, *,
                    config: PoolConfig = PoolConfig(), provenance: Mapping[str, Any] | None = None,
                    progress: bool = False) -> QuestionPool:
-    """Build phases 2-4 on arrays: the ensembles, their statistics (dense tables, or sampled means for an
-    on-the-fly pool), then the questions' embeddings and their index. Anything with the embedder's `name` and
-    `encode(texts)` serves, e.g. vectors computed elsewhere. The rows' arrays stay where they are: memory-mapped
-    ones (rowfiles.RowArray, as `build_pool` makes them for a large pool) are read by chunks and sampled rows by
-    batches, their pages released, and the pool keeps them mapped until it is saved."""
+    """Build phases 2-4 on arrays: the ensembles, their statistics (dense, or sampled means), the embeddings and
+    their index; anything with a `name` and `encode(texts)` embeds. Memory-mapped row arrays (rowfiles) are read
+    by chunks, their pages released, and stay mapped until the pool is saved."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     rows = replace(rows, scores=rowfiles.sampled_by_batch(rows.scores), steps=rowfiles.sampled_by_batch(rows.steps))

@@ -1,9 +1,5 @@
-"""A pool build's large row arrays (member and step scores) filled by chunks of rows into unlinked temporary .npy
-files and memory-mapped back read-only, so a million-question build holds one chunk of them, not all of them.
-
-Small arrays stay in memory: the same values either way, only where they live differs. Whole-array passes read
-plain views by chunks (`plain`, `column_groups`), and reads of scattered rows (a fit's sample) go by batches whose
-mapped pages are dropped as they are copied (`MappedRows`), so the file pages a build touches never pile up.
+"""A pool build's member and step scores in unlinked temporary .npy files, memory-mapped read-only and read by
+chunks or batches whose pages are released, so a million-question build holds one chunk of them (docs/pools.md).
 """
 
 from __future__ import annotations
