@@ -170,9 +170,8 @@ def is_mapped(array: Any) -> bool:
 
 
 def plain(array: Any) -> Any:
-    """A memory-mapped array as a plain ndarray view of its mapping (anything else as it is): spill.release finds
-    where a slice of that view lies in the mapping, while a slice of the np.memmap object itself is taken for the
-    mapping's start, so its pages would stay mapped and others go."""
+    """A memory-mapped array as a plain ndarray view of its mapping (anything else as it is): a whole-array pass
+    reads it by chunks and releases each (spill.chunks), without MappedRows' release of the whole mapping per read."""
     return np.asarray(array) if isinstance(array, np.memmap) else array
 
 

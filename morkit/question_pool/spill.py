@@ -21,13 +21,14 @@ CHUNK = 1 << 14
 
 
 def _mapped(array: np.ndarray) -> tuple[mmap.mmap, int] | None:
-    """(the read-only mapping behind `array`, the mapping offset of its first byte), or None."""
+    """(the read-only mapping behind `array`, the mapping offset of its first byte), or None. The offset is taken
+    from the mapping's own address, so a slice of an np.memmap (itself an np.memmap) is placed where it lies."""
     base = array
     while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
         base = base.base
     if not isinstance(base, np.memmap) or getattr(base, "mode", None) != "r" or not isinstance(getattr(base, "_mmap", None), mmap.mmap):
         return None
-    start = int(base.offset) % mmap.ALLOCATIONGRANULARITY + (array.ctypes.data - base.ctypes.data)
+    start = array.ctypes.data - np.frombuffer(base._mmap, np.uint8).ctypes.data
     return base._mmap, start
 
 

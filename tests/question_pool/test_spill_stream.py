@@ -121,3 +121,15 @@ def test_a_stream_of_bad_vectors_never_makes_a_pool(spills):
         spill.embed(Broken(lambda n: nan), questions)
     with pytest.raises(MorkitError, match=r"gave vectors of shape \(4, 4\) for 5 questions"):
         spill.embed(Broken(lambda n: np.ones((4, 4), dtype=np.float32)), questions)
+
+
+@pytest.mark.parametrize("view", ["memmap slice", "plain slice", "whole"])
+def test_a_mapped_slice_is_placed_where_it_lies_in_its_mapping(tmp_path, view):
+    """spill.release drops the pages of the bytes it is given: a slice of an np.memmap (itself an np.memmap) is
+    found at its own offset in the mapping, not at the mapping's start."""
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(200_000, dtype=np.float64).reshape(2000, 100))
+    mapped = np.load(path, mmap_mode="r")
+    part = {"memmap slice": mapped[700:900], "plain slice": np.asarray(mapped)[700:900], "whole": mapped}[view]
+    mapping, start = spill._mapped(part)
+    assert bytes(mapping[start:start + part.nbytes]) == part.tobytes()
