@@ -20,3 +20,16 @@ class HashEmbedder:
             v = np.random.default_rng(seed).standard_normal(self.dim)
             rows.append(v / np.linalg.norm(v))
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+class TopicEmbedder(HashEmbedder):
+    """Questions of one topic lie close together: a topic direction ("algebra ..." or not) plus hashed noise, so a
+    repeated text gets the same vector."""
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        import numpy as np
+
+        noise = super().encode(texts)
+        topic = np.array([[1.0, 0.0] if t.startswith("algebra") else [0.0, 1.0] for t in texts], np.float32)
+        v = np.concatenate([topic * 3, noise[:, 2:]], axis=1)
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes.embedder import HashEmbedder
+from fakes.embedder import TopicEmbedder
+from fakes.queries import topic_queries
 
-from morkit.core.types import Candidate, Query
 from morkit.question_pool.pool import build_pool
 from morkit.selection.base import Neighbours
 from morkit.selection.cv import CVResult, Folds, pick
@@ -24,38 +24,9 @@ from morkit.selection.pres import PRES, pres_out_of_fold
 from morkit.selection.router import Router
 
 
-def _topic_queries(n=90, seed=0):
-    """Two topics; on each, a different RM is the one that finds the right answer (the other is noise): a
-    global ranker must weigh both alike, the neighbours tell which to trust."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        topic = i % 2
-        right = int(rng.integers(0, 4))
-        cands = []
-        for c in range(4):
-            good = float(rng.normal() + (2.5 if c == right else 0.0))
-            noise = float(rng.normal())
-            scores = {"alpha": good, "beta": noise} if topic == 0 else {"alpha": noise, "beta": good}
-            cands.append(Candidate(text=f"q{i} answer {c}", correct=c == right, scores=scores))
-        question = ("algebra " if topic == 0 else "geometry ") + f"problem {i}"
-        out.append(Query(f"t{i}", question, tuple(cands), domain="math"))
-    return out
-
-
-class _TopicEmbedder(HashEmbedder):
-    """Questions of one topic lie close together: a topic direction plus a little hashed noise."""
-
-    def encode(self, texts, *, batch_size=64, progress=False):
-        noise = super().encode(texts)
-        topic = np.array([[1.0, 0.0] if t.startswith("algebra") else [0.0, 1.0] for t in texts], np.float32)
-        v = np.concatenate([topic * 3, noise[:, 2:]], axis=1)
-        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
-
-
 @pytest.fixture(scope="module")
 def topic_pool():
-    return build_pool(_topic_queries(), _TopicEmbedder(), rm_names=("alpha", "beta"))
+    return build_pool(topic_queries(90), TopicEmbedder(), rm_names=("alpha", "beta"))
 
 
 def test_weighted_means_skip_undefined_values_and_negative_similarity():
@@ -119,9 +90,9 @@ def test_local_features_let_the_neighbours_say_which_rm_to_trust(topic_pool):
                         baselines=False, repeats=1)
     assert local.cv_best_of_n > plain.cv_best_of_n + 0.08 and local.local_k > 0
     pool = replace(topic_pool, meta={**topic_pool.meta, "learned": local.to_json()})
-    router = Router(pool, embedder=_TopicEmbedder(), k=10)
+    router = Router(pool, embedder=TopicEmbedder(), k=10)
     hits = []
-    for query in _topic_queries(20, seed=7):
+    for query in topic_queries(20, seed=7):
         ranking = router.route([query])[0]
         hits.append(query.candidates[ranking.best_index].correct)
         assert ranking.selection.choice.scorer.fit.label == local.label  # bound to this query's evidence
@@ -187,7 +158,7 @@ def test_a_fit_that_cv_handed_to_pres_routes_by_pres(topic_pool):
     want = PRES(pool).choose(nbrs, frozenset(pool.rm_names))
     assert choice.ensemble == want.ensemble and choice.details["learner"].startswith("PRES")
     assert choice.calibrator is None  # calibrated on PRES's own leave-one-out picks, over its ensemble's signals
-    ranking = Router(pool, embedder=_TopicEmbedder(), k=10).route([_topic_queries(1, seed=3)[0]])[0]
+    ranking = Router(pool, embedder=TopicEmbedder(), k=10).route([topic_queries(1, seed=3)[0]])[0]
     assert 0 <= ranking.confidence <= 1
     with pytest.raises(TypeError, match="PRES"):
         again.scores(pool.scores, None, pool.valid, pool.rm_names, ())
@@ -218,7 +189,7 @@ def test_no_held_out_label_reaches_its_own_out_of_fold_scores():
     local evidence, its centre, the scales and PRES read training labels only), while other folds' change."""
     from morkit.selection import learned as L
 
-    queries = _topic_queries(120)
+    queries = topic_queries(120)
     dealt = Folds.dealt(len(queries), 4, seed=3, repeats=1)
     held = dealt.of[0] == 2
     rng = np.random.default_rng(5)
@@ -228,7 +199,7 @@ def test_no_held_out_label_reaches_its_own_out_of_fold_scores():
         return replace(q, candidates=tuple(replace(c, correct=i == right) for i, c in enumerate(q.candidates)))
 
     def out_of_fold(qs):
-        pool = build_pool(qs, _TopicEmbedder(), rm_names=("alpha", "beta"))
+        pool = build_pool(qs, TopicEmbedder(), rm_names=("alpha", "beta"))
         data = L.PoolSlice.of(pool, np.arange(len(pool)), pool.rm_names)
         lists = NeighbourLists.among(data.vectors, 60, data.groups)
 

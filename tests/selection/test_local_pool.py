@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes.embedder import HashEmbedder
+from fakes.embedder import TopicEmbedder
+from fakes.queries import topic_queries
 
 from morkit.core.errors import InputError
-from morkit.core.types import Candidate, Query
 from morkit.question_pool.pool import build_pool
 from morkit.selection import learned as L
 from morkit.selection import local
@@ -26,38 +26,15 @@ SIZE, REPEATED = 3000, 100
 """Pool questions; the last REPEATED repeat the text of the first ones (a repeated question is one group)."""
 
 
-def _queries(n=SIZE, seed=0):
-    """Two topics, a different RM good on each (the neighbours tell which to trust), a third RM of noise that
-    skips every tenth question (those are not covered by a fit over all three)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        topic, right = i % 2, int(rng.integers(0, 4))
-        cands = []
-        for c in range(4):
-            good, noise = float(rng.normal() + (2.5 if c == right else 0.0)), float(rng.normal())
-            scores = {"alpha": good, "beta": noise} if topic == 0 else {"alpha": noise, "beta": good}
-            if i % 10 != 3:
-                scores["gamma"] = float(rng.normal())
-            cands.append(Candidate(text=f"q{i} answer {c}", correct=c == right, scores=scores))
-        text = ("algebra " if topic == 0 else "geometry ") + f"problem {i % (n - REPEATED)}"
-        out.append(Query(f"t{i}", text, tuple(cands), domain="math"))
-    return out
-
-
-class _TopicEmbedder(HashEmbedder):
-    """A topic direction plus hashed noise: a repeated text gets the same vector."""
-
-    def encode(self, texts, *, batch_size=64, progress=False):
-        noise = super().encode(texts)
-        topic = np.array([[1.0, 0.0] if t.startswith("algebra") else [0.0, 1.0] for t in texts], np.float32)
-        v = np.concatenate([topic * 3, noise[:, 2:]], axis=1)
-        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+def _queries(n=SIZE):
+    """Two topics and a third RM of noise that skips every tenth question (those are not covered by a fit over all
+    three); the last REPEATED questions repeat earlier texts."""
+    return topic_queries(n, gappy_rm=True, repeated=REPEATED)
 
 
 @pytest.fixture(scope="module")
 def pool():
-    return build_pool(_queries(), _TopicEmbedder(), rm_names=("alpha", "beta", "gamma"))
+    return build_pool(_queries(), TopicEmbedder(), rm_names=("alpha", "beta", "gamma"))
 
 
 @pytest.fixture
@@ -134,7 +111,7 @@ def test_no_held_out_label_reaches_a_held_out_questions_local_features(small_sam
     queries = _queries()
     settings = [Setting("logit", "scores+local", {"penalty": 1.0})]
     found = _spy(monkeypatch, Neighbourhood, "in_pool")
-    first = fit_learned(build_pool(queries, _TopicEmbedder(), rm_names=("alpha", "beta", "gamma")),
+    first = fit_learned(build_pool(queries, TopicEmbedder(), rm_names=("alpha", "beta", "gamma")),
                         settings=settings, baselines=False, cv_sample=300)
     refit = [near for args, kwargs, near in found if len(args[1]) == 1000]
     assert first.local_k == L.LOCAL_K and len(refit) == 1 and refit[0].lists.rows.shape[1] == L.LOCAL_K
@@ -148,7 +125,7 @@ def test_no_held_out_label_reaches_a_held_out_questions_local_features(small_sam
         return replace(q, candidates=tuple(replace(c, correct=j == right) for j, c in enumerate(q.candidates)))
 
     again = fit_learned(build_pool([relabel(q) if i in held else q for i, q in enumerate(queries)],
-                                   _TopicEmbedder(), rm_names=("alpha", "beta", "gamma")),
+                                   TopicEmbedder(), rm_names=("alpha", "beta", "gamma")),
                         settings=settings, baselines=False, cv_sample=300)
     assert np.array_equal(again.out_of_fold.rows, rows) and np.array_equal(again.out_of_fold.folds, folds)
     assert np.array_equal(first.out_of_fold.signals[folds == 0], again.out_of_fold.signals[folds == 0])
@@ -161,7 +138,7 @@ def test_a_pool_the_fit_reads_whole_keeps_its_neighbours_among_its_own_questions
     monkeypatch.setattr(L, "LEARN_SAMPLE", 400)
     monkeypatch.setattr(L, "REPEATS_UP_TO", 400)
     found = _spy(monkeypatch, Neighbourhood, "in_pool")
-    small = build_pool(_queries(400), _TopicEmbedder(), rm_names=("alpha", "beta", "gamma"))
+    small = build_pool(_queries(400), TopicEmbedder(), rm_names=("alpha", "beta", "gamma"))
     settings = [Setting("logit", "scores+local", {"penalty": 1.0}), Setting("logit", "full", {"penalty": 3.0})]
     fits = {how: fit_learned(small, settings=settings, repeats=1, neighbours=how) for how in L.NEIGHBOURS}
     assert not found
