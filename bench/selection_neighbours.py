@@ -173,7 +173,7 @@ def fit_once(pool, source: str) -> dict:
             "peak_anon_rss_gib": anon.peak,
             "label": fit.label, "cv_best_of_n": fit.cv_best_of_n, "cv_table": [list(row) for row in fit.cv_table],
             "cv_questions": fit.report.get("cv_questions", fit.report["questions"]),
-            "questions": fit.report["questions"],
+            "questions": fit.report["questions"], "pool_questions": len(pool),
             **{f"{key}_s": wall for key, (wall, _) in recorder.seconds.items()},
             **{f"{key}_cpu_s": used for key, (_, used) in recorder.seconds.items()},
             "neighbours": neighbour_figures(recorder, fit.out_of_fold.rows, LOCAL_K)}
@@ -267,7 +267,7 @@ def main() -> None:
                 print(f"  built in {built['build_s']:.0f}s, peak RSS {built['peak_rss_gib']:.2f} GiB, dense "
                       f"{built['dense']}, index {built['index']['kind']}", flush=True)
             runs = json.loads(_child(["--fit-child", path], args.data_dir))
-            size = size or runs["pool"]["questions"]
+            size = size or runs["pool"]["pool_questions"]
             report(size, runs)
             results.append({"size": size, "build": built, "runs": runs, "load_end": os.getloadavg()[0]})
         finally:
