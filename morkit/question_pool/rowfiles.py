@@ -5,7 +5,6 @@ chunks or batches whose pages are released, so a million-question build holds on
 from __future__ import annotations
 
 import mmap
-import tempfile
 from typing import Any, Iterator
 
 import numpy as np
@@ -68,15 +67,12 @@ class RowArray:
         self.shape, self.dtype, self.fill = tuple(shape), np.dtype(dtype), fill
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.on_disk = bool(nbytes) and (nbytes > ON_DISK_BYTES if on_disk is None else on_disk)
-        self._file: Any = None
+        self._file: spill.TemporaryRows | None = None
         self._memory: np.ndarray | None = None
         self._pending: tuple[int, np.ndarray] | None = None
         self._written = 0
         if self.on_disk:
-            self._file = tempfile.TemporaryFile(prefix="morkit-rows-", suffix=".npy")  # unlinked at once
-            np.lib.format.write_array_header_1_0(self._file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
-                                                              "fortran_order": False, "shape": self.shape})
-            self._header = self._file.tell()
+            self._file = spill.TemporaryRows(self.shape, self.dtype)
         else:
             self._memory = np.full(self.shape, fill, dtype=self.dtype)
 
@@ -103,7 +99,7 @@ class RowArray:
 
     def _flush(self) -> None:
         if self._pending is not None:
-            self._file.write(np.ascontiguousarray(self._pending[1]).tobytes())
+            self._file.write(*self._pending)
             self._pending = None
 
     def finish(self) -> np.ndarray:
@@ -117,10 +113,7 @@ class RowArray:
         if self._written < self.shape[0]:
             self.part(self._written, self.shape[0])
         self._flush()
-        self._file.flush()
-        mapped = MappedRows(self._file, dtype=self.dtype, mode="r", offset=self._header, shape=self.shape)
-        self._file.close()  # the mapping keeps the unlinked file's pages
-        return mapped
+        return self._file.mapped(MappedRows)  # the mapping keeps the unlinked file's pages
 
 
 def moved_to_disk(array: np.ndarray | None, chunk: int | None = None) -> np.ndarray | None:

@@ -50,25 +50,53 @@ def chunks(array: np.ndarray, size: int = CHUNK) -> Iterator[tuple[int, np.ndarr
         release(part)
 
 
+class TemporaryRows:
+    """A (rows, ...) array in an unlinked temporary .npy (a kill leaves none), written by row ranges at any place and
+    memory-mapped back read-only: the one on-disk form of a build's spilled vectors and row arrays."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, prefix: str = "morkit-rows-") -> None:
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self.file = tempfile.TemporaryFile(prefix=prefix, suffix=".npy")  # noqa: SIM115 - open until `mapped`
+        np.lib.format.write_array_header_1_0(self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                         "fortran_order": False, "shape": self.shape})
+        self.file.flush()
+        self.header = self.file.tell()
+
+    def write(self, start: int, rows: np.ndarray) -> None:
+        """Write `rows` as the array's rows from `start` on."""
+        data = np.ascontiguousarray(rows, dtype=self.dtype).tobytes()
+        os.pwrite(self.file.fileno(), data, self.header + start * self.row_bytes)
+
+    def mapped(self, kind: type = np.memmap) -> np.ndarray:
+        """The array memory-mapped read-only as `kind` (an np.memmap class); the file closes, its pages stay."""
+        with self.file:
+            return kind(self.file, dtype=self.dtype, mode="r", offset=self.header, shape=self.shape)
+
+    def close(self) -> None:
+        """Drop what was written (a failed build)."""
+        self.file.close()
+
+
 def encode_to_disk(encode: Callable[[Sequence[str]], np.ndarray], texts: Sequence[str],
                    check: Callable[[np.ndarray, int], None]) -> np.ndarray:
     """`encode(texts)` by CHUNK texts into an unlinked temporary .npy, memory-mapped back read-only; `check(vectors,
     start)` sees each chunk. Returns the vectors (float32)."""
     if not len(texts):
         return np.ascontiguousarray(encode(texts), dtype=np.float32)
-    with tempfile.TemporaryFile(prefix="morkit-vectors-", suffix=".npy") as spill:  # unlinked: a kill leaves none
-        header_at, dim = 0, 0
+    spill: TemporaryRows | None = None
+    try:
         for start in range(0, len(texts), CHUNK):
             vectors = np.ascontiguousarray(encode(texts[start : start + CHUNK]), dtype=np.float32)
             check(vectors, start)
-            if start == 0:
-                dim = vectors.shape[1]
-                np.lib.format.write_array_header_1_0(spill, {"descr": "<f4", "fortran_order": False,
-                                                             "shape": (len(texts), dim)})
-                header_at = spill.tell()
-            spill.write(vectors.tobytes())
-        spill.flush()
-        return np.memmap(spill, dtype="<f4", mode="r", offset=header_at, shape=(len(texts), dim))  # outlives the file
+            if spill is None:
+                spill = TemporaryRows((len(texts), vectors.shape[1]), "<f4", prefix="morkit-vectors-")
+            spill.write(start, vectors)
+    except BaseException:
+        if spill is not None:
+            spill.close()
+        raise
+    return spill.mapped()  # outlives the file
 
 
 def save_array(path: os.PathLike | str, array: Any) -> None:
@@ -151,8 +179,7 @@ class _Rows:
         self.count, self.filled, self.dim = count, 0, None
         self.seen = np.zeros(count, dtype=bool)
         self.memory: np.ndarray | None = None
-        self.file: Any = None
-        self.header_at = 0
+        self.file: TemporaryRows | None = None
 
     def write(self, positions: np.ndarray, vectors: np.ndarray) -> None:
         if self.dim is None:
@@ -168,22 +195,15 @@ class _Rows:
         order = np.argsort(positions, kind="stable")
         positions, vectors = positions[order], vectors[order]
         breaks = np.flatnonzero(np.diff(positions) != 1) + 1  # runs of consecutive rows: one write each
-        row = vectors.shape[1] * 4
         for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(positions)]):
-            os.pwrite(self.file.fileno(), vectors[lo:hi].astype("<f4", copy=False).tobytes(),
-                      self.header_at + int(positions[lo]) * row)
+            self.file.write(int(positions[lo]), vectors[lo:hi])
 
     def _open(self, dim: int) -> None:
         self.dim = dim
         if self.count * dim * 4 <= SPILL_BYTES:
             self.memory = np.empty((self.count, dim), dtype=np.float32)
             return
-        # unlinked: a kill leaves none; open until `vectors` maps it or `close` drops it
-        self.file = tempfile.TemporaryFile(prefix="morkit-vectors-", suffix=".npy")  # noqa: SIM115
-        np.lib.format.write_array_header_1_0(self.file, {"descr": "<f4", "fortran_order": False,
-                                                         "shape": (self.count, dim)})
-        self.file.flush()
-        self.header_at = self.file.tell()
+        self.file = TemporaryRows((self.count, dim), "<f4", prefix="morkit-vectors-")  # until `vectors` or `close`
 
     def close(self) -> None:
         """Drop what was written (a failed build)."""
@@ -196,8 +216,7 @@ class _Rows:
         if self.file is None:
             assert self.memory is not None  # every row was written
             return self.memory
-        with self.file:
-            return np.memmap(self.file, dtype="<f4", mode="r", offset=self.header_at, shape=(self.count, self.dim))
+        return self.file.mapped()
 
 
 class _At:
