@@ -20,6 +20,9 @@ ENVIRONMENT = {
                               "path nor in the local Hugging Face cache (default: never download)",
     "MORKIT_API_KEY": "the key `morkit serve` requires as `Authorization: Bearer KEY` (unless --api-key is given), "
                       "and the one its clients (the TRL reward function) send",
+    "MORKIT_PRR_THREADS": "threads that count one query's on-the-fly PRR (PRES on a pool past its dense table), "
+                          "each over its own ensembles (default: the cores this process may use, at most 4; 1: on "
+                          "the query's thread alone)",
     "OPENAI_BASE_URL": "default server of the `openai` LLM backend",
     "OPENAI_API_KEY": "default key of the `openai` LLM backend",
 }
@@ -92,6 +95,17 @@ def api_key_problem(key: str) -> str | None:
     if key != key.strip():
         return "has whitespace around it, which no client can send in an Authorization header"
     return None
+
+
+def prr_threads() -> int:
+    """Threads for one on-the-fly PRR count: MORKIT_PRR_THREADS, else the usable cores up to 4."""
+    env = os.environ.get("MORKIT_PRR_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise InputError(f"MORKIT_PRR_THREADS must be a whole number of threads, at least 1, not {env!r}")
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
 
 
 def device_preference() -> str:

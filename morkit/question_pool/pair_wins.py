@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from morkit.core import settings
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,7 @@ def _count_wins(good: Any, bad: Any, offsets: Any, members: Any, weights: Any, s
     # Per ensemble, one pass over each pair slot's lanes (contiguous, so the loop vectorises: offsets are unsigned,
     # so start + i needs no negative-index check). Each side's score is (w0 x0 + w1 x1) + w2 x2: combine's order.
     lanes = rows.shape[0]
-    wins = np.zeros((BLOCK, lanes), np.int64)
+    wins = np.zeros((BLOCK, lanes), np.int32)
     for block in range(blocks.shape[0] - 1):
         first, end = blocks[block], blocks[block + 1]
         wins[:] = 0
@@ -128,8 +131,13 @@ def groups(members: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return together, np.array(blocks + [len(sizes)], dtype=np.int64)
 
 
+THREADED_FROM = 1 << 20
+"""Pair x ensemble cells from which one count is split over threads (k = 100 RewardMATH neighbours: 4.8M; a learned
+selector's single-RM columns stay on the calling thread, where a thread's hand-off would cost more)."""
+
 _lock = threading.Lock()
 _compiled: list[Any] = []
+_pools: dict[int, ThreadPoolExecutor] = {}
 
 
 def compiled() -> Any:
@@ -153,7 +161,8 @@ def compiled() -> Any:
 def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: np.ndarray, weights: np.ndarray,
                sizes: np.ndarray, together: np.ndarray, blocks: np.ndarray, rows: np.ndarray, pairs: np.ndarray,
                lacking: np.ndarray, undefined: float, out: np.ndarray) -> None:
-    """Write each ensemble's PRR on each question with a mixed pair into `out` (k, E) float32.
+    """Write each ensemble's PRR on each question with a mixed pair into `out` (k, E) float32; a large count is
+    split by ensembles over `settings.prr_threads()` threads (the same values: each ensemble is counted once).
 
     Args:
         good: (R, P) float64 normalised member scores of each pair's correct answer, a missing score 0; pairs are
@@ -177,5 +186,44 @@ def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: 
     # and the dense table stores them: the loop looks its value up rather than dividing 5,335 times per question.
     quotients = np.concatenate([np.arange(n + 1) / n for n in counts.tolist()] or [np.empty(0)]).astype(np.float32)
     base = (np.cumsum(counts + 1) - (counts + 1))[which].astype(np.int64)
-    compiled()(good, bad, offsets, members, weights, sizes, together, blocks, rows, base, quotients, lacking,
-               bool(lacking.any()), np.float32(undefined), out)
+    kernel, flag = compiled(), bool(lacking.any())
+    parts = split_blocks(blocks, sizes, settings.prr_threads() if good.shape[1] * len(sizes) >= THREADED_FROM else 1)
+
+    def count(part: np.ndarray) -> None:  # the loop releases the GIL; each part writes only its own columns
+        kernel(good, bad, offsets, members, weights, sizes, together, part, rows, base, quotients, lacking, flag,
+               np.float32(undefined), out)
+
+    others = [_threads(len(parts) - 1).submit(count, part) for part in parts[1:]]
+    count(parts[0])  # the calling thread takes the first part
+    for other in others:
+        other.result()
+
+
+def split_blocks(blocks: np.ndarray, sizes: np.ndarray, parts: int) -> list[np.ndarray]:
+    """`blocks` cut into at most `parts` runs of whole blocks with about equal member counts (the loop's work), each
+    a contiguous bounds array the loop walks alone.
+
+    Args:
+        blocks: (B + 1,) int64 block bounds (`groups`).
+        sizes: (E,) members per ensemble.
+        parts: How many runs wanted.
+
+    Returns:
+        The runs' bounds arrays, in order; their ensembles cover `blocks`' once.
+    """
+    if parts <= 1 or len(blocks) <= 2:
+        return [blocks]
+    work = np.concatenate([[0], np.cumsum(np.maximum(sizes, 1))])[blocks]  # members before each bound
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, parts) / parts)
+    cuts = np.unique(np.clip(cuts, 1, len(blocks) - 2))
+    edges = [0, *cuts.tolist(), len(blocks) - 1]
+    return [np.ascontiguousarray(blocks[lo : hi + 1]) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+
+
+def _threads(count: int) -> ThreadPoolExecutor:
+    """A pool of `count` worker threads beside the caller's, made once per count and kept (no thread start per
+    query)."""
+    with _lock:
+        if count not in _pools:
+            _pools[count] = ThreadPoolExecutor(count, thread_name_prefix="morkit-prr")
+        return _pools[count]

@@ -227,7 +227,7 @@ class QuestionPool:
         else:
             out = ensemble_statistics(np.asarray(self.scores[rows]), np.asarray(self.correct[rows]),
                                       np.asarray(self.valid[rows]), self.normalizer, self.rm_names,
-                                      self.ensembles[:columns], ids=[self.questions[r].id for r in rows])
+                                      self.ensembles[:columns], ids=RowIds(self.questions, rows=rows))
         if len(rows) >= SAMPLE_ROWS:
             self.release()
         return out

@@ -32,14 +32,20 @@ class PoolQuestion:
 
 
 class RowIds:
-    """The ids of `questions` by row (counted from `offset`), read only when an error names one (no list of a
-    million ids)."""
+    """The ids of `questions` at `rows` (None: every row from `offset` on), each read only when asked for: an error
+    names one, or a caller wants a few (no list of a million ids, no question text decoded where a table can
+    read the id alone)."""
 
-    def __init__(self, questions: Sequence[PoolQuestion], offset: int = 0) -> None:
-        self.questions, self.offset = questions, offset
+    def __init__(self, questions: Sequence[PoolQuestion], offset: int = 0, rows: Sequence[int] | None = None) -> None:
+        self.questions, self.offset, self.rows = questions, offset, rows
+        self._id_of = getattr(questions, "id_of", None)  # a QuestionTable's id-only read
 
-    def __getitem__(self, row: Any) -> str:
-        return self.questions[self.offset + int(row)].id
+    def __getitem__(self, i: Any) -> str:
+        row = self.offset + int(i) if self.rows is None else int(self.rows[i])
+        return self._id_of(row) if self._id_of is not None else self.questions[row].id
+
+    def __len__(self) -> int:
+        return len(self.questions) - self.offset if self.rows is None else len(self.rows)
 
 
 def nanmean_columns(values: np.ndarray) -> np.ndarray:
@@ -241,7 +247,7 @@ def sampled_means(rows: PoolRows, rm_names: Sequence[str], normalizer: Normalize
         block = picks[start : start + 1000]
         tables = ensemble_statistics(np.asarray(rows.scores[block]), np.asarray(rows.correct[block]),
                                      np.asarray(rows.valid[block]), normalizer, rm_names, ensembles,
-                                     progress=progress, ids=[rows.questions[int(i)].id for i in block])
+                                     progress=progress, ids=RowIds(rows.questions, rows=block))
         for i, table in enumerate(tables):
             sums[i] += np.nansum(table, axis=0, dtype=np.float64)
             counts[i] += (~np.isnan(table)).sum(axis=0)

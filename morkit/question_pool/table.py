@@ -127,6 +127,13 @@ class QuestionTable(Sequence[PoolQuestion]):
         """Every row's number of candidates."""
         return np.asarray(self._counts[:], dtype=np.int64)
 
+    def id_of(self, row: int) -> str:
+        """Row `row`'s id alone (its text is not decoded, its candidates not counted)."""
+        if self._ids is not None:
+            return self._ids[row]
+        o = self._offsets
+        return self._string(int(o[2 * row]), int(o[2 * row + 1]))
+
     def ids(self) -> list[str]:
         """Every row's id (decoded once, then kept)."""
         if self._ids is None:

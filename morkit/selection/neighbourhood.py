@@ -14,6 +14,7 @@ from morkit.core.errors import InputError
 from morkit.question_pool.index import id_filter, search
 from morkit.question_pool.pool import QuestionPool
 from morkit.question_pool.prr import mixed_questions
+from morkit.question_pool.rows import RowIds
 from morkit.selection.base import Neighbours
 from morkit.selection.coverage import CHUNK  # pool rows read at a time: a memory-mapped pool is never read whole
 from morkit.selection.methods import DEFAULT_NEIGHBOURHOOD, NEIGHBOURHOODS
@@ -91,5 +92,6 @@ class NeighbourSearch:
             if exclude is not None:
                 keep &= r != exclude[i]
             chosen = np.flatnonzero(keep)[: self.k]
-            out.append(Neighbours(r[chosen], tuple(self.pool.questions[j].id for j in r[chosen]), s[chosen]))
+            ids = RowIds(self.pool.questions, rows=r[chosen])  # ids alone: no neighbour's text decoded
+            out.append(Neighbours(r[chosen], tuple(ids[i] for i in range(len(chosen))), s[chosen]))
         return out

@@ -13,6 +13,7 @@ from morkit.core import checks
 from morkit.question_pool.ensembles import Ensemble
 from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, weighted_rows
 from morkit.question_pool.pool import QuestionPool
+from morkit.question_pool.rows import RowIds
 from morkit.reward_models.cost import COST_UNIT
 from morkit.selection.base import Choice, CostLimit, Neighbours
 from morkit.selection.cv import Folds
@@ -78,9 +79,9 @@ class PRES:
         order = np.argsort(neighbours.rows)  # in row order: a memory-mapped pool reads forward
         pool, rows, back = self.pool, neighbours.rows[order], np.argsort(order)
         if self._matrix is not None:  # the dense table's rows, in the query's order: the dense path's sums exactly
+            ids = RowIds(pool.questions, rows=neighbours.rows)
             table = neighbour_prr(pool.scores[rows][back], pool.correct[rows][back], pool.valid[rows][back],
-                                  pool.normalizer, pool.rm_names, self._matrix, _Ids(pool.questions, neighbours.rows),
-                                  undefined=0.0)
+                                  pool.normalizer, pool.rm_names, self._matrix, ids, undefined=0.0)
             return weighted_rows(sims, table)
         return weighted_rows(sims, np.nan_to_num(pool.statistics(rows)[1], nan=0.0)[back])  # query order, as dense
 
@@ -160,19 +161,6 @@ class PRES:
             cost = self._uses @ vector
             found = self._priced[key] = (cost, np.asarray(limit.affords(cost)))
         return found
-
-
-class _Ids:
-    """The ids of a query's neighbours, by position, read only when an error names one."""
-
-    def __init__(self, questions: Sequence[Any], rows: np.ndarray) -> None:
-        self.questions, self.rows = questions, rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> str:
-        return self.questions[int(self.rows[i])].id
 
 
 def ranked(evidence: np.ndarray, overall: np.ndarray) -> np.ndarray:

@@ -100,13 +100,17 @@ def _ensembles(rm_names, rng, max_members):
     return out
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("case", ["ties, grades, gaps, 4 members", "one RM", "no mixed pair", "raw scores",
                                   "permuted scores"])
-def test_neighbour_prr_is_the_dense_table_bit_for_bit(case):
+def test_neighbour_prr_is_the_dense_table_bit_for_bit(case, threads, monkeypatch):
+    from morkit.question_pool import pair_wins
     from morkit.question_pool.ensembles import Normalizer
     from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr, prr_evidence, weighted_rows
     from morkit.question_pool.rows import ensemble_statistics
 
+    monkeypatch.setattr(pair_wins, "THREADED_FROM", 0)  # every count split over the threads asked for
+    monkeypatch.setenv("MORKIT_PRR_THREADS", str(threads))
     rng = np.random.default_rng(7)
     rm_names = ["solo"] if case == "one RM" else ["judge", "prm", "orm", "rule", "grader", "judge-copy"]
     scores, correct, valid = _scores(rng, 90, rm_names, grades=() if case == "one RM" else
@@ -138,6 +142,23 @@ def test_neighbour_prr_is_the_dense_table_bit_for_bit(case):
         assert ties.any() == (case != "one RM")  # a graded RM scores some right and wrong answer alike
     if case == "ties, grades, gaps, 4 members":  # a missing score undefines only the ensembles using that RM
         assert (np.isnan(want).any(axis=1) & defined.any(axis=1)).any()
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 50])
+def test_a_split_count_walks_every_ensemble_once_in_whole_blocks(parts):
+    from morkit.question_pool.pair_wins import groups, split_blocks
+
+    rng = np.random.default_rng(parts)
+    sizes = rng.integers(1, 4, 200).astype(np.int64)
+    members = np.where(np.arange(3)[:, None] < sizes, rng.integers(0, 5, (3, 200)), 0).astype(np.int64)
+    _, blocks = groups(members, sizes)
+    runs = split_blocks(blocks, sizes, parts)
+    assert 1 <= len(runs) <= parts and all(run.flags.c_contiguous and len(run) >= 2 for run in runs)
+    assert np.array_equal(np.concatenate([runs[0], *(run[1:] for run in runs[1:])]), blocks)
+    if parts == 2:  # about equal work: members per run
+        work = [int(np.maximum(sizes[run[0] : run[-1]], 1).sum()) for run in runs]
+        assert max(work) - min(work) <= 3 * 18  # at most a block apart
+
 
 def test_on_the_fly_pres_evidence_and_picks_are_the_dense_ones_bit_for_bit(hash_embedder):
     from morkit.core.types import Candidate, Query
@@ -219,3 +240,17 @@ def test_the_compiled_loop_rounds_each_product_and_sum_as_numpy_does():
     assert not re.search(r"= f(?:mul|add|sub) (?:fast|reassoc|contract|nnan|ninf|nsz|arcp|afn)", ir)
     assert "fmuladd" not in ir and "llvm.fma" not in ir
     assert not re.search(r"\bv?f(?:n)?m(?:add|sub)\d*[a-z]*\b", kernel.inspect_asm(kernel.signatures[0]).lower())
+
+
+def test_prr_threads_come_from_the_environment_or_the_usable_cores(monkeypatch):
+    from morkit.core import settings
+    from morkit.core.errors import InputError
+
+    monkeypatch.delenv("MORKIT_PRR_THREADS", raising=False)
+    assert 1 <= settings.prr_threads() <= 4
+    monkeypatch.setenv("MORKIT_PRR_THREADS", "2")
+    assert settings.prr_threads() == 2
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("MORKIT_PRR_THREADS", bad)
+        with pytest.raises(InputError, match="MORKIT_PRR_THREADS"):
+            settings.prr_threads()
