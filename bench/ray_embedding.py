@@ -16,7 +16,7 @@ default (--compute stand-in) the actors load the real embedder, so each start co
 chunk with random unit vectors instead of running it: the compute, the same in both ways, drops out, and N can be
 100,000 on 2 cores. --compute model runs the embedder.
 
-    flock /tmp/h/heavy.lock .venv/bin/python bench/ray_embedding.py [--questions 2000] [--actors 1 2]
+    .venv/bin/python bench/ray_embedding.py [--questions 2000] [--actors 1 2]
     .venv/bin/python bench/ray_embedding.py --build 100000 [--compute stand-in|model]
 """
 

@@ -12,7 +12,7 @@ Serve's proxy and controller, and each engine call crosses two actor hops (proxy
 pairs pickled. On a cluster the RM deployment gets a GPU per replica and as many replicas as GPUs, which one process
 cannot have: the bench prints the per-request overhead that remains to be amortised.
 
-    flock /tmp/h/heavy.lock .venv/bin/python bench/serve_ray.py [--clients 8] [--requests 32] [--duration 60]
+    .venv/bin/python bench/serve_ray.py [--clients 8] [--requests 32] [--duration 60]
 """
 
 from __future__ import annotations

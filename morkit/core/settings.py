@@ -101,7 +101,7 @@ def prr_threads() -> int:
     """Threads for one on-the-fly PRR count: MORKIT_PRR_THREADS, else the usable cores up to 4."""
     env = os.environ.get("MORKIT_PRR_THREADS", "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
+        if not (env.isascii() and env.isdecimal()) or int(env) < 1:
             raise InputError(f"MORKIT_PRR_THREADS must be a whole number of threads, at least 1, not {env!r}")
         return int(env)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -5,8 +5,9 @@ both sides summed in float64 exactly as `ensembles.combine` sums them (no FMA, n
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -137,7 +138,7 @@ selector's single-RM columns stay on the calling thread, where a thread's hand-o
 
 _lock = threading.Lock()
 _compiled: list[Any] = []
-_pools: dict[int, ThreadPoolExecutor] = {}
+_workers: dict[str, Any] = {}  # "pool": the ThreadPoolExecutor, "size": its workers; emptied in a forked child
 
 
 def compiled() -> Any:
@@ -186,15 +187,19 @@ def count_wins(good: np.ndarray, bad: np.ndarray, offsets: np.ndarray, members: 
     # and the dense table stores them: the loop looks its value up rather than dividing 5,335 times per question.
     quotients = np.concatenate([np.arange(n + 1) / n for n in counts.tolist()] or [np.empty(0)]).astype(np.float32)
     base = (np.cumsum(counts + 1) - (counts + 1))[which].astype(np.int64)
-    kernel, flag = compiled(), bool(lacking.any())
-    parts = split_blocks(blocks, sizes, settings.prr_threads() if good.shape[1] * len(sizes) >= THREADED_FROM else 1)
+    kernel, flag, threads = compiled(), bool(lacking.any()), settings.prr_threads()
+    parts = split_blocks(blocks, sizes, threads if good.shape[1] * len(sizes) >= THREADED_FROM else 1)
 
     def count(part: np.ndarray) -> None:  # the loop releases the GIL; each part writes only its own columns
         kernel(good, bad, offsets, members, weights, sizes, together, part, rows, base, quotients, lacking, flag,
                np.float32(undefined), out)
 
-    others = [_threads(len(parts) - 1).submit(count, part) for part in parts[1:]]
-    count(parts[0])  # the calling thread takes the first part
+    helpers = _threads(len(parts) - 1) if len(parts) > 1 else None
+    others = [helpers.submit(count, part) for part in parts[1:]]
+    try:
+        count(parts[0])  # the calling thread takes the first part
+    finally:
+        wait(others)  # no part still writing `out` once this returns or raises
     for other in others:
         other.result()
 
@@ -214,16 +219,30 @@ def split_blocks(blocks: np.ndarray, sizes: np.ndarray, parts: int) -> list[np.n
     if parts <= 1 or len(blocks) <= 2:
         return [blocks]
     work = np.concatenate([[0], np.cumsum(np.maximum(sizes, 1))])[blocks]  # members before each bound
-    cuts = np.searchsorted(work, work[-1] * np.arange(1, parts) / parts)
+    targets = work[-1] * np.arange(1, parts) / parts
+    above = np.minimum(np.searchsorted(work, targets), len(work) - 1)
+    below = np.maximum(above - 1, 0)
+    cuts = np.where(targets - work[below] < work[above] - targets, below, above)  # the nearer bound
     cuts = np.unique(np.clip(cuts, 1, len(blocks) - 2))
     edges = [0, *cuts.tolist(), len(blocks) - 1]
     return [np.ascontiguousarray(blocks[lo : hi + 1]) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
 
 def _threads(count: int) -> ThreadPoolExecutor:
-    """A pool of `count` worker threads beside the caller's, made once per count and kept (no thread start per
-    query)."""
+    """The process's pool of at least `count` worker threads beside the caller's, kept between queries (no thread
+    start per query); a forked child makes its own, since it inherits none of the parent's threads."""
     with _lock:
-        if count not in _pools:
-            _pools[count] = ThreadPoolExecutor(count, thread_name_prefix="morkit-prr")
-        return _pools[count]
+        if _workers.get("size", 0) < count:
+            if not _workers:
+                os.register_at_fork(after_in_child=_forget_workers)
+            elif _workers.get("pool") is not None:
+                _workers["pool"].shutdown(wait=False)
+            _workers.update(pool=ThreadPoolExecutor(count, thread_name_prefix="morkit-prr"), size=count)
+        return _workers["pool"]
+
+
+def _forget_workers() -> None:
+    """In a forked child: the parent's pool (whose threads did not come along) and lock are dropped."""
+    global _lock
+    _lock = threading.Lock()
+    _workers.update(pool=None, size=0)

@@ -73,11 +73,20 @@ class QuestionTable(Sequence[PoolQuestion]):
         except UnicodeDecodeError as exc:
             raise InputError(f"not UTF-8 at bytes {start}-{stop}: {exc.reason}", path=str(self._source)) from exc
 
+    def _id(self, row: int) -> str:
+        o = self._offsets
+        return self._string(int(o[2 * row]), int(o[2 * row + 1]))
+
     def _row(self, row: int) -> PoolQuestion:
         o = self._offsets
-        return PoolQuestion(self._string(int(o[2 * row]), int(o[2 * row + 1])),
-                            self._string(int(o[2 * row + 1]), int(o[2 * row + 2])),
+        return PoolQuestion(self._id(row), self._string(int(o[2 * row + 1]), int(o[2 * row + 2])),
                             self.domain_names[int(self._codes[row])], int(self._counts[row]))
+
+    def _checked(self, row: Any) -> int:
+        row = int(row)  # numpy integers from a search
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"question row {row} out of range for a pool of {len(self)}")
+        return row % len(self)
 
     @overload
     def __getitem__(self, row: int) -> PoolQuestion: ...
@@ -87,10 +96,7 @@ class QuestionTable(Sequence[PoolQuestion]):
     def __getitem__(self, row):
         if isinstance(row, slice):
             return tuple(self._row(r) for r in range(*row.indices(len(self))))
-        row = int(row)  # numpy integers from a search
-        if not -len(self) <= row < len(self):
-            raise IndexError(f"question row {row} out of range for a pool of {len(self)}")
-        return self._row(row % len(self))
+        return self._row(self._checked(row))
 
     def __iter__(self) -> Iterator[PoolQuestion]:
         return (self._row(r) for r in range(len(self)))
@@ -129,16 +135,13 @@ class QuestionTable(Sequence[PoolQuestion]):
 
     def id_of(self, row: int) -> str:
         """Row `row`'s id alone (its text is not decoded, its candidates not counted)."""
-        if self._ids is not None:
-            return self._ids[row]
-        o = self._offsets
-        return self._string(int(o[2 * row]), int(o[2 * row + 1]))
+        row = self._checked(row)
+        return self._ids[row] if self._ids is not None else self._id(row)
 
     def ids(self) -> list[str]:
         """Every row's id (decoded once, then kept)."""
         if self._ids is None:
-            o = self._offsets
-            self._ids = [self._string(int(o[2 * r]), int(o[2 * r + 1])) for r in range(len(self))]
+            self._ids = [self._id(r) for r in range(len(self))]
         return self._ids
 
     def domain_counts(self) -> Counter:

@@ -93,5 +93,5 @@ class NeighbourSearch:
                 keep &= r != exclude[i]
             chosen = np.flatnonzero(keep)[: self.k]
             ids = RowIds(self.pool.questions, rows=r[chosen])  # ids alone: no neighbour's text decoded
-            out.append(Neighbours(r[chosen], tuple(ids[i] for i in range(len(chosen))), s[chosen]))
+            out.append(Neighbours(r[chosen], tuple(ids[j] for j in range(len(chosen))), s[chosen]))
         return out

@@ -161,3 +161,20 @@ def test_sq8_codes_with_the_exact_rerank_find_what_flat_codes_find():
     sims, ids = search(sq8, x[:5], 10)
     np.testing.assert_allclose(sims, np.take_along_axis(x[:5] @ x.T, ids, 1), rtol=1e-5)  # exact, not 8-bit
     assert (np.diff(sims, axis=1) <= 0).all()
+
+
+def test_a_tables_ids_read_alone_are_its_rows_ids():
+    from morkit.question_pool.rows import RowIds
+
+    questions = tuple(PoolQuestion(f"id-{i}é", f"text {i}", "math", 2) for i in range(5))
+    table = QuestionTable.of(questions)
+    for cached in (False, True):
+        if cached:
+            table.ids()
+        assert [table.id_of(r) for r in range(5)] == [q.id for q in questions]
+        assert table.id_of(-1) == questions[-1].id  # as table[-1].id, never the last row's text
+        with pytest.raises(IndexError, match="question row 5 out of range"):
+            table.id_of(5)
+    picked = np.array([3, 0, 4])
+    assert [RowIds(table, rows=picked)[i] for i in range(3)] == [questions[r].id for r in picked]
+    assert [RowIds(questions, rows=picked)[i] for i in range(3)] == [questions[r].id for r in picked]

@@ -100,9 +100,9 @@ def _ensembles(rm_names, rng, max_members):
     return out
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("case", ["ties, grades, gaps, 4 members", "one RM", "no mixed pair", "raw scores",
-                                  "permuted scores"])
+@pytest.mark.parametrize("case,threads", [(case, 1) for case in ("ties, grades, gaps, 4 members", "one RM",
+                                                                   "no mixed pair", "raw scores", "permuted scores")]
+                         + [("ties, grades, gaps, 4 members", 3), ("permuted scores", 3)])
 def test_neighbour_prr_is_the_dense_table_bit_for_bit(case, threads, monkeypatch):
     from morkit.question_pool import pair_wins
     from morkit.question_pool.ensembles import Normalizer
@@ -142,6 +142,10 @@ def test_neighbour_prr_is_the_dense_table_bit_for_bit(case, threads, monkeypatch
         assert ties.any() == (case != "one RM")  # a graded RM scores some right and wrong answer alike
     if case == "ties, grades, gaps, 4 members":  # a missing score undefines only the ensembles using that RM
         assert (np.isnan(want).any(axis=1) & defined.any(axis=1)).any()
+    if threads > 1 and len(ensembles) > pair_wins.BLOCK:  # the count was split: a worker thread of its own ran
+        import threading
+
+        assert any(t.name.startswith("morkit-prr") for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 4, 50])
@@ -157,7 +161,7 @@ def test_a_split_count_walks_every_ensemble_once_in_whole_blocks(parts):
     assert np.array_equal(np.concatenate([runs[0], *(run[1:] for run in runs[1:])]), blocks)
     if parts == 2:  # about equal work: members per run
         work = [int(np.maximum(sizes[run[0] : run[-1]], 1).sum()) for run in runs]
-        assert max(work) - min(work) <= 3 * 18  # at most a block apart
+        assert max(work) - min(work) <= 3 * 18  # cut at the bound nearest half: at most a block's work apart
 
 
 def test_on_the_fly_pres_evidence_and_picks_are_the_dense_ones_bit_for_bit(hash_embedder):
@@ -254,3 +258,34 @@ def test_prr_threads_come_from_the_environment_or_the_usable_cores(monkeypatch):
         monkeypatch.setenv("MORKIT_PRR_THREADS", bad)
         with pytest.raises(InputError, match="MORKIT_PRR_THREADS"):
             settings.prr_threads()
+
+
+def test_a_forked_process_counts_on_threads_of_its_own(monkeypatch):
+    """A child forked after a split count inherits no worker thread: its next split count must still finish."""
+    import os
+    import time
+
+    from morkit.question_pool import pair_wins
+    from morkit.question_pool.ensembles import Normalizer
+    from morkit.question_pool.neighbour_prr import EnsembleMatrix, neighbour_prr
+
+    monkeypatch.setattr(pair_wins, "THREADED_FROM", 0)
+    monkeypatch.setenv("MORKIT_PRR_THREADS", "2")
+    rng = np.random.default_rng(3)
+    rm_names = ["a", "b", "c", "d"]
+    scores, correct, valid = _scores(rng, 20, rm_names)
+    normalizer = Normalizer.fit("zscore", rm_names, scores, valid)
+    matrix = EnsembleMatrix.of(_ensembles(rm_names, rng, max_members=3), rm_names)
+    want = neighbour_prr(scores, correct, valid, normalizer, rm_names, matrix)  # the parent's workers start
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports by its exit code
+        got = neighbour_prr(scores, correct, valid, normalizer, rm_names, matrix)
+        os._exit(0 if np.array_equal(got, want, equal_nan=True) else 1)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child's split count never finished")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
