@@ -13,8 +13,8 @@ query, one at a time, the two ways interleaved so they share whatever else loads
           each cell whose sign rounding could flip (within a relative 1e-6 of zero) summed again exactly
   kernel  morkit's `neighbour_prr`: numba-compiled, both answers' ensemble scores in float64, summed as the
           dense table's builder sums them (morkit/question_pool/pair_wins.py)
-Timed (p50 and p99 in ms, wall clock by time.perf_counter and this thread's CPU time by time.thread_time, which
-a busy machine inflates less): `PRES.scores` (the evidence) and `PRES.choose` (evidence and
+Timed (p50 and p99 in ms, wall clock by time.perf_counter and the process's CPU time by time.process_time, every
+thread's (the kernel splits a count over $MORKIT_PRR_THREADS threads), which a busy machine inflates less): `PRES.scores` (the evidence) and `PRES.choose` (evidence and
 pick), both ways; `PRES.choose` with the kernel under a cost limit (`--share` of the full route's cost, the
 packaged RewardMATH costs) against the same without one. Every query's evidence must be bit-identical between
 "old PRR, new sum" and the kernel, and its choice the same (checked; the tests compare both with the dense
@@ -224,10 +224,10 @@ def main() -> None:
     same = choices = 0
     for neighbours in found:
         for name, step in steps.items():
-            t, c = time.perf_counter(), time.thread_time()
+            t, c = time.perf_counter(), time.process_time()
             step(neighbours)
             times[name].append(time.perf_counter() - t)
-            cpu[name].append(time.thread_time() - c)
+            cpu[name].append(time.process_time() - c)
         same += bool(np.array_equal(old_summed.scores(neighbours), new.scores(neighbours)))
         a, b = old_summed.choose(neighbours, everything), new.choose(neighbours, everything)
         choices += (a.ensemble, a.score, a.alternatives) == (b.ensemble, b.score, b.alternatives)
