@@ -13,7 +13,7 @@ child process, saved to a temporary folder, opened memory-mapped (as a served po
 
 Per size and source: the fit's seconds (wall, and CPU over all threads, which a loaded machine moves less) and
 peak RSS (VmHWM, reset before each fit: it counts the pages of the mapped pool read; beside it the highest
-RssAnon sampled every 0.1 s, what the process itself holds), the seconds spent finding
+RssAnon sampled every 10 ms, what the process itself holds), the seconds spent finding
 neighbours and on PRES's CV, the CV table's rows (the pick, PRES, every "+local" setting, the best other setting, the
 blend, the best single RM), the mean similarity of a CV question's
 20 nearest, their share outside the CV sample, and their share of copies of the question's own problem.
@@ -131,29 +131,6 @@ def neighbour_figures(recorder: Recorder, cv_rows, k: int) -> dict:
     return {}
 
 
-class AnonPeak:
-    """The highest RssAnon (RSS less the mapped pool's file pages, which the kernel reclaims) sampled every 0.1 s
-    from a thread until `stop`."""
-
-    def __init__(self) -> None:
-        import threading
-
-        from pool_build import anon_rss_gib
-
-        self.peak, self.done = anon_rss_gib(), threading.Event()
-
-        def sample() -> None:
-            while not self.done.wait(0.1):
-                self.peak = max(self.peak, anon_rss_gib())
-
-        self.thread = threading.Thread(target=sample, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
-
-
 def fit_once(pool, source: str) -> dict:
     """One fit over every RM with the given neighbour source: time, peak RSS, CV table and neighbour figures."""
     from pool_build import PhasePeaks
@@ -163,14 +140,13 @@ def fit_once(pool, source: str) -> dict:
     recorder = Recorder()
     phases, times = PhasePeaks(), {}
     cpu = time.process_time()
-    anon = AnonPeak()
     try:
         fit = phases.timed("fit", times, fit_learned, pool, neighbours=source)
     finally:
         recorder.restore()
-        anon.stop()
+        phases.stop()
     return {"seconds": times["fit"], "cpu_seconds": time.process_time() - cpu, "peak_rss_gib": phases.peaks["fit"],
-            "peak_anon_rss_gib": anon.peak,
+            "peak_anon_rss_gib": phases.anon_peaks["fit"],
             "label": fit.label, "cv_best_of_n": fit.cv_best_of_n, "cv_table": [list(row) for row in fit.cv_table],
             "cv_questions": fit.report.get("cv_questions", fit.report["questions"]),
             "questions": fit.report["questions"], "pool_questions": len(pool),

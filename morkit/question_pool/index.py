@@ -15,7 +15,6 @@ import numpy as np
 from morkit.core import checks
 from morkit.core.errors import InputError
 from morkit.question_pool import spill
-from morkit.question_pool.rowfiles import plain
 
 INDEX_KINDS = ("auto", "flat", "ivf", "hnsw")
 IVF_CODES = ("sq8", "flat")
@@ -130,13 +129,13 @@ def build_index(vectors: np.ndarray, config: IndexConfig = IndexConfig()) -> tup
         sample = min(len(vectors), TRAIN_PER_LIST * index.nlist)
         rows = np.sort(np.random.default_rng(0).choice(len(vectors), size=sample, replace=False))
         train = np.empty((sample, vectors.shape[1]), dtype=np.float32)
-        for start, part in spill.chunks(plain(vectors)):  # gathered chunk by chunk: a mapped file is never all resident
+        for start, part in spill.chunks(vectors):  # gathered chunk by chunk: a mapped file is never all resident
             inside = rows[(rows >= start) & (rows < start + len(part))]
             at = np.searchsorted(rows, start)
             train[at : at + len(inside)] = part[inside - start]
         index.train(train if len(vectors) else np.zeros((1, vectors.shape[1]), np.float32))
         del train
-    for _, part in spill.chunks(plain(vectors)):  # no second copy of a million vectors
+    for _, part in spill.chunks(vectors):  # no second copy of a million vectors
         index.add(part)
     return reranked(index, vectors, config), kind
 
@@ -232,7 +231,7 @@ def recall_at_k(index: Any, vectors: np.ndarray, k: int = 100, sample: int = 500
     faiss = _faiss()
     best_sims = np.full((len(picks), 0), -np.inf, dtype=np.float32)
     truth = np.zeros((len(picks), 0), dtype=np.int64)
-    for start, part in spill.chunks(plain(vectors)):  # brute force by chunk, keeping the best k so far
+    for start, part in spill.chunks(vectors):  # brute force by chunk, keeping the best k so far
         sims, ids = faiss.knn(queries, part, min(k, len(part)), metric=faiss.METRIC_INNER_PRODUCT)
         best_sims, truth = np.hstack([best_sims, sims]), np.hstack([truth, ids + start])
         keep = np.argsort(-best_sims, axis=1, kind="stable")[:, :k]

@@ -403,12 +403,13 @@ def whole_pool_statistics(rows: PoolRows, normalizer: Normalizer, rm_names: Sequ
 
     prr = np.empty((len(rows.scores), len(ensembles)), dtype=np.float32)
     top1 = np.empty_like(prr) if best_of_n else None
-    mapped = rowfiles.plain(rows.scores)
+    mapped = spill.plain(rows.scores)
     for start in tqdm(range(0, len(prr), spill.CHUNK), desc="PRR", unit="chunk", disable=not progress, leave=False):
         part = slice(start, start + spill.CHUNK)
         scores = mapped[part]
+        ids = RowIds(rows.questions, range(start, start + len(scores)))
         tables = ensemble_statistics(scores, rows.correct[part], rows.valid[part], normalizer, rm_names, ensembles,
-                                     ids=RowIds(rows.questions, start), best_of_n=best_of_n)
+                                     ids=ids, best_of_n=best_of_n)
         prr[part] = tables[0]
         if top1 is not None:
             top1[part] = tables[1]

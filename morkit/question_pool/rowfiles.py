@@ -156,16 +156,7 @@ def sampled_by_batch(array: Any) -> Any:
 
 def is_mapped(array: Any) -> bool:
     """Whether `array` is (a view of) a memory-mapped file, whose pages a whole-pool pass reads by chunk."""
-    base = array
-    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
-        base = base.base
-    return isinstance(base, np.memmap)
-
-
-def plain(array: Any) -> Any:
-    """A memory-mapped array as a plain ndarray view of its mapping (anything else as it is): a whole-array pass
-    reads it by chunks and releases each (spill.chunks), without MappedRows' release of the whole mapping per read."""
-    return np.asarray(array) if isinstance(array, np.memmap) else array
+    return spill.memmap_base(array) is not None
 
 
 def column_groups(array: np.ndarray, chunk: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
@@ -179,7 +170,7 @@ def column_groups(array: np.ndarray, chunk: int | None = None) -> Iterator[tuple
     Yields:
         (first column, the group's columns as an array (rows, ..., group size)), at most GROUP_BYTES each.
     """
-    columns, chunk, array = array.shape[-1], chunk or spill.CHUNK, plain(array)
+    columns, chunk, array = array.shape[-1], chunk or spill.CHUNK, spill.plain(array)
     per_column = max(1, array.nbytes // max(1, columns))
     size = max(1, min(columns, GROUP_BYTES // per_column))
     for first in range(0, columns, size):

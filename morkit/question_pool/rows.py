@@ -32,20 +32,19 @@ class PoolQuestion:
 
 
 class RowIds:
-    """The ids of `questions` at `rows` (None: every row from `offset` on), each read only when asked for: an error
-    names one, or a caller wants a few (no list of a million ids, no question text decoded where a table can
-    read the id alone)."""
+    """The ids of `questions` at `rows` (None: every row), each read only when asked for: an error names one, or a
+    caller wants a few (no list of a million ids, no question text decoded where a table can read the id alone)."""
 
-    def __init__(self, questions: Sequence[PoolQuestion], offset: int = 0, rows: Sequence[int] | None = None) -> None:
-        self.questions, self.offset, self.rows = questions, offset, rows
+    def __init__(self, questions: Sequence[PoolQuestion], rows: Sequence[int] | None = None) -> None:
+        self.questions, self.rows = questions, range(len(questions)) if rows is None else rows
         self._id_of = getattr(questions, "id_of", None)  # a QuestionTable's id-only read
 
     def __getitem__(self, i: Any) -> str:
-        row = self.offset + int(i) if self.rows is None else int(self.rows[i])
+        row = int(self.rows[i])
         return self._id_of(row) if self._id_of is not None else self.questions[row].id
 
     def __len__(self) -> int:
-        return len(self.questions) - self.offset if self.rows is None else len(self.rows)
+        return len(self.rows)
 
 
 def nanmean_columns(values: np.ndarray) -> np.ndarray:

@@ -20,13 +20,25 @@ CHUNK = 1 << 14
 """Rows per chunk (a multiple of the embedder's batch of 64, so chunked embedding gives the same vectors)."""
 
 
-def _mapped(array: np.ndarray) -> tuple[mmap.mmap, int] | None:
-    """(the read-only mapping behind `array`, the mapping offset of its first byte), or None. The offset is taken
-    from the mapping's own address, so a slice of an np.memmap (itself an np.memmap) is placed where it lies."""
+def memmap_base(array: Any) -> np.memmap | None:
+    """The np.memmap `array` is, or is a view of; None for an array in memory."""
     base = array
     while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
         base = base.base
-    if not isinstance(base, np.memmap) or getattr(base, "mode", None) != "r" or not isinstance(getattr(base, "_mmap", None), mmap.mmap):
+    return base if isinstance(base, np.memmap) else None
+
+
+def plain(array: Any) -> Any:
+    """A memory-mapped array as a plain ndarray view of its mapping (anything else as it is): a whole-array pass
+    reads it by chunks and releases each, without a MappedRows' release of the whole mapping per read."""
+    return np.asarray(array) if isinstance(array, np.memmap) else array
+
+
+def _mapped(array: np.ndarray) -> tuple[mmap.mmap, int] | None:
+    """(the read-only mapping behind `array`, the mapping offset of its first byte), or None. The offset is taken
+    from the mapping's own address, so a slice of an np.memmap (itself an np.memmap) is placed where it lies."""
+    base = memmap_base(array)
+    if base is None or getattr(base, "mode", None) != "r" or not isinstance(getattr(base, "_mmap", None), mmap.mmap):
         return None
     start = array.ctypes.data - np.frombuffer(base._mmap, np.uint8).ctypes.data
     return base._mmap, start
@@ -44,6 +56,7 @@ def release(array: np.ndarray) -> None:
 
 def chunks(array: np.ndarray, size: int = CHUNK) -> Iterator[tuple[int, np.ndarray]]:
     """(start row, rows as float32 in memory) of `array` by `size` rows, each chunk's mapped pages released."""
+    array = plain(array)
     for start in range(0, len(array), size):
         part = array[start : start + size]
         yield start, np.ascontiguousarray(part, dtype=np.float32)
@@ -101,7 +114,7 @@ def encode_to_disk(encode: Callable[[Sequence[str]], np.ndarray], texts: Sequenc
 
 def save_array(path: os.PathLike | str, array: Any) -> None:
     """np.save, streaming a memory-mapped array in chunks whose pages are released (no RSS for a 1.5 GB array)."""
-    array = np.asarray(array) if not isinstance(array, np.ndarray) else array
+    array = plain(array) if isinstance(array, np.ndarray) else np.asarray(array)
     if _mapped(array) is None or not array.flags.c_contiguous:
         np.save(path, array, allow_pickle=False)
         return

@@ -21,7 +21,6 @@ from morkit.data import staging
 from morkit.data.jsonl import json_safe, output_file_problem
 from morkit.question_pool.index import read_index, write_index
 from morkit.question_pool.lock import canonical, pool_lock
-from morkit.question_pool.rowfiles import plain
 from morkit.question_pool.rows import STEP_REDUCTIONS, PoolQuestion
 from morkit.question_pool.spill import save_array
 from morkit.question_pool.table import TABLE_ARRAYS, QuestionTable, RowCounts
@@ -136,7 +135,7 @@ def write_staged(target: Path, header: Mapping[str, Any], arrays: Mapping[str, A
             if isinstance(array, Path):
                 _link_or_copy(array, staged / f"{name}.npy")
             else:
-                save_array(staged / f"{name}.npy", plain(array))  # a mapped one streams, its pages released
+                save_array(staged / f"{name}.npy", array)  # a mapped one streams, its pages released
         if isinstance(index, Path):
             _link_or_copy(index, staged / "index.faiss")
         else:

@@ -188,11 +188,6 @@ class Neighbourhood:
         that `train` holds out (None: all of them)."""
         return self.lists.evidence(self.stats, k, self.allowed(train))
 
-    @property
-    def beyond(self) -> bool:
-        """Whether the lists reach pool questions outside the fit's own."""
-        return bool((self.place < 0).any())
-
 
 def _positions(rows: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """A function giving each of some pool rows' position in `rows`, -1 where absent."""

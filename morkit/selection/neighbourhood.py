@@ -92,6 +92,6 @@ class NeighbourSearch:
             if exclude is not None:
                 keep &= r != exclude[i]
             chosen = np.flatnonzero(keep)[: self.k]
-            ids = RowIds(self.pool.questions, rows=r[chosen])  # ids alone: no neighbour's text decoded
-            out.append(Neighbours(r[chosen], tuple(ids[j] for j in range(len(chosen))), s[chosen]))
+            ids = tuple(RowIds(self.pool.questions, rows=r[chosen]))  # ids alone: no neighbour's text decoded
+            out.append(Neighbours(r[chosen], ids, s[chosen]))
         return out

@@ -307,7 +307,7 @@ def test_mapped_rows_read_samples_by_batch_and_release_their_pages(monkeypatch):
     if _resident_bytes(mapped) is None:
         pytest.skip("no /proc/self/smaps")
     assert _resident_bytes(mapped) == 0  # every read above released what it mapped
-    view = rowfiles.plain(mapped)
+    view = spill.plain(mapped)
     float(view[2048:].sum())  # half the pages mapped by a plain read
     assert _resident_bytes(mapped) >= 2 * 2**20
     spill.release(view[2048:])  # a slice of the plain view is released where it lies
